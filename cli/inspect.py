@@ -1,0 +1,80 @@
+"""`synth status` and `synth fetch`"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from cli.context import open_database
+from cli.wait import print_summary
+from pipeline.db import jobs as db
+from pipeline.db.models import JobStatus
+from pipeline.errors import InputError
+from pipeline.manifest import manifest_lines
+from pipeline.settings import Settings
+from pipeline.storage import make_store
+from pipeline.storage.base import manifest_key
+from pipeline.summary import summarize
+
+
+def _batch(session, ref: str):
+    batch = db.find_batch(session, ref)
+    if batch is None:
+        raise InputError(f"no batch {ref!r} (give its id, an id prefix of 6+ characters, or its name)")
+    return batch
+
+
+@click.command()
+@click.argument("batch")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def status(batch: str, as_json: bool) -> None:
+    """Show a batch's progress and numbers. BATCH is an id, id prefix or name."""
+    settings = Settings()
+    _, sessions = open_database(settings)
+    with sessions() as session:
+        summary = summarize(session, _batch(session, batch))
+    if as_json:
+        out = {k: v for k, v in vars(summary).items()}
+        out["x_real_time"] = summary.x_real_time
+        out["finished"] = summary.finished
+        click.echo(json.dumps(out, indent=2, default=str))
+        return
+    print_summary(summary)
+    open_jobs = sum(summary.counts.get(s.value, 0) for s in JobStatus if not s.terminal)
+    if open_jobs:
+        click.echo(f"{open_jobs} jobs not finished: " + ", ".join(
+            f"{n} {s}" for s, n in summary.counts.items() if n and not JobStatus(s).terminal), err=True)
+
+
+@click.command()
+@click.argument("batch")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Folder to write the audio files and manifest.jsonl into.")
+def fetch(batch: str, output: Path) -> None:
+    """Download a batch's audio files (named by client id) and its manifest."""
+    settings = Settings()
+    _, sessions = open_database(settings)
+    with sessions() as session:
+        batch_id = _batch(session, batch).id
+    fetch_batch(settings, sessions, batch_id, output)
+
+
+def fetch_batch(settings: Settings, sessions, batch_id: str, output: Path) -> None:
+    store = make_store(settings)
+    output.mkdir(parents=True, exist_ok=True)
+    with sessions() as session:
+        lines = manifest_lines(session, store, batch_id)
+    done = [line for line in lines if line["object_key"] and line["status"] == "done"]
+    for line in tqdm(done, desc="fetch", unit="file", file=sys.stderr, disable=len(done) < 20):
+        target = output / Path(line["object_key"]).name
+        target.write_bytes(store.get(line["object_key"]))
+        line["file"] = target.name
+    key = manifest_key(batch_id)
+    (output / "manifest.jsonl").write_text(
+        "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
+    click.echo(f"wrote {len(done)} audio files and manifest.jsonl to {output} "
+               f"(stored manifest: {store.url(key) if store.exists(key) else 'not yet written'})", err=True)

@@ -1,0 +1,98 @@
+"""`synth submit`"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from cli.context import broker, open_database
+from cli.wait import embedded_worker, print_summary, wait_for_batch
+from pipeline.corpus import parse_corpus
+from pipeline.db.models import Batch
+from pipeline.errors import InputError, ServiceUnavailableError
+from pipeline.settings import FORMATS, Settings
+from pipeline.submit import BatchOptions, create_batch, resolve_options
+from worker.app import make_app
+from worker.enqueue import check_broker, enqueue_batch
+
+
+@click.command()
+@click.argument("corpus", type=click.Path(allow_dash=True, dir_okay=False, path_type=Path))
+@click.option("--voice", help="Voice name (default: the engine's first voice).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Audio format [default: wav].")
+@click.option("--sample-rate", type=int, help="Output sample rate in Hz [default: the engine's].")
+@click.option("--priority", type=click.Choice(["batch", "realtime"]), default="batch", show_default=True)
+@click.option("--name", help="A name for the batch, usable instead of its id.")
+@click.option("--wait/--no-wait", default=None,
+              help="Wait for the batch to finish. Embedded mode always waits; with SYNTH_REDIS_URL "
+                   "the default is to enqueue and return.")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
+              help="After finishing, copy the audio and manifest here (implies --wait).")
+def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) -> None:
+    """Synthesize every non-empty line of CORPUS (a UTF-8 text file, or - for stdin) as one job.
+
+    \b
+    Examples:
+      synth submit corpus.txt --voice joe --format mp3 -o out/
+      cat lines.txt | synth submit - --name nightly --no-wait
+    """
+    settings = Settings()
+    source = "-" if str(corpus) == "-" else str(corpus)
+    data = _read(corpus)
+    parsed = parse_corpus(data, source=source, max_line_chars=settings.max_line_chars)
+    options = resolve_options(settings, BatchOptions(voice=voice, format=fmt, sample_rate=sample_rate,
+                                                     priority=priority, name=name))
+    _, sessions = open_database(settings)
+    embedded = settings.redis_url is None
+    with broker(settings) as broker_url:
+        app = make_app(settings, broker_url)
+        check_broker(app)
+        with sessions() as session:
+            batch = create_batch(session, settings, parsed, options, source=source)
+            session.commit()
+        try:
+            with tqdm(total=len(parsed.lines), desc="enqueue", unit="job", disable=len(parsed.lines) < 5000,
+                      file=sys.stderr) as bar:
+                enqueue_batch(app, sessions, batch.id, settings.jobs_per_task, progress=bar.update)
+        except ServiceUnavailableError:
+            _discard(sessions, batch.id)
+            raise
+        click.echo(f"batch {batch.id}{f' ({name})' if name else ''}: {len(parsed.lines)} jobs queued"
+                   + (f", {len(parsed.empty_lines)} empty lines skipped" if parsed.empty_lines else ""),
+                   err=True)
+        if not (embedded or wait or output):
+            click.echo(batch.id)
+            return
+        if embedded:
+            with embedded_worker(settings, broker_url) as child:
+                summary = wait_for_batch(sessions, batch.id, alive=child.alive)
+        else:
+            summary = wait_for_batch(sessions, batch.id)
+    print_summary(summary)
+    if output:
+        from cli.inspect import fetch_batch
+
+        fetch_batch(settings, sessions, batch.id, output)
+    if summary.counts.get("failed"):
+        sys.exit(1)
+
+
+def _read(corpus: Path) -> bytes:
+    if str(corpus) == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return corpus.read_bytes()
+    except OSError as e:
+        raise InputError(f"{corpus}: {e.strerror}") from e
+
+
+def _discard(sessions, batch_id: str) -> None:
+    """Nothing half-written: a batch whose messages could not all be sent is removed."""
+    with sessions() as session:
+        batch = session.get(Batch, batch_id)
+        if batch is not None:
+            session.delete(batch)
+            session.commit()

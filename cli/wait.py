@@ -1,0 +1,99 @@
+"""Waiting for a batch: the embedded worker child, the progress bar, the closing summary."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import click
+from tqdm import tqdm
+
+from pipeline.db import jobs as db
+from pipeline.db.models import Batch, JobStatus
+from pipeline.errors import ServiceUnavailableError
+from pipeline.settings import Settings
+from pipeline.summary import BatchSummary, summarize
+
+POLL_S = 0.5
+
+
+@dataclass
+class Child:
+    process: subprocess.Popen
+    log_path: str
+
+    def alive(self) -> None:
+        """Raise if the worker died: the batch would never finish."""
+        if self.process.poll() is not None:
+            tail = _tail(self.log_path)
+            raise ServiceUnavailableError(
+                f"the embedded worker exited with code {self.process.returncode}: {tail} "
+                f"(full log: {self.log_path})"
+            )
+
+
+@contextlib.contextmanager
+def embedded_worker(settings: Settings, broker_url: str) -> Iterator[Child]:
+    """Run `synth worker` as a child on the embedded broker for the life of the block."""
+    log_path = settings.data_dir / "worker.log"
+    env = {**os.environ, "SYNTH_REDIS_URL": broker_url, "SYNTH_DATA_DIR": str(settings.data_dir)}
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "cli.main", "-v", "worker"], env=env,
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield Child(process, str(log_path))
+    finally:
+        if process.poll() is None:
+            process.terminate()  # warm shutdown: Celery finishes the task in hand
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = None) -> BatchSummary:
+    with sessions() as session:
+        total = session.get(Batch, batch_id).total_jobs
+    with tqdm(total=total, desc="synthesize", unit="job", file=sys.stderr, dynamic_ncols=True) as bar:
+        while True:
+            with sessions() as session:
+                counts = db.status_counts(session, batch_id)
+            finished = sum(n for s, n in counts.items() if s.terminal)
+            bar.update(finished - bar.n)
+            bar.set_postfix(failed=counts[JobStatus.FAILED], running=counts[JobStatus.RUNNING], refresh=False)
+            if finished >= total:
+                break
+            if alive:
+                alive()
+            time.sleep(POLL_S)
+    with sessions() as session:
+        return summarize(session, session.get(Batch, batch_id))
+
+
+def print_summary(s: BatchSummary) -> None:
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    done, failed = s.counts.get("done", 0), s.counts.get("failed", 0)
+    echo(f"batch {s.batch_id}{f' ({s.name})' if s.name else ''}: {s.total} jobs, {done} done, {failed} failed"
+         + (f", {s.skipped_lines} empty lines skipped" if s.skipped_lines else ""))
+    if s.wall_s:
+        echo(f"audio {s.audio_s:,.1f} s in {s.wall_s:,.1f} s: {s.x_real_time:,.1f}x real time")
+    if s.ttfb_p50 is not None:
+        echo(f"TTFB p50 {s.ttfb_p50 * 1000:,.0f} ms, p95 {s.ttfb_p95 * 1000:,.0f} ms")
+    for client_id, reason in s.failures[:10]:
+        echo(f"  failed {client_id}: {reason}")
+    if len(s.failures) > 10:
+        echo(f"  ... and {len(s.failures) - 10} more (see `synth status {s.batch_id}`)")
+
+
+def _tail(path: str, lines: int = 1) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return " | ".join(line.strip() for line in f.readlines()[-lines:]) or "(empty log)"
+    except OSError:
+        return "(no log)"

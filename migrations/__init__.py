@@ -1,0 +1,1 @@
+"""Alembic migrations. Run them with `synth db upgrade`."""

@@ -1,0 +1,93 @@
+"""Audio out: joining chunks with a crossfade, resampling, and encoding through pydub + ffmpeg.
+
+ffmpeg comes from the imageio-ffmpeg wheel, so no system package or manual step is needed.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from pipeline.errors import UnknownFormatError
+from pipeline.settings import FORMATS
+
+
+@dataclass(frozen=True)
+class Format:
+    extension: str
+    content_type: str
+    export_args: dict
+
+
+_FORMATS = {
+    "wav": Format("wav", "audio/wav", {"format": "wav"}),
+    "mp3": Format("mp3", "audio/mpeg", {"format": "mp3", "codec": "libmp3lame", "bitrate": "64k"}),
+    "ogg": Format("ogg", "audio/ogg", {"format": "ogg", "codec": "libopus", "bitrate": "32k"}),
+    "flac": Format("flac", "audio/flac", {"format": "flac"}),
+}
+assert set(_FORMATS) == set(FORMATS)
+
+
+def get_format(name: str) -> Format:
+    try:
+        return _FORMATS[name]
+    except KeyError:
+        raise UnknownFormatError(f"unknown format {name!r}; choose one of {', '.join(FORMATS)}") from None
+
+
+@cache
+def _pydub():
+    """Import pydub and point it at the ffmpeg binary from imageio-ffmpeg."""
+    import imageio_ffmpeg
+    from pydub import AudioSegment
+
+    AudioSegment.converter = imageio_ffmpeg.get_ffmpeg_exe()
+    return AudioSegment
+
+
+def ffmpeg_exe() -> str:
+    import imageio_ffmpeg
+
+    return imageio_ffmpeg.get_ffmpeg_exe()
+
+
+def join(chunks: list[np.ndarray], sample_rate: int, crossfade_ms: int) -> np.ndarray:
+    """Concatenate float32 chunks, overlapping each boundary by a linear crossfade."""
+    chunks = [c for c in chunks if c.size]
+    if not chunks:
+        return np.zeros(0, dtype=np.float32)
+    out = chunks[0].astype(np.float32, copy=True)
+    fade = int(sample_rate * crossfade_ms / 1000)
+    for chunk in chunks[1:]:
+        n = min(fade, out.size, chunk.size)
+        if n == 0:
+            out = np.concatenate([out, chunk])
+            continue
+        ramp = np.linspace(0.0, 1.0, n, dtype=np.float32)
+        mixed = out[-n:] * (1.0 - ramp) + chunk[:n] * ramp
+        out = np.concatenate([out[:-n], mixed, chunk[n:]])
+    return out
+
+
+def to_int16(audio: np.ndarray) -> np.ndarray:
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+def encode(audio: np.ndarray, sample_rate: int, fmt: str, target_rate: int | None = None) -> bytes:
+    """float32 mono -> encoded file bytes in ``fmt``, resampled to ``target_rate`` if given."""
+    spec = get_format(fmt)
+    segment = _pydub()(
+        data=to_int16(audio).tobytes(), sample_width=2, frame_rate=sample_rate, channels=1
+    )
+    if target_rate and target_rate != sample_rate:
+        segment = segment.set_frame_rate(target_rate)
+    buf = io.BytesIO()
+    segment.export(buf, **spec.export_args)
+    return buf.getvalue()
+
+
+def duration_seconds(audio: np.ndarray, sample_rate: int) -> float:
+    return audio.size / sample_rate

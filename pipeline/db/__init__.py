@@ -1,0 +1,1 @@
+"""SQL storage of batches, jobs and their metrics (SQLAlchemy 2; SQLite and PostgreSQL)."""

@@ -1,0 +1,169 @@
+"""Data access for batches and jobs. Every state change is one conditional UPDATE, so two workers
+racing on a redelivered message cannot both move a job."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session
+
+from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, new_id, sources_of, utcnow
+from pipeline.errors import IllegalTransitionError
+
+
+@dataclass(frozen=True)
+class NewJob:
+    client_id: str
+    text: str
+    line_no: int | None
+    queue: str
+    idempotency_key: str | None = None
+
+
+def create_batch(
+    session: Session,
+    *,
+    name: str | None,
+    source: str | None,
+    voice: str,
+    format: str,
+    sample_rate: int | None,
+    priority: str,
+    jobs: Sequence[NewJob],
+    skipped_lines: int = 0,
+) -> Batch:
+    """Insert a batch and all its jobs (PENDING) with bulk inserts; the caller commits."""
+    batch = Batch(id=new_id(), name=name, source=source, voice=voice, format=format,
+                  sample_rate=sample_rate, priority=priority, total_jobs=len(jobs),
+                  skipped_lines=skipped_lines, created_at=utcnow())
+    session.add(batch)
+    session.flush()
+    now = batch.created_at
+    rows = [
+        dict(id=new_id(), batch_id=batch.id, client_id=j.client_id, text=j.text, line_no=j.line_no,
+             idempotency_key=j.idempotency_key, voice=voice, format=format, sample_rate=sample_rate,
+             priority=priority, queue=j.queue, status=JobStatus.PENDING, attempts=0,
+             created_at=now, updated_at=now)
+        for j in jobs
+    ]
+    for start in range(0, len(rows), 5000):
+        session.execute(insert(Job), rows[start:start + 5000])
+    return batch
+
+
+def job_ids_by_queue(session: Session, batch_id: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    rows = session.execute(
+        select(Job.queue, Job.id).where(Job.batch_id == batch_id).order_by(Job.line_no, Job.client_id)
+    )
+    for queue, job_id in rows:
+        out.setdefault(queue, []).append(job_id)
+    return out
+
+
+def transition(session: Session, job_ids: Iterable[str], to: JobStatus, **values) -> int:
+    """Move the given jobs to ``to`` where the state machine allows it; returns the rows moved."""
+    ids = list(job_ids)
+    if not ids:
+        return 0
+    result = session.execute(
+        update(Job)
+        .where(Job.id.in_(ids), Job.status.in_(sources_of(to)))
+        .values(status=to, updated_at=utcnow(), **values)
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount
+
+
+def mark_batch_queued(session: Session, batch_id: str) -> int:
+    now = utcnow()
+    return session.execute(
+        update(Job)
+        .where(Job.batch_id == batch_id, Job.status == JobStatus.PENDING)
+        .values(status=JobStatus.QUEUED, queued_at=now, updated_at=now)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+
+
+def claim(session: Session, job_ids: Sequence[str]) -> list[Job]:
+    """Take jobs for rendering: PENDING/QUEUED/RUNNING (a redelivery) -> RUNNING, attempts + 1.
+    Jobs already finished or cancelled are left alone, which is what makes a redelivered message
+    harmless."""
+    now = utcnow()
+    session.execute(
+        update(Job)
+        .where(Job.id.in_(job_ids), Job.status.in_(sources_of(JobStatus.RUNNING)))
+        .values(status=JobStatus.RUNNING, attempts=Job.attempts + 1, started_at=now, updated_at=now,
+                error=None)
+        .execution_options(synchronize_session=False)
+    )
+    session.commit()
+    jobs = session.scalars(
+        select(Job).where(Job.id.in_(job_ids), Job.status == JobStatus.RUNNING)
+    ).all()
+    order = {jid: i for i, jid in enumerate(job_ids)}
+    return sorted(jobs, key=lambda j: order[j.id])
+
+
+def finish(session: Session, job: Job, *, object_key: str, metrics: dict) -> None:
+    moved = transition(session, [job.id], JobStatus.DONE, object_key=object_key, finished_at=utcnow(),
+                       error=None)
+    if not moved:
+        raise IllegalTransitionError(f"job {job.id} is no longer running; result not recorded")
+    session.merge(JobMetrics(job_id=job.id, **metrics))
+
+
+def fail(session: Session, job_id: str, error: str) -> int:
+    return transition(session, [job_id], JobStatus.FAILED, error=error[:2000], finished_at=utcnow())
+
+
+def requeue(session: Session, job_ids: Sequence[str], error: str) -> int:
+    return transition(session, job_ids, JobStatus.QUEUED, error=error[:2000], queued_at=utcnow())
+
+
+def status_counts(session: Session, batch_id: str) -> dict[JobStatus, int]:
+    rows = session.execute(
+        select(Job.status, func.count()).where(Job.batch_id == batch_id).group_by(Job.status)
+    )
+    counts = {s: 0 for s in JobStatus}
+    counts.update({JobStatus(s): n for s, n in rows})
+    return counts
+
+
+def batch_finished(session: Session, batch_id: str) -> bool:
+    open_states = [s for s in JobStatus if not s.terminal]
+    remaining = session.scalar(
+        select(func.count()).where(Job.batch_id == batch_id, Job.status.in_(open_states))
+    )
+    return remaining == 0
+
+
+def close_batch(session: Session, batch_id: str, manifest_key: str) -> None:
+    session.execute(
+        update(Batch).where(Batch.id == batch_id)
+        .values(finished_at=func.coalesce(Batch.finished_at, utcnow()), manifest_key=manifest_key)
+    )
+
+
+def find_batch(session: Session, ref: str) -> Batch | None:
+    """A batch by id, id prefix (at least 6 characters) or name (the newest of that name)."""
+    batch = session.get(Batch, ref)
+    if batch:
+        return batch
+    if len(ref) >= 6:
+        found = session.scalars(select(Batch).where(Batch.id.startswith(ref)).limit(2)).all()
+        if len(found) == 1:
+            return found[0]
+    return session.scalars(
+        select(Batch).where(Batch.name == ref).order_by(Batch.created_at.desc()).limit(1)
+    ).first()
+
+
+def jobs_with_metrics(session: Session, batch_id: str) -> list[tuple[Job, JobMetrics | None]]:
+    rows = session.execute(
+        select(Job, JobMetrics).outerjoin(JobMetrics, JobMetrics.job_id == Job.id)
+        .where(Job.batch_id == batch_id).order_by(Job.line_no, Job.client_id)
+    )
+    return [(job, m) for job, m in rows]

@@ -1,0 +1,153 @@
+"""Tables. Schemas for HTTP live in api/, not here."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class JobStatus(str, enum.Enum):
+    PENDING = "pending"      # written, not yet on the queue
+    QUEUED = "queued"        # a message for it is on the queue
+    RUNNING = "running"      # a worker holds it
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED})
+
+# from -> allowed to. RUNNING -> RUNNING is a redelivery after a lost worker; RUNNING -> QUEUED is a
+# retry. FAILED -> QUEUED is an operator's re-run.
+TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.PENDING: frozenset({JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLED}),
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLED}),
+    JobStatus.RUNNING: frozenset({JobStatus.RUNNING, JobStatus.QUEUED, JobStatus.DONE, JobStatus.FAILED}),
+    JobStatus.FAILED: frozenset({JobStatus.QUEUED}),
+    JobStatus.DONE: frozenset(),
+    JobStatus.CANCELLED: frozenset(),
+}
+
+
+def sources_of(target: JobStatus) -> frozenset[JobStatus]:
+    """The states a job may be in to move to ``target``."""
+    return frozenset(s for s, targets in TRANSITIONS.items() if target in targets)
+
+
+_status = Enum(JobStatus, name="job_status", values_callable=lambda e: [m.value for m in e],
+               native_enum=False, length=16, validate_strings=True)
+_ts = DateTime(timezone=True)
+
+
+class Batch(Base):
+    __tablename__ = "batches"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str | None] = mapped_column(String(200))
+    source: Mapped[str | None] = mapped_column(String(500))  # file name, "-" for stdin
+    voice: Mapped[str] = mapped_column(String(64))
+    format: Mapped[str] = mapped_column(String(8))
+    sample_rate: Mapped[int | None] = mapped_column(Integer)
+    priority: Mapped[str] = mapped_column(String(16), default="batch")
+    total_jobs: Mapped[int] = mapped_column(Integer, default=0)
+    skipped_lines: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(_ts)
+    manifest_key: Mapped[str | None] = mapped_column(String(500))
+
+    jobs: Mapped[list[Job]] = relationship(back_populates="batch", cascade="all, delete-orphan",
+                                           passive_deletes=True)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("batch_id", "client_id", name="uq_jobs_batch_client"),
+        Index("ix_jobs_batch_status", "batch_id", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    batch_id: Mapped[str] = mapped_column(ForeignKey("batches.id", ondelete="CASCADE"))
+    client_id: Mapped[str] = mapped_column(String(200))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    line_no: Mapped[int | None] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    voice: Mapped[str] = mapped_column(String(64))
+    format: Mapped[str] = mapped_column(String(8))
+    sample_rate: Mapped[int | None] = mapped_column(Integer)
+    priority: Mapped[str] = mapped_column(String(16), default="batch")
+    queue: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[JobStatus] = mapped_column(_status, default=JobStatus.PENDING)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    object_key: Mapped[str | None] = mapped_column(String(500))
+    created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
+    queued_at: Mapped[datetime | None] = mapped_column(_ts)
+    started_at: Mapped[datetime | None] = mapped_column(_ts)
+    finished_at: Mapped[datetime | None] = mapped_column(_ts)
+    updated_at: Mapped[datetime] = mapped_column(_ts, default=utcnow, onupdate=utcnow)
+
+    batch: Mapped[Batch] = relationship(back_populates="jobs")
+    metrics: Mapped[JobMetrics | None] = relationship(back_populates="job", cascade="all, delete-orphan",
+                                                      passive_deletes=True)
+
+
+class JobMetrics(Base):
+    __tablename__ = "job_metrics"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    queue_wait_s: Mapped[float | None] = mapped_column(Float)
+    ttfb_s: Mapped[float | None] = mapped_column(Float)      # first audio available - submission
+    synth_s: Mapped[float | None] = mapped_column(Float)     # engine time for this job
+    audio_s: Mapped[float | None] = mapped_column(Float)
+    rtf: Mapped[float | None] = mapped_column(Float)         # synth_s / audio_s
+    engine: Mapped[str | None] = mapped_column(String(32))
+    model: Mapped[str | None] = mapped_column(String(200))
+    quantization: Mapped[str | None] = mapped_column(String(32))
+    device_type: Mapped[str | None] = mapped_column(String(200))
+    worker_host: Mapped[str | None] = mapped_column(String(200))
+    batch_size: Mapped[int | None] = mapped_column(Integer)  # jobs admitted together
+    extra: Mapped[dict | None] = mapped_column(JSON)
+    recorded_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
+
+    job: Mapped[Job] = relationship(back_populates="metrics")

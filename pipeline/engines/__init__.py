@@ -1,0 +1,1 @@
+"""Engines turn text into audio. One folder per engine; import them through ``registry``."""

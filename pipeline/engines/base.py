@@ -1,0 +1,62 @@
+"""The engine interface.
+
+A worker process builds its engine once at boot (``load_engine``), calls ``warmup()``, then hands it
+many requests at once. ``synthesize`` yields audio chunks as they become available, interleaved across
+requests, so a caller can stream the first chunk of each request long before the batch ends.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.errors import EngineError
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    key: Hashable          # the caller's name for this request; chunks come back with it
+    text: str
+    voice: str
+    seed: int | None = None
+    realtime: bool = False  # admitted ahead of batch work where the engine schedules
+
+
+@dataclass
+class AudioChunk:
+    key: Hashable
+    audio: np.ndarray       # float32 mono in [-1, 1] at EngineInfo.sample_rate; may be empty on error
+    final: bool             # the last chunk of this request
+    error: EngineError | None = None
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    name: str               # "piper", "orpheus"
+    model: str              # model id or folder name
+    quantization: str       # "none", "int8", "nf4", ...
+    device_type: str        # GPU name or CPU model, recorded per job
+    sample_rate: int
+    voices: tuple[str, ...]
+    max_batch: int = 1
+    extra: dict = field(default_factory=dict)
+
+
+class Engine(abc.ABC):
+    info: EngineInfo
+
+    def warmup(self) -> None:
+        """Run a short synthesis so the first job sees no load or compile time."""
+        for _ in self.synthesize([SynthesisRequest("warmup", "Warm up.", self.info.voices[0])]):
+            pass
+
+    @abc.abstractmethod
+    def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
+        """Yield chunks for all requests. A request the engine cannot render yields one final chunk
+        with ``error`` set; the others carry on. Every request ends with exactly one final chunk."""
+
+    def close(self) -> None:
+        """Release threads, sessions and device memory."""

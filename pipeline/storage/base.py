@@ -1,0 +1,47 @@
+"""The object store interface, and the deterministic keys synth writes under."""
+
+from __future__ import annotations
+
+import abc
+import re
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(name: str) -> str:
+    """A client id made safe as one path segment ("line 7/a" -> "line_7_a")."""
+    cleaned = _SAFE.sub("_", name).strip("._") or "_"
+    return cleaned[:150]
+
+
+def audio_key(batch_id: str, client_id: str, extension: str) -> str:
+    """One key per batch and client id: a retried job overwrites its object, never duplicates it."""
+    return f"batches/{batch_id}/audio/{safe_name(client_id)}.{extension}"
+
+
+def manifest_key(batch_id: str) -> str:
+    return f"batches/{batch_id}/manifest.jsonl"
+
+
+class ObjectStore(abc.ABC):
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes, content_type: str) -> None: ...
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes: ...
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None: ...
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> list[str]: ...
+
+    @abc.abstractmethod
+    def url(self, key: str) -> str:
+        """Where a user can fetch the object (a file:// path or an s3:// URL)."""
+
+    def check(self) -> None:
+        """Raise StorageError if the store cannot be reached."""

@@ -1,0 +1,60 @@
+"""A folder with the same interface as S3. Writes are atomic (temp file + rename)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pipeline.errors import StorageError
+from pipeline.storage.base import ObjectStore
+
+
+class LocalStore(ObjectStore):
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if self.root.resolve() not in path.parents:
+            raise StorageError(f"object key {key!r} escapes the store")
+        return path
+
+    def put(self, key: str, data: bytes, content_type: str) -> None:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError as e:
+            raise StorageError(f"cannot write {path}: {e}") from e
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except OSError as e:
+            raise StorageError(f"cannot read {key}: {e}") from e
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def list(self, prefix: str) -> list[str]:
+        base = self.root / prefix
+        if not base.exists():
+            return []
+        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*")
+                      if p.is_file() and not p.name.startswith(".tmp-"))
+
+    def url(self, key: str) -> str:
+        return self._path(key).as_uri()
+
+    def check(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"object folder {self.root} is not writable: {e}") from e

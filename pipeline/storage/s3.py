@@ -1,0 +1,73 @@
+"""S3 through boto3. The endpoint URL is configurable, so MinIO and other S3-compatible stores work.
+Credentials come from boto3's usual chain (AWS_ACCESS_KEY_ID, profiles, instance roles)."""
+
+from __future__ import annotations
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from pipeline.errors import StorageError
+from pipeline.storage.base import ObjectStore
+
+
+class S3Store(ObjectStore):
+    def __init__(self, *, bucket: str, prefix: str = "", endpoint_url: str | None = None,
+                 region: str = "us-east-1") -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.client = boto3.client(
+            "s3", endpoint_url=endpoint_url, region_name=region,
+            config=Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5,
+                          read_timeout=60),
+        )
+
+    def _key(self, key: str) -> str:
+        return self.prefix + key
+
+    def put(self, key: str, data: bytes, content_type: str) -> None:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
+                                   ContentType=content_type)
+        except (BotoCoreError, ClientError) as e:
+            raise StorageError(f"cannot write s3://{self.bucket}/{self._key(key)}: {e}") from e
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+        except (BotoCoreError, ClientError) as e:
+            raise StorageError(f"cannot read s3://{self.bucket}/{self._key(key)}: {e}") from e
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            return True
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise StorageError(f"cannot stat s3://{self.bucket}/{self._key(key)}: {e}") from e
+
+    def delete(self, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except (BotoCoreError, ClientError) as e:
+            raise StorageError(f"cannot delete s3://{self.bucket}/{self._key(key)}: {e}") from e
+
+    def list(self, prefix: str) -> list[str]:
+        keys: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
+                keys.extend(o["Key"][len(self.prefix):] for o in page.get("Contents", []))
+        except (BotoCoreError, ClientError) as e:
+            raise StorageError(f"cannot list s3://{self.bucket}/{self._key(prefix)}: {e}") from e
+        return sorted(keys)
+
+    def url(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._key(key)}"
+
+    def check(self) -> None:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except (BotoCoreError, ClientError) as e:
+            raise StorageError(f"S3 bucket {self.bucket!r} is unreachable: {e}") from e

@@ -1,0 +1,66 @@
+"""A batch's closing numbers: jobs, audio seconds, x real time, TTFB percentiles, failures."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from pipeline.db import jobs as db
+from pipeline.db.models import Batch, JobStatus
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class BatchSummary:
+    batch_id: str
+    name: str | None
+    total: int
+    counts: dict[str, int]
+    skipped_lines: int
+    audio_s: float
+    wall_s: float | None
+    ttfb_p50: float | None
+    ttfb_p95: float | None
+    failures: list[tuple[str, str]]   # (client id, reason)
+
+    @property
+    def x_real_time(self) -> float | None:
+        return self.audio_s / self.wall_s if self.wall_s else None
+
+    @property
+    def finished(self) -> bool:
+        return sum(self.counts.get(s.value, 0) for s in JobStatus if not s.terminal) == 0
+
+
+def summarize(session: Session, batch: Batch) -> BatchSummary:
+    rows = db.jobs_with_metrics(session, batch.id)
+    counts = {s.value: 0 for s in JobStatus}
+    ttfbs, audio_s, last = [], 0.0, None
+    failures = []
+    for job, m in rows:
+        counts[job.status.value] += 1
+        if job.status == JobStatus.FAILED:
+            failures.append((job.client_id, job.error or "unknown"))
+        if m is not None and job.status == JobStatus.DONE:
+            audio_s += m.audio_s or 0.0
+            if m.ttfb_s is not None:
+                ttfbs.append(m.ttfb_s)
+        if job.finished_at and (last is None or job.finished_at > last):
+            last = job.finished_at
+    wall = (last - batch.created_at.replace(tzinfo=last.tzinfo)).total_seconds() if last else None
+    return BatchSummary(
+        batch_id=batch.id, name=batch.name, total=len(rows), counts=counts,
+        skipped_lines=batch.skipped_lines, audio_s=audio_s, wall_s=wall,
+        ttfb_p50=percentile(ttfbs, 50), ttfb_p95=percentile(ttfbs, 95), failures=failures,
+    )

@@ -1,0 +1,1 @@
+"""Celery: the app, queues and routing, thin tasks, engine boot and GPU pinning."""

@@ -1,0 +1,50 @@
+"""The Celery app, built from Settings (never at import time)."""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from pipeline.routing import all_queues
+from pipeline.settings import Settings
+
+
+def make_app(settings: Settings, broker_url: str) -> Celery:
+    app = Celery("synth", broker=broker_url, set_as_current=False)
+    queues = all_queues(settings.bucket_seconds)
+    app.conf.update(
+        task_queues=[Queue(name, routing_key=name) for name in queues],
+        task_default_queue=queues[1],
+        task_serializer="json",
+        accept_content=["json"],
+        # Outcomes live in the database; Celery's result backend would be a second source of truth.
+        task_ignore_result=True,
+        # Ack only after the task body returns. A worker that dies mid-job (OOM, kill -9, a lost
+        # machine) leaves its message unacked, and Redis hands it to another worker: no job is lost.
+        # Rendering is idempotent (claim() skips finished jobs, object keys are deterministic), so
+        # a redelivered message finishes its jobs once.
+        task_acks_late=True,
+        # A prefork child killed by a signal: requeue its message instead of acking it as failed.
+        task_reject_on_worker_lost=True,
+        # One message in hand per slot: a long batch task must not hold others hostage in a busy
+        # worker's prefetch buffer while idle workers wait.
+        worker_prefetch_multiplier=1,
+        broker_transport_options={
+            # Redis redelivers an unacked message after this many seconds. It must be longer than the
+            # longest task (jobs_per_task jobs of the longest bucket), or a slow but healthy task is
+            # delivered twice. Default one hour.
+            "visibility_timeout": settings.visibility_timeout,
+            # Poll queues in the listed order, realtime first, instead of round-robin.
+            "queue_order_strategy": "priority",
+        },
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=3,
+        worker_send_task_events=True,
+        task_send_sent_event=False,
+        worker_hijack_root_logger=False,
+    )
+    app.synth_settings = settings
+    from worker import tasks  # noqa: PLC0415 — tasks register on this app instance
+
+    tasks.register(app)
+    return app

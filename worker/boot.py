@@ -1,0 +1,56 @@
+"""Build a worker's runtime once per process: database, store, engine (loaded and warmed up)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from celery import Celery
+
+from pipeline.db.session import make_engine, make_sessionmaker
+from pipeline.engines.base import Engine
+from pipeline.engines.registry import load_engine
+from pipeline.render import Renderer
+from pipeline.settings import Settings
+from pipeline.storage import make_store
+
+log = logging.getLogger(__name__)
+_lock = threading.Lock()
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: Engine
+    renderer: Renderer
+
+
+def build_runtime(settings: Settings, engine: Engine | None = None) -> Runtime:
+    if engine is None:
+        started = time.monotonic()
+        engine = load_engine(settings.engine_settings())
+        engine.warmup()
+        log.info("engine %s (%s, %s) ready on %s in %.1f s", engine.info.name, engine.info.model,
+                 engine.info.quantization, engine.info.device_type, time.monotonic() - started)
+    store = make_store(settings)
+    store.check()
+    renderer = Renderer(engine=engine, store=store,
+                        sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),
+                        max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms)
+    return Runtime(settings=settings, engine=engine, renderer=renderer)
+
+
+def boot(app: Celery, engine: Engine | None = None) -> Runtime:
+    """Load the engine before the worker consumes its first message."""
+    with _lock:
+        runtime = getattr(app, "synth_runtime", None)
+        if runtime is None:
+            runtime = app.synth_runtime = build_runtime(app.synth_settings, engine)
+        return runtime
+
+
+def runtime_for(app: Celery) -> Runtime:
+    runtime = getattr(app, "synth_runtime", None)
+    return runtime if runtime is not None else boot(app)
