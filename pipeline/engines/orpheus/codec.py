@@ -1,0 +1,102 @@
+"""The SNAC 24 kHz codec: loading from a folder or hub id, and batched window decoding.
+
+SNAC's decoder adds noise (``NoiseBlock``: ``x + randn * conv(x)``) from the global generator, so
+the same codes decode differently each call. We swap each NoiseBlock for one that draws the same
+distribution from ``rng.normal`` keyed per window (job seed, window start): a window's audio is then a
+pure function of its codes and key, independent of batch and call order. That is what makes a job
+reproducible and streamed chunks identical to a one-shot decode.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.constants import SNAC_SAMPLE_RATE, SNAC_SAMPLES_PER_FRAME
+from pipeline.engines.orpheus.codes import frames_to_levels
+from pipeline.errors import EngineUnavailableError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CODEC = "hubertsiuzdak/snac_24khz"
+
+
+@dataclass
+class _NoiseKeys:
+    value: object = None    # torch int64 [B, 1, 1] while a decode runs
+
+
+def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
+    import torch
+
+    from pipeline.engines.orpheus import rng
+
+    class KeyedNoiseBlock(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = block.linear
+
+        def forward(self, x):                       # x: [B, C, T]
+            t = torch.arange(x.shape[-1], device=x.device, dtype=torch.int64) + (salt << 20)
+            noise = rng.normal(keys.value, t.view(1, 1, -1)).to(x.dtype)  # [B, 1, T]
+            return x + noise * self.linear(x)
+
+    return KeyedNoiseBlock()
+
+
+class SnacCodec:
+    """Decodes batches of equal-length windows of frames into audio on one device."""
+
+    def __init__(self, model, device: str):
+        self.device = device
+        self.model = model.eval().to(device)
+        self._keys = _NoiseKeys()
+        self.keyed_noise_blocks = self._swap_noise_blocks()
+        if self.model.sampling_rate != SNAC_SAMPLE_RATE:
+            raise EngineUnavailableError(
+                f"codec samples at {self.model.sampling_rate} Hz; Orpheus needs {SNAC_SAMPLE_RATE}"
+            )
+
+    def _swap_noise_blocks(self) -> int:
+        from snac.layers import NoiseBlock
+
+        swapped = 0
+        for parent in list(self.model.modules()):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, NoiseBlock):
+                    parent._modules[name] = _keyed_noise_block(child, self._keys, swapped)
+                    swapped += 1
+        return swapped
+
+    def decode_windows(self, frames: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """frames [B, w, 7] int codes, keys [B] ints -> audio [B, w * 2048] float32."""
+        import torch
+
+        l0, l1, l2 = frames_to_levels(frames)
+        codes = [torch.as_tensor(level, device=self.device) for level in (l0, l1, l2)]
+        key_t = torch.as_tensor(np.asarray(keys, dtype=np.int64), device=self.device)
+        self._keys.value = key_t.view(-1, 1, 1)
+        try:
+            with torch.inference_mode():
+                audio = self.model.decode(codes)    # [B, 1, w * 2048]
+        finally:
+            self._keys.value = None
+        expected = frames.shape[1] * SNAC_SAMPLES_PER_FRAME
+        return audio[:, 0, :expected].float().cpu().numpy()
+
+
+def load_codec(name_or_path: str | None, device: str) -> SnacCodec:
+    """SNAC from a local folder (config.json + pytorch_model.bin) or a hub id."""
+    try:
+        from snac import SNAC
+    except ImportError as e:
+        raise EngineUnavailableError("the Orpheus engine needs the snac package") from e
+    source = name_or_path or DEFAULT_CODEC
+    try:
+        model = SNAC.from_pretrained(source)
+    except Exception as e:  # noqa: BLE001 - hub, file and state-dict errors all mean "no codec"
+        raise EngineUnavailableError(f"cannot load the SNAC codec {source!r}: {e}") from e
+    log.info("loaded SNAC codec %s on %s", source, device)
+    return SnacCodec(model, device)

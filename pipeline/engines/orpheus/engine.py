@@ -1,0 +1,171 @@
+"""The Orpheus engine: requests -> length-bucketed batches -> batched generation -> streamed audio.
+
+Per batch the loop is: generate a step -> feed each job's tokens to its frame assembler -> render the
+frames that are ready (one codec call per window length for the whole batch) -> yield chunks; a job
+that ends is flushed and gets its final chunk at once, while the others continue.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import zlib
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from pipeline.constants import (
+    CHARS_PER_SECOND,
+    LM_TOKENS_PER_AUDIO_SECOND,
+    SNAC_SAMPLE_RATE,
+    SNAC_TOKENS_PER_FRAME,
+)
+from pipeline.engines.base import AudioChunk, Engine, EngineInfo, SynthesisRequest
+from pipeline.engines.orpheus import device as devices
+from pipeline.engines.orpheus.generate import GenJob, generate_batched
+from pipeline.engines.orpheus.loading import LoadedModel, load
+from pipeline.engines.orpheus.prompt import prompt_ids
+from pipeline.engines.orpheus.sampling import SamplingParams
+from pipeline.engines.orpheus.streaming import StreamState, decode_ready
+from pipeline.engines.orpheus.vocab import VOICES
+from pipeline.errors import EngineError
+
+log = logging.getLogger(__name__)
+
+BUDGET_SLACK = 2.0           # budget = 2x the expected speech length from the text ...
+BUDGET_MIN_TOKENS = 28 * 7   # ... and never under 28 frames (2.4 s)
+BUDGET_MAX_TOKENS = 8192     # the model's context limit caps every job
+MAX_CONTEXT_TOKENS = 1024 + BUDGET_MAX_TOKENS // 4  # per-job KV estimate for sizing batches
+BUDGET_POLICIES = ("error", "keep")
+
+
+def token_budget(text: str, slack: float = BUDGET_SLACK) -> int:
+    """LM tokens a text may take: expected seconds of speech x 82.03 tokens/s x slack, whole frames."""
+    seconds = len(text) / CHARS_PER_SECOND
+    tokens = max(BUDGET_MIN_TOKENS, math.ceil(seconds * LM_TOKENS_PER_AUDIO_SECOND * slack))
+    frames = math.ceil(tokens / SNAC_TOKENS_PER_FRAME)
+    return min(BUDGET_MAX_TOKENS, frames * SNAC_TOKENS_PER_FRAME)
+
+
+def default_seed(request: SynthesisRequest) -> int:
+    """A job without a seed gets one from its voice and text, so reruns reproduce it."""
+    return zlib.crc32(f"{request.voice}\x00{request.text}".encode())
+
+
+class OrpheusEngine(Engine):
+    def __init__(self, loaded: LoadedModel, voices: Sequence[str] = VOICES, max_batch: int = 0,
+                 params: SamplingParams = SamplingParams(), budget_policy: str | None = None,
+                 budget_slack: float = BUDGET_SLACK):
+        self.lm = loaded
+        self.params = params
+        self.budget_slack = budget_slack
+        # A budget stop means runaway generation on a real model (an error for the job); a
+        # random-weight checkpoint never stops on its own, so its jobs keep their audio.
+        self.budget_policy = budget_policy or ("keep" if loaded.random_weights else "error")
+        if self.budget_policy not in BUDGET_POLICIES:
+            raise ValueError(f"budget_policy must be one of {BUDGET_POLICIES}")
+        per_seq = devices.kv_bytes_per_token(
+            loaded.model.config, loaded.model.dtype.itemsize) * MAX_CONTEXT_TOKENS
+        batch = devices.choose_max_batch(max_batch, loaded.device, per_seq)
+        self.stats = {"tokens": 0, "invalid_tokens": 0, "dropped_frames": 0, "budget_stops": 0}
+        self.info = EngineInfo(
+            name="orpheus", model=loaded.source, quantization=loaded.quant.applied,
+            device_type=loaded.choice.name, sample_rate=SNAC_SAMPLE_RATE, voices=tuple(voices),
+            max_batch=batch, extra=self._extra())
+
+    def _extra(self) -> dict:
+        c, q = self.lm.choice, self.lm.quant
+        fallbacks = [r for r in (c.fallback, q.fallback) if r]
+        return {"device": c.device, "dtype": c.dtype_name, "compute_capability": c.capability,
+                "quantization_requested": q.requested, "kernel": q.kernel, "fallbacks": fallbacks,
+                "random_weights": self.lm.random_weights, "budget_policy": self.budget_policy,
+                "codec_noise": "keyed per window"}
+
+    @classmethod
+    def from_settings(cls, settings) -> OrpheusEngine:
+        loaded = load(settings.model, settings.codec, settings.dtype, settings.quantization,
+                      settings.device)
+        if loaded.device == "cpu" and settings.threads > 0:
+            import torch
+
+            torch.set_num_threads(settings.threads)
+        return cls(loaded, voices=settings.voices or VOICES, max_batch=settings.max_batch)
+
+    # The Engine interface ---------------------------------------------------------------------
+
+    def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
+        jobs = []
+        for req in requests:
+            problem = self._check(req)
+            if problem:
+                yield AudioChunk(req.key, np.zeros(0, np.float32), True, EngineError(problem))
+                continue
+            prompt = prompt_ids(self.lm.tokenizer, req.text, req.voice)
+            seed = req.seed if req.seed is not None else default_seed(req)
+            jobs.append((req.realtime, GenJob(req.key, prompt,
+                                              token_budget(req.text, self.budget_slack), seed)))
+        for batch in plan_batches(jobs, self.info.max_batch):
+            yield from self._run_batch(batch)
+
+    def close(self) -> None:
+        if self.lm.device.startswith("cuda"):
+            import torch
+
+            del self.lm.model
+            torch.cuda.empty_cache()
+
+    # Internals --------------------------------------------------------------------------------
+
+    def _check(self, req: SynthesisRequest) -> str | None:
+        if req.voice not in self.info.voices:
+            return f"unknown voice {req.voice!r} for orpheus; choose one of {self.info.voices}"
+        if not req.text.strip():
+            return "nothing speakable: empty text"
+        return None
+
+    def _run_batch(self, batch: list[GenJob]) -> Iterator[AudioChunk]:
+        streams = {j.key: StreamState(seed=j.seed) for j in batch}
+        try:
+            for step in generate_batched(self.lm.model, batch, self.params):
+                for key, token in step.tokens:
+                    streams[key].assembler.feed(token)
+                self.stats["tokens"] += len(step.tokens)
+                ended = dict(step.finished)
+                for key, audio in decode_ready(self.lm.codec, streams, set(ended)).items():
+                    if key not in ended:
+                        yield AudioChunk(key, audio, False)
+                    else:
+                        yield self._final(key, streams.pop(key), ended[key], audio)
+                for key in [k for k in ended if k in streams]:
+                    yield self._final(key, streams.pop(key), ended[key], None)
+        except Exception as e:  # noqa: BLE001 - a failed batch fails its unfinished jobs, loudly
+            log.exception("Orpheus batch of %d failed", len(batch))
+            for key in list(streams):
+                err = EngineError(f"generation failed: {type(e).__name__}: {e}")
+                err.__cause__ = e
+                yield AudioChunk(key, np.zeros(0, np.float32), True, err)
+
+    def _final(self, key, st: StreamState, reason: str, audio) -> AudioChunk:
+        a = st.assembler
+        self.stats["invalid_tokens"] += a.invalid_tokens
+        self.stats["dropped_frames"] += a.dropped_frames
+        audio = np.zeros(0, np.float32) if audio is None else audio
+        if a.invalid_tokens:
+            log.warning("job %r: %d invalid audio tokens, %d frames dropped", key,
+                        a.invalid_tokens, a.dropped_frames)
+        error = None
+        if reason == "budget":
+            self.stats["budget_stops"] += 1
+            if self.budget_policy == "error":
+                error = EngineError(f"token budget blown: no end of speech after {a.audio_tokens} "
+                                    "audio tokens")
+        if not a.frames and error is None:
+            error = EngineError("the model produced no valid audio frame")
+        return AudioChunk(key, audio, True, error)
+
+
+def plan_batches(jobs: list[tuple[bool, GenJob]], max_batch: int) -> list[list[GenJob]]:
+    """Realtime jobs first, then length buckets: sort by prompt length and cut into batches."""
+    ordered = sorted(jobs, key=lambda rj: (not rj[0], len(rj[1].prompt)))
+    plain = [j for _rt, j in ordered]
+    return [plain[i : i + max_batch] for i in range(0, len(plain), max(1, max_batch))]

@@ -1,0 +1,75 @@
+"""Load an Orpheus checkpoint (tokenizer, config, safetensors weights) and its SNAC codec.
+
+``model`` and ``codec`` are local folders or hub ids; with ``HF_HUB_OFFLINE=1`` hub ids resolve from the
+local cache only. When no codec is named and the model folder has a ``snac/`` subfolder (make-tiny
+writes one), that codec is used; otherwise hubertsiuzdak/snac_24khz.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.engines.orpheus import device as devices
+from pipeline.engines.orpheus.codec import DEFAULT_CODEC, SnacCodec, load_codec
+from pipeline.engines.orpheus.quant import QuantReport, quantize
+from pipeline.engines.orpheus.vocab import VOCAB_SIZE
+from pipeline.errors import EngineUnavailableError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "canopylabs/orpheus-3b-0.1-ft"
+
+
+@dataclass
+class LoadedModel:
+    source: str
+    tokenizer: object
+    model: object               # transformers LlamaForCausalLM (decoder layers maybe quantized)
+    codec: SnacCodec
+    choice: devices.DeviceChoice
+    quant: QuantReport
+    random_weights: bool        # the checkpoint says its weights are random (make-tiny)
+
+    @property
+    def device(self) -> str:
+        return self.choice.device
+
+
+def codec_source(model_source: str, codec: str | None) -> str:
+    if codec:
+        return codec
+    local = Path(model_source) / "snac"
+    return str(local) if (local / "config.json").is_file() else DEFAULT_CODEC
+
+
+def load_lm(source: str, dtype_name: str, device: str):
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as e:
+        raise EngineUnavailableError("the Orpheus engine needs transformers") from e
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=devices.torch_dtype(dtype_name))
+    except (OSError, ValueError) as e:
+        raise EngineUnavailableError(f"cannot load the Orpheus model {source!r}: {e}") from e
+    if model.config.vocab_size < VOCAB_SIZE:
+        raise EngineUnavailableError(
+            f"{source!r} has {model.config.vocab_size} token ids; Orpheus audio needs {VOCAB_SIZE}"
+        )
+    return tokenizer, model.eval().to(device)
+
+
+def load(model: str | None, codec: str | None, dtype: str, quantization: str,
+         device: str) -> LoadedModel:
+    """Everything the engine needs, on one device, quantized as asked (or as the device allows)."""
+    choice = devices.choose(device, dtype)
+    source = model or DEFAULT_MODEL
+    tokenizer, lm = load_lm(source, choice.dtype_name, choice.device)
+    report = quantize(lm, quantization, choice.device, devices.torch_dtype(choice.dtype_name))
+    snac = load_codec(codec_source(source, codec), choice.device)
+    random_weights = bool(getattr(lm.config, "synth_random_weights", False))
+    log.info("Orpheus %s on %s (%s, %s, quant %s)", source, choice.name, choice.device,
+             choice.dtype_name, report.applied)
+    return LoadedModel(source, tokenizer, lm, snac, choice, report, random_weights)

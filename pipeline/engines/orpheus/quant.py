@@ -1,0 +1,155 @@
+"""Weight quantization by swapping modules (gpt-fast style): none | int8 | nf4 | fp8.
+
+- ``int8``: bitsandbytes LLM.int8 (``Linear8bitLt``, outlier threshold 6.0).
+- ``nf4``: bitsandbytes 4-bit NormalFloat (``Linear4bit``, blocksize 64), computing in the model dtype.
+- ``fp8``: our own ``Float8Linear``: e4m3 weights with one scale per output channel. On GPUs with fp8
+  matrix units (compute capability >= 8.9: Ada, Hopper) it runs ``torch._scaled_mm`` with row-wise
+  scales and activations quantized per token; elsewhere it dequantizes the weight per call (correct,
+  slow; recorded as ``fp8_kernel=dequant``).
+
+Only the decoder layers' linear layers are swapped; embeddings and the tied LM head stay in the model
+dtype. Each swap is probed with one forward before it is kept: when the package or kernel is missing or
+fails, the model stays unquantized and the reason is logged and recorded (``QuantReport``), never
+silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+MODES = ("none", "int8", "nf4", "fp8")
+FP8_MAX = 448.0                     # largest finite float8_e4m3fn
+INT8_OUTLIER_THRESHOLD = 6.0
+NF4_BLOCKSIZE = 64
+SCALED_MM_ALIGN = 16                # _scaled_mm wants rows in multiples of 16
+
+
+@dataclass(frozen=True)
+class QuantReport:
+    requested: str
+    applied: str
+    kernel: str                     # "bf16", "bitsandbytes", "scaled_mm", "dequant"
+    fallback: str | None = None     # why applied != requested
+
+
+def _float8_linear_class():
+    import torch
+    import torch.nn.functional as F
+
+    class Float8Linear(torch.nn.Module):
+        def __init__(self, linear, use_scaled_mm: bool):
+            super().__init__()
+            w = linear.weight.detach().float()                            # [N, K]
+            scale = w.abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX        # [N]
+            self.register_buffer("weight", (w / scale[:, None]).to(torch.float8_e4m3fn))
+            self.register_buffer("scale", scale)
+            self.bias = linear.bias
+            self.out_dtype = linear.weight.dtype
+            self.use_scaled_mm = use_scaled_mm
+
+        def forward(self, x):                                             # x: [..., K]
+            if not self.use_scaled_mm:
+                w = (self.weight.float() * self.scale[:, None]).to(x.dtype)
+                return F.linear(x, w, self.bias)
+            return self._scaled(x)
+
+        def _scaled(self, x):
+            lead, k = x.shape[:-1], x.shape[-1]
+            x2 = x.reshape(-1, k)
+            m = x2.shape[0]
+            pad = (-m) % SCALED_MM_ALIGN
+            if pad:
+                x2 = F.pad(x2, (0, 0, 0, pad))
+            x_scale = x2.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12) / FP8_MAX
+            xq = (x2 / x_scale).to(torch.float8_e4m3fn)
+            out = torch._scaled_mm(xq, self.weight.t(), scale_a=x_scale,
+                                   scale_b=self.scale.view(1, -1), out_dtype=self.out_dtype)
+            out = out[:m].reshape(*lead, -1)
+            return out if self.bias is None else out + self.bias
+
+    return Float8Linear
+
+
+def _fp8_has_kernel(device: str) -> bool:
+    import torch
+
+    return device.startswith("cuda") and torch.cuda.get_device_capability(0) >= (8, 9)
+
+
+def _make_swapper(mode: str, device: str, dtype):
+    """A function nn.Linear -> quantized module on ``device``; raises ImportError if unavailable."""
+    if mode == "fp8":
+        cls = _float8_linear_class()
+        fast = _fp8_has_kernel(device)
+        return (lambda lin: cls(lin, fast).to(device)), ("scaled_mm" if fast else "dequant")
+    import bitsandbytes as bnb  # noqa: F401 - ImportError is the fallback signal
+
+    def swap_bnb(lin):
+        w = lin.weight.detach().to(dtype)
+        if mode == "int8":
+            q = bnb.nn.Linear8bitLt(lin.in_features, lin.out_features, bias=lin.bias is not None,
+                                    has_fp16_weights=False, threshold=INT8_OUTLIER_THRESHOLD)
+            q.weight = bnb.nn.Int8Params(w.cpu(), requires_grad=False, has_fp16_weights=False)
+        else:
+            q = bnb.nn.Linear4bit(lin.in_features, lin.out_features, bias=lin.bias is not None,
+                                  compute_dtype=dtype, quant_type="nf4", blocksize=NF4_BLOCKSIZE)
+            q.weight = bnb.nn.Params4bit(w.cpu(), requires_grad=False, quant_type="nf4",
+                                         blocksize=NF4_BLOCKSIZE)
+        if lin.bias is not None:
+            q.bias = lin.bias
+        return q.to(device)          # bitsandbytes quantizes on the move
+
+    return swap_bnb, "bitsandbytes"
+
+
+def _decoder_linears(model):
+    import torch
+
+    for layer in model.model.layers:
+        for parent in layer.modules():
+            for name, child in parent.named_children():
+                if isinstance(child, torch.nn.Linear):
+                    yield parent, name, child
+
+
+def quantize(model, mode: str, device: str, dtype) -> QuantReport:
+    """Swap the decoder's linear layers in place (the model is already on ``device``)."""
+    import torch
+
+    if mode not in MODES:
+        from pipeline.errors import EngineUnavailableError
+
+        raise EngineUnavailableError(f"unknown quantization {mode!r}; choose one of {MODES}")
+    plain = "bf16" if dtype == torch.bfloat16 else str(dtype).removeprefix("torch.")
+    if mode == "none":
+        return QuantReport("none", "none", plain)
+    try:
+        swap, kernel = _make_swapper(mode, device, dtype)
+        targets = list(_decoder_linears(model))
+        _probe(swap, targets[0][2], device, dtype)
+    except Exception as e:  # noqa: BLE001 - any failure here means "run unquantized, say why"
+        reason = f"{mode} unavailable on {device} ({type(e).__name__}: {e}); running unquantized"
+        log.warning(reason)
+        return QuantReport(mode, "none", plain, reason)
+    for parent, name, lin in targets:
+        setattr(parent, name, swap(lin))
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    log.info("quantized %d linear layers to %s (%s)", len(targets), mode, kernel)
+    return QuantReport(mode, mode, kernel)
+
+
+def _probe(swap, linear, device: str, dtype) -> None:
+    """One forward of a quantized copy: a kernel that cannot run fails here, not on a job."""
+    import torch
+
+    q = swap(linear)
+    x = torch.randn(3, linear.in_features, device=device, dtype=dtype)
+    with torch.inference_mode():
+        y = q(x)
+    if not torch.isfinite(y).all():
+        raise RuntimeError("quantized probe produced non-finite output")
+    del q

@@ -1,0 +1,95 @@
+"""Sampling: repetition penalty, the audio-code constraint, temperature, top-k, top-p, and a draw
+that depends only on the job's seed and step (rng.py), never on its batch neighbours.
+
+Defaults are the Orpheus transformers example's (temperature 0.6, top-p 0.95, repetition penalty 1.1).
+``constrain_codes`` keeps each step inside the 4096-wide range of its frame position (end-of-speech
+allowed at frame boundaries): a free model emits these anyway, a random-weight model needs it to make
+any audio. The order matches transformers' processors: penalty, constraint, temperature, top-k, top-p.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.constants import SNAC_TOKENS_PER_FRAME
+from pipeline.engines.orpheus.vocab import END_OF_SPEECH, audio_range
+
+_STEP_MUL = 0x632BE5AB
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.6        # 0: greedy
+    top_p: float = 0.95             # 1.0: off
+    top_k: int = 0                  # 0: off
+    repetition_penalty: float = 1.1  # 1.0: off
+    constrain_codes: bool = True
+    ignore_eos: bool = False        # benchmarks with random weights: run every job to its budget
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+
+def code_mask(vocab_size: int, device, dtype=None):
+    """[7, V] additive mask: 0 where position p may emit the token, -inf elsewhere."""
+    import torch
+
+    mask = torch.full((SNAC_TOKENS_PER_FRAME, vocab_size), float("-inf"), device=device,
+                      dtype=dtype or torch.float32)
+    for p in range(SNAC_TOKENS_PER_FRAME):
+        start, end = audio_range(p)
+        mask[p, start:end] = 0.0
+    mask[0, END_OF_SPEECH] = 0.0
+    return mask
+
+
+def apply_penalty(logits, seen, penalty: float):
+    """transformers' rule: divide positive logits of seen tokens by ``penalty``, multiply negatives."""
+    import torch
+
+    if penalty == 1.0:
+        return logits
+    penalized = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalized, logits)
+
+
+def process(logits, seen, position: int, params: SamplingParams, mask):
+    """Raw logits [B, V] float32 -> the scores the draw uses. ``position`` = step % 7."""
+    logits = apply_penalty(logits, seen, params.repetition_penalty)
+    if params.constrain_codes:
+        logits = logits + mask[position]
+    if params.ignore_eos:
+        logits[:, END_OF_SPEECH] = float("-inf")
+    return logits
+
+
+def _filter_top(scores, params: SamplingParams):
+    import torch
+
+    if params.top_k > 0:
+        kth = torch.topk(scores, min(params.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        probs = sorted_scores.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs          # mass strictly above each token
+        drop_sorted = before > params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        scores = scores.masked_fill(drop, float("-inf"))
+    return scores
+
+
+def draw(scores, params: SamplingParams, keys, step: int):
+    """Next tokens [B] from processed scores [B, V]; ``keys`` [B] int64 job keys."""
+    import torch
+
+    from pipeline.engines.orpheus import rng
+
+    if params.greedy:
+        return scores.argmax(dim=-1)
+    scores = _filter_top(scores / params.temperature, params)
+    step_keys = (keys + step * _STEP_MUL) & rng.MASK32
+    counters = torch.arange(scores.shape[-1], device=scores.device, dtype=torch.int64)
+    noise = rng.gumbel(step_keys.view(-1, 1), counters.view(1, -1))
+    return (scores + noise).argmax(dim=-1)

@@ -1,0 +1,115 @@
+"""``synth models make-tiny``: a tiny random-weight Orpheus checkpoint in the real on-disk layout.
+
+The folder holds what a released checkpoint holds (config.json, generation_config.json,
+model.safetensors, tokenizer.json + tokenizer_config.json) and a ``snac/`` folder (config.json,
+pytorch_model.bin) that ``snac.SNAC.from_pretrained`` reads, so tests and a CPU demo exercise the
+real loaders. The token layout is Orpheus' own (vocab.py): a byte-level tokenizer whose special and
+custom tokens sit at the real ids, and a 156,940-row embedding. The config carries
+``synth_random_weights: true`` so the engine knows its output is noise (loading.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipeline.constants import SNAC_SAMPLE_RATE
+from pipeline.engines.orpheus.vocab import (
+    BEGIN_OF_TEXT,
+    CUSTOM_TOKEN_BASE,
+    END_OF_SPEECH,
+    END_OF_TEXT,
+    PAD,
+    VOCAB_SIZE,
+)
+
+TINY_LLAMA = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=4096,
+    rope_theta=500_000.0,
+    tie_word_embeddings=True,
+    initializer_range=0.5,      # peaked logits: greedy ties between paths stay far below rounding
+)
+TINY_SNAC = dict(
+    sampling_rate=SNAC_SAMPLE_RATE,
+    encoder_dim=8,
+    encoder_rates=[2, 4, 8, 8],
+    decoder_dim=64,
+    decoder_rates=[8, 8, 4, 2],   # hop 512, as snac_24khz
+    attn_window_size=None,
+    codebook_size=4096,
+    codebook_dim=8,
+    vq_strides=[4, 2, 1],         # 3 levels at 11.7, 23.4, 46.9 Hz, as snac_24khz
+    noise=True,
+    depthwise=True,
+)
+LLAMA3_SPECIALS = {BEGIN_OF_TEXT: "<|begin_of_text|>", BEGIN_OF_TEXT + 1: "<|end_of_text|>",
+                   BEGIN_OF_TEXT + 6: "<|start_header_id|>", BEGIN_OF_TEXT + 7: "<|end_header_id|>",
+                   END_OF_TEXT: "<|eot_id|>"}
+
+
+def special_token_names() -> list[str]:
+    """Names for ids BEGIN_OF_TEXT..VOCAB_SIZE-1, in id order."""
+    names = [LLAMA3_SPECIALS.get(i, f"<|reserved_special_token_{i - BEGIN_OF_TEXT}|>")
+             for i in range(BEGIN_OF_TEXT, CUSTOM_TOKEN_BASE)]
+    return names + [f"<custom_token_{i}>" for i in range(VOCAB_SIZE - CUSTOM_TOKEN_BASE)]
+
+
+def build_tokenizer():
+    """A byte-level BPE tokenizer (no merges) with Llama-3's BOS and Orpheus' ids; built offline."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)}
+    vocab.update({f"<|filler_{i}|>": i for i in range(len(alphabet), BEGIN_OF_TEXT)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(n, special=True, normalized=False)
+                            for n in special_token_names()])
+    bos = LLAMA3_SPECIALS[BEGIN_OF_TEXT]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, BEGIN_OF_TEXT)])
+    if tok.token_to_id("<custom_token_10>") != CUSTOM_TOKEN_BASE + 10:
+        raise RuntimeError("tiny tokenizer ids drifted from the Orpheus layout")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=bos, eos_token=LLAMA3_SPECIALS[END_OF_TEXT],
+        pad_token=f"<custom_token_{PAD - CUSTOM_TOKEN_BASE}>")
+
+
+def tiny_llama_config(**overrides):
+    from transformers import LlamaConfig
+
+    fields = {**TINY_LLAMA, **overrides}
+    return LlamaConfig(vocab_size=VOCAB_SIZE, bos_token_id=BEGIN_OF_TEXT, eos_token_id=END_OF_SPEECH,
+                       pad_token_id=PAD, **fields)
+
+
+def make_tiny(out_dir: str | Path, seed: int = 0) -> Path:
+    """Write the tiny checkpoint into ``out_dir`` (created) and return it."""
+    import torch
+    from snac import SNAC
+    from transformers import LlamaForCausalLM
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    config = tiny_llama_config()
+    config.synth_random_weights = True
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.eos_token_id = END_OF_SPEECH
+    model.generation_config.pad_token_id = PAD
+    model.save_pretrained(out)
+    build_tokenizer().save_pretrained(out)
+    snac_dir = out / "snac"
+    snac_dir.mkdir(exist_ok=True)
+    codec = SNAC(**TINY_SNAC).eval()
+    (snac_dir / "config.json").write_text(json.dumps(TINY_SNAC, indent=2))
+    torch.save(codec.state_dict(), snac_dir / "pytorch_model.bin")
+    return out
