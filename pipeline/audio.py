@@ -6,6 +6,7 @@ ffmpeg comes from the imageio-ffmpeg wheel, so no system package or manual step 
 from __future__ import annotations
 
 import io
+import warnings
 from dataclasses import dataclass
 from functools import cache
 
@@ -42,8 +43,10 @@ def get_format(name: str) -> Format:
 def _pydub():
     """Import pydub and point it at the ffmpeg binary from imageio-ffmpeg."""
     import imageio_ffmpeg
-    from pydub import AudioSegment
 
+    with warnings.catch_warnings():  # pydub warns at import when no ffmpeg is on PATH: we bring ours
+        warnings.simplefilter("ignore", RuntimeWarning)
+        from pydub import AudioSegment
     AudioSegment.converter = imageio_ffmpeg.get_ffmpeg_exe()
     return AudioSegment
 

@@ -34,6 +34,10 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
             # longest task (jobs_per_task jobs of the longest bucket), or a slow but healthy task is
             # delivered twice. Default one hour.
             "visibility_timeout": settings.visibility_timeout,
+            # How often a worker sweeps for messages whose visibility ran out (a dead worker's), so
+            # recovery time follows the timeout instead of kombu's fixed 100 s sweep.
+            "unacked_restore_interval": max(1, min(60, settings.visibility_timeout // 6)),
+            "unacked_restore_throttle": 1,
             # Poll queues in the listed order, realtime first, instead of round-robin.
             "queue_order_strategy": "priority",
         },

@@ -26,7 +26,7 @@ def backoff(retries: int, cap: int) -> float:
 def register(app: Celery) -> None:
     settings = app.synth_settings
 
-    @app.task(name=RENDER_TASK, bind=True, max_retries=settings.max_retries)
+    @app.task(name=RENDER_TASK, bind=True, max_retries=settings.max_retries, shared=False)
     def render(self, job_ids: list[str]) -> dict:
         runtime = runtime_for(app)
         try:

