@@ -1,0 +1,36 @@
+# The two commands of the README:
+#   make run    install synth with the Piper engine and render examples/corpus.txt into out/sample
+#   make test   install everything the tests need and run the whole suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The tests run the Orpheus engine on the CPU. torch 2.13.0 is pinned so pip takes the CPU build
+# (this project's CI machines carry its wheel); GPU hosts install their CUDA build instead.
+TORCH  ?= torch==2.13.0
+
+.PHONY: run test install install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.run-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[piper]'
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q '$(TORCH)'
+	$(BIN)/pip install -q -e '.[piper,orpheus,api,dev]' '$(TORCH)'
+	touch $@ $(VENV)/.run-installed
+
+install: $(VENV)/.run-installed
+install-test: $(VENV)/.test-installed
+
+run: $(VENV)/.run-installed
+	$(BIN)/synth submit examples/corpus.txt --format mp3 --name sample -o out/sample
+
+test: $(VENV)/.test-installed
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) out

@@ -1,0 +1,115 @@
+"""`synth` as a user runs it: the embedded default end to end, and every kind of bad input."""
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+from tests.cli_helpers import REPO, synth, synth_env
+from tests.speech import transcribe, word_error_rate
+
+
+@pytest.fixture
+def embedded_env(tmp_path):
+    return synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"))
+
+
+def batches_in(data_dir: Path) -> int:
+    db = data_dir / "synth.db"
+    if not db.exists():
+        return 0
+    engine = create_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        if "batches" not in inspect(conn).get_table_names():
+            return 0
+        return conn.execute(text("SELECT count(*) FROM batches")).scalar()
+
+
+def test_embedded_submit_renders_the_sample_corpus(tmp_path, embedded_env):
+    out = tmp_path / "out"
+    result = synth("submit", str(REPO / "examples/corpus.txt"), "--format", "mp3", "--name", "sample",
+                   "-o", str(out), env=embedded_env)
+    stderr = result.stderr.decode()
+    assert result.returncode == 0, stderr
+    assert "10 jobs, 10 done, 0 failed, 1 empty lines skipped" in stderr
+    assert "x real time" in stderr and "TTFB p50" in stderr
+    files = sorted(p.name for p in out.glob("*.mp3"))
+    assert len(files) == 10 and files[0] == "line-000001.mp3"
+    manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert {m["status"] for m in manifest} == {"done"} and all(m["duration_s"] > 1 for m in manifest)
+    spoken = transcribe((out / "line-000004.mp3").read_bytes())
+    assert word_error_rate("The quick brown fox jumps over the lazy dog.", spoken) <= 0.35, spoken
+
+    status = synth("status", "sample", "--json", env=embedded_env)
+    assert status.returncode == 0
+    summary = json.loads(status.stdout)
+    assert summary["finished"] and summary["counts"]["done"] == 10 and summary["audio_s"] > 30
+    fetched = synth("fetch", summary["batch_id"][:8], "-o", str(tmp_path / "again"), env=embedded_env)
+    assert fetched.returncode == 0 and len(list((tmp_path / "again").glob("*.mp3"))) == 10
+
+
+BAD_FILES = {
+    "empty": (b"", "the corpus is empty"),
+    "binary": (bytes(range(256)) * 4, "binary file"),
+    "latin1": ("caf\u00e9 cr\u00e8me\n".encode("latin-1"), "not UTF-8 text"),
+    "huge_line": (b"ok\n" + b"word " * 210_000 + b"\n", "line 2 has 1,050,000 characters"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_corpus_is_refused_and_nothing_is_written(tmp_path, embedded_env, case):
+    data, message = BAD_FILES[case]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(data)
+    result = synth("submit", str(corpus), env=embedded_env, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 2
+    assert stderr.startswith("error: ") and message in stderr and len(stderr.splitlines()) == 1
+    assert batches_in(tmp_path / "data") == 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--voice", "nobody"], "unknown voice 'nobody' for engine 'piper'; choose one of joe"),
+    (["--format", "aiff"], "Invalid value for '--format'"),
+    (["--sample-rate", "12345"], "unsupported sample rate 12345"),
+])
+def test_bad_options_are_refused(tmp_path, embedded_env, args, message):
+    result = synth("submit", str(REPO / "examples/corpus.txt"), *args, env=embedded_env, timeout=60)
+    assert result.returncode == 2 and message in result.stderr.decode()
+    assert batches_in(tmp_path / "data") == 0
+
+
+def test_unreachable_redis_is_a_clear_error(tmp_path, embedded_env):
+    env = {**embedded_env, "SYNTH_REDIS_URL": "redis://127.0.0.1:1/0"}
+    result = synth("submit", str(REPO / "examples/corpus.txt"), env=env, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 3 and stderr.startswith("error: Redis at redis://127.0.0.1:1/0 is unreachable")
+    assert batches_in(tmp_path / "data") == 0
+
+
+def test_unreachable_database_is_a_clear_error(embedded_env):
+    env = {**embedded_env, "SYNTH_DATABASE_URL": "postgresql+psycopg://synth@127.0.0.1:1/synth"}
+    result = synth("submit", str(REPO / "examples/corpus.txt"), env=env, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 3
+    assert stderr.startswith("error: database postgresql+psycopg://synth@127.0.0.1:1/synth is unreachable")
+    assert len(stderr.splitlines()) == 1
+
+
+def test_stdin_and_no_wait_with_an_external_broker(tmp_path, redis_url, database_url):
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url,
+                    SYNTH_DATABASE_URL=database_url)
+    result = synth("submit", "-", "--name", "piped", env=env, input=b"Hello.\n\nWorld.\n", timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    batch_id = result.stdout.decode().strip()
+    assert len(batch_id) == 32 and "2 jobs queued, 1 empty lines skipped" in result.stderr.decode()
+    status = json.loads(synth("status", batch_id, "--json", env=env).stdout)
+    assert status["counts"]["queued"] == 2 and not status["finished"]
+
+
+def test_help_is_helpful(embedded_env):
+    out = synth("--help", env=embedded_env).stdout.decode()
+    for command in ("submit", "status", "fetch", "worker", "db"):
+        assert command in out
+    assert "--sample-rate" in synth("submit", "--help", env=embedded_env).stdout.decode()

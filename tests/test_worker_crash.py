@@ -1,0 +1,68 @@
+"""A worker killed mid-job (kill -9) loses nothing: after a new worker starts, every job of the batch
+ends done exactly once, with one object each."""
+
+import os
+import signal
+import time
+
+from sqlalchemy import select
+
+from pipeline.db.models import Job, JobStatus
+from pipeline.settings import Settings
+from pipeline.storage import make_store
+from tests.cli_helpers import start_synth, synth, synth_env
+
+SENTENCE = "The committee reviewed every proposal carefully before the final vote was taken. "
+
+
+def jobs(sessions, batch_id):
+    with sessions() as s:
+        return s.scalars(select(Job).where(Job.batch_id == batch_id).order_by(Job.line_no)).all()
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_kill_9_mid_job_then_a_new_worker_finishes_each_job_once(tmp_path, redis_url, database_url, sessions):
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
+                    SYNTH_DATABASE_URL=database_url, SYNTH_VISIBILITY_TIMEOUT="4",
+                    SYNTH_JOBS_PER_TASK="2", SYNTH_ENGINE_THREADS="1", SYNTH_WORKER_CONCURRENCY="1")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCE * 6 for _ in range(8)) + "\n")
+    submitted = synth("submit", str(corpus), "--no-wait", env=env, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr.decode()
+    batch_id = submitted.stdout.decode().strip()
+
+    first = start_synth("worker", env=env, log=tmp_path / "worker1.log")
+    try:
+        def mid_job():
+            states = [j.status for j in jobs(sessions, batch_id)]
+            return JobStatus.DONE in states and JobStatus.RUNNING in states
+        wait_for(mid_job, 120, "the first worker to be mid-batch")
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+    before = {j.id: j.status for j in jobs(sessions, batch_id)}
+    assert JobStatus.RUNNING in before.values()
+
+    second = start_synth("worker", env=env, log=tmp_path / "worker2.log")
+    try:
+        wait_for(lambda: all(j.status.terminal for j in jobs(sessions, batch_id)), 180, "the batch to finish")
+    finally:
+        second.terminate()
+        second.wait(timeout=30)
+
+    final = jobs(sessions, batch_id)
+    assert [j.status for j in final] == [JobStatus.DONE] * 8
+    redone = [j for j in final if before[j.id] == JobStatus.RUNNING]
+    assert redone and all(j.attempts == 2 for j in redone)  # the interrupted ones ran again
+    assert all(j.attempts == 1 for j in final if before[j.id] == JobStatus.DONE)  # the finished ones did not
+    store = make_store(Settings(data_dir=tmp_path / "data"))
+    objects = store.list(f"batches/{batch_id}/audio/")
+    assert sorted(objects) == sorted(j.object_key for j in final) and len(set(objects)) == 8
