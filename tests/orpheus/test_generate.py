@@ -17,7 +17,7 @@ TEXTS = [
 ]
 GREEDY = SamplingParams(temperature=0.0, repetition_penalty=1.1)
 SAMPLED = SamplingParams(temperature=0.8, top_p=0.9, top_k=200, repetition_penalty=1.1)
-BUDGETS = [63, 49, 70, 56]
+BUDGETS = [42, 35, 49, 28]
 
 
 def run(model, jobs, params):

@@ -34,15 +34,15 @@ log = logging.getLogger(__name__)
 
 BUDGET_SLACK = 2.0           # budget = 2x the expected speech length from the text ...
 BUDGET_MIN_TOKENS = 28 * 7   # ... and never under 28 frames (2.4 s)
-BUDGET_MAX_TOKENS = 8192     # the model's context limit caps every job
+BUDGET_MAX_TOKENS = 1170 * 7  # 8190: the model's 8192-token context caps every job
 MAX_CONTEXT_TOKENS = 1024 + BUDGET_MAX_TOKENS // 4  # per-job KV estimate for sizing batches
 BUDGET_POLICIES = ("error", "keep")
 
 
-def token_budget(text: str, slack: float = BUDGET_SLACK) -> int:
+def token_budget(text: str, slack: float = BUDGET_SLACK, minimum: int = BUDGET_MIN_TOKENS) -> int:
     """LM tokens a text may take: expected seconds of speech x 82.03 tokens/s x slack, whole frames."""
     seconds = len(text) / CHARS_PER_SECOND
-    tokens = max(BUDGET_MIN_TOKENS, math.ceil(seconds * LM_TOKENS_PER_AUDIO_SECOND * slack))
+    tokens = max(minimum, math.ceil(seconds * LM_TOKENS_PER_AUDIO_SECOND * slack))
     frames = math.ceil(tokens / SNAC_TOKENS_PER_FRAME)
     return min(BUDGET_MAX_TOKENS, frames * SNAC_TOKENS_PER_FRAME)
 
@@ -55,10 +55,10 @@ def default_seed(request: SynthesisRequest) -> int:
 class OrpheusEngine(Engine):
     def __init__(self, loaded: LoadedModel, voices: Sequence[str] = VOICES, max_batch: int = 0,
                  params: SamplingParams = SamplingParams(), budget_policy: str | None = None,
-                 budget_slack: float = BUDGET_SLACK):
+                 budget_slack: float = BUDGET_SLACK, budget_min: int = BUDGET_MIN_TOKENS):
         self.lm = loaded
         self.params = params
-        self.budget_slack = budget_slack
+        self.budget = (budget_slack, budget_min)
         # A budget stop means runaway generation on a real model (an error for the job); a
         # random-weight checkpoint never stops on its own, so its jobs keep their audio.
         self.budget_policy = budget_policy or ("keep" if loaded.random_weights else "error")
@@ -103,7 +103,7 @@ class OrpheusEngine(Engine):
             prompt = prompt_ids(self.lm.tokenizer, req.text, req.voice)
             seed = req.seed if req.seed is not None else default_seed(req)
             jobs.append((req.realtime, GenJob(req.key, prompt,
-                                              token_budget(req.text, self.budget_slack), seed)))
+                                              token_budget(req.text, *self.budget), seed)))
         for batch in plan_batches(jobs, self.info.max_batch):
             yield from self._run_batch(batch)
 

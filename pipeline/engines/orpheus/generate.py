@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pipeline.constants import SNAC_TOKENS_PER_FRAME
 from pipeline.engines.orpheus.rng import mix_keys
-from pipeline.engines.orpheus.sampling import SamplingParams, code_mask, draw, process
+from pipeline.engines.orpheus.sampling import Sampler, SamplingParams, code_mask
 from pipeline.engines.orpheus.vocab import END_OF_SPEECH, PAD
 
 
@@ -97,13 +97,12 @@ def generate_batched(model, jobs: list[GenJob], params: SamplingParams) -> Itera
     import torch
 
     b = _Batch(model, jobs)
-    mask = code_mask(model.config.vocab_size, model.device)
+    sampler = Sampler(params, model.device)
     with torch.inference_mode():
         logits, cache, b.pos = prefill(model, b.ids, b.attn)
         step = 0
         while b.jobs:
-            scores = process(logits, b.seen, step % SNAC_TOKENS_PER_FRAME, params, mask)
-            b.last = draw(scores, params, b.keys, step)                # [B]
+            b.last = sampler(logits, b.seen, step, b.keys)             # [B]
             b.seen.scatter_(1, b.last.view(-1, 1), True)
             step += 1
             tokens = b.last.tolist()

@@ -54,14 +54,54 @@ def apply_penalty(logits, seen, penalty: float):
     return torch.where(seen, penalized, logits)
 
 
-def process(logits, seen, position: int, params: SamplingParams, mask):
-    """Raw logits [B, V] float32 -> the scores the draw uses. ``position`` = step % 7."""
-    logits = apply_penalty(logits, seen, params.repetition_penalty)
-    if params.constrain_codes:
-        logits = logits + mask[position]
-    if params.ignore_eos:
-        logits[:, END_OF_SPEECH] = float("-inf")
-    return logits
+def candidates(device) -> list:
+    """Per frame position, the token ids the constraint allows: [7] int64 tensors of 4096 (+ EOS)."""
+    import torch
+
+    out = []
+    for p in range(SNAC_TOKENS_PER_FRAME):
+        ids = list(range(*audio_range(p))) + ([END_OF_SPEECH] if p == 0 else [])
+        out.append(torch.tensor(ids, dtype=torch.int64, device=device))
+    return out
+
+
+class Sampler:
+    """Next tokens from raw logits. With the code constraint it works on the position's 4,097
+    candidates only: the same draw as over the full vocabulary with -inf outside (the noise is keyed
+    by token id), at 1/38 of the work."""
+
+    def __init__(self, params: SamplingParams, device):
+        self.params = params
+        self.cands = candidates(device) if params.constrain_codes else None
+
+    def __call__(self, logits, seen, step: int, keys):
+        """logits [B, V] fp32, seen [B, V] bool, keys [B] int64 -> tokens [B] int64."""
+        import torch
+
+        p = self.params
+        if self.cands is None:
+            ids = torch.arange(logits.shape[-1], device=logits.device)
+            scores = apply_penalty(logits, seen, p.repetition_penalty)
+        else:
+            ids = self.cands[step % SNAC_TOKENS_PER_FRAME]
+            scores = apply_penalty(logits[:, ids], seen[:, ids], p.repetition_penalty)
+        if p.ignore_eos:
+            scores = scores.masked_fill(ids.view(1, -1) == END_OF_SPEECH, float("-inf"))
+        return ids[draw(scores, p, keys, step, ids)]
+
+
+def draw(scores, params: SamplingParams, keys, step: int, ids):
+    """Indices into ``scores`` [B, C]; ``ids`` [C] are the token ids, the counters of the noise."""
+    import torch
+
+    from pipeline.engines.orpheus import rng
+
+    if params.greedy:
+        return scores.argmax(dim=-1)
+    scores = _filter_top(scores / params.temperature, params)
+    step_keys = (keys + step * _STEP_MUL) & rng.MASK32
+    noise = rng.gumbel(step_keys.view(-1, 1), ids.view(1, -1))
+    return torch.argmax(scores + noise, dim=-1)
 
 
 def _filter_top(scores, params: SamplingParams):
@@ -78,18 +118,3 @@ def _filter_top(scores, params: SamplingParams):
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
     return scores
-
-
-def draw(scores, params: SamplingParams, keys, step: int):
-    """Next tokens [B] from processed scores [B, V]; ``keys`` [B] int64 job keys."""
-    import torch
-
-    from pipeline.engines.orpheus import rng
-
-    if params.greedy:
-        return scores.argmax(dim=-1)
-    scores = _filter_top(scores / params.temperature, params)
-    step_keys = (keys + step * _STEP_MUL) & rng.MASK32
-    counters = torch.arange(scores.shape[-1], device=scores.device, dtype=torch.int64)
-    noise = rng.gumbel(step_keys.view(-1, 1), counters.view(1, -1))
-    return (scores + noise).argmax(dim=-1)

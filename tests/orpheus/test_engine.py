@@ -1,0 +1,82 @@
+"""The engine through the spine's contract: registry, settings, chunks, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.constants import SNAC_SAMPLES_PER_FRAME
+from pipeline.engines.base import SynthesisRequest
+from pipeline.engines.orpheus.engine import OrpheusEngine, token_budget
+from pipeline.errors import EngineError
+
+
+@pytest.fixture(scope="module")
+def engine(engine_settings):
+    from pipeline.engines.registry import load_engine
+
+    eng = load_engine(engine_settings())
+    yield eng
+    eng.close()
+
+
+def collect(chunks):
+    by_key, finals = {}, {}
+    for c in chunks:
+        assert c.key not in finals, "a chunk after the final one"
+        by_key.setdefault(c.key, []).append(c.audio)
+        if c.final:
+            finals[c.key] = c
+    return {k: np.concatenate(v) for k, v in by_key.items()}, finals
+
+
+def test_info_records_device_dtype_and_quantization(engine):
+    info = engine.info               # built by the registry from EngineSettings, as the worker does
+    assert info.name == "orpheus" and info.sample_rate == 24_000 and info.quantization == "none"
+    assert info.voices[0] == "tara" and info.max_batch == 4
+    assert info.extra["dtype"] == "float32" and info.extra["random_weights"] is True
+    assert info.device_type                                   # the CPU model name
+
+
+@pytest.fixture(scope="module")
+def quick(tiny):
+    """The same engine class on the session's model, with short budgets (random weights never stop)."""
+    return OrpheusEngine(tiny, max_batch=4, budget_slack=0.5, budget_min=42)
+
+
+def test_every_request_ends_with_one_final_chunk_and_bad_ones_fail_alone(quick):
+    engine = quick
+    reqs = [SynthesisRequest("a", "Hello there.", "tara", seed=1),
+            SynthesisRequest("bad-voice", "Hello.", "nobody"),
+            SynthesisRequest("empty", "   ", "leo"),
+            SynthesisRequest("b", "A second, longer line of text.", "leo", seed=2, realtime=True)]
+    audio, finals = collect(engine.synthesize(reqs))
+    assert set(finals) == {"a", "b", "bad-voice", "empty"}
+    assert isinstance(finals["bad-voice"].error, EngineError)
+    assert isinstance(finals["empty"].error, EngineError)
+    for key in "ab":
+        assert finals[key].error is None
+        assert audio[key].dtype == np.float32 and np.abs(audio[key]).max() <= 1.0
+        assert len(audio[key]) % SNAC_SAMPLES_PER_FRAME == 0 and len(audio[key]) > 0
+
+
+def test_a_job_renders_the_same_audio_alone_and_in_a_batch(quick):
+    engine = quick
+    req = SynthesisRequest("x", "Reproducible, whoever shares the batch.", "mia", seed=9)
+    others = [SynthesisRequest(f"o{i}", "Some neighbour " * (i + 1), "dan", seed=i) for i in range(3)]
+    alone, _ = collect(engine.synthesize([req]))
+    crowd, _ = collect(engine.synthesize([*others, req]))
+    np.testing.assert_allclose(alone["x"], crowd["x"], rtol=0, atol=1e-5)
+
+
+def test_budget_stop_is_an_error_for_a_real_model(tiny):
+    eng = OrpheusEngine(tiny, max_batch=2, budget_policy="error", budget_min=21)
+    _audio, finals = collect(eng.synthesize([SynthesisRequest("r", "Hi.", "tara", seed=3)]))
+    assert isinstance(finals["r"].error, EngineError) and "budget" in str(finals["r"].error)
+    assert eng.stats["budget_stops"] == 1
+
+
+def test_budget_grows_with_text_in_whole_frames():
+    short, long = token_budget("Hi."), token_budget("word " * 200)
+    assert token_budget("word " * 100_000) == 8190
+    assert short % 7 == 0 and long % 7 == 0 and long > short
