@@ -1,0 +1,63 @@
+"""The Orpheus engine behind the spine: a real Celery worker renders a batch with the tiny checkpoint
+that `synth models make-tiny` writes, and each job records the engine, quantization and device."""
+
+import io
+import time
+import wave
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from pipeline.constants import SNAC_SAMPLE_RATE
+from pipeline.corpus import parse_corpus
+from pipeline.db import jobs as db
+from pipeline.engines.registry import load_engine
+from pipeline.routing import all_queues
+from pipeline.storage import make_store
+from pipeline.submit import BatchOptions, create_batch
+from tests.cli_helpers import synth, synth_env
+from worker.app import make_app
+from worker.boot import boot
+from worker.enqueue import enqueue_batch
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("orpheus-tiny")
+    result = synth("models", "make-tiny", str(folder), env=synth_env(HF_HUB_OFFLINE="1"), timeout=300)
+    assert result.returncode == 0, result.stderr.decode()
+    return folder
+
+
+def test_orpheus_batch_through_a_real_worker(settings, sessions, redis_url, tiny_checkpoint, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    settings = settings.with_overrides(engine="orpheus", model=str(tiny_checkpoint), device="cpu")
+    engine = load_engine(settings.engine_settings())
+    app = make_app(settings, redis_url)
+    boot(app, engine=engine)
+    corpus = parse_corpus(b"Hello there.\nA second, slightly longer line of text.\n", source="c",
+                          max_line_chars=1000)
+    with sessions() as s:
+        batch = create_batch(s, settings, corpus, BatchOptions(voice="tara"), source="c")
+        s.commit()
+    with start_worker(app, pool="threads", concurrency=1, perform_ping_check=False,
+                      queues=all_queues(settings.bucket_seconds), shutdown_timeout=60):
+        enqueue_batch(app, sessions, batch.id, settings.jobs_per_task)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            with sessions() as s:
+                if db.batch_finished(s, batch.id):
+                    break
+            time.sleep(0.2)
+    engine.close()
+    store = make_store(settings)
+    with sessions() as s:
+        rows = db.jobs_with_metrics(s, batch.id)
+    assert [j.status.value for j, _ in rows] == ["done", "done"], [j.error for j, _ in rows]
+    for job, m in rows:
+        assert m.engine == "orpheus" and m.quantization == "none" and m.device_type
+        assert m.audio_s > 0 and m.ttfb_s > 0
+        with wave.open(io.BytesIO(store.get(job.object_key))) as w:
+            assert w.getframerate() == SNAC_SAMPLE_RATE
