@@ -39,12 +39,13 @@ MAX_CONTEXT_TOKENS = 1024 + BUDGET_MAX_TOKENS // 4  # per-job KV estimate for si
 BUDGET_POLICIES = ("error", "keep")
 
 
-def token_budget(text: str, slack: float = BUDGET_SLACK, minimum: int = BUDGET_MIN_TOKENS) -> int:
+def token_budget(text: str, slack: float = BUDGET_SLACK, minimum: int = BUDGET_MIN_TOKENS,
+                 maximum: int = BUDGET_MAX_TOKENS) -> int:
     """LM tokens a text may take: expected seconds of speech x 82.03 tokens/s x slack, whole frames."""
     seconds = len(text) / CHARS_PER_SECOND
     tokens = max(minimum, math.ceil(seconds * LM_TOKENS_PER_AUDIO_SECOND * slack))
     frames = math.ceil(tokens / SNAC_TOKENS_PER_FRAME)
-    return min(BUDGET_MAX_TOKENS, frames * SNAC_TOKENS_PER_FRAME)
+    return min(maximum // SNAC_TOKENS_PER_FRAME, frames) * SNAC_TOKENS_PER_FRAME
 
 
 def default_seed(request: SynthesisRequest) -> int:
@@ -55,10 +56,11 @@ def default_seed(request: SynthesisRequest) -> int:
 class OrpheusEngine(Engine):
     def __init__(self, loaded: LoadedModel, voices: Sequence[str] = VOICES, max_batch: int = 0,
                  params: SamplingParams = SamplingParams(), budget_policy: str | None = None,
-                 budget_slack: float = BUDGET_SLACK, budget_min: int = BUDGET_MIN_TOKENS):
+                 budget_slack: float = BUDGET_SLACK, budget_min: int = BUDGET_MIN_TOKENS,
+                 budget_max: int = BUDGET_MAX_TOKENS):
         self.lm = loaded
         self.params = params
-        self.budget = (budget_slack, budget_min)
+        self.budget = (budget_slack, budget_min, budget_max)
         # A budget stop means runaway generation on a real model (an error for the job); a
         # random-weight checkpoint never stops on its own, so its jobs keep their audio.
         self.budget_policy = budget_policy or ("keep" if loaded.random_weights else "error")

@@ -1,0 +1,25 @@
+"""The benchmark harness runs end to end on the tiny model on the CPU, so it cannot rot."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
+    from ops.bench_orpheus import main
+
+    corpus = tmp_path / "bench.txt"
+    corpus.write_text("Hello there.\nA second line of the corpus.\nThird.\nFour is here.\n")
+    out = tmp_path / "bench.json"
+    rc = main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "float32",
+               "--corpus", str(corpus), "--lines", "2", "--max-budget", "28", "--streams", "1",
+               "--generate1-jobs", "1", "--quant", "none", "--max-batch", "4",
+               "--json", str(out), "--markdown", str(tmp_path / "bench.md")])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    approaches = {r["approach"] for r in data["rows"]}
+    assert approaches == {"synth W1", "generate() static W1", "generate() 1-at-a-time", "synth W2",
+                          "generate() static W2"}
+    for r in data["rows"]:
+        assert r["tok_s"] > 0 and r["x_real_time"] > 0
+    assert data["meta"]["device"] and data["meta"]["commit"]
