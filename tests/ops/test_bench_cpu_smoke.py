@@ -1,5 +1,6 @@
 """The CPU benchmark entry point on a tiny slice, against a real Redis and a real worker, so it
-cannot rot. Redis: SYNTH_TEST_REDIS_URL if set, else an embedded redis-server."""
+cannot rot. Redis comes from tests/conftest.py's ``redis_url`` (SYNTH_TEST_REDIS_URL, else an embedded
+redis-server; flushed around each test); the database is a temporary SQLite file."""
 
 from __future__ import annotations
 
@@ -7,12 +8,9 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from worker.embedded import EmbeddedRedis
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "ops" / "bench_cpu.py"
@@ -20,16 +18,6 @@ CORPUS = REPO.parent / "shared" / "corpus" / "bench.txt"
 
 pytest.importorskip("piper", reason="the CPU benchmark needs synth[piper]")
 pytestmark = pytest.mark.skipif(not CORPUS.is_file(), reason=f"no benchmark corpus at {CORPUS}")
-
-
-@pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
-    url = os.environ.get("SYNTH_TEST_REDIS_URL")
-    if url:
-        yield url
-        return
-    with EmbeddedRedis(tmp_path / "redis") as embedded:
-        yield embedded.url
 
 
 def _bench(tmp_path: Path, redis_url: str, *args: str) -> dict:
