@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import platform
+from pipeline.hostinfo import cpu_name
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -34,17 +34,6 @@ def resolve_device(setting: str) -> str:
         raise EngineUnavailableError(f"device {setting!r} asked for but CUDA is not available")
     # The worker pins one GPU through CUDA_VISIBLE_DEVICES; inside the process it is always cuda:0.
     return "cuda:0" if setting.startswith("cuda") else setting
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
 
 
 def choose(device_setting: str, dtype_setting: str) -> DeviceChoice:
