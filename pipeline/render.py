@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import numpy as np
 from sqlalchemy.exc import OperationalError
@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import audio, text
 from pipeline.db import jobs as db
-from pipeline.db.models import Job, utcnow
+from pipeline.db.models import Job, as_utc, utcnow
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
 from pipeline.errors import EngineError, PermanentError, RetryableError, ServiceUnavailableError
 from pipeline.hostinfo import hostname
@@ -170,9 +170,7 @@ def _requeue(r: Renderer, job_id: str, reason: str, outcome: Outcome) -> None:
 
 
 def _seconds(start: datetime, end: datetime) -> float:
-    if start.tzinfo is None:  # SQLite hands back naive UTC timestamps
-        start = start.replace(tzinfo=UTC)
-    return max(0.0, (end - start).total_seconds())
+    return max(0.0, (end - as_utc(start)).total_seconds())
 
 
 def _close_finished_batches(r: Renderer, batch_ids: set[str]) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from pipeline.db import jobs as db
-from pipeline.db.models import Batch, JobStatus
+from pipeline.db.models import Batch, JobStatus, as_utc
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -58,7 +58,7 @@ def summarize(session: Session, batch: Batch) -> BatchSummary:
                 ttfbs.append(m.ttfb_s)
         if job.finished_at and (last is None or job.finished_at > last):
             last = job.finished_at
-    wall = (last - batch.created_at.replace(tzinfo=last.tzinfo)).total_seconds() if last else None
+    wall = (as_utc(last) - as_utc(batch.created_at)).total_seconds() if last else None
     return BatchSummary(
         batch_id=batch.id, name=batch.name, total=len(rows), counts=counts,
         skipped_lines=batch.skipped_lines, audio_s=audio_s, wall_s=wall,

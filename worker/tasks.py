@@ -33,22 +33,22 @@ def register(app: Celery) -> None:
             outcome = render_jobs(runtime.renderer, job_ids)
         except (RetryableError, OperationalError) as e:
             # The whole message could not be worked (database or storage down): try it all again.
-            _retry_or_fail(self, runtime, job_ids, e)
-            raise AssertionError("unreachable")  # noqa: B904 — _retry_or_fail always raises
+            raise _retry_or_fail(self, runtime, job_ids, e) from e
         except Exception as e:
             _fail_all(runtime, job_ids, f"internal error: {type(e).__name__}: {e}")
             raise
         if outcome.retry:
-            _retry_or_fail(self, runtime, outcome.retry, RetryableError("; ".join(outcome.retry)))
+            raise _retry_or_fail(self, runtime, outcome.retry, RetryableError("; ".join(outcome.retry)))
         return {"done": len(outcome.done), "failed": len(outcome.failed), "skipped": len(outcome.skipped)}
 
 
-def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception) -> None:
+def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception) -> Exception:
+    """The exception the task raises: a Retry, or ``error`` once retries are used up (jobs failed)."""
     if task.request.retries >= task.max_retries:
         _fail_all(runtime, job_ids, f"gave up after {task.request.retries} retries: {error}")
-        raise error
-    raise task.retry(args=[job_ids], exc=error,
-                     countdown=backoff(task.request.retries, runtime.settings.retry_backoff_max))
+        return error
+    return task.retry(args=[job_ids], exc=error,
+                     countdown=backoff(task.request.retries, runtime.settings.retry_backoff_max), throw=False)
 
 
 def _fail_all(runtime, job_ids: list[str], reason: str) -> None:

@@ -34,6 +34,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(value: datetime) -> datetime:
+    """SQLite hands back naive timestamps; they are UTC."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def new_id() -> str:
     return uuid.uuid4().hex
 
