@@ -33,6 +33,10 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     from worker.boot import boot
 
     settings = Settings()
+    if gpu is not None and settings.worker_name is None:  # workers sharing a host, told apart
+        from pipeline.hostinfo import hostname as host_name
+
+        settings = settings.with_overrides(worker_name=f"{host_name()}/gpu{gpu}")
     open_database(settings)
     with broker(settings) as broker_url:
         app = make_app(settings, broker_url)

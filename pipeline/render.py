@@ -33,6 +33,7 @@ class Renderer:
     sessions: sessionmaker[Session]
     max_chunk_chars: int = 400
     crossfade_ms: int = 30
+    worker_host: str | None = None      # recorded per job; None: the host name
 
 
 @dataclass
@@ -141,7 +142,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
             ttfb_s=_seconds(job.created_at, first_wall),
             synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
             engine=info.name, model=info.model, quantization=info.quantization,
-            device_type=info.device_type, worker_host=hostname(),
+            device_type=info.device_type, worker_host=r.worker_host or hostname(),
             batch_size=state.batch_size,
         )
         with r.sessions() as session:

@@ -86,6 +86,18 @@ class Settings(BaseSettings):
     retry_backoff_max: int = 600
     worker_concurrency: int = 2
 
+    # Reports and operations (pipeline/reports/, worker/beat.py, worker/metrics.py).
+    report_cron: str = "0 6 * * *"      # nightly report, crontab in UTC
+    expire_cron: str = "0 * * * *"      # batch expiry (synth.expire), hourly
+    # Price per busy GPU-hour by device type (as recorded in job_metrics.device_type), e.g.
+    # SYNTH_GPU_PRICES='{"NVIDIA H100 80GB HBM3": 2.5}'. Types without a price have no cost line.
+    gpu_prices: dict[str, float] = Field(default_factory=dict)
+    worker_metrics_port: int = 0        # Prometheus endpoint of a worker; 0 = off
+    # Recorded as job_metrics.worker_host; None: the host name. `synth worker --gpu N` defaults it
+    # to <host>/gpuN so workers sharing a machine are told apart in reports.
+    worker_name: str | None = None
+    dashboard_token: str | None = None  # None: /dashboard is open; else ?token= or Bearer
+
     @field_validator("default_format")
     @classmethod
     def _known_format(cls, v: str) -> str:

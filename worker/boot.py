@@ -38,7 +38,8 @@ def build_runtime(settings: Settings, engine: Engine | None = None) -> Runtime:
     store.check()
     renderer = Renderer(engine=engine, store=store,
                         sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),
-                        max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms)
+                        max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms,
+                        worker_host=settings.worker_name)
     return Runtime(settings=settings, engine=engine, renderer=renderer)
 
 
