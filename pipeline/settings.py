@@ -98,6 +98,14 @@ class Settings(BaseSettings):
     worker_name: str | None = None
     dashboard_token: str | None = None  # None: /dashboard is open; else ?token= or Bearer
 
+    # Callbacks (pipeline/webhooks/). Hosts or CIDRs that callback URLs may reach even though they
+    # are loopback/private/link-local (an operator's own receivers), e.g. '["hooks.internal", "10.1.0.0/16"]'.
+    webhook_allow_hosts: tuple[str, ...] = ()
+    # Delays before each retry after the first, immediate attempt (seconds; full jitter applies).
+    webhook_retry_schedule: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000)
+    webhook_timeout: float = 10.0           # seconds per delivery attempt (connect + response)
+    webhook_secret_grace: int = 86_400      # seconds the previous secret keeps signing after a rotation
+
     @field_validator("default_format")
     @classmethod
     def _known_format(cls, v: str) -> str:
