@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 # (this project's CI machines carry its wheel); GPU hosts install their CUDA build instead.
 TORCH  ?= torch==2.13.0
 
-.PHONY: run test install install-test clean
+.PHONY: run test install install-test clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ $(VENV)/.run-installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q '$(TORCH)'
-	$(BIN)/pip install -q -e '.[piper,orpheus,gpu,api,dev]' '$(TORCH)'
+	$(BIN)/pip install -q -e '.[piper,orpheus,gpu,api,reports,dev]' '$(TORCH)'
 	touch $@ $(VENV)/.run-installed
 
 install: $(VENV)/.run-installed
@@ -29,7 +29,13 @@ install-test: $(VENV)/.test-installed
 run: $(VENV)/.run-installed
 	$(BIN)/synth submit examples/corpus.txt --format mp3 --name sample -o out/sample
 
-test: $(VENV)/.test-installed
+# The dashboard test drives Debian's headless chromium; install it when missing (needs root + apt).
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+	  || echo "chromium missing and not installable here: the dashboard browser test will skip"
+
+test: $(VENV)/.test-installed chromium
 	$(BIN)/python -m pytest
 
 clean:
