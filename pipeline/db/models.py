@@ -99,6 +99,14 @@ class Batch(Base):
     created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(_ts)
     manifest_key: Mapped[str | None] = mapped_column(String(500))
+    # API (migration 0002). CLI batches have no owner and are invisible to the API.
+    owner_key_id: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id", ondelete="SET NULL"),
+                                                     index=True)
+    kind: Mapped[str] = mapped_column(String(16), default="batch", server_default="batch")  # or "job"
+    callback_url: Mapped[str | None] = mapped_column(String(2000))
+    callback_events: Mapped[list | None] = mapped_column(JSON)
+    expires_at: Mapped[datetime | None] = mapped_column(_ts, index=True)  # None: kept until deleted
+    cancelled_at: Mapped[datetime | None] = mapped_column(_ts)
 
     jobs: Mapped[list[Job]] = relationship(back_populates="batch", cascade="all, delete-orphan",
                                            passive_deletes=True)
@@ -123,6 +131,8 @@ class Job(Base):
     priority: Mapped[str] = mapped_column(String(16), default="batch")
     queue: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[JobStatus] = mapped_column(_status, default=JobStatus.PENDING)
+    callback_url: Mapped[str | None] = mapped_column(String(2000))    # migration 0002
+    callback_events: Mapped[list | None] = mapped_column(JSON)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
     object_key: Mapped[str | None] = mapped_column(String(500))
@@ -156,3 +166,5 @@ class JobMetrics(Base):
     recorded_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
 
     job: Mapped[Job] = relationship(back_populates="metrics")
+
+from pipeline.db import models_api  # noqa: E402,F401  (registers api_keys and idempotency_keys)
