@@ -106,6 +106,17 @@ class Settings(BaseSettings):
     webhook_timeout: float = 10.0           # seconds per delivery attempt (connect + response)
     webhook_secret_grace: int = 86_400      # seconds the previous secret keeps signing after a rotation
 
+    # REST API (api/). Item text is bounded by max_line_chars, like a corpus line.
+    api_max_batch_items: int = 10_000       # items in one POST /v1/batches (or lines in an upload)
+    api_max_body_bytes: int = 16 * 1024 * 1024
+    api_rate_limit: int = 600               # requests per key per window; 0 = unlimited
+    api_rate_window: int = 60               # seconds (fixed window in Redis)
+    result_ttl_days: float = 7.0            # API batches and their audio are deleted after this
+    live_stream_ttl: int = 900              # seconds a job's live audio stays in Redis after its last chunk
+    # POST /v1/audio/speech: OpenAI voice names (alloy, nova ...) speak with the default voice;
+    # false: they are refused with the list of voices.
+    api_map_openai_voices: bool = True
+
     @field_validator("default_format")
     @classmethod
     def _known_format(cls, v: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -14,6 +15,7 @@ from pipeline.engines.registry import engine_voices
 from pipeline.errors import InputError, UnknownVoiceError
 from pipeline.routing import PRIORITIES, queue_for
 from pipeline.settings import Settings
+from pipeline.text import normalize
 
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 
@@ -47,7 +49,8 @@ def resolve_options(settings: Settings, options: BatchOptions) -> BatchOptions:
 
 
 def create_batch(session: Session, settings: Settings, corpus: Corpus, options: BatchOptions,
-                 *, source: str) -> Batch:
+                 *, source: str, **batch_columns) -> Batch:
+    """``batch_columns``: what the API adds (owner_key_id, callback_url, expires_at ...)."""
     opts = resolve_options(settings, options)
     jobs = [
         db.NewJob(client_id=client_id_for(line_no), text=line, line_no=line_no,
@@ -56,4 +59,60 @@ def create_batch(session: Session, settings: Settings, corpus: Corpus, options: 
     ]
     return db.create_batch(session, name=opts.name, source=source, voice=opts.voice, format=opts.format,
                            sample_rate=opts.sample_rate, priority=opts.priority, jobs=jobs,
-                           skipped_lines=len(corpus.empty_lines))
+                           skipped_lines=len(corpus.empty_lines), **batch_columns)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One job given by a client: its text, an optional id of its own and optional overrides."""
+
+    text: str
+    client_id: str | None = None
+    voice: str | None = None
+    format: str | None = None
+    sample_rate: int | None = None
+
+
+def item_client_id(index: int) -> str:
+    return f"item-{index + 1:06d}"
+
+
+def create_item_batch(session: Session, settings: Settings, items: Sequence[Item], options: BatchOptions,
+                      *, source: str, **batch_columns) -> Batch:
+    """A batch from explicit items (the API). Everything is validated before anything is written:
+    InputError names the first bad item."""
+    opts = resolve_options(settings, options)
+    seen: set[str] = set()
+    jobs = []
+    for index, item in enumerate(items):
+        where = f"item {index}" + (f" ({item.client_id!r})" if item.client_id else "")
+        text = _check_text(item.text, settings.max_line_chars, where)
+        client_id = item.client_id if item.client_id is not None else item_client_id(index)
+        if client_id in seen:
+            raise InputError(f"{where}: client_id {client_id!r} is used twice in this batch")
+        seen.add(client_id)
+        own = _item_options(settings, opts, item)
+        jobs.append(db.NewJob(client_id=client_id, text=text, line_no=index + 1,
+                              queue=queue_for(text, opts.priority, settings.bucket_seconds),
+                              voice=own.voice, format=own.format, sample_rate=own.sample_rate))
+    return db.create_batch(session, name=opts.name, source=source, voice=opts.voice, format=opts.format,
+                           sample_rate=opts.sample_rate, priority=opts.priority, jobs=jobs, **batch_columns)
+
+
+def _check_text(raw: str, max_chars: int, where: str) -> str:
+    if len(raw) > max_chars:
+        raise InputError(f"{where}: text has {len(raw):,} characters; the limit is {max_chars:,}")
+    if "\x00" in raw:
+        raise InputError(f"{where}: text contains a NUL character")
+    if not normalize(raw):
+        raise InputError(f"{where}: text is empty")
+    return raw.strip()
+
+
+def _item_options(settings: Settings, batch: BatchOptions, item: Item) -> BatchOptions:
+    if item.voice is None and item.format is None and item.sample_rate is None:
+        return batch
+    return resolve_options(settings, BatchOptions(
+        voice=item.voice or batch.voice, format=item.format or batch.format,
+        sample_rate=item.sample_rate if item.sample_rate is not None else batch.sample_rate,
+        priority=batch.priority))

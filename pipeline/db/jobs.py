@@ -20,6 +20,9 @@ class NewJob:
     line_no: int | None
     queue: str
     idempotency_key: str | None = None
+    voice: str | None = None          # per-job overrides of the batch's defaults (API items)
+    format: str | None = None
+    sample_rate: int | None = None
 
 
 def create_batch(
@@ -33,17 +36,20 @@ def create_batch(
     priority: str,
     jobs: Sequence[NewJob],
     skipped_lines: int = 0,
+    **batch_columns,
 ) -> Batch:
-    """Insert a batch and all its jobs (PENDING) with bulk inserts; the caller commits."""
+    """Insert a batch and all its jobs (PENDING) with bulk inserts; the caller commits.
+    ``batch_columns``: the API's owner_key_id, kind, callback_url/events and expires_at."""
     batch = Batch(id=new_id(), name=name, source=source, voice=voice, format=format,
                   sample_rate=sample_rate, priority=priority, total_jobs=len(jobs),
-                  skipped_lines=skipped_lines, created_at=utcnow())
+                  skipped_lines=skipped_lines, created_at=utcnow(), **batch_columns)
     session.add(batch)
     session.flush()
     now = batch.created_at
     rows = [
         dict(id=new_id(), batch_id=batch.id, client_id=j.client_id, text=j.text, line_no=j.line_no,
-             idempotency_key=j.idempotency_key, voice=voice, format=format, sample_rate=sample_rate,
+             idempotency_key=j.idempotency_key, voice=j.voice or voice, format=j.format or format,
+             sample_rate=j.sample_rate if j.sample_rate is not None else sample_rate,
              priority=priority, queue=j.queue, status=JobStatus.PENDING, attempts=0,
              created_at=now, updated_at=now)
         for j in jobs
