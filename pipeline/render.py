@@ -19,6 +19,7 @@ from pipeline.db.models import Job, as_utc, utcnow
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
 from pipeline.errors import EngineError, PermanentError, RetryableError, ServiceUnavailableError
 from pipeline.hostinfo import hostname
+from pipeline.live import LiveAudio, LiveJob
 from pipeline.manifest import write_manifest
 from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
@@ -33,6 +34,7 @@ class Renderer:
     sessions: sessionmaker[Session]
     max_chunk_chars: int = 400
     crossfade_ms: int = 30
+    live: LiveAudio | None = None       # publishes realtime jobs' audio as it is made (pipeline/live.py)
     worker_host: str | None = None      # recorded per job; None: the host name
 
 
@@ -53,6 +55,7 @@ class _JobState:
     admitted_wall: datetime
     batch_size: int                     # jobs handed to the engine together
     first_audio: float | None = None    # monotonic time of its first audio
+    live: LiveJob | None = None
 
 
 def render_jobs(r: Renderer, job_ids: Sequence[str]) -> Outcome:
@@ -90,7 +93,8 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
             _fail(r, job.id, f"voice {job.voice!r} is not served by engine {r.engine.info.name!r}", outcome)
             continue
         chunks = text.split_chunks(clean, r.max_chunk_chars)
-        states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs))
+        states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
+                                   live=_live_job(r, job, len(chunks)))
         per_job.append((job.id, chunks, job))
     # First chunks of every job first, so each job's first audio comes early.
     requests = [
@@ -99,6 +103,14 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
         for job_id, chunks, job in per_job if i < len(chunks)
     ]
     return states, requests
+
+
+def _live_job(r: Renderer, job: Job, pieces: int) -> LiveJob | None:
+    if r.live is None or job.priority != "realtime":
+        return None
+    if not r.live.start(job.id, r.engine.info.sample_rate):
+        return None
+    return LiveJob(r.live, job.id, pieces, int(r.engine.info.sample_rate * r.crossfade_ms / 1000))
 
 
 def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome: Outcome) -> None:
@@ -110,6 +122,8 @@ def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome:
         states.pop(job_id)
         _fail(r, job_id, str(chunk.error), outcome)
         return
+    if state.live is not None:
+        state.live.add(index, chunk.audio, chunk.final)
     if chunk.audio.size:
         state.pieces[index].append(chunk.audio)
         if index == 0 and state.first_audio is None:
@@ -118,6 +132,8 @@ def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome:
         state.open_pieces -= 1
         if state.open_pieces == 0:
             states.pop(job_id)
+            if state.live is not None:
+                state.live.close()
             _finish(r, state, outcome)
 
 
@@ -160,6 +176,8 @@ def _fail(r: Renderer, job_id: str, reason: str, outcome: Outcome) -> None:
     with r.sessions() as session:
         db.fail(session, job_id, reason)
         session.commit()
+    if r.live is not None:  # ends a live reader's wait (a no-op key with a TTL for batch jobs)
+        r.live.end(job_id, reason)
     outcome.failed.append(job_id)
 
 

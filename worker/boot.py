@@ -12,6 +12,7 @@ from celery import Celery
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.engines.base import Engine
 from pipeline.engines.registry import load_engine
+from pipeline.live import LiveAudio
 from pipeline.render import Renderer
 from pipeline.settings import Settings
 from pipeline.storage import make_store
@@ -27,7 +28,7 @@ class Runtime:
     renderer: Renderer
 
 
-def build_runtime(settings: Settings, engine: Engine | None = None) -> Runtime:
+def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: str | None = None) -> Runtime:
     if engine is None:
         started = time.monotonic()
         engine = load_engine(settings.engine_settings())
@@ -39,7 +40,8 @@ def build_runtime(settings: Settings, engine: Engine | None = None) -> Runtime:
     renderer = Renderer(engine=engine, store=store,
                         sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),
                         max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms,
-                        worker_host=settings.worker_name)
+                        worker_host=settings.worker_name,
+                        live=LiveAudio.from_url(broker_url, settings.live_stream_ttl) if broker_url else None)
     return Runtime(settings=settings, engine=engine, renderer=renderer)
 
 
@@ -48,7 +50,7 @@ def boot(app: Celery, engine: Engine | None = None) -> Runtime:
     with _lock:
         runtime = getattr(app, "synth_runtime", None)
         if runtime is None:
-            runtime = app.synth_runtime = build_runtime(app.synth_settings, engine)
+            runtime = app.synth_runtime = build_runtime(app.synth_settings, engine, app.conf.broker_url)
         return runtime
 
 
