@@ -41,6 +41,10 @@ def register(app: Celery) -> None:
             raise _retry_or_fail(self, runtime, outcome.retry, RetryableError("; ".join(outcome.retry)))
         return {"done": len(outcome.done), "failed": len(outcome.failed), "skipped": len(outcome.skipped)}
 
+    from worker import maintenance  # noqa: PLC0415 — synth.expire (batch expiry) on the same app
+
+    maintenance.register(app)
+
 
 def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception) -> Exception:
     """The exception the task raises: a Retry, or ``error`` once retries are used up (jobs failed)."""

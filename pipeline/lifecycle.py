@@ -1,0 +1,88 @@
+"""The end of a batch's life: cancel (queued jobs stop, running ones finish, results kept), delete
+(objects and rows), and expiry after the results TTL (``expire_batches``, run by the synth.expire
+task)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.db import jobs as db
+from pipeline.db.models import Batch, Job, JobStatus, sources_of, utcnow
+from pipeline.errors import PermanentError
+from pipeline.manifest import write_manifest
+from pipeline.storage import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+class BatchBusyError(PermanentError):
+    """The batch still has running jobs; it can be deleted once they finish."""
+
+
+def cancel(session: Session, store: ObjectStore, batch_id: str, job_ids: Sequence[str] | None = None) -> int:
+    """Cancel the batch's pending and queued jobs (or only ``job_ids``). A worker that later takes
+    a cancelled job's message skips it (claim() only moves PENDING/QUEUED/RUNNING). Running jobs
+    finish; finished ones keep their audio. Closes the batch (manifest) when nothing is left open.
+    Returns the jobs cancelled; the caller commits."""
+    now = utcnow()
+    where = [Job.batch_id == batch_id, Job.status.in_(sources_of(JobStatus.CANCELLED))]
+    if job_ids is not None:
+        where.append(Job.id.in_(list(job_ids)))
+    moved = session.execute(
+        update(Job).where(*where).values(status=JobStatus.CANCELLED, finished_at=now, updated_at=now)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if job_ids is None:
+        session.execute(update(Batch).where(Batch.id == batch_id, Batch.cancelled_at.is_(None))
+                        .values(cancelled_at=now))
+    if moved and db.batch_finished(session, batch_id):
+        db.close_batch(session, batch_id, write_manifest(session, store, batch_id))
+    return moved
+
+
+def running_jobs(session: Session, batch_id: str) -> int:
+    return session.scalar(
+        select(func.count()).where(Job.batch_id == batch_id, Job.status == JobStatus.RUNNING)
+    )
+
+
+def delete(session: Session, store: ObjectStore, batch_id: str) -> int:
+    """Cancel what is queued, remove every object under the batch's prefix, then its rows.
+    Refused (BatchBusyError) while a job is running: its worker would write an object after the
+    delete. Returns the objects removed; the caller commits."""
+    cancel(session, store, batch_id)
+    running = running_jobs(session, batch_id)
+    if running:
+        raise BatchBusyError(f"batch {batch_id} has {running} running job(s); delete it when they finish")
+    keys = store.list(f"batches/{batch_id}/")
+    for key in keys:
+        store.delete(key)
+    batch = session.get(Batch, batch_id)
+    if batch is not None:
+        session.delete(batch)
+    return len(keys)
+
+
+def expire_batches(sessions: sessionmaker[Session], store: ObjectStore, now: datetime | None = None) -> int:
+    """Delete every batch whose ``expires_at`` has passed (API batches; CLI batches have none).
+    A batch still running is cancelled now and deleted on a later run. Returns batches deleted."""
+    now = now or utcnow()
+    with sessions() as session:
+        ids = list(session.scalars(select(Batch.id).where(Batch.expires_at <= now)))
+    deleted = 0
+    for batch_id in ids:
+        with sessions() as session:
+            try:
+                delete(session, store, batch_id)
+            except BatchBusyError as e:
+                session.commit()  # keep the cancellation
+                log.info("expiry deferred: %s", e)
+                continue
+            session.commit()
+            deleted += 1
+    return deleted
