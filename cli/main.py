@@ -31,13 +31,15 @@ def cli(config: str | None, verbose: int) -> None:
 
 
 def _register() -> None:
-    from cli import db, inspect, submit, worker
+    from cli import beat, db, inspect, report, submit, worker
 
     cli.add_command(submit.submit)
     cli.add_command(inspect.status)
     cli.add_command(inspect.fetch)
     cli.add_command(worker.worker)
     cli.add_command(db.db)
+    cli.add_command(report.report)
+    cli.add_command(beat.beat)
     try:
         from cli.models import models
     except ImportError:  # the Orpheus tooling is optional

@@ -51,4 +51,7 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
     from worker import tasks  # noqa: PLC0415 — tasks register on this app instance
 
     tasks.register(app)
+    from worker import beat  # noqa: PLC0415 — the nightly report task and the beat schedule
+
+    beat.register(app)
     return app

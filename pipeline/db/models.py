@@ -167,5 +167,6 @@ class JobMetrics(Base):
 
     job: Mapped[Job] = relationship(back_populates="metrics")
 
+from pipeline.db import models_reports  # noqa: E402,F401  (registers the reports table on Base.metadata)
 from pipeline.db import models_api  # noqa: E402,F401  (registers api_keys and idempotency_keys)
 from pipeline.db import models_webhooks  # noqa: E402,F401  (registers webhook_secrets, webhook_deliveries, webhook_attempts)

@@ -1,0 +1,24 @@
+"""`synth beat`"""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.option("--loglevel", default="INFO", show_default=True)
+def beat(loglevel: str) -> None:
+    """Run the scheduler: the nightly report (SYNTH_REPORT_CRON, default 06:00 UTC) and hourly batch
+    expiry (SYNTH_EXPIRE_CRON). Run exactly one per deployment; workers do the work. With no
+    SYNTH_REDIS_URL it uses the embedded Redis of the data folder, like `synth worker`."""
+    from cli.context import broker, open_database
+    from pipeline.settings import Settings
+    from worker.app import make_app
+
+    settings = Settings()
+    open_database(settings)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    with broker(settings) as broker_url:
+        app = make_app(settings, broker_url)
+        app.Beat(loglevel=loglevel, schedule=str(settings.data_dir / "celerybeat-schedule"),
+                 quiet=True).run()

@@ -1,0 +1,85 @@
+"""The SQL a report needs: counts and sums in the database, per-job rows where Python does the rest
+(interval unions and percentiles are awkward in portable SQL)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session
+
+from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, as_utc
+
+
+@dataclass(frozen=True)
+class DoneJob:
+    priority: str
+    started_at: datetime | None
+    finished_at: datetime
+    queue_wait_s: float | None
+    ttfb_s: float | None
+    rtf: float | None
+    audio_s: float
+    engine: str
+    model: str
+    quantization: str
+    device_type: str
+    worker_host: str
+    batch_size: int | None
+    extra: dict | None
+
+
+def jobs_by_state(session: Session, since: datetime, until: datetime) -> dict[str, int]:
+    rows = session.execute(
+        select(Job.status, func.count()).where(Job.created_at >= since, Job.created_at < until)
+        .group_by(Job.status)
+    )
+    counts = {s.value: 0 for s in JobStatus}
+    counts.update({JobStatus(s).value: n for s, n in rows})
+    return counts
+
+
+def batches_by_state(session: Session, since: datetime, until: datetime) -> dict[str, int]:
+    state = case((Batch.finished_at.is_(None), "open"), else_="finished")
+    rows = session.execute(
+        select(state, func.count()).where(Batch.created_at >= since, Batch.created_at < until)
+        .group_by(state)
+    )
+    counts = {"open": 0, "finished": 0}
+    counts.update(dict(rows.all()))
+    return counts
+
+
+def _finished_in(since: datetime, until: datetime, status: JobStatus):
+    return (Job.status == status, Job.finished_at >= since, Job.finished_at < until)
+
+
+def characters_done(session: Session, since: datetime, until: datetime) -> int:
+    total = session.scalar(select(func.sum(func.length(Job.text))).where(*_finished_in(since, until, JobStatus.DONE)))
+    return int(total or 0)
+
+
+def failure_errors(session: Session, since: datetime, until: datetime) -> list[tuple[str | None, int]]:
+    """(error, jobs) for the jobs that failed in the period; grouped in SQL, normalized in Python."""
+    return [tuple(r) for r in session.execute(
+        select(Job.error, func.count()).where(*_finished_in(since, until, JobStatus.FAILED)).group_by(Job.error)
+    )]
+
+
+def done_jobs(session: Session, since: datetime, until: datetime) -> list[DoneJob]:
+    m = JobMetrics
+    rows = session.execute(
+        select(Job.priority, Job.started_at, Job.finished_at, m.queue_wait_s, m.ttfb_s, m.rtf, m.audio_s,
+               m.engine, m.model, m.quantization, m.device_type, m.worker_host, m.batch_size, m.extra)
+        .join(m, m.job_id == Job.id)
+        .where(*_finished_in(since, until, JobStatus.DONE))
+    )
+    return [
+        DoneJob(priority=r.priority, started_at=as_utc(r.started_at) if r.started_at else None,
+                finished_at=as_utc(r.finished_at), queue_wait_s=r.queue_wait_s, ttfb_s=r.ttfb_s, rtf=r.rtf,
+                audio_s=r.audio_s or 0.0, engine=r.engine or "unknown", model=r.model or "unknown",
+                quantization=r.quantization or "unknown", device_type=r.device_type or "unknown",
+                worker_host=r.worker_host or "unknown", batch_size=r.batch_size, extra=r.extra)
+        for r in rows
+    ]
