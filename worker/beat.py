@@ -17,11 +17,11 @@ from pipeline.errors import InputError
 from pipeline.reports.publish import publish_report
 from pipeline.settings import Settings
 from pipeline.storage import make_store
+from worker.maintenance import EXPIRE_TASK
 
 log = logging.getLogger(__name__)
 
 REPORT_TASK = "synth.nightly_report"
-EXPIRE_TASK = "synth.expire"   # defined by the API's batch expiry (api engineer); scheduled here
 
 
 def parse_cron(expr: str) -> crontab:

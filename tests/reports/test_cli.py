@@ -1,0 +1,48 @@
+"""`synth report` as a user runs it: a subprocess against a database holding known jobs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli_helpers import synth, synth_env
+from tests.reports.known_fleet import PRICES, T0, UNTIL, fill
+
+
+@pytest.fixture
+def env(sessions, database_url, tmp_path):
+    with sessions() as s:
+        fill(s)
+    return synth_env(SYNTH_DATABASE_URL=database_url, SYNTH_DATA_DIR=str(tmp_path / "data"),
+                     SYNTH_GPU_PRICES=json.dumps(PRICES))
+
+
+def run_report(env, *args):
+    proc = synth("report", "--since", T0.isoformat(), "--until", UNTIL.isoformat(), *args, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc
+
+
+def test_json_numbers(env):
+    data = json.loads(run_report(env, "--format", "json").stdout)
+    assert data["jobs_done"] == 5 and data["characters"] == 210
+    workers = {r["key"]: r for r in data["throughput"]["worker_host"]}
+    assert workers["hostA/gpu0"]["x_realtime"] == pytest.approx(6.0)
+    assert workers["hostA/gpu0"]["cost"] == pytest.approx(0.3)  # 300 busy s at 3.6 per GPU-hour
+    assert data["changes"]["jobs_done"] == pytest.approx(4.0)
+
+
+def test_markdown_to_stdout_and_html_to_a_file(env, tmp_path):
+    md = run_report(env).stdout.decode()
+    assert md.startswith("# synth throughput report 2026-01-10 00:00 UTC")
+    assert "| hostA/gpu0 | 3 | 0.500 | 0.083 | 1 | 6.0 | 21,600 |" in md
+    assert "| nothing speakable in line | 2 |" in md and "+400.0 %" in md
+    out = tmp_path / "r" / "report.html"
+    run_report(env, "--format", "html", "--out", str(out))
+    assert out.read_text().count("data:image/png;base64,") == 3
+
+
+def test_bad_period_is_refused(env):
+    proc = synth("report", "--since", "2026-01-02", "--until", "2026-01-01", env=env)
+    assert proc.returncode == 2 and b"is not before" in proc.stderr

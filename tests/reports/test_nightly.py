@@ -1,0 +1,75 @@
+"""The nightly report task through a real Celery worker (thread) and Redis, writing to S3 over HTTP
+(moto's server) and recording the report in the database (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from pipeline.reports.publish import latest_report
+from pipeline.routing import all_queues
+from pipeline.storage import make_store
+from tests.reports.known_fleet import PRICES, T0, UNTIL, at, fill
+from worker.app import make_app
+from worker.beat import REPORT_TASK, beat_schedule, parse_cron, report_period
+
+
+@pytest.fixture
+def s3_settings(settings, s3_endpoint, s3_bucket):
+    return settings.with_overrides(s3_bucket=s3_bucket, s3_endpoint_url=s3_endpoint, gpu_prices=PRICES)
+
+
+def wait_report(sessions, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with sessions() as s:
+            row = latest_report(s)
+        if row is not None:
+            return row
+        time.sleep(0.2)
+    raise AssertionError("no report recorded")
+
+
+def test_nightly_task_writes_html_and_json_to_s3_and_records_them(s3_settings, sessions, redis_url):
+    with sessions() as s:
+        fill(s)
+    app = make_app(s3_settings, redis_url)
+    with start_worker(app, pool="threads", concurrency=1, perform_ping_check=False,
+                      queues=all_queues(s3_settings.bucket_seconds), shutdown_timeout=30):
+        # As beat sends it at 06:00:07 the next morning, minus the 6 h: the period is the day [T0, T0+24h).
+        app.send_task(REPORT_TASK, kwargs={"until": at(24, 7).isoformat()})
+        row = wait_report(sessions)
+
+    assert row.html_key == "reports/2026-01-11.html" and row.json_key == "reports/2026-01-11.json"
+    assert row.period_start.replace(tzinfo=None) == T0.replace(tzinfo=None)
+    assert row.period_end.replace(tzinfo=None) == UNTIL.replace(tzinfo=None)
+    assert row.summary["jobs_done"] == 5 and row.summary["headline"]["audio_hours"] == pytest.approx(4100 / 3600)
+    assert "series" not in row.summary  # the stored summary is the numbers, not the plot data
+
+    store = make_store(s3_settings)
+    stored = json.loads(store.get(row.json_key))
+    assert stored["overall"]["busy_s"] == pytest.approx(1300) and stored["jobs_failed"] == 4
+    devices = {r["key"]: r for r in stored["throughput"]["device_type"]}
+    assert devices["NVIDIA H100 80GB HBM3"]["cost"] == pytest.approx(0.7)
+    html = store.get(row.html_key).decode()
+    images = html.split('src="data:image/png;base64,')[1:]
+    assert len(images) == 3  # throughput over time, TTFB distribution, per-GPU bars
+    for img in images:
+        assert base64.b64decode(img.split('"', 1)[0])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "hostA/gpu0" in html and "nothing speakable in line" in html
+
+
+def test_schedule_has_the_report_and_hourly_expiry(settings):
+    schedule = beat_schedule(settings.with_overrides(report_cron="30 5 * * 1"))
+    assert schedule["nightly-report"]["task"] == REPORT_TASK
+    assert schedule["expire-batches"]["task"] == "synth.expire"
+    report_cron = schedule["nightly-report"]["schedule"]
+    assert report_cron.minute == {30} and report_cron.hour == {5} and report_cron.day_of_week == {1}
+    assert schedule["expire-batches"]["schedule"].minute == {0} and len(schedule["expire-batches"]["schedule"].hour) == 24
+    with pytest.raises(Exception, match="5 fields"):
+        parse_cron("0 6 * *")
+    assert report_period(at(30, 59)) == (at(6), at(30))
