@@ -43,3 +43,7 @@ class StorageError(RetryableError):
 
 class IllegalTransitionError(PermanentError):
     """A job was asked to move between states the state machine forbids."""
+
+
+class EngineOverloadedError(RetryableError):
+    """The engine dropped work it could not hold (out of device memory); the job is run again."""

@@ -41,6 +41,10 @@ class EngineSettings:
     max_batch: int
     device: str
     threads: int
+    loop: str = "continuous"    # orpheus: "continuous" (part 2) or "static" (part 1's batches)
+    context: int = 2048         # orpheus: tokens per cache row (prompt + audio of one text chunk)
+    cuda_graphs: bool = True
+    realtime_rows: int = 0      # orpheus: rows kept for realtime streams (0: an eighth)
 
 
 class Settings(BaseSettings):
@@ -68,6 +72,10 @@ class Settings(BaseSettings):
     max_batch: int = 0          # 0: chosen from the device
     device: str = "auto"
     engine_threads: int = 0     # 0: one per core
+    orpheus_loop: str = "continuous"  # "static": part 1's length-bucketed batches (a baseline)
+    orpheus_context: int = 2048       # tokens per KV-cache row; long texts are split to fit
+    cuda_graphs: bool = True          # capture the decode step at boot (False: eager, for debugging)
+    realtime_rows: int = 0            # KV-cache rows kept free for realtime streams (0: an eighth)
 
     # Jobs.
     default_voice: str | None = None  # None: the engine's first voice
@@ -168,6 +176,10 @@ class Settings(BaseSettings):
             max_batch=self.max_batch,
             device=self.device,
             threads=self.engine_threads or (os.cpu_count() or 1),
+            loop=self.orpheus_loop,
+            context=self.orpheus_context,
+            cuda_graphs=self.cuda_graphs,
+            realtime_rows=self.realtime_rows,
         )
 
     def with_overrides(self, **overrides: Any) -> Settings:

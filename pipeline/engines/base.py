@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.errors import EngineError
+from pipeline.errors import EngineError, RetryableError
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class AudioChunk:
     key: Hashable
     audio: np.ndarray       # float32 mono in [-1, 1] at EngineInfo.sample_rate; may be empty on error
     final: bool             # the last chunk of this request
-    error: EngineError | None = None
+    error: EngineError | RetryableError | None = None   # retryable: run the job again later
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class EngineInfo:
     sample_rate: int
     voices: tuple[str, ...]
     max_batch: int = 1
+    max_text_chars: int | None = None   # longest text one request may carry; callers split longer
     extra: dict = field(default_factory=dict)
 
 

@@ -10,6 +10,7 @@ log = logging.getLogger(__name__)
 
 CPU_MAX_BATCH = 8
 GPU_MAX_BATCH_CAP = 128
+GPU_MAX_ROWS = 512             # the continuous loop's cap on KV-cache rows
 GPU_MEMORY_HEADROOM = 0.85     # fraction of free memory the KV cache may take
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -70,7 +71,8 @@ def kv_bytes_per_token(config, dtype_bytes: int) -> int:
     return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * dtype_bytes
 
 
-def choose_max_batch(setting: int, device: str, per_sequence_bytes: int) -> int:
+def choose_max_batch(setting: int, device: str, per_sequence_bytes: int,
+                     cap: int = GPU_MAX_BATCH_CAP) -> int:
     """``setting`` if positive, else what the free memory holds (GPU) or a small CPU default."""
     if setting > 0:
         return setting
@@ -80,4 +82,4 @@ def choose_max_batch(setting: int, device: str, per_sequence_bytes: int) -> int:
 
     free, _total = torch.cuda.mem_get_info(0)
     fits = int(free * GPU_MEMORY_HEADROOM) // max(per_sequence_bytes, 1)
-    return max(1, min(GPU_MAX_BATCH_CAP, fits))
+    return max(1, min(cap, fits))

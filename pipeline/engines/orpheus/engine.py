@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import queue
 import zlib
 from collections.abc import Iterator, Sequence
 
@@ -27,7 +28,8 @@ from pipeline.engines.orpheus.loading import LoadedModel, load
 from pipeline.engines.orpheus.prompt import prompt_ids
 from pipeline.engines.orpheus.sampling import SamplingParams
 from pipeline.engines.orpheus.streaming import StreamState, decode_ready
-from pipeline.engines.orpheus.vocab import VOICES
+from pipeline.engines.orpheus.scheduler import Seq
+from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH, VOICES
 from pipeline.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,10 @@ BUDGET_SLACK = 2.0           # budget = 2x the expected speech length from the t
 BUDGET_MIN_TOKENS = 28 * 7   # ... and never under 28 frames (2.4 s)
 BUDGET_MAX_TOKENS = 1170 * 7  # 8190: the model's 8192-token context caps every job
 MAX_CONTEXT_TOKENS = 1024 + BUDGET_MAX_TOKENS // 4  # per-job KV estimate for sizing batches
+PROMPT_TOKENS_PER_CHAR = 0.35   # Llama-3 BPE on English: about 3 characters a token, with margin
+PROMPT_OVERHEAD_TOKENS = 16     # voice name and the control tokens around the text
 BUDGET_POLICIES = ("error", "keep")
+LOOPS = ("continuous", "static")
 
 
 def token_budget(text: str, slack: float = BUDGET_SLACK, minimum: int = BUDGET_MIN_TOKENS,
@@ -57,7 +62,8 @@ class OrpheusEngine(Engine):
     def __init__(self, loaded: LoadedModel, voices: Sequence[str] = VOICES, max_batch: int = 0,
                  params: SamplingParams = SamplingParams(), budget_policy: str | None = None,
                  budget_slack: float = BUDGET_SLACK, budget_min: int = BUDGET_MIN_TOKENS,
-                 budget_max: int = BUDGET_MAX_TOKENS):
+                 budget_max: int = BUDGET_MAX_TOKENS, loop: str = "continuous",
+                 context: int = 2048, cuda_graphs: bool = True, realtime_rows: int = 0):
         self.lm = loaded
         self.params = params
         self.budget = (budget_slack, budget_min, budget_max)
@@ -66,19 +72,32 @@ class OrpheusEngine(Engine):
         self.budget_policy = budget_policy or ("keep" if loaded.random_weights else "error")
         if self.budget_policy not in BUDGET_POLICIES:
             raise ValueError(f"budget_policy must be one of {BUDGET_POLICIES}")
-        per_seq = devices.kv_bytes_per_token(
-            loaded.model.config, loaded.model.dtype.itemsize) * MAX_CONTEXT_TOKENS
-        batch = devices.choose_max_batch(max_batch, loaded.device, per_seq)
+        if loop not in LOOPS:
+            raise ValueError(f"loop must be one of {LOOPS}")
         self.stats = {"tokens": 0, "invalid_tokens": 0, "dropped_frames": 0, "budget_stops": 0}
+        self.loop = None
+        max_chars = None
+        if loop == "continuous":
+            self.loop = build_loop(loaded, params, max_batch, context, cuda_graphs, realtime_rows,
+                                   self._final_live)
+            batch = self.loop.scheduler.capacity
+            max_chars = text_chars_for(context, budget_slack)
+        else:
+            per_seq = devices.kv_bytes_per_token(
+                loaded.model.config, loaded.model.dtype.itemsize) * MAX_CONTEXT_TOKENS
+            batch = devices.choose_max_batch(max_batch, loaded.device, per_seq)
         self.info = EngineInfo(
             name="orpheus", model=loaded.source, quantization=loaded.quant.applied,
             device_type=loaded.choice.name, sample_rate=SNAC_SAMPLE_RATE, voices=tuple(voices),
-            max_batch=batch, extra=self._extra())
+            max_batch=batch, max_text_chars=max_chars, extra=self._extra(loop))
 
-    def _extra(self) -> dict:
+    def _extra(self, loop: str) -> dict:
         c, q = self.lm.choice, self.lm.quant
-        fallbacks = [r for r in (c.fallback, q.fallback) if r]
-        return {"device": c.device, "dtype": c.dtype_name, "compute_capability": c.capability,
+        runner = self.loop.runner if self.loop else None
+        fallbacks = [r for r in (c.fallback, q.fallback, runner and runner.graph_fallback) if r]
+        graphs = {"cuda_graphs": len(runner.graphs), "graph_capture_s": round(runner.capture_s, 2),
+                  "context": runner.context} if runner else {}
+        return {"loop": loop, **graphs,"device": c.device, "dtype": c.dtype_name, "compute_capability": c.capability,
                 "quantization_requested": q.requested, "kernel": q.kernel, "fallbacks": fallbacks,
                 "random_weights": self.lm.random_weights, "budget_policy": self.budget_policy,
                 "codec_noise": "keyed per window"}
@@ -91,7 +110,9 @@ class OrpheusEngine(Engine):
             import torch
 
             torch.set_num_threads(settings.threads)
-        return cls(loaded, voices=settings.voices or VOICES, max_batch=settings.max_batch)
+        return cls(loaded, voices=settings.voices or VOICES, max_batch=settings.max_batch,
+                   loop=settings.loop, context=settings.context, cuda_graphs=settings.cuda_graphs,
+                   realtime_rows=settings.realtime_rows)
 
     # The Engine interface ---------------------------------------------------------------------
 
@@ -106,10 +127,33 @@ class OrpheusEngine(Engine):
             seed = req.seed if req.seed is not None else default_seed(req)
             jobs.append((req.realtime, GenJob(req.key, prompt,
                                               token_budget(req.text, *self.budget), seed)))
+        if self.loop is not None:
+            yield from self._run_continuous(jobs)
+            return
         for batch in plan_batches(jobs, self.info.max_batch):
             yield from self._run_batch(batch)
 
+    def _run_continuous(self, jobs: list[tuple[bool, GenJob]]) -> Iterator[AudioChunk]:
+        """Hand the jobs to the loop thread and pass on their chunks as they come."""
+        if not jobs:
+            return
+        sink: queue.SimpleQueue = queue.SimpleQueue()
+        stop = None if self.params.ignore_eos else END_OF_SPEECH
+        seqs = [(Seq(j.key, j.prompt, j.max_new_tokens, realtime, j.seed, stop), j.key)
+                for realtime, j in jobs]
+        self.loop.submit(seqs, sink)
+        open_jobs = len(seqs)
+        while open_jobs:
+            chunk = sink.get()
+            open_jobs -= chunk.final
+            yield chunk
+
+    def _final_live(self, live, audio) -> AudioChunk:
+        return self._final(live.key, live.stream, live.seq.finish_reason, audio)
+
     def close(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
         if self.lm.device.startswith("cuda"):
             import torch
 
@@ -164,6 +208,34 @@ class OrpheusEngine(Engine):
         if not a.frames and error is None:
             error = EngineError("the model produced no valid audio frame")
         return AudioChunk(key, audio, True, error)
+
+
+def text_chars_for(context: int, slack: float = BUDGET_SLACK) -> int:
+    """The longest text whose prompt and token budget fit one cache row of ``context`` tokens."""
+    per_char = LM_TOKENS_PER_AUDIO_SECOND * slack / CHARS_PER_SECOND + PROMPT_TOKENS_PER_CHAR
+    return max(20, int((context - PROMPT_OVERHEAD_TOKENS) / per_char))
+
+
+def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, context: int,
+               cuda_graphs: bool, realtime_rows: int, on_final):
+    """Size the KV cache from free memory, capture the graphs, start the loop thread."""
+    from pipeline.engines.orpheus.decoder import KVCache
+    from pipeline.engines.orpheus.loop import EngineLoop
+    from pipeline.engines.orpheus.runner import ModelRunner
+    from pipeline.engines.orpheus.scheduler import Scheduler
+
+    cfg = loaded.model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    per_row = KVCache.bytes_per_row(cfg.num_hidden_layers, cfg.num_key_value_heads, context,
+                                    head_dim, loaded.model.dtype.itemsize)
+    rows = devices.choose_max_batch(max_rows, loaded.device, per_row, cap=devices.GPU_MAX_ROWS)
+    lo = CUSTOM_TOKEN_BASE if params.constrain_codes else 0
+    runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo, use_graphs=cuda_graphs)
+    reserved = realtime_rows or max(1, rows // 8) if rows > 1 else 0
+    scheduler = Scheduler(rows, context, reserved=reserved, batch_floor=rows // 4)
+    log.info("continuous loop: %d rows of %d tokens (%.1f GiB of KV cache), %d reserved for "
+             "realtime", rows, context, rows * per_row / 2**30, reserved)
+    return EngineLoop(runner, scheduler, loaded.codec, on_final)
 
 
 def plan_batches(jobs: list[tuple[bool, GenJob]], max_batch: int) -> list[list[GenJob]]:

@@ -90,8 +90,9 @@ class Sampler:
         return ids[draw(scores, p, keys, step, ids)]
 
 
-def draw(scores, params: SamplingParams, keys, step: int, ids):
-    """Indices into ``scores`` [B, C]; ``ids`` [C] are the token ids, the counters of the noise."""
+def draw(scores, params: SamplingParams, keys, step, ids):
+    """Indices into ``scores`` [B, C]; ``ids`` [C] or [B, C] are the token ids, the counters of the
+    noise; ``step`` is one int for the batch or a [B] tensor, one per row."""
     import torch
 
     from pipeline.engines.orpheus import rng
@@ -100,7 +101,7 @@ def draw(scores, params: SamplingParams, keys, step: int, ids):
         return scores.argmax(dim=-1)
     scores = _filter_top(scores / params.temperature, params)
     step_keys = (keys + step * _STEP_MUL) & rng.MASK32
-    noise = rng.gumbel(step_keys.view(-1, 1), ids.view(1, -1))
+    noise = rng.gumbel(step_keys.view(-1, 1), ids if ids.dim() == 2 else ids.view(1, -1))
     return torch.argmax(scores + noise, dim=-1)
 
 
@@ -118,3 +119,45 @@ def _filter_top(scores, params: SamplingParams):
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
     return scores
+
+
+class RowSampler:
+    """The same draw as ``Sampler`` when every row is at its own step (continuous batching), with
+    no host sync, so it runs inside a captured graph.
+
+    It takes logits over ids ``lo`` .. ``lo + Vs`` (the decoder's head slice). With the code
+    constraint each row gathers the 4,097 candidates of its own frame position from a [7, C] table
+    (positions 1-6 have 4,096 and one padding entry that is masked out).
+    """
+
+    def __init__(self, params: SamplingParams, width: int, lo: int, device):
+        import torch
+
+        self.params, self.lo = params, lo
+        if params.constrain_codes:
+            cands = candidates("cpu")
+            c = max(len(x) for x in cands)
+            table = torch.stack([torch.cat([x, x[:1].repeat(c - len(x))]) for x in cands]) - lo
+            valid = torch.stack([torch.arange(c) < len(x) for x in cands])
+        else:
+            table = torch.arange(width).view(1, -1).repeat(SNAC_TOKENS_PER_FRAME, 1)
+            valid = torch.ones_like(table, dtype=torch.bool)
+        if table.min() < 0 or table.max() >= width:
+            raise ValueError("the logits slice does not cover every candidate")
+        self.table, self.valid = table.to(device), valid.to(device)     # [7, C]
+        self.eos = END_OF_SPEECH - lo
+
+    def __call__(self, logits, seen, steps, keys):
+        """logits [B, Vs] fp32, seen [B, Vs+1] bool, steps [B] int64, keys [B] -> tokens [B]."""
+        import torch
+
+        p = self.params
+        pos = steps % SNAC_TOKENS_PER_FRAME
+        cand = self.table[pos]                                          # [B, C]
+        scores = apply_penalty(logits.gather(1, cand), seen.gather(1, cand), p.repetition_penalty)
+        drop = ~self.valid[pos]
+        if p.ignore_eos:
+            drop = drop | (cand == self.eos)
+        scores = scores.masked_fill(drop, float("-inf"))
+        pick = draw(scores, p, keys, steps, cand + self.lo)
+        return torch.gather(cand, 1, pick.view(-1, 1)).view(-1) + self.lo

@@ -1,0 +1,178 @@
+"""The continuous-batching loop: one thread owns the model; any number of callers feed it.
+
+``synthesize()`` calls (one per Celery task in flight: the GPU worker runs a thread pool) put their
+sequences in the inbox and read their chunks from their own queue. The loop thread steps:
+
+    schedule -> launch (device) -> decode audio of the previous step (codec stream) -> collect
+    -> postprocess -> hand out chunks
+
+so the codec works while the language model's step runs. Realtime streams get audio after every
+step that completes a chunk; batch streams are decoded every ``codec_every`` steps, in bigger codec
+calls. A failed step fails the sequences in it, loudly, and the loop carries on; running out of
+device memory halves the rows and gives the sequences back as retryable, never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.engines.base import AudioChunk
+from pipeline.engines.orpheus.scheduler import Plan, Scheduler, Seq, SeqState
+from pipeline.engines.orpheus.streaming import StreamState, decode_ready
+from pipeline.errors import EngineError, EngineOverloadedError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Live:
+    """A sequence in flight with its stream state and the queue its caller reads."""
+
+    seq: Seq
+    sink: queue.SimpleQueue
+    stream: StreamState
+    key: Hashable
+    submitted: float = field(default_factory=time.monotonic)
+    first_chunk_at: float | None = None
+
+
+@dataclass
+class LoopStats:
+    steps: int = 0
+    tokens: int = 0
+    decode_rows: int = 0            # sum over steps of rows decoded
+    padded_rows: int = 0            # sum over steps of graph batch size (idle-slot waste)
+    prefill_tokens: int = 0
+    codec_calls: int = 0
+    oom_events: int = 0
+    busy_s: float = 0.0
+
+
+class EngineLoop:
+    def __init__(self, runner, scheduler: Scheduler, codec, on_final, codec_every: int = 8,
+                 stream_factory=StreamState):
+        self.runner, self.scheduler, self.codec = runner, scheduler, codec
+        self.on_final = on_final          # (live, reason) -> AudioChunk: the engine's policy
+        self.codec_every = max(1, codec_every)
+        self.stream_factory = stream_factory
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.live: dict[int, Live] = {}   # id(seq) -> Live
+        self.stats = LoopStats()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="orpheus-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, items: list[tuple[Seq, Hashable]], sink: queue.SimpleQueue) -> None:
+        for seq, key in items:
+            self.inbox.put(Live(seq, sink, self.stream_factory(seed=seq.seed), key))
+
+    def close(self) -> None:
+        self._stop.set()
+        self.inbox.put(None)
+        self._thread.join(timeout=30)
+
+    # The thread ---------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self._admit(block=self.scheduler.idle):
+                continue
+            plan = self.scheduler.schedule()
+            if plan.empty:
+                continue
+            started = time.monotonic()
+            try:
+                self._step(plan)
+            except Exception as e:  # noqa: BLE001 - the step's sequences fail or retry; loop lives on
+                self._fail_all(e)
+            self.stats.busy_s += time.monotonic() - started
+
+    def _admit(self, block: bool) -> bool:
+        try:
+            item = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return not block
+        while item is not None:
+            self._add(item)
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+        return not self._stop.is_set()
+
+    def _add(self, live: Live) -> None:
+        try:
+            self.scheduler.add(live.seq)
+        except ValueError as e:
+            live.sink.put(AudioChunk(live.key, np.zeros(0, np.float32), True, EngineError(str(e))))
+            return
+        self.live[id(live.seq)] = live
+
+    def _step(self, plan: Plan) -> None:
+        launched = self.runner.launch(plan)
+        self._decode_audio(final=[])          # the codec works while the step runs
+        tokens = self.runner.collect(launched)
+        by_row = {row: self.scheduler.by_row[row] for row in tokens}
+        finished = self.scheduler.postprocess(plan, tokens)
+        for row, toks in tokens.items():
+            live = self.live[id(by_row[row])]
+            for tok in toks:
+                live.stream.assembler.feed(tok)
+            self.stats.tokens += len(toks)
+        s = self.stats
+        s.steps += 1
+        s.decode_rows += len(plan.decode)
+        s.padded_rows += self.runner.padded_batch(plan.rows) if plan.decode else 0
+        s.prefill_tokens += sum(c.end - c.start for c in plan.prefill)
+        if finished:
+            self._decode_audio(final=[self.live.pop(id(seq)) for seq in finished])
+
+    def _decode_audio(self, final: list[Live]) -> None:
+        """Render what is ready: realtime streams every step, batch ones every ``codec_every``
+        steps, and the flush of every sequence that just finished."""
+        every = self.stats.steps % self.codec_every == 0
+        streams = {id(lv): lv for lv in self.live.values() if lv.seq.realtime or every}
+        ended = {id(lv) for lv in final}
+        streams.update({id(lv): lv for lv in final})
+        if not streams:
+            return
+        states = {k: lv.stream for k, lv in streams.items()}
+        audio = decode_ready(self.codec, states, ended)
+        if audio:
+            self.stats.codec_calls += 1
+        for k, pcm in audio.items():
+            lv = streams[k]
+            if k in ended:
+                continue
+            if lv.first_chunk_at is None:
+                lv.first_chunk_at = time.monotonic()
+            lv.sink.put(AudioChunk(lv.key, pcm, False))
+        for lv in final:
+            lv.sink.put(self.on_final(lv, audio.get(id(lv))))
+
+    def _fail_all(self, error: Exception) -> None:
+        oom = type(error).__name__ == "OutOfMemoryError"
+        if oom:
+            self.stats.oom_events += 1
+            self.scheduler.capacity = max(1, self.scheduler.capacity // 2)
+            log.error("out of device memory at %d rows; now %d rows; in-flight jobs will be retried",
+                      len(self.scheduler.by_row), self.scheduler.capacity)
+            err: EngineError = EngineOverloadedError(f"out of device memory: {error}")
+        else:
+            log.exception("Orpheus step failed; failing the %d sequences in flight", len(self.live))
+            err = EngineError(f"generation failed: {type(error).__name__}: {error}")
+        err.__cause__ = error
+        for live in self.live.values():
+            live.seq.state = SeqState.FINISHED
+            live.sink.put(AudioChunk(live.key, np.zeros(0, np.float32), True, err))
+        self.live.clear()
+        old = self.scheduler
+        self.scheduler = Scheduler(old.capacity, old.max_context, old.reserved, old.batch_floor,
+                                   old.prefill_tokens)

@@ -1,0 +1,207 @@
+"""The model runner: device state per cache row, prefill, and the decode step as CUDA graphs.
+
+Per row the device holds the last token, its write position, the tokens generated so far, the
+sampling key and the repetition mask. The decode step reads and updates them in place: it embeds the
+last tokens, runs the decoder, samples, and advances the active rows, with no host sync. At boot the
+runner captures that step as a CUDA graph for every (batch size, attention length) of two ladders,
+largest first in one memory pool; a step replays the smallest graph that fits. On the CPU, or when
+capture fails (the reason is logged and kept), the same step runs eagerly.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from pipeline.engines.orpheus.decoder import Decoder, KVCache
+from pipeline.engines.orpheus.rng import mix_keys
+from pipeline.engines.orpheus.sampling import RowSampler, SamplingParams
+from pipeline.engines.orpheus.scheduler import Plan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Launched:
+    rows: list[int]                       # rows decoded this step
+    decoded: object                       # host tensor [B] of last tokens (None: no decode)
+    first_rows: list[int]                 # rows whose prompt completed this step
+    first: object                         # host tensor of their first tokens
+    done: object                          # CUDA event after the copies (None on the CPU)
+
+BATCH_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
+LENGTH_STEP = 256          # attention lengths are multiples of this (and the full context)
+
+
+def ladder(limit: int) -> list[int]:
+    sizes = [b for b in BATCH_LADDER if b < limit]
+    return sizes + [limit]
+
+
+def length_ladder(context: int, step: int = LENGTH_STEP) -> list[int]:
+    return list(range(step, context, step)) + [context]
+
+
+class ModelRunner:
+    def __init__(self, model, rows: int, context: int, params: SamplingParams,
+                 logits_lo: int = 0, use_graphs: bool = True):
+        cfg, device = model.config, model.device
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.device, self.rows, self.context = device, rows, context
+        self.cache = KVCache(cfg.num_hidden_layers, rows, cfg.num_key_value_heads, context, head_dim,
+                             model.dtype, device)
+        self.decoder = Decoder(model, self.cache, logits_lo)
+        width = self.decoder.logits_width
+        self.sampler = RowSampler(params, width, logits_lo, device)
+        self.lo, self.width = logits_lo, width
+        i64 = dict(dtype=torch.int64, device=device)
+        self.tokens = torch.zeros(rows, **i64)            # the last token of each row
+        self.pos = torch.zeros(rows, **i64)               # where that token is written next step
+        self.steps = torch.zeros(rows, **i64)             # tokens generated (the sampler's step)
+        self.keys = torch.zeros(rows, **i64)
+        self.seen = torch.zeros(rows, width + 1, dtype=torch.bool, device=device)  # +1: idle rows
+        self.active = torch.zeros(rows, dtype=torch.bool, device=device)
+        self._active_host = torch.zeros(rows, dtype=torch.bool,
+                                        pin_memory=str(device).startswith("cuda"))
+        self.batch_sizes = ladder(rows)
+        self.lengths = length_ladder(context)
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.graph_fallback: str | None = None
+        self.capture_s = 0.0
+        if use_graphs and str(device).startswith("cuda"):
+            self._capture_all()
+
+    def padded_batch(self, rows: int) -> int:
+        """The graph batch size a step over ``rows`` rows runs at."""
+        return self.batch_sizes[bisect.bisect_left(self.batch_sizes, rows)]
+
+    # The step -----------------------------------------------------------------------------------
+
+    def _step(self, b: int, length: int) -> None:
+        act = self.active[:b]
+        wpos = torch.where(act, self.pos[:b], self.cache.scratch)
+        logits = self.decoder.decode(self.tokens[:b], wpos, length)          # [B, Vs]
+        new = self.sampler(logits, self.seen[:b], self.steps[:b], self.keys[:b])
+        self.tokens[:b] = torch.where(act, new, self.tokens[:b])
+        mark = torch.where(act, new - self.lo, self.width).view(-1, 1)
+        self.seen[:b].scatter_(1, mark, True)
+        self.pos[:b] += act
+        self.steps[:b] += act
+
+    def _capture_all(self) -> None:
+        started = time.monotonic()
+        pool = torch.cuda.graph_pool_handle()
+        self.active.zero_()                      # capture with every row idle: no state changes
+        try:
+            with torch.inference_mode():
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        self._step(self.batch_sizes[-1], self.lengths[-1])
+                torch.cuda.current_stream().wait_stream(side)
+                for b in reversed(self.batch_sizes):
+                    for length in reversed(self.lengths):
+                        graph = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(graph, pool=pool):
+                            self._step(b, length)
+                        self.graphs[(b, length)] = graph
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - any capture failure means "run eagerly, say why"
+            self.graphs.clear()
+            self.graph_fallback = f"CUDA graph capture failed ({type(e).__name__}: {e}); running eagerly"
+            log.warning(self.graph_fallback)
+        self.capture_s = time.monotonic() - started
+        if self.graphs:
+            log.info("captured %d decode graphs in %.1f s", len(self.graphs), self.capture_s)
+
+    # What the engine calls ----------------------------------------------------------------------
+
+    def run(self, plan: Plan) -> dict[int, list[int]]:
+        """Carry out one plan; returns row -> tokens produced this step."""
+        return self.collect(self.launch(plan))
+
+    def launch(self, plan: Plan) -> _Launched:
+        """Queue one plan's device work (moves, prefill, the decode step) without waiting for it."""
+        with torch.inference_mode():
+            for src, dst, length in plan.moves:
+                self._move(src, dst, length)
+            first_rows, first = self._prefill(plan) if plan.prefill else ([], None)
+            b = 0
+            if plan.decode:
+                b = self.batch_sizes[bisect.bisect_left(self.batch_sizes, plan.rows)]
+                need = max(s.context for s in plan.decode)
+                length = self.lengths[bisect.bisect_left(self.lengths, need)]
+                self._active_host.zero_()
+                self._active_host[[s.row for s in plan.decode]] = True
+                self.active.copy_(self._active_host, non_blocking=True)
+                graph = self.graphs.get((b, length))
+                if graph is not None:
+                    graph.replay()
+                else:
+                    self._step(b, length)
+            decoded = self.tokens[:b].to("cpu", non_blocking=True) if b else None
+            first_host = first.to("cpu", non_blocking=True) if first is not None else None
+            done = torch.cuda.Event() if str(self.device).startswith("cuda") else None
+            if done is not None:
+                done.record()
+        return _Launched([s.row for s in plan.decode], decoded, first_rows, first_host, done)
+
+    def collect(self, launched: _Launched) -> dict[int, list[int]]:
+        """Wait for a launched step; returns row -> tokens it produced."""
+        if launched.done is not None:
+            launched.done.synchronize()
+        out: dict[int, list[int]] = {}
+        if launched.decoded is not None:
+            tokens = launched.decoded.tolist()
+            out = {r: [tokens[r]] for r in launched.rows}
+        if launched.first is not None:
+            for row, tok in zip(launched.first_rows, launched.first.tolist()):
+                out.setdefault(row, []).append(tok)
+        return out
+
+    def _move(self, src: int, dst: int, length: int) -> None:
+        self.cache.move(src, dst, min(length, self.context))
+        for t in (self.tokens, self.pos, self.steps, self.keys, self.seen):
+            t[dst] = t[src]
+
+    def _prefill(self, plan: Plan):
+        chunks = plan.prefill
+        n, width = len(chunks), max(c.end - c.start for c in chunks)
+        ids = torch.zeros((n, width), dtype=torch.int64)
+        for i, c in enumerate(chunks):
+            ids[i, : c.end - c.start] = torch.tensor(c.seq.prompt[c.start:c.end])
+        dev = self.device
+        start = torch.tensor([c.start for c in chunks], device=dev)
+        lens = torch.tensor([c.end - c.start for c in chunks], device=dev)
+        rows = torch.tensor([c.seq.row for c in chunks], device=dev)
+        length = max(c.end for c in chunks)
+        logits = self.decoder.prefill(ids.to(dev), start, lens, rows, length)   # [N, Vs]
+        done = [i for i, c in enumerate(chunks) if c.last]
+        if not done:
+            return [], None
+        seqs = [chunks[i].seq for i in done]
+        return [s.row for s in seqs], self._begin(seqs, logits[done])
+
+    def _begin(self, seqs, logits):
+        """Set up the rows of sequences whose prompt is complete and draw their first tokens."""
+        dev = self.device
+        rows = torch.tensor([s.row for s in seqs], device=dev)
+        self.steps[rows] = 0
+        self.keys[rows] = torch.tensor([mix_keys(s.seed, 0) for s in seqs], device=dev)
+        seen = torch.zeros((len(seqs), self.width + 1), dtype=torch.bool)
+        for i, s in enumerate(seqs):
+            ids = [t - self.lo for t in s.prompt if self.lo <= t < self.lo + self.width]
+            seen[i, ids] = True
+        seen = seen.to(dev)
+        first = self.sampler(logits, seen, self.steps[rows], self.keys[rows])
+        seen[torch.arange(len(seqs), device=dev), first - self.lo] = True
+        self.seen[rows] = seen
+        self.tokens[rows] = first
+        self.pos[rows] = torch.tensor([len(s.prompt) for s in seqs], device=dev)
+        self.steps[rows] = 1
+        return first

@@ -1,0 +1,219 @@
+"""Continuous batching: which sequences hold a cache row, which are prefilled, which decode, this step.
+
+The scheduler never imports torch: it works on row numbers and token counts, and the model runner
+turns its ``Plan`` into device work. One step is:
+
+    plan = scheduler.schedule()      # moves, prefill chunks, rows to decode
+    tokens = runner.run(plan)        # device
+    finished = scheduler.postprocess(tokens)
+
+Rows are kept compact: running sequences hold rows ``0 .. n-1``, so the decode step runs at batch
+``n`` (rounded up to a captured graph size) and never over holes. When a sequence finishes, the
+sequence in the highest row moves into the hole at the next ``schedule()`` (the runner copies its
+cache row and state).
+
+Admission, highest first: realtime sequences, oldest first; then batch sequences, oldest first.
+``reserved`` rows are kept free of batch work so a realtime arrival finds a row at the next step;
+realtime work may use every row, except ``batch_floor`` rows while batch work waits, so a flood of
+realtime streams cannot starve batch jobs. Prompts are prefilled in chunks of at most
+``prefill_tokens`` tokens per step in total, so a long prompt does not stall the running streams.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+
+class SeqState(enum.Enum):
+    WAITING = "waiting"      # no row yet
+    PREFILL = "prefill"      # holds a row, prompt partly in the cache
+    RUNNING = "running"      # decoding one token per step
+    FINISHED = "finished"    # row given back
+
+
+@dataclass(eq=False)
+class Seq:
+    key: Hashable
+    prompt: list[int]
+    budget: int                     # most new tokens
+    realtime: bool = False
+    seed: int = 0
+    stop_token: int | None = None   # None: run to the budget
+    state: SeqState = SeqState.WAITING
+    row: int = -1
+    prefilled: int = 0              # prompt tokens already in the cache
+    generated: int = 0
+    finish_reason: str | None = None  # "eos" | "budget" | "cancelled"
+    order: int = 0                  # arrival order, set by the scheduler
+
+    @property
+    def context(self) -> int:
+        """Tokens in the cache after this step's input is written: prompt + generated."""
+        return self.prefilled + self.generated
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    seq: Seq
+    start: int                      # prompt positions [start, end) go into the cache this step
+    end: int
+
+    @property
+    def last(self) -> bool:
+        """The prompt is complete after this chunk: its last logits give the first token."""
+        return self.end == len(self.seq.prompt)
+
+
+@dataclass
+class Plan:
+    moves: list[tuple[int, int, int]] = field(default_factory=list)  # (from, to, positions), in order
+    prefill: list[PrefillChunk] = field(default_factory=list)
+    decode: list[Seq] = field(default_factory=list)             # RUNNING, by row; rows 0..n-1
+    rows: int = 0                                               # rows in use after this plan
+
+    @property
+    def empty(self) -> bool:
+        return not (self.prefill or self.decode)
+
+
+class Scheduler:
+    def __init__(self, rows: int, max_context: int, reserved: int = 0, batch_floor: int = 0,
+                 prefill_tokens: int = 2048):
+        if rows < 1 or max_context < 2:
+            raise ValueError("need at least one row and a context of two tokens")
+        self.capacity = rows
+        self.max_context = max_context
+        self.reserved = min(reserved, rows - 1)
+        self.batch_floor = min(batch_floor, rows - 1)
+        self.prefill_tokens = max(1, prefill_tokens)
+        self.waiting_rt: deque[Seq] = deque()
+        self.waiting_batch: deque[Seq] = deque()
+        self.by_row: list[Seq] = []             # row i holds by_row[i]
+        self._free_rows: list[int] = []         # holes left by sequences that finished
+        self._arrivals = itertools.count()
+
+    # Queue ----------------------------------------------------------------------------------
+
+    def add(self, seq: Seq) -> None:
+        if len(seq.prompt) < 1:
+            raise ValueError(f"sequence {seq.key!r} has an empty prompt")
+        if len(seq.prompt) + 1 > self.max_context:
+            raise ValueError(f"prompt of {len(seq.prompt)} tokens does not fit a context of "
+                             f"{self.max_context}")
+        # A sequence never outgrows its row: the budget is cut to the context that is left.
+        seq.budget = max(1, min(seq.budget, self.max_context - len(seq.prompt)))
+        seq.order = next(self._arrivals)
+        (self.waiting_rt if seq.realtime else self.waiting_batch).append(seq)
+
+    def cancel(self, key: Hashable) -> Seq | None:
+        """Take a sequence out wherever it is; a running one gives its row back at the next step."""
+        for queue in (self.waiting_rt, self.waiting_batch):
+            for seq in queue:
+                if seq.key == key:
+                    queue.remove(seq)
+                    seq.state, seq.finish_reason = SeqState.FINISHED, "cancelled"
+                    return seq
+        for seq in self.by_row:
+            if seq.key == key and seq.state is not SeqState.FINISHED:
+                self._finish(seq, "cancelled")
+                return seq
+        return None
+
+    @property
+    def idle(self) -> bool:
+        return not (self.waiting_rt or self.waiting_batch or self.running_rows)
+
+    @property
+    def running_rows(self) -> int:
+        return len(self.by_row) - len(self._free_rows)
+
+    # One step -------------------------------------------------------------------------------
+
+    def schedule(self) -> Plan:
+        plan = Plan(moves=self._compact())
+        budget = self.prefill_tokens
+        # Sequences part-way through their prompt go first: they already hold a row.
+        for seq in self.by_row:
+            if seq.state is SeqState.PREFILL and budget > 0:
+                budget -= self._prefill_chunk(plan, seq, budget)
+        while budget > 0:
+            seq = self._next_admission()
+            if seq is None:
+                break
+            seq.row, seq.state = len(self.by_row), SeqState.PREFILL
+            self.by_row.append(seq)
+            budget -= self._prefill_chunk(plan, seq, budget)
+        plan.decode = [s for s in self.by_row if s.state is SeqState.RUNNING]
+        plan.rows = len(self.by_row)
+        return plan
+
+    def postprocess(self, plan: Plan, tokens: dict[int, list[int]]) -> list[Seq]:
+        """``tokens``: row -> the tokens that row produced this step: one per decoded row, and one
+        from the last prefill logits for a sequence whose prompt completed. Returns the sequences
+        that finished."""
+        finished = []
+        for chunk in plan.prefill:
+            chunk.seq.prefilled = chunk.end
+            if chunk.last:
+                chunk.seq.state = SeqState.RUNNING
+        for row, toks in tokens.items():
+            seq = self.by_row[row]
+            for tok in toks:
+                if seq.state is not SeqState.RUNNING:
+                    break
+                seq.generated += 1
+                if seq.stop_token is not None and tok == seq.stop_token:
+                    self._finish(seq, "eos")
+                elif seq.generated >= seq.budget:
+                    self._finish(seq, "budget")
+            if seq.state is SeqState.FINISHED:
+                finished.append(seq)
+        return finished
+
+    # Internals ------------------------------------------------------------------------------
+
+    def _prefill_chunk(self, plan: Plan, seq: Seq, budget: int) -> int:
+        end = min(len(seq.prompt), seq.prefilled + budget)
+        plan.prefill.append(PrefillChunk(seq, seq.prefilled, end))
+        return end - seq.prefilled
+
+    def _next_admission(self) -> Seq | None:
+        free = self.capacity - len(self.by_row)
+        if free <= 0:
+            return None
+        batch_waiting = bool(self.waiting_batch)
+        running_rt = sum(1 for s in self.by_row if s.realtime)
+        rt_limit = self.capacity - (self.batch_floor if batch_waiting else 0)
+        if self.waiting_rt and running_rt < rt_limit:
+            return self.waiting_rt.popleft()
+        # Batch work leaves ``reserved`` rows free, less those realtime streams already use.
+        keep_free = max(0, self.reserved - running_rt)
+        if batch_waiting and free > keep_free:
+            return self.waiting_batch.popleft()
+        return None
+
+    def _finish(self, seq: Seq, reason: str) -> None:
+        seq.state, seq.finish_reason = SeqState.FINISHED, reason
+        self._free_rows.append(seq.row)
+
+    def _compact(self) -> list[tuple[int, int, int]]:
+        """Fill each hole with the sequence in the highest live row; drop finished tail rows."""
+        moves = []
+        holes = sorted(self._free_rows)
+        self._free_rows = []
+        for hole in holes:
+            while self.by_row and self.by_row[-1].state is SeqState.FINISHED:
+                self.by_row.pop()
+            if hole >= len(self.by_row):
+                continue
+            last = self.by_row.pop()
+            moves.append((last.row, hole, last.context))
+            last.row = hole
+            self.by_row[hole] = last
+        while self.by_row and self.by_row[-1].state is SeqState.FINISHED:
+            self.by_row.pop()
+        return moves
