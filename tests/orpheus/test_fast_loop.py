@@ -1,0 +1,99 @@
+"""The continuous-batching engine against the reference paths (tiny model, fp32, CPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.engines.base import SynthesisRequest
+from pipeline.engines.orpheus.engine import OrpheusEngine
+from pipeline.engines.orpheus.generate import GenJob, generate_batched, reference_generate
+from pipeline.engines.orpheus.prompt import prompt_ids
+from pipeline.engines.orpheus.runner import ModelRunner
+from pipeline.engines.orpheus.sampling import SamplingParams
+from pipeline.engines.orpheus.scheduler import Scheduler, Seq
+from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
+
+TEXTS = ["Hello there.", "A somewhat longer sentence to speak aloud, my friend.", "Hi",
+         "Numbers: one, two, three, four and five.", "The last one arrives late."]
+BUDGETS = [50, 90, 30, 70, 40]
+
+
+def drive(tiny, params, rows: int, arrivals: dict[int, list[int]], prefill_tokens: int = 2048):
+    """Run the runner + scheduler by hand; ``arrivals`` maps step -> indexes of TEXTS arriving."""
+    prompts = [prompt_ids(tiny.tokenizer, t, "tara") for t in TEXTS]
+    seqs = [Seq(i, p, b, seed=1000 + i, stop_token=END_OF_SPEECH)
+            for i, (p, b) in enumerate(zip(prompts, BUDGETS))]
+    runner = ModelRunner(tiny.model, rows, 256, params, logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
+    sched = Scheduler(rows, 256, prefill_tokens=prefill_tokens)
+    out = {i: [] for i in range(len(seqs))}
+    step, last = 0, max(arrivals)
+    while step <= last or not sched.idle:
+        for i in arrivals.get(step, []):
+            sched.add(seqs[i])
+        step += 1
+        plan = sched.schedule()
+        if plan.empty:
+            continue
+        tokens = runner.run(plan)
+        owners = {row: sched.by_row[row] for row in tokens}
+        sched.postprocess(plan, tokens)
+        for row, toks in tokens.items():
+            out[owners[row].key] += toks
+    return prompts, seqs, out
+
+
+@pytest.mark.parametrize("rows,prefill_tokens", [(1, 2048), (3, 2048), (2, 7)])
+def test_greedy_tokens_equal_generate_with_arrivals_and_departures(tiny, rows, prefill_tokens):
+    params = SamplingParams(temperature=0)
+    prompts, seqs, out = drive(tiny, params, rows, {0: [0, 1], 3: [2], 9: [3, 4]}, prefill_tokens)
+    for i, (p, b) in enumerate(zip(prompts, BUDGETS)):
+        assert out[i] == reference_generate(tiny.model, [p], params, [b])[0], f"sequence {i}"
+        assert seqs[i].finish_reason in ("eos", "budget")
+
+
+def test_sampled_tokens_equal_the_part_one_loop_whatever_the_neighbours(tiny):
+    params = SamplingParams()          # temperature 0.6, top-p 0.95, repetition penalty 1.1
+    prompts, _seqs, out = drive(tiny, params, 2, {0: [0, 1, 2], 5: [3], 6: [4]})
+    for i, (p, b) in enumerate(zip(prompts, BUDGETS)):
+        steps = list(generate_batched(tiny.model, [GenJob(i, p, b, 1000 + i)], params))
+        assert out[i] == [tok for s in steps for _k, tok in s.tokens], f"sequence {i}"
+
+
+def test_continuous_engine_audio_equals_the_static_engine(tiny):
+    requests = [SynthesisRequest(i, t, "tara", seed=7 + i, realtime=i == 1) for i, t in enumerate(TEXTS)]
+
+    def render(engine):
+        pieces: dict = {}
+        finals = 0
+        for chunk in engine.synthesize(requests):
+            assert chunk.error is None
+            pieces.setdefault(chunk.key, []).append(chunk.audio)
+            finals += chunk.final
+        assert finals == len(requests)
+        return {k: np.concatenate(v) for k, v in pieces.items()}
+
+    fast = OrpheusEngine(tiny, max_batch=2, loop="continuous", context=2048)
+    try:
+        assert fast.info.extra["loop"] == "continuous" and fast.info.max_batch == 2
+        got = render(fast)
+    finally:
+        fast.close()
+    want = render(OrpheusEngine(tiny, max_batch=2, loop="static"))
+    for k in want:
+        assert got[k].size > 0
+        np.testing.assert_allclose(got[k], want[k], atol=1e-5)
+
+
+def test_texts_are_split_to_fit_a_cache_row(tiny):
+    engine = OrpheusEngine(tiny, max_batch=1, context=256)
+    try:
+        chars = engine.info.max_text_chars
+        assert 20 <= chars < 40      # 256 tokens hold about 20 characters of speech at 2x slack
+        # a prompt that fits gets its budget cut to the row; one that does not is refused clearly
+        chunks = list(engine.synthesize([SynthesisRequest("x", "word " * 30, "tara")]))
+        assert chunks[-1].final and chunks[-1].error is None
+        chunks = list(engine.synthesize([SynthesisRequest("y", "word " * 100, "tara")]))
+        assert len(chunks) == 1 and "does not fit a context of 256" in str(chunks[0].error)
+    finally:
+        engine.close()

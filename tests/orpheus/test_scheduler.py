@@ -1,0 +1,125 @@
+"""The continuous-batching scheduler, on the CPU and without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.engines.orpheus.scheduler import Scheduler, Seq, SeqState
+
+STOP = 99
+
+
+def run_step(s: Scheduler, produce) -> tuple:
+    """One step with a fake device: ``produce(seq)`` gives the token each row draws."""
+    plan = s.schedule()
+    tokens = {seq.row: [produce(seq)] for seq in plan.decode}
+    for c in plan.prefill:
+        if c.last:
+            tokens.setdefault(c.seq.row, []).append(produce(c.seq))
+    finished = s.postprocess(plan, tokens)
+    return plan, finished
+
+
+def test_importing_the_scheduler_does_not_import_torch():
+    code = "import sys, pipeline.engines.orpheus.scheduler; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_a_finished_sequence_frees_its_row_and_the_next_one_is_admitted_at_the_next_step():
+    s = Scheduler(rows=2, max_context=100)
+    a, b, c = (Seq(k, [1, 2, 3], budget=n) for k, n in (("a", 2), ("b", 5), ("c", 3)))
+    for q in (a, b, c):
+        s.add(q)
+    plan, _ = run_step(s, lambda q: 7)
+    assert [ch.seq.key for ch in plan.prefill] == ["a", "b"] and c.state is SeqState.WAITING
+    plan, finished = run_step(s, lambda q: 7)       # a: second token = budget
+    assert finished == [a] and a.finish_reason == "budget"
+    plan, _ = run_step(s, lambda q: 7)
+    # b moved down into a's row and c took the next one, in the same step a finished after
+    assert [ch.seq.key for ch in plan.prefill] == ["c"]
+    assert plan.moves == [(1, 0, b.context - 1)] and b.row == 0 and c.row == 1
+
+
+def test_rows_stay_compact_when_a_low_row_finishes():
+    s = Scheduler(rows=3, max_context=100)
+    seqs = [Seq(k, [1, 2], budget=n, stop_token=STOP) for k, n in (("a", 50), ("b", 50), ("c", 50))]
+    for q in seqs:
+        s.add(q)
+    run_step(s, lambda q: 7)
+    _plan, finished = run_step(s, lambda q: STOP if q.key == "a" else 7)
+    assert finished == [seqs[0]] and seqs[0].finish_reason == "eos"
+    plan = s.schedule()
+    c = seqs[2]
+    assert plan.moves == [(2, 0, c.context)] and c.row == 0
+    assert sorted(q.row for q in plan.decode) == [0, 1] and plan.rows == 2
+
+
+def test_realtime_goes_first_and_batch_work_leaves_reserved_rows_free():
+    s = Scheduler(rows=4, max_context=100, reserved=1)
+    batch = [Seq(f"b{i}", [1], budget=50) for i in range(5)]
+    for q in batch:
+        s.add(q)
+    plan, _ = run_step(s, lambda q: 7)
+    assert len(plan.prefill) == 3                   # one row kept for realtime
+    rt = Seq("rt", [1], budget=50, realtime=True)
+    s.add(rt)
+    plan, _ = run_step(s, lambda q: 7)
+    assert [ch.seq.key for ch in plan.prefill] == ["rt"]
+
+
+def test_realtime_flood_cannot_take_the_batch_floor():
+    s = Scheduler(rows=4, max_context=100, reserved=1, batch_floor=1)
+    for i in range(6):
+        s.add(Seq(f"rt{i}", [1], budget=50, realtime=True))
+    s.add(Seq("b", [1], budget=50))
+    plan, _ = run_step(s, lambda q: 7)
+    keys = [ch.seq.key for ch in plan.prefill]
+    assert keys == ["rt0", "rt1", "rt2", "b"]
+
+
+def test_long_prompts_are_prefilled_in_chunks_within_the_token_budget():
+    s = Scheduler(rows=2, max_context=100, prefill_tokens=4)
+    long = Seq("long", list(range(10)), budget=5)
+    s.add(long)
+    spans = []
+    for _ in range(3):
+        plan, _ = run_step(s, lambda q: 7)
+        spans += [(c.start, c.end, c.last) for c in plan.prefill]
+    assert spans == [(0, 4, False), (4, 8, False), (8, 10, True)]
+    assert long.state is SeqState.RUNNING and long.generated == 1
+
+
+def test_running_streams_keep_decoding_while_a_long_prompt_is_prefilled():
+    s = Scheduler(rows=2, max_context=100, prefill_tokens=3)
+    short = Seq("short", [1, 2], budget=20)
+    s.add(short)
+    run_step(s, lambda q: 7)
+    s.add(Seq("long", list(range(9)), budget=5))
+    for _ in range(3):
+        plan, _ = run_step(s, lambda q: 7)
+        assert short in plan.decode
+
+
+def test_budget_is_cut_to_the_row_and_oversized_prompts_are_refused():
+    s = Scheduler(rows=1, max_context=10)
+    q = Seq("a", [1] * 6, budget=100)
+    s.add(q)
+    assert q.budget == 4
+    with pytest.raises(ValueError, match="does not fit"):
+        s.add(Seq("b", [1] * 10, budget=1))
+
+
+def test_cancel_a_waiting_and_a_running_sequence():
+    s = Scheduler(rows=1, max_context=50)
+    a, b = Seq("a", [1], budget=9), Seq("b", [1], budget=9)
+    s.add(a)
+    s.add(b)
+    run_step(s, lambda q: 7)
+    assert s.cancel("b") is b and b.finish_reason == "cancelled"
+    assert s.cancel("a") is a and a.state is SeqState.FINISHED
+    plan = s.schedule()
+    assert plan.empty and s.idle
