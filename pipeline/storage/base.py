@@ -45,3 +45,7 @@ class ObjectStore(abc.ABC):
 
     def check(self) -> None:
         """Raise StorageError if the store cannot be reached."""
+
+    def presigned_url(self, key: str, expires_s: int) -> str | None:
+        """An HTTP URL that serves the object for ``expires_s`` seconds, or None (a local folder)."""
+        return None

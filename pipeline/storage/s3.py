@@ -66,6 +66,13 @@ class S3Store(ObjectStore):
     def url(self, key: str) -> str:
         return f"s3://{self.bucket}/{self._key(key)}"
 
+    def presigned_url(self, key: str, expires_s: int) -> str | None:
+        try:
+            return self.client.generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires_s)
+        except (BotoCoreError, ClientError) as e:
+            raise StorageError(f"cannot presign s3://{self.bucket}/{self._key(key)}: {e}") from e
+
     def check(self) -> None:
         try:
             self.client.head_bucket(Bucket=self.bucket)
