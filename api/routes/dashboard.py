@@ -1,0 +1,97 @@
+"""The operators' page: the latest report's key numbers, live queue depths and worker status.
+
+GET /dashboard (HTML, refreshes itself) and GET /dashboard/data.json. Open when
+SYNTH_DASHBOARD_TOKEN is unset (deploy it behind your network's edge); with a token set, send
+``?token=...`` or ``Authorization: Bearer ...``. API keys are not accepted: this is an operator view.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from datetime import UTC, datetime
+from html import escape
+from pathlib import Path
+from string import Template
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query
+from fastapi.responses import HTMLResponse
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import State
+from pipeline.reports import fleet
+from pipeline.reports.fmt import HEADLINE_LABELS, num
+from pipeline.reports.publish import latest_report
+from pipeline.routing import all_queues
+
+router = APIRouter(tags=["dashboard"])
+TEMPLATE = Template((Path(__file__).resolve().parents[1] / "templates" / "dashboard.html").read_text())
+
+
+def operator(state: State, token: Annotated[str | None, Query()] = None,
+             authorization: Annotated[str | None, Header()] = None) -> None:
+    expected = state.settings.dashboard_token
+    if not expected:
+        return
+    given = token or (authorization or "").removeprefix("Bearer ").strip()
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise HTTPException(401, detail="the dashboard needs SYNTH_DASHBOARD_TOKEN: ?token=... or Bearer")
+
+
+Operator = Annotated[None, Depends(operator)]
+
+
+def snapshot(state) -> dict:
+    with state.sessions() as session:
+        row = latest_report(session)
+    report = None
+    if row is not None:
+        summary = row.summary or {}
+        report = {"id": row.id, "period_start": row.period_start.isoformat(), "period_end": row.period_end.isoformat(),
+                  "html_key": row.html_key, "json_key": row.json_key, "headline": summary.get("headline", {}),
+                  "changes": summary.get("changes", {})}
+    return {"now": datetime.now(UTC).isoformat(timespec="seconds"), "latest_report": report,
+            "queues": fleet.queue_depths(state.redis, all_queues(state.settings.bucket_seconds)),
+            "workers": fleet.workers(state.redis)}
+
+
+@router.get("/dashboard/data.json")
+async def dashboard_data(state: State, _: Operator) -> dict:
+    """The dashboard's numbers: latest report headline, queue depths, live workers."""
+    return await run_in_threadpool(snapshot, state)
+
+
+@router.get("/dashboard", response_class=HTMLResponse)
+async def dashboard(state: State, _: Operator) -> HTMLResponse:
+    data = await run_in_threadpool(snapshot, state)
+    return HTMLResponse(render(data))
+
+
+def render(data: dict) -> str:
+    report = data["latest_report"]
+    cards = "<p>No report yet.</p>"
+    period = "none"
+    if report is not None:
+        period = f"{report['period_start'][:16]} – {report['period_end'][:16]} UTC"
+        cards = "".join(
+            f'<div class="card"><div class="label">{escape(HEADLINE_LABELS.get(k, k))}</div>'
+            f'<div class="value" id="h-{escape(k)}">{escape(num(v))}</div></div>'
+            for k, v in report["headline"].items())
+    queues = "".join(f'<tr><td>{escape(q)}</td><td class="depth">{n}</td></tr>' for q, n in data["queues"].items())
+    now = time.time()
+    workers = "".join(
+        f"<tr><td>{escape(w['name'])}</td><td>{escape(w.get('device', ''))}</td><td>{escape(w.get('engine', ''))}</td>"
+        f"<td>{escape(w.get('model', ''))}</td><td>{escape(w.get('quantization', ''))}</td>"
+        f'<td class="inflight">{escape(w.get("jobs_in_flight", "?"))}</td>'
+        f"<td>{_ago(now, w.get('last_seen'))}</td></tr>"
+        for w in data["workers"]) or '<tr><td colspan="7">No live workers.</td></tr>'
+    return TEMPLATE.substitute(now=escape(data["now"]), report_period=escape(period), report_cards=cards,
+                               queue_rows=queues, worker_rows=workers)
+
+
+def _ago(now: float, last_seen: str | None) -> str:
+    try:
+        return f"{max(0.0, now - float(last_seen)):.0f} s ago"
+    except (TypeError, ValueError):
+        return "?"
