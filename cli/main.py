@@ -31,7 +31,7 @@ def cli(config: str | None, verbose: int) -> None:
 
 
 def _register() -> None:
-    from cli import beat, db, inspect, report, submit, worker
+    from cli import api, beat, db, inspect, keys, report, submit, worker
 
     cli.add_command(submit.submit)
     cli.add_command(inspect.status)
@@ -40,6 +40,8 @@ def _register() -> None:
     cli.add_command(db.db)
     cli.add_command(report.report)
     cli.add_command(beat.beat)
+    cli.add_command(keys.keys)
+    cli.add_command(api.api)
     try:
         from cli.models import models
     except ImportError:  # the Orpheus tooling is optional

@@ -1,0 +1,87 @@
+"""The app factory: ``create_app(settings)`` builds the database, store, broker and Redis clients once
+(lifespan), adds the limits and metrics middleware, and includes the routers of api/routes."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import redis
+import redis.asyncio as aioredis
+from celery import Celery
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.limits import BodyLimitMiddleware
+from api.metrics import Metrics, MetricsMiddleware
+from api.routes import ROUTERS
+from pipeline.db.session import make_engine, make_sessionmaker
+from pipeline.errors import InputError, ServiceUnavailableError, StorageError
+from pipeline.live import redis_client_url
+from pipeline.settings import Settings
+from pipeline.storage import ObjectStore, make_store
+from worker.app import make_app
+
+
+@dataclass
+class ApiState:
+    """What every request shares; built once at start, closed at shutdown."""
+
+    settings: Settings
+    db: Engine
+    sessions: sessionmaker[Session]
+    store: ObjectStore
+    celery: Celery
+    redis: redis.Redis          # rate limits, readiness
+    aredis: aioredis.Redis      # live audio streams (XREAD BLOCK without holding a thread)
+    metrics: Metrics
+
+
+def create_app(settings: Settings, *, broker_url: str | None = None) -> FastAPI:
+    """``broker_url``: the Redis to use when settings.redis_url is unset (the CLI's embedded one)."""
+    url = broker_url or settings.redis_url
+    if not url:
+        raise ServiceUnavailableError("the API needs Redis: set SYNTH_REDIS_URL (or run `synth api`)")
+    metrics = Metrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.sqlalchemy_url)
+        state = ApiState(
+            settings=settings, db=engine, sessions=make_sessionmaker(engine), store=make_store(settings),
+            celery=make_app(settings, url), redis=redis.Redis.from_url(redis_client_url(url)),
+            aredis=aioredis.Redis.from_url(redis_client_url(url)), metrics=metrics,
+        )
+        app.state.synth = state
+        try:
+            yield
+        finally:
+            await state.aredis.aclose()
+            state.redis.close()
+            engine.dispose()
+
+    app = FastAPI(title="synth", version="1", lifespan=lifespan,
+                  description="Batch and realtime text-to-speech. Authenticate with `Authorization: Bearer sk_synth_...`.")
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    _add_error_handlers(app)
+    for name in ROUTERS:
+        app.include_router(importlib.import_module(f"api.routes.{name}").router)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Errors pipeline/ raises on purpose, as HTTP: bad input 400, a service down 503."""
+
+    @app.exception_handler(InputError)
+    async def _input(_: Request, e: InputError) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=400)
+
+    @app.exception_handler(ServiceUnavailableError)
+    @app.exception_handler(StorageError)
+    async def _unavailable(_: Request, e: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=503, headers={"Retry-After": "5"})

@@ -1,0 +1,133 @@
+"""Batches: create (JSON items or an uploaded corpus), get, list, list items, cancel, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, Header, HTTPException, Query, UploadFile
+from fastapi.responses import JSONResponse
+
+from api import creating, idempotency, pagination
+from api.deps import CurrentKey, Session, State
+from api.schemas import BatchCreate, BatchOut, BatchPage, CancelOut, CallbackEvent, DeleteOut, JobPage, Priority
+from api.views import batch_out, job_out
+from pipeline import lifecycle
+from pipeline.corpus import parse_corpus
+from pipeline.db import owned
+from pipeline.db.models import Batch, JobStatus
+from pipeline.submit import BatchOptions, Item, create_batch, create_item_batch
+
+router = APIRouter(prefix="/v1/batches", tags=["batches"])
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="Retry-safe creation")]
+NOT_FOUND = {404: {"description": "no such batch for this key"}}
+
+
+def _own(session, key, batch_id: str) -> Batch:
+    batch = owned.get_batch(session, owner=key.id, batch_id=batch_id)
+    if batch is None:
+        raise HTTPException(404, detail=f"batch {batch_id} not found")
+    return batch
+
+
+def _created(session, state, batch_id: str, created: bool) -> JSONResponse:
+    body = batch_out(session, session.get(Batch, batch_id)).model_dump(mode="json")
+    return JSONResponse(body, status_code=201, headers={"Idempotent-Replayed": "false" if created else "true"})
+
+
+@router.post("", status_code=201, response_model=BatchOut, responses={409: {"description": "Idempotency-Key reused"}})
+def create_json_batch(body: BatchCreate, key: CurrentKey, state: State, session: Session,
+                      idempotency_key: IdempotencyKey = None) -> JSONResponse:
+    """A batch from JSON items; per-item voice, format and sample rate override the batch's."""
+    limit = state.settings.api_max_batch_items
+    if len(body.items) > limit:
+        raise HTTPException(400, detail=f"{len(body.items):,} items; the limit per batch is {limit:,}")
+    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/batches", body.model_dump_json().encode())
+    items = [Item(text=i.text, client_id=i.client_id, voice=i.voice, format=i.format, sample_rate=i.sample_rate)
+             for i in body.items]
+    options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
+                           priority=body.priority, name=body.name)
+    columns = creating.owner_columns(state, key, kind="batch", callback_url=body.callback_url,
+                                     callback_events=body.callback_events)
+    batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_item_batch(
+        s, state.settings, items, options, source="api", **columns))
+    return _created(session, state, batch_id, created)
+
+
+@router.post("/upload", status_code=201, response_model=BatchOut,
+             responses={409: {"description": "Idempotency-Key reused"}})
+def upload_batch(key: CurrentKey, state: State, session: Session,
+                 file: Annotated[UploadFile, File(description="UTF-8 text, one item per non-empty line")],
+                 voice: Annotated[str | None, Form(max_length=64)] = None,
+                 format: Annotated[str | None, Form(max_length=8)] = None,
+                 sample_rate: Annotated[int | None, Form()] = None,
+                 priority: Annotated[Priority, Form()] = "batch",
+                 name: Annotated[str | None, Form(max_length=200)] = None,
+                 callback_url: Annotated[str | None, Form(max_length=2000, pattern=r"^https?://\S+$")] = None,
+                 callback_events: Annotated[list[CallbackEvent] | None, Form()] = None,
+                 idempotency_key: IdempotencyKey = None) -> JSONResponse:
+    """A batch from a corpus file: one job per non-empty line, client ids line-NNNNNN."""
+    data = file.file.read()
+    source = (file.filename or "upload")[:200]
+    corpus = parse_corpus(data, source=source, max_line_chars=state.settings.max_line_chars)
+    limit = state.settings.api_max_batch_items
+    if len(corpus.lines) > limit:
+        raise HTTPException(400, detail=f"{len(corpus.lines):,} lines; the limit per batch is {limit:,}")
+    form = f"{voice}|{format}|{sample_rate}|{priority}|{name}|{callback_url}|{callback_events}".encode()
+    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/batches/upload", form, data)
+    options = BatchOptions(voice=voice, format=format, sample_rate=sample_rate, priority=priority, name=name)
+    columns = creating.owner_columns(state, key, kind="batch", callback_url=callback_url,
+                                     callback_events=callback_events)
+    batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_batch(
+        s, state.settings, corpus, options, source=source, **columns))
+    return _created(session, state, batch_id, created)
+
+
+@router.get("", response_model=BatchPage)
+def list_batches(key: CurrentKey, session: Session, cursor: str | None = None,
+                 limit: Annotated[int, Query(ge=1, le=200)] = 50) -> BatchPage:
+    """Your batches, newest first."""
+    rows = owned.list_batches(session, owner=key.id, limit=limit + 1,
+                              after=pagination.decode_batch_cursor(cursor))
+    page = rows[:limit]
+    nxt = pagination.encode(page[-1].created_at, page[-1].id) if len(rows) > limit else None
+    return BatchPage(data=[batch_out(session, b) for b in page], next_cursor=nxt)
+
+
+@router.get("/{batch_id}", response_model=BatchOut, responses=NOT_FOUND)
+def get_batch(batch_id: str, key: CurrentKey, session: Session) -> BatchOut:
+    return batch_out(session, _own(session, key, batch_id))
+
+
+@router.get("/{batch_id}/items", response_model=JobPage, responses=NOT_FOUND)
+def list_items(batch_id: str, key: CurrentKey, session: Session, state: JobStatus | None = None,
+               cursor: str | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JobPage:
+    """The batch's jobs in item order, optionally one state only."""
+    batch = _own(session, key, batch_id)
+    rows = owned.list_items(session, batch_id=batch.id, limit=limit + 1, state=state,
+                            after=pagination.decode_item_cursor(cursor))
+    page = rows[:limit]
+    nxt = pagination.encode(page[-1][0].line_no, page[-1][0].id) if len(rows) > limit else None
+    return JobPage(data=[job_out(j, m) for j, m in page], next_cursor=nxt)
+
+
+@router.post("/{batch_id}/cancel", response_model=CancelOut, responses=NOT_FOUND)
+def cancel_batch(batch_id: str, key: CurrentKey, session: Session, state: State) -> CancelOut:
+    """Queued jobs are cancelled; running ones finish; finished results are kept."""
+    batch = _own(session, key, batch_id)
+    cancelled = lifecycle.cancel(session, state.store, batch.id)
+    session.commit()
+    return CancelOut(cancelled=cancelled)
+
+
+@router.delete("/{batch_id}", response_model=DeleteOut,
+               responses={**NOT_FOUND, 409: {"description": "jobs still running"}})
+def delete_batch(batch_id: str, key: CurrentKey, session: Session, state: State) -> DeleteOut:
+    """Remove the batch's audio, manifest and rows. Refused (409) while a job is running."""
+    batch = _own(session, key, batch_id)
+    try:
+        removed = lifecycle.delete(session, state.store, batch.id)
+    except lifecycle.BatchBusyError as e:
+        session.commit()  # the queued jobs stay cancelled
+        raise HTTPException(409, detail=str(e)) from e
+    session.commit()
+    return DeleteOut(deleted=True, objects_removed=removed)

@@ -1,0 +1,131 @@
+"""Single jobs: create, get, cancel, audio (presigned redirect or bytes), live stream."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, HTTPException
+from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from api import creating, idempotency
+from api.deps import CurrentKey, Session, State
+from api.schemas import JobCreate, JobOut
+from api.streaming import CONTENT_TYPES, LiveStreamError, encode, open_live
+from api.views import job_out
+from pipeline import lifecycle
+from pipeline.audio import get_format
+from pipeline.db import owned
+from pipeline.db.models import Job, JobStatus
+from pipeline.db.models_api import ApiKey
+from pipeline.submit import BatchOptions, Item, create_item_batch
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+NOT_FOUND = {404: {"description": "no such job for this key"}}
+
+
+def own_job(session, key: ApiKey, job_id: str) -> Job:
+    job = owned.get_job(session, owner=key.id, job_id=job_id)
+    if job is None:
+        raise HTTPException(404, detail=f"job {job_id} not found")
+    return job
+
+
+def job_body(session, job_id: str) -> dict:
+    job = session.get(Job, job_id)
+    session.refresh(job)
+    return job_out(job, owned.job_metrics(session, job.id)).model_dump(mode="json")
+
+
+@router.post("", status_code=201, response_model=JobOut, responses={409: {"description": "Idempotency-Key reused"}})
+def create_job(body: JobCreate, key: CurrentKey, state: State, session: Session,
+               idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> JSONResponse:
+    """One text. priority=realtime goes ahead of batch work and streams live (GET .../stream)."""
+    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/jobs", body.model_dump_json().encode())
+    item = Item(text=body.text, client_id=body.client_id or "job")
+    options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
+                           priority=body.priority)
+    columns = creating.owner_columns(state, key, kind="job", callback_url=body.callback_url,
+                                     callback_events=body.callback_events)
+    job_id, created = creating.create(state, session, claim, "job", lambda s: create_item_batch(
+        s, state.settings, [item], options, source="api", **columns))
+    return JSONResponse(job_body(session, job_id), status_code=201,
+                        headers={"Idempotent-Replayed": "false" if created else "true"})
+
+
+@router.get("/{job_id}", response_model=JobOut, responses=NOT_FOUND)
+def get_job(job_id: str, key: CurrentKey, session: Session) -> JobOut:
+    job = own_job(session, key, job_id)
+    return job_out(job, owned.job_metrics(session, job.id))
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut, responses=NOT_FOUND)
+def cancel_job(job_id: str, key: CurrentKey, session: Session, state: State) -> JSONResponse:
+    """Cancels a pending or queued job; a running or finished one is left as it is (see status)."""
+    job = own_job(session, key, job_id)
+    lifecycle.cancel(session, state.store, job.batch_id, [job.id])
+    session.commit()
+    return JSONResponse(job_body(session, job.id))
+
+
+@router.get("/{job_id}/audio", responses={**NOT_FOUND, 307: {"description": "to a presigned URL"},
+                                          409: {"description": "not done yet"}})
+def get_audio(job_id: str, key: CurrentKey, session: Session, state: State, redirect: bool = True) -> Response:
+    """The finished audio: a 307 to a short-lived presigned URL on S3, else (or with
+    redirect=false) the bytes."""
+    job = own_job(session, key, job_id)
+    if job.status != JobStatus.DONE or not job.object_key:
+        raise HTTPException(409, detail=f"job {job.id} is {job.status.value}; audio exists once it is done")
+    if redirect:
+        url = state.store.presigned_url(job.object_key, state.settings.presign_seconds)
+        if url:
+            return RedirectResponse(url, status_code=307)
+    return Response(state.store.get(job.object_key), media_type=get_format(job.format).content_type)
+
+
+@router.get("/{job_id}/stream", responses={**NOT_FOUND, 409: {"description": "a batch job still queued"}})
+async def stream_job(job_id: str, key: CurrentKey, state: State,
+                     format: Literal["wav", "pcm"] = "wav") -> Response:
+    """Live audio while a realtime job renders (WAV with an open-ended header, or raw PCM16 with
+    X-Sample-Rate); a late joiner gets it from the start. A finished job whose live copy expired (or
+    a batch job) answers with its stored file."""
+    job = await run_in_threadpool(_load, state, key, job_id)
+    if job.priority != "realtime" and not job.status.terminal:
+        raise HTTPException(409, detail=f"job {job.id} is a batch job ({job.status.value}); live audio is "
+                                        "for realtime jobs; its file is at /v1/jobs/{id}/audio once done")
+    live = await open_live_or_fail(state, job.id)
+    if live is None:
+        return await run_in_threadpool(stored_audio, state, job.id)
+    headers = {"X-Sample-Rate": str(live.sample_rate), "Cache-Control": "no-store"}
+    return StreamingResponse(encode(live.pcm, live.sample_rate, format), media_type=CONTENT_TYPES[format],
+                             headers=headers)
+
+
+def _load(state, key: ApiKey, job_id: str) -> Job:
+    with state.sessions() as session:
+        return own_job(session, key, job_id)
+
+
+async def open_live_or_fail(state, job_id: str):
+    """The job's live stream, None if it finished without one, HTTP 422 if it failed."""
+    async def finished() -> bool:
+        return await run_in_threadpool(_finished, state, job_id)
+    try:
+        return await open_live(state.aredis, job_id, finished)
+    except LiveStreamError as e:
+        raise HTTPException(422, detail=f"job {job_id} produced no audio: {e}") from e
+
+
+def _finished(state, job_id: str) -> bool:
+    with state.sessions() as session:
+        job = session.get(Job, job_id)
+        return job is None or job.status.terminal
+
+
+def stored_audio(state, job_id: str) -> Response:
+    with state.sessions() as session:
+        job = session.get(Job, job_id)
+    if job is None or job.status != JobStatus.DONE or not job.object_key:
+        reason = job.error if job is not None and job.error else (job.status.value if job else "deleted")
+        raise HTTPException(422, detail=f"job {job_id} produced no audio: {reason}")
+    return Response(state.store.get(job.object_key), media_type=get_format(job.format).content_type)

@@ -1,0 +1,80 @@
+"""POST /v1/audio/speech, compatible with OpenAI's speech API: existing clients point their base URL
+at synth and keep working. The text becomes a realtime job (realtime queue); the response streams
+the job's live audio as the worker produces it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, HTTPException
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from api import creating, idempotency
+from api.deps import CurrentKey, State
+from api.routes.jobs import open_live_or_fail
+from api.schemas import SpeechCreate
+from api.streaming import CONTENT_TYPES, SPEECH_FORMATS, encode, once, wav_pcm
+from pipeline.db.models import Job
+from pipeline.db.models_api import ApiKey
+from pipeline.engines.registry import engine_voices
+from pipeline.settings import Settings
+from pipeline.submit import BatchOptions, Item, create_item_batch
+
+router = APIRouter(prefix="/v1/audio", tags=["openai"])
+
+# OpenAI's voice names. With api_map_openai_voices they speak with synth's default voice.
+OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova",
+                           "onyx", "sage", "shimmer", "verse"})
+
+
+def pick_voice(settings: Settings, voice: str) -> str | None:
+    """The engine voice to use (None: the default), or HTTP 400 with the choices."""
+    voices = engine_voices(settings.engine_settings())
+    if voice in voices:
+        return voice
+    if settings.api_map_openai_voices and voice in OPENAI_VOICES:
+        return None
+    extra = " (or an OpenAI voice name, spoken by the default voice)" if settings.api_map_openai_voices else ""
+    raise HTTPException(400, detail=f"unknown voice {voice!r}; choose one of {', '.join(voices)}{extra}")
+
+
+@router.post("/speech", response_class=StreamingResponse,
+             responses={200: {"content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))},
+                              "description": "audio, streamed as it is synthesized"},
+                        400: {"description": "unknown voice or format"}})
+async def speech(body: SpeechCreate, key: CurrentKey, state: State,
+                 idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> StreamingResponse:
+    if body.response_format not in SPEECH_FORMATS:
+        raise HTTPException(400, detail=f"unsupported response_format {body.response_format!r}; "
+                                        f"choose one of {', '.join(SPEECH_FORMATS)}")
+    voice = pick_voice(state.settings, body.voice)
+    job_id = await run_in_threadpool(_create, state, key, body, voice, idempotency_key)
+    live = await open_live_or_fail(state, job_id)
+    if live is None:  # an Idempotency-Key replay after the live copy expired: the stored WAV
+        rate, pcm = wav_pcm(await run_in_threadpool(_stored_wav, state, job_id))
+        source, sample_rate = once(pcm), rate
+    else:
+        source, sample_rate = live.pcm, live.sample_rate
+    return StreamingResponse(encode(source, sample_rate, body.response_format, body.speed),
+                             media_type=CONTENT_TYPES[body.response_format],
+                             headers={"X-Job-Id": job_id, "Cache-Control": "no-store"})
+
+
+def _create(state, key: ApiKey, body: SpeechCreate, voice: str | None, idempotency_key: str | None) -> str:
+    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/audio/speech", body.model_dump_json().encode())
+    options = BatchOptions(voice=voice, format="wav", priority="realtime")  # stored copy: WAV
+    columns = creating.owner_columns(state, key, kind="job")
+    with state.sessions() as session:
+        job_id, _ = creating.create(state, session, claim, "job", lambda s: create_item_batch(
+            s, state.settings, [Item(text=body.input, client_id="speech")], options, source="api:speech",
+            **columns))
+    return job_id
+
+
+def _stored_wav(state, job_id: str) -> bytes:
+    with state.sessions() as session:
+        job = session.get(Job, job_id)
+        if job is None or job.object_key is None or job.format != "wav":
+            raise HTTPException(422, detail=f"job {job_id} produced no audio: {job.error if job else 'deleted'}")
+        return state.store.get(job.object_key)

@@ -1,0 +1,132 @@
+"""Request and response bodies of the HTTP API (tables live in pipeline/db/)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Priority = Literal["batch", "realtime"]
+CallbackEvent = Literal["job.finished", "job.failed", "batch.finished"]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Callback(_In):
+    callback_url: str | None = Field(None, max_length=2000, pattern=r"^https?://\S+$", description="POSTed (signed) on the events below")
+    callback_events: list[CallbackEvent] | None = Field(None, max_length=3)
+
+
+class ItemIn(_In):
+    client_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$",
+                                  description="Your id for this item, unique in the batch; default item-NNNNNN")
+    text: str = Field(min_length=1)
+    voice: str | None = Field(None, max_length=64)
+    format: str | None = Field(None, max_length=8)
+    sample_rate: int | None = None
+
+
+class BatchCreate(Callback):
+    name: str | None = Field(None, max_length=200)
+    items: list[ItemIn] = Field(min_length=1)
+    voice: str | None = Field(None, max_length=64, description="Default for items without one")
+    format: str | None = Field(None, max_length=8)
+    sample_rate: int | None = None
+    priority: Priority = "batch"
+
+
+class JobCreate(Callback):
+    text: str = Field(min_length=1)
+    client_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
+    voice: str | None = Field(None, max_length=64)
+    format: str | None = Field(None, max_length=8)
+    sample_rate: int | None = None
+    priority: Priority = "batch"
+
+
+class SpeechCreate(BaseModel):
+    """OpenAI's POST /v1/audio/speech body."""
+
+    model: str = Field(min_length=1, max_length=200, description="Accepted and recorded nowhere: synth has one engine")
+    input: str = Field(min_length=1)
+    voice: str = Field(min_length=1, max_length=64)
+    response_format: str = "mp3"
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+    instructions: str | None = Field(None, max_length=4096, description="Accepted, ignored")
+    stream_format: Literal["audio"] | None = None
+
+
+class JobOut(BaseModel):
+    id: str
+    batch_id: str
+    client_id: str
+    status: str
+    voice: str
+    format: str
+    sample_rate: int | None
+    priority: str
+    characters: int
+    attempts: int
+    error: str | None
+    audio_seconds: float | None
+    ttfb_seconds: float | None
+    created_at: datetime
+    finished_at: datetime | None
+    audio_url: str | None = Field(description="GET it for the audio once status is done")
+    stream_url: str
+
+
+class BatchOut(BaseModel):
+    id: str
+    name: str | None
+    status: Literal["queued", "running", "finished", "cancelled"]
+    voice: str
+    format: str
+    sample_rate: int | None
+    priority: str
+    total: int
+    counts: dict[str, int]
+    progress: float = Field(description="Finished (done, failed, cancelled) / total")
+    audio_seconds: float
+    billable_characters: int
+    callback_url: str | None
+    callback_events: list[str] | None
+    created_at: datetime
+    finished_at: datetime | None
+    cancelled_at: datetime | None
+    expires_at: datetime | None
+
+
+class BatchPage(BaseModel):
+    data: list[BatchOut]
+    next_cursor: str | None
+
+
+class JobPage(BaseModel):
+    data: list[JobOut]
+    next_cursor: str | None
+
+
+class CancelOut(BaseModel):
+    cancelled: int
+
+
+class DeleteOut(BaseModel):
+    deleted: bool
+    objects_removed: int
+
+
+class Voices(BaseModel):
+    engine: str
+    default: str | None
+    voices: list[str]
+
+
+class Formats(BaseModel):
+    formats: list[str] = Field(description="Stored formats (jobs and batches)")
+    sample_rates: list[int]
+    stream_formats: list[str] = Field(description="GET /v1/jobs/{id}/stream")
+    speech_formats: list[str] = Field(description="POST /v1/audio/speech response_format")

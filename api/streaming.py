@@ -1,0 +1,176 @@
+"""Live audio over HTTP: read a job's Redis stream (pipeline/live.py) from its first entry, so a late
+joiner gets everything already produced, then block for the rest; encode as it arrives (streamed WAV
+with an open-ended header, raw PCM, or mp3/opus/aac/flac through an ffmpeg pipe).
+
+A stream that breaks (the job failed mid-way, the live copy expired, ffmpeg died) raises, so the HTTP
+response is cut off without its final chunk: the client sees an incomplete transfer, never a short
+file that looks whole."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+import time
+import wave
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from pipeline.audio import ffmpeg_exe
+from pipeline.live import END, PCM, START, stream_key
+
+STREAM_FORMATS = ("wav", "pcm")
+SPEECH_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
+                 "wav": "audio/wav", "pcm": "audio/pcm"}
+OPENAI_PCM_RATE = 24_000     # OpenAI's `pcm` is 24 kHz 16-bit mono
+START_WAIT_S = 300.0         # how long a reader waits for a queued job to start
+IDLE_S = 120.0               # longest silence between two chunks of a running job
+_POLL_MS = 1000
+_FFMPEG_ARGS = {
+    "mp3": ["-c:a", "libmp3lame", "-b:a", "64k", "-f", "mp3"],
+    "opus": ["-ar", "48000", "-c:a", "libopus", "-b:a", "32k", "-f", "ogg"],
+    "aac": ["-c:a", "aac", "-b:a", "64k", "-f", "adts"],
+    "flac": ["-c:a", "flac", "-f", "flac"],
+    "wav": ["-f", "wav"],
+    "pcm": ["-ar", str(OPENAI_PCM_RATE), "-f", "s16le"],
+}
+
+
+class LiveStreamError(Exception):
+    """The live audio cannot be completed; the message says why."""
+
+
+@dataclass
+class LiveStream:
+    sample_rate: int
+    pcm: AsyncIterator[bytes]   # little-endian int16 mono
+
+
+async def open_live(client: aioredis.Redis, job_id: str, job_finished: Callable[[], Awaitable[bool]],
+                    wait_s: float = START_WAIT_S) -> LiveStream | None:
+    """Wait for the job's live audio to start. None when the job finished without one (a batch job,
+    or its live copy expired): the caller falls back to the stored file. LiveStreamError when the
+    job failed before its first audio, or did not start within ``wait_s``."""
+    key, last = stream_key(job_id), "0"
+    deadline = time.monotonic() + wait_s
+    while True:
+        reply = await client.xread({key: last}, count=1, block=_POLL_MS)
+        if reply:
+            entry_id, fields = reply[0][1][0]
+            last = entry_id
+            if fields[b"kind"] == START:
+                return LiveStream(int(fields[b"rate"]), _pcm(client, key, entry_id))
+            if fields[b"kind"] == END and fields.get(b"error"):
+                raise LiveStreamError(fields[b"error"].decode(errors="replace"))
+            continue
+        if await job_finished():
+            return None
+        if time.monotonic() > deadline:
+            raise LiveStreamError(f"the job did not start within {wait_s:.0f} s")
+
+
+async def _pcm(client: aioredis.Redis, key: str, last: bytes) -> AsyncIterator[bytes]:
+    idle_since = time.monotonic()
+    while True:
+        reply = await client.xread({key: last}, count=64, block=_POLL_MS)
+        if not reply:
+            if not await client.exists(key):
+                raise LiveStreamError("the live audio expired before it ended")
+            if time.monotonic() - idle_since > IDLE_S:
+                raise LiveStreamError(f"no audio for {IDLE_S:.0f} s")
+            continue
+        idle_since = time.monotonic()
+        for entry_id, fields in reply[0][1]:
+            last = entry_id
+            kind = fields[b"kind"]
+            if kind == PCM:
+                yield fields[b"data"]
+            elif kind == END:
+                if fields.get(b"error"):
+                    raise LiveStreamError(fields[b"error"].decode(errors="replace"))
+                return
+            elif kind == START:
+                raise LiveStreamError("the job was restarted by a retry; request the stream again")
+
+
+def wav_header(sample_rate: int) -> bytes:
+    """A PCM16 mono WAV header whose sizes say "unknown" (0xFFFFFFFF), as streaming servers send."""
+    unknown = 0xFFFFFFFF
+    return (b"RIFF" + struct.pack("<I", unknown) + b"WAVE"
+            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+            + b"data" + struct.pack("<I", unknown))
+
+
+def wav_pcm(data: bytes) -> tuple[int, bytes]:
+    """(sample rate, PCM16 frames) of a stored mono 16-bit WAV file."""
+    with wave.open(io.BytesIO(data)) as w:
+        return w.getframerate(), w.readframes(w.getnframes())
+
+
+async def once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def encode(pcm: AsyncIterator[bytes], sample_rate: int, fmt: str, speed: float = 1.0) -> AsyncIterator[bytes]:
+    """PCM16 chunks -> ``fmt`` chunks, as they come."""
+    if speed == 1.0 and fmt == "wav":
+        yield wav_header(sample_rate)
+        async for chunk in pcm:
+            yield chunk
+        return
+    if speed == 1.0 and fmt == "pcm" and sample_rate == OPENAI_PCM_RATE:
+        async for chunk in pcm:
+            yield chunk
+        return
+    async for chunk in _ffmpeg(pcm, sample_rate, [*_tempo(speed), *_FFMPEG_ARGS[fmt]]):
+        yield chunk
+
+
+def _tempo(speed: float) -> list[str]:
+    if speed == 1.0:
+        return []
+    steps = []
+    while speed > 2.0:
+        steps.append(2.0)
+        speed /= 2.0
+    while speed < 0.5:
+        steps.append(0.5)
+        speed /= 0.5
+    steps.append(speed)
+    return ["-filter:a", ",".join(f"atempo={s:.6f}" for s in steps)]
+
+
+async def _ffmpeg(pcm: AsyncIterator[bytes], sample_rate: int, out_args: list[str]) -> AsyncIterator[bytes]:
+    proc = await asyncio.create_subprocess_exec(
+        ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-f", "s16le", "-ar", str(sample_rate), "-ac", "1",
+        "-i", "pipe:0", *out_args, "-flush_packets", "1", "pipe:1",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+    async def feed() -> None:
+        try:
+            async for chunk in pcm:
+                proc.stdin.write(chunk)
+                await proc.stdin.drain()
+        except BaseException:
+            proc.kill()  # no finished-looking file from a broken stream
+            raise
+        finally:
+            proc.stdin.close()
+
+    feeder = asyncio.create_task(feed())
+    try:
+        while chunk := await proc.stdout.read(16384):
+            yield chunk
+        await feeder
+        if await proc.wait() != 0:
+            err = (await proc.stderr.read()).decode(errors="replace").strip()
+            raise LiveStreamError(f"ffmpeg failed: {err[:300]}")
+    finally:
+        if not feeder.done():
+            feeder.cancel()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

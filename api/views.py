@@ -1,0 +1,46 @@
+"""Rows -> response bodies."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from api.schemas import BatchOut, JobOut
+from pipeline.db import owned
+from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, as_utc
+
+
+def _utc(value):
+    return as_utc(value) if value is not None else None
+
+
+def job_out(job: Job, metrics: JobMetrics | None) -> JobOut:
+    return JobOut(
+        id=job.id, batch_id=job.batch_id, client_id=job.client_id, status=job.status.value, voice=job.voice,
+        format=job.format, sample_rate=job.sample_rate, priority=job.priority, characters=len(job.text),
+        attempts=job.attempts, error=job.error,
+        audio_seconds=metrics.audio_s if metrics else None, ttfb_seconds=metrics.ttfb_s if metrics else None,
+        created_at=_utc(job.created_at), finished_at=_utc(job.finished_at),
+        audio_url=f"/v1/jobs/{job.id}/audio" if job.status == JobStatus.DONE else None,
+        stream_url=f"/v1/jobs/{job.id}/stream",
+    )
+
+
+def batch_out(session: Session, batch: Batch) -> BatchOut:
+    stats = owned.batch_stats(session, batch.id)
+    finished = stats.finished == stats.total
+    if finished:
+        status = "cancelled" if batch.cancelled_at is not None else "finished"
+    elif stats.counts[JobStatus.RUNNING] or stats.finished:
+        status = "running"
+    else:
+        status = "queued"
+    return BatchOut(
+        id=batch.id, name=batch.name, status=status, voice=batch.voice, format=batch.format,
+        sample_rate=batch.sample_rate, priority=batch.priority, total=stats.total,
+        counts={s.value: n for s, n in stats.counts.items()},
+        progress=round(stats.finished / stats.total, 4) if stats.total else 1.0,
+        audio_seconds=round(stats.audio_seconds, 3), billable_characters=stats.billable_characters,
+        callback_url=batch.callback_url, callback_events=batch.callback_events,
+        created_at=_utc(batch.created_at), finished_at=_utc(batch.finished_at),
+        cancelled_at=_utc(batch.cancelled_at), expires_at=_utc(batch.expires_at),
+    )

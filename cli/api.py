@@ -1,0 +1,28 @@
+"""`synth api`: the REST API under uvicorn."""
+
+from __future__ import annotations
+
+import click
+
+from cli.context import broker, open_database
+from pipeline.errors import InputError
+from pipeline.settings import Settings
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+def api(host: str, port: int) -> None:
+    """Serve the REST API (OpenAPI at /openapi.json, docs at /docs). Needs the database at the
+    current schema; with no SYNTH_REDIS_URL it starts the embedded Redis (then workers must run on
+    this machine: `synth worker`)."""
+    try:
+        import uvicorn
+
+        from api.app import create_app
+    except ImportError as e:
+        raise InputError(f"the API needs its extra: pip install 'synth[api]' ({e})") from e
+    settings = Settings()
+    open_database(settings)  # refuse to start on an unmigrated database
+    with broker(settings) as broker_url:
+        uvicorn.run(create_app(settings, broker_url=broker_url), host=host, port=port, log_level="info")

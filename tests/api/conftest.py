@@ -1,0 +1,115 @@
+"""A real API server (uvicorn on a loopback port, in a thread) over the real services of
+tests/conftest.py, keys made through pipeline.api_keys, and a real Celery worker thread with Piper."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import uvicorn
+from celery.contrib.testing.worker import start_worker
+
+from api.app import create_app
+from pipeline import api_keys
+from pipeline.db.session import make_engine, make_sessionmaker
+from pipeline.routing import all_queues
+from tests.conftest import free_port
+from worker.app import make_app
+from worker.boot import boot
+
+
+class Server:
+    def __init__(self, app) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def serve(settings, redis_url: str):
+    return Server(create_app(settings, broker_url=redis_url))
+
+
+@pytest.fixture
+def api_settings(settings):
+    """Tests that need a different setting override it with api_settings.with_overrides(...)."""
+    return settings
+
+
+@pytest.fixture
+def api_server(api_settings, redis_url) -> Iterator[Server]:
+    with serve(api_settings, redis_url) as server:
+        yield server
+
+
+@pytest.fixture
+def new_key(database_url):
+    """new_key(name) -> a plaintext key, created in the test database."""
+    engine = make_engine(database_url)
+    sessions = make_sessionmaker(engine)
+
+    def make(name: str = "tenant") -> str:
+        with sessions() as session:
+            created = api_keys.create_key(session, name=name)
+            session.commit()
+        return created.plaintext
+
+    yield make
+    engine.dispose()
+
+
+def client_for(server: Server, key: str | None, **kw) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=server.url, headers=headers, timeout=120, **kw)
+
+
+@pytest.fixture
+def client(api_server, new_key) -> Iterator[httpx.Client]:
+    with client_for(api_server, new_key("a")) as c:
+        yield c
+
+
+@pytest.fixture
+def running_worker(api_settings, redis_url, piper_engine):
+    app = make_app(api_settings, redis_url)
+    boot(app, engine=piper_engine)
+    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False,
+                      queues=all_queues(api_settings.bucket_seconds), shutdown_timeout=30):
+        yield app
+
+
+def wait_job(client: httpx.Client, job_id: str, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = client.get(f"/v1/jobs/{job_id}").json()
+        if body["status"] in ("done", "failed", "cancelled"):
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not finish: {body}")
+
+
+def wait_batch(client: httpx.Client, batch_id: str, timeout: float = 180) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = client.get(f"/v1/batches/{batch_id}").json()
+        if body["status"] in ("finished", "cancelled"):
+            return body
+        time.sleep(0.2)
+    raise AssertionError(f"batch {batch_id} did not finish: {body}")
