@@ -10,7 +10,7 @@ import click
 @click.command()
 @click.option("--gpu", type=int, help="Pin this worker to GPU N (sets CUDA_VISIBLE_DEVICES before torch loads).")
 @click.option("--cpu", "cpu_only", is_flag=True, help="Hide all GPUs from this worker.")
-@click.option("-Q", "--queues", help="Comma-separated queues [default: realtime and every length bucket].")
+@click.option("-Q", "--queues", help="Comma-separated queues [default: realtime, callbacks and every length bucket].")
 @click.option("-c", "--concurrency", type=int, help="Tasks in flight [default: SYNTH_WORKER_CONCURRENCY].")
 @click.option("--loglevel", default="INFO", show_default=True)
 @click.option("-n", "--hostname", help="Celery node name [default: synth-gpuN@host or synth-cpu@host].")
@@ -27,9 +27,8 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     pin_gpu(gpu, cpu_only)  # before anything imports torch
 
     from cli.context import broker, open_database
-    from pipeline.routing import all_queues
     from pipeline.settings import Settings
-    from worker.app import make_app
+    from worker.app import default_queues, make_app
     from worker.boot import boot
 
     settings = Settings()
@@ -41,10 +40,13 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     with broker(settings) as broker_url:
         app = make_app(settings, broker_url)
         boot(app)
+        from worker.metrics import install as install_metrics
+
+        install_metrics(app, broker_url)  # Prometheus (SYNTH_WORKER_METRICS_PORT) + Redis heartbeat
         name = hostname or f"synth-{'gpu' + str(gpu) if gpu is not None else 'cpu'}-{os.getpid()}@%h"
         app.worker_main([
             "worker", "--pool", "threads",
             "--concurrency", str(concurrency or settings.worker_concurrency),
-            "--queues", queues or ",".join(all_queues(settings.bucket_seconds)),
+            "--queues", queues or ",".join(default_queues(settings)),
             "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle",
         ])

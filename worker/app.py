@@ -9,11 +9,22 @@ from pipeline.routing import all_queues
 from pipeline.settings import Settings
 
 
+def default_queues(settings: Settings) -> list[str]:
+    """What a worker consumes unless told otherwise, in polling order: realtime, then callbacks
+    (short, and late callbacks are what clients notice), then the length buckets."""
+    from worker.callbacks import CALLBACK_QUEUE  # noqa: PLC0415
+
+    realtime, *buckets = all_queues(settings.bucket_seconds)
+    return [realtime, CALLBACK_QUEUE, *buckets]
+
+
 def make_app(settings: Settings, broker_url: str) -> Celery:
     app = Celery("synth", broker=broker_url, set_as_current=False)
+    from worker import callbacks  # noqa: PLC0415 — callback delivery: its queue, tasks and render hook
+
     queues = all_queues(settings.bucket_seconds)
     app.conf.update(
-        task_queues=[Queue(name, routing_key=name) for name in queues],
+        task_queues=[Queue(name, routing_key=name) for name in [*queues, callbacks.CALLBACK_QUEUE]],
         task_default_queue=queues[1],
         task_serializer="json",
         accept_content=["json"],
@@ -54,4 +65,5 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
     from worker import beat  # noqa: PLC0415 — the nightly report task and the beat schedule
 
     beat.register(app)
+    callbacks.register(app)  # after beat: it adds the webhook sweep to the beat schedule
     return app

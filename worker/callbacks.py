@@ -1,0 +1,102 @@
+"""Callbacks, attached to the worker as a hook (one file, like a dramatiq middleware):
+
+- after every run of the render task (Celery's task_postrun signal, also after a retry or a
+  failure), the events of its jobs and batches go into the outbox (pipeline/webhooks/outbox.py,
+  deduplicated by event id) and each new delivery is enqueued;
+- "synth.deliver_webhook" on its own queue "callbacks" makes one attempt and, if it failed,
+  enqueues the next one with a countdown from the retry schedule (full jitter);
+- "synth.sweep_webhooks", on the beat schedule, re-enqueues deliveries whose next attempt is long
+  overdue (their message was lost with a worker).
+
+Long countdowns and Redis: a message whose ETA lies beyond the visibility timeout is handed to a
+second worker when the timeout runs out. Both then hold it; the attempt is claimed with a
+conditional UPDATE (deliveries.claim), so only one of them sends it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from celery import Celery
+from celery.signals import task_postrun
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.db.models import utcnow
+from pipeline.db.session import make_engine, make_sessionmaker
+from pipeline.webhooks import deliveries, outbox
+from pipeline.webhooks.delivery import DeliveryConfig, deliver
+from worker.tasks import RENDER_TASK
+
+log = logging.getLogger(__name__)
+
+CALLBACK_QUEUE = "callbacks"
+DELIVER_TASK = "synth.deliver_webhook"
+SWEEP_TASK = "synth.sweep_webhooks"
+_lock = threading.Lock()
+
+
+def register(app: Celery) -> None:
+    settings = app.synth_settings
+    config = DeliveryConfig.from_settings(settings)
+
+    @app.task(name=DELIVER_TASK, queue=CALLBACK_QUEUE, shared=False, ignore_result=True)
+    def deliver_webhook(delivery_id: str, attempt_no: int = 1) -> dict:
+        result = deliver(_sessions(app), config, delivery_id, attempt_no)
+        if result.retry_in is not None:
+            enqueue(app, [delivery_id], attempt_no=attempt_no + 1, countdown=result.retry_in)
+        return {"claimed": result.claimed, "succeeded": result.succeeded, "retry_in": result.retry_in}
+
+    @app.task(name=SWEEP_TASK, queue=CALLBACK_QUEUE, shared=False, ignore_result=True)
+    def sweep_webhooks() -> int:
+        # Overdue by more than a request timeout and a minute: no live message can still hold it.
+        cutoff = utcnow() - timedelta(seconds=config.timeout + 60)
+        with _sessions(app)() as session:
+            due = deliveries.overdue(session, older_than=cutoff)
+        for delivery_id, attempt_no in due:
+            enqueue(app, [delivery_id], attempt_no=attempt_no)
+        return len(due)
+
+    schedule = dict(app.conf.beat_schedule or {})
+    schedule["sweep-webhooks"] = {"task": SWEEP_TASK, "schedule": 600.0}
+    app.conf.beat_schedule = schedule
+    task_postrun.connect(_after_render, weak=False, dispatch_uid="synth.callbacks.after_render")
+
+
+def enqueue(app: Celery, delivery_ids: list[str], *, attempt_no: int = 1, countdown: float | None = None) -> None:
+    for delivery_id in delivery_ids:
+        app.send_task(DELIVER_TASK, args=[delivery_id, attempt_no], queue=CALLBACK_QUEUE, countdown=countdown)
+
+
+def emit(app: Celery, sessions: sessionmaker[Session], job_ids: list[str], audio_url=None) -> list[str]:
+    """Record the events of these jobs (and their finished batches) and enqueue new deliveries."""
+    with sessions() as session:
+        ids = outbox.emit_for_jobs(session, job_ids, audio_url=audio_url)
+        session.commit()
+    enqueue(app, ids)
+    return ids
+
+
+def _after_render(sender=None, args=None, kwargs=None, **_) -> None:
+    """task_postrun of any task; acts on synth.render only. Runs in the worker thread that ran it."""
+    if getattr(sender, "name", None) != RENDER_TASK:
+        return
+    app = sender.app
+    runtime = getattr(app, "synth_runtime", None)
+    job_ids = (args or [None])[0] or (kwargs or {}).get("job_ids") or []
+    if runtime is None or DELIVER_TASK not in app.tasks or not job_ids:
+        return
+    try:
+        emit(app, runtime.renderer.sessions, list(job_ids), audio_url=runtime.renderer.store.url)
+    except Exception:  # the task's own outcome stands; a redelivery or retry of it emits again
+        log.exception("could not emit callback events for %d jobs", len(job_ids))
+
+
+def _sessions(app: Celery) -> sessionmaker[Session]:
+    """A session factory of its own, so a callbacks-only worker never loads an engine."""
+    with _lock:
+        sessions = getattr(app, "synth_webhook_sessions", None)
+        if sessions is None:
+            sessions = app.synth_webhook_sessions = make_sessionmaker(make_engine(app.synth_settings.sqlalchemy_url))
+        return sessions
