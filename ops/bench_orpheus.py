@@ -1,14 +1,22 @@
-"""Benchmark the Orpheus engine against transformers generate(), per quantization mode.
+"""Benchmark the Orpheus engine against transformers generate() and the part-1 engine.
 
-    python ops/bench_orpheus.py --model random-3b --quant none,int8,nf4,fp8 --lines 64 \\
-        --json ops/results/orpheus.json --markdown ops/results/orpheus.md      # on the GPU
-    python ops/bench_orpheus.py --model /tmp/tiny --device cpu --lines 4 --max-budget 35   # smoke
+    python ops/bench_orpheus.py --model random-3b --lines 500 --subset 32 --streams 128 \\
+        --json ops/results/orpheus.json --markdown ops/results/orpheus.md       # on the GPU
+    python ops/bench_orpheus.py --model /tmp/tiny --device cpu --lines 4 --subset 2 --streams 2 \\
+        --max-budget 35 --rows 4 --context 256                                   # smoke
 
-Workloads (ANCHORS.md) on a spread of bench.txt lines: W1 = the lines as one batch of jobs;
-W2 = W1 plus ``--streams`` realtime jobs submitted with it. Random weights never emit end-of-speech,
-so every job runs a budget of 82.03 tokens per second of expected speech (15 characters per second),
-capped at ``--max-budget``; the output says so. generate() one at a time runs only the first
-``--generate1-jobs`` jobs (its rate per job does not depend on the others).
+Approaches, all in one run on one device (``--approaches``):
+  fast       the continuous-batching engine (part 2) on the whole workload (W1), and on the subset
+  part1      part 1's engine (length-bucketed static batches, eager) on the subset
+  static     transformers generate() on padded static batches of --max-batch, on the subset
+  generate1  transformers generate() one job at a time, on --generate1-jobs jobs
+  w2         W1 running plus --streams realtime streams arriving over --spread seconds
+  single     one realtime stream alone (median of --single-runs)
+  logits     our decoder against transformers with the same weights (relative L2 of logits)
+
+Lines are split as the renderer splits them (to the engine's max_text_chars). Random weights never
+emit end-of-speech, so every chunk runs a budget of 82.03 tokens per second of expected speech (15
+characters per second), capped at --max-budget; the output says so.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ops.orpheus_bench import report  # noqa: E402
 from ops.orpheus_bench.models import load_model  # noqa: E402
 from ops.orpheus_bench.runs import PARAMS, Job, run_generate, run_synth  # noqa: E402
-from pipeline.engines.orpheus.engine import OrpheusEngine, token_budget  # noqa: E402
+from ops.orpheus_bench.streams import logits_check, run_streams  # noqa: E402
+from pipeline import text as texts  # noqa: E402
+from pipeline.engines.orpheus.engine import OrpheusEngine, text_chars_for, token_budget  # noqa: E402
 
 WARM_TOKENS = 35
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "shared" / "corpus" / "bench.txt"
@@ -36,13 +46,20 @@ def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="random-3b", help="random-3b or a checkpoint folder/hub id")
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
-    ap.add_argument("--lines", type=int, default=64, help="corpus lines, spread over the file")
-    ap.add_argument("--max-budget", type=int, default=700, help="token cap per job")
-    ap.add_argument("--streams", type=int, default=4, help="W2 realtime streams")
+    ap.add_argument("--lines", type=int, default=500, help="corpus lines for W1, spread over the file")
+    ap.add_argument("--subset", type=int, default=32, help="lines for the slow baselines")
+    ap.add_argument("--max-budget", type=int, default=2000, help="token cap per chunk")
+    ap.add_argument("--streams", type=int, default=128, help="W2 realtime streams")
+    ap.add_argument("--spread", type=float, default=2.0, help="W2 streams arrive over this many s")
+    ap.add_argument("--single-runs", type=int, default=5)
     ap.add_argument("--generate1-jobs", type=int, default=2)
     ap.add_argument("--quant", default="none", help="comma list of none,int8,nf4,fp8")
-    ap.add_argument("--approaches", default="synth,static,generate1,w2")
-    ap.add_argument("--max-batch", type=int, default=64)
+    ap.add_argument("--approaches", default="logits,fast,single,w2,part1,static,generate1")
+    ap.add_argument("--max-batch", type=int, default=64, help="batch of the static baselines")
+    ap.add_argument("--rows", type=int, default=0, help="KV-cache rows (0: from free memory)")
+    ap.add_argument("--context", type=int, default=2048)
+    ap.add_argument("--realtime-rows", type=int, default=0)
+    ap.add_argument("--no-graphs", action="store_true")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--json", type=Path)
@@ -50,20 +67,28 @@ def parse(argv=None):
     return ap.parse_args(argv)
 
 
-def workload(args) -> tuple[list[Job], list[Job]]:
+def workload(args) -> tuple[list[Job], list[Job], list[Job]]:
+    """W1 chunks, the subset's chunks, and the realtime streams (one chunk each)."""
     lines = [ln.strip() for ln in args.corpus.read_text().splitlines() if ln.strip()]
-    step = max(1, len(lines) // args.lines)
-    picked = lines[::step][: args.lines]
+    chars = text_chars_for(args.context)
     budget = lambda text: token_budget(text, 1.0, 28, args.max_budget)  # noqa: E731
-    w1 = [Job(f"w1-{i}", t, budget(t)) for i, t in enumerate(picked)]
-    w2 = [Job(f"rt-{i}", t, budget(t), realtime=True)
-          for i, t in enumerate(lines[1::step][: args.streams])]
-    return w1, w2
+
+    def chunks(picked, prefix):
+        return [Job(f"{prefix}{i}.{k}", c, budget(c))
+                for i, line in enumerate(picked)
+                for k, c in enumerate(texts.split_chunks(texts.normalize(line), chars))]
+
+    w1 = chunks(lines[:: max(1, len(lines) // args.lines)][: args.lines], "w1-")
+    sub = chunks(lines[:: max(1, len(lines) // args.subset)][: args.subset], "sub-")
+    rt = [Job(f"rt-{i}", c.text, c.budget, realtime=True)
+          for i, c in enumerate(chunks(lines[1::3], "x")[: args.streams])]
+    return w1, sub, rt
 
 
-def measure(label, fn, lm, quant, rows):
+def measure(label, fn, lm, quant, rows, stats=None):
     import torch
 
+    before = stats() if stats else None
     if lm.device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -71,43 +96,91 @@ def measure(label, fn, lm, quant, rows):
     res = fn()
     peak = torch.cuda.max_memory_allocated() / 2**30 if lm.device.startswith("cuda") else None
     rows.append(report.row(label, quant, res, peak))
+    if stats:
+        after = stats()
+        d = {k: after[k] - before[k] for k in after}
+        rows[-1]["mean_rows"] = d["decode_rows"] / max(1, d["steps"])
+        rows[-1]["idle_slot_waste"] = 1 - d["decode_rows"] / max(1, d["padded_rows"])
+        rows[-1]["ms_per_step"] = 1000 * res.wall_s / max(1, d["steps"])
     print(report.line(rows[-1]), f"[{time.perf_counter() - t:.1f}s]", flush=True)
 
 
-def bench_mode(args, quant, w1, w2, rows, meta):
-    lm = load_model(args.model, args.device, args.dtype, quant)
-    engine = OrpheusEngine(lm, max_batch=args.max_batch, params=PARAMS, budget_policy="keep",
-                           budget_slack=1.0, budget_min=28, budget_max=args.max_budget)
-    meta["device"] = lm.choice.name
-    meta.setdefault("modes", {})[quant] = {"applied": lm.quant.applied, "kernel": lm.quant.kernel,
-                                           "fallback": lm.quant.fallback, "dtype": lm.choice.dtype_name}
-    warm(args, lm, w1)
+def make_engine(args, lm, loop: str, max_batch: int = 0, budget_max: int | None = None):
+    return OrpheusEngine(lm, max_batch=max_batch or args.rows, params=PARAMS, budget_policy="keep",
+                         budget_slack=1.0, budget_min=28 if budget_max is None else budget_max,
+                         budget_max=budget_max or args.max_budget, loop=loop, context=args.context,
+                         cuda_graphs=not args.no_graphs, realtime_rows=args.realtime_rows)
+
+
+def bench_mode(args, quant, jobs, rows, meta):
+    w1, sub, rt = jobs
     todo = args.approaches.split(",")
+    lm = load_model(args.model, args.device, args.dtype, quant)
+    meta["device"] = lm.choice.name
     label = f"{quant}" if lm.quant.applied == quant else f"{quant}->{lm.quant.applied}"
-    if "synth" in todo:
-        measure("synth W1", lambda: run_synth(engine, w1), lm, label, rows)
-    if "static" in todo:
-        measure("generate() static W1", lambda: run_generate(lm, w1, args.max_batch), lm, label, rows)
-    if "generate1" in todo:
-        jobs = w1[: args.generate1_jobs]
-        measure("generate() 1-at-a-time", lambda: run_generate(lm, jobs, 1), lm, label, rows)
+    mode = meta.setdefault("modes", {})[quant] = {
+        "applied": lm.quant.applied, "kernel": lm.quant.kernel, "fallback": lm.quant.fallback,
+        "dtype": lm.choice.dtype_name, "weights_gib": weight_gib(lm.model)}
+    if "logits" in todo:
+        from pipeline.engines.orpheus.prompt import prompt_ids
+
+        prompts = [prompt_ids(lm.tokenizer, j.text, "tara") for j in sub[:4]]
+        mode["logits_vs_transformers"] = logits_check(lm, prompts)
+        print("logits", mode["logits_vs_transformers"], flush=True)
+    t = time.perf_counter()
+    fast = make_engine(args, lm, "continuous")
+    mode["fast_boot_s"] = time.perf_counter() - t
+    mode["fast_info"] = {k: fast.info.extra.get(k) for k in
+                         ("cuda_graphs", "graph_capture_s", "context", "fallbacks")}
+    mode["fast_rows"] = fast.info.max_batch
+    print("fast engine", mode["fast_rows"], "rows", mode["fast_info"], flush=True)
+    run_synth(fast, [Job(j.key, j.text, WARM_TOKENS) for j in w1[:64]])     # warm the paths
+    if "fast" in todo:
+        measure("fast W1", lambda: run_synth(fast, w1), lm, label, rows, loop_stats(fast))
+        measure("fast subset", lambda: run_synth(fast, sub), lm, label, rows, loop_stats(fast))
+    if "single" in todo:
+        res = [run_streams(fast, [], [j], 0, 0).streams[0] for j in rt[: args.single_runs]]
+        mode["single_stream"] = {"ttfb_s": sorted(s.ttfb for s in res),
+                                 "rtf": sorted(s.rtf for s in res)}
+        print("single", mode["single_stream"], flush=True)
     if "w2" in todo:
-        measure("synth W2", lambda: run_synth(engine, w1 + w2), lm, label, rows)
-        measure("generate() static W2", lambda: run_generate(lm, w2 + w1, args.max_batch), lm,
+        r = run_streams(fast, w1, rt, args.spread, lead_s=3.0)
+        mode["w2"] = r.summary()
+        if r.background is not None:
+            mode["w2"]["background_x_real_time"] = r.background.audio_s / r.background.wall_s
+        print("w2", mode["w2"], flush=True)
+    fast.close()
+    del fast
+    if "part1" in todo:
+        part1 = make_engine(args, lm, "static", max_batch=args.max_batch)
+        run_synth(part1, [Job(j.key, j.text, WARM_TOKENS) for j in sub])
+        measure("part-1 engine subset", lambda: run_synth(part1, sub), lm, label, rows)
+        part1.close()
+    if "static" in todo:
+        run_generate(lm, [Job(j.key, j.text, WARM_TOKENS) for j in sub[:8]], args.max_batch)
+        measure("generate() static subset", lambda: run_generate(lm, sub, args.max_batch), lm,
                 label, rows)
-    engine.close()
-    del lm, engine
+    if "generate1" in todo:
+        jobs1 = sub[: args.generate1_jobs]
+        measure("generate() 1-at-a-time", lambda: run_generate(lm, jobs1, 1), lm, label, rows)
+    del lm
 
 
-def warm(args, lm, w1) -> None:
-    """Short runs at the workload's batch shapes, so no approach pays first-call costs (run 1 on the
-    H200 showed the first measured mode 2-3x slow without this)."""
-    short = [Job(j.key, j.text, WARM_TOKENS) for j in w1]
-    engine = OrpheusEngine(lm, max_batch=args.max_batch, params=PARAMS, budget_policy="keep",
-                           budget_slack=1.0, budget_min=WARM_TOKENS, budget_max=WARM_TOKENS)
-    run_synth(engine, short)
-    run_generate(lm, short, args.max_batch)
-    run_generate(lm, short[:1], 1)
+def weight_gib(model) -> float:
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total / 2**30
+
+
+def loop_stats(engine):
+    def snap():
+        s = engine.loop.stats
+        return {"steps": s.steps, "tokens": s.tokens, "decode_rows": s.decode_rows,
+                "padded_rows": s.padded_rows, "codec_calls": s.codec_calls}
+    return snap
 
 
 def git_commit() -> str:
@@ -120,15 +193,19 @@ def git_commit() -> str:
 
 def main(argv=None) -> int:
     args = parse(argv)
-    w1, w2 = workload(args)
+    jobs = workload(args)
+    w1 = jobs[0]
     meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "commit": git_commit(), "model": args.model, "lines": len(w1), "streams": len(w2),
-            "max_budget": args.max_budget, "max_batch": args.max_batch,
-            "w1_tokens": sum(j.budget for j in w1), "budgets": "82.03 tok per expected second "
-            "(15 chars/s), ignore_eos (random weights never stop)"}
+            "commit": git_commit(), "model": args.model, "w1_lines": args.lines,
+            "w1_chunks": len(w1), "w1_tokens": sum(j.budget for j in w1),
+            "subset_lines": args.subset, "subset_chunks": len(jobs[1]),
+            "subset_tokens": sum(j.budget for j in jobs[1]), "streams": len(jobs[2]),
+            "context": args.context, "max_budget": args.max_budget,
+            "budgets": "82.03 tok per expected second (15 chars/s), ignore_eos (random weights "
+                       "never stop)"}
     rows: list[dict] = []
     for quant in args.quant.split(","):
-        bench_mode(args, quant, w1, w2, rows, meta)
+        bench_mode(args, quant, jobs, rows, meta)
         report.write(meta, rows, args.json, args.markdown)
     print(report.markdown(meta, rows))
     return 0

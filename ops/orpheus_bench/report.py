@@ -8,7 +8,8 @@ from pathlib import Path
 from ops.orpheus_bench.runs import percentiles
 
 COLUMNS = ("approach", "quant", "jobs", "x_real_time", "tok_s", "ttfb_p50", "ttfb_p95",
-           "ttfb_p99", "rt_stream_rtf", "underruns", "peak_gib", "wall_s", "padded_tokens")
+           "ttfb_p99", "peak_gib", "wall_s", "padded_tokens", "mean_rows", "idle_slot_waste",
+           "ms_per_step")
 
 
 def row(approach: str, quant: str, res, peak_gib) -> dict:
@@ -19,6 +20,7 @@ def row(approach: str, quant: str, res, peak_gib) -> dict:
             "x_real_time": res.audio_s / res.wall_s, "tok_s": res.tokens / res.wall_s,
             "ttfb_p50": p50, "ttfb_p95": p95, "ttfb_p99": p99,
             "rt_stream_rtf": max(rtf) if rtf else None, "underruns": res.underruns,
+            "mean_rows": None, "idle_slot_waste": None, "ms_per_step": None,
             "peak_gib": peak_gib, "wall_s": res.wall_s, "padded_tokens": res.padded_tokens}
 
 
@@ -38,6 +40,9 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     for mode, m in meta.get("modes", {}).items():
         head.append(f"- quant {mode}: applied {m['applied']} ({m['kernel']}, {m['dtype']})"
                     + (f"; fallback: {m['fallback']}" if m["fallback"] else ""))
+        for k, v in m.items():
+            if k not in ("applied", "kernel", "fallback", "dtype"):
+                head.append(f"  - {k}: {json.dumps(v, default=_fmt)}")
     table = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     table += ["| " + " | ".join(_fmt(r[c]) for c in COLUMNS) + " |" for r in rows]
     return "\n".join(head + [""] + table) + "\n"

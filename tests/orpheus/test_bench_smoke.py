@@ -12,14 +12,19 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     corpus.write_text("Hello there.\nA second line of the corpus.\nThird.\nFour is here.\n")
     out = tmp_path / "bench.json"
     rc = main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "float32",
-               "--corpus", str(corpus), "--lines", "2", "--max-budget", "28", "--streams", "1",
-               "--generate1-jobs", "1", "--quant", "none", "--max-batch", "4",
+               "--corpus", str(corpus), "--lines", "2", "--subset", "1", "--max-budget", "28",
+               "--streams", "2", "--spread", "0.1", "--single-runs", "1", "--generate1-jobs", "1",
+               "--quant", "none", "--max-batch", "4", "--rows", "4", "--context", "512",
                "--json", str(out), "--markdown", str(tmp_path / "bench.md")])
     assert rc == 0
     data = json.loads(out.read_text())
     approaches = {r["approach"] for r in data["rows"]}
-    assert approaches == {"synth W1", "generate() static W1", "generate() 1-at-a-time", "synth W2",
-                          "generate() static W2"}
+    assert approaches == {"fast W1", "fast subset", "part-1 engine subset",
+                          "generate() static subset", "generate() 1-at-a-time"}
     for r in data["rows"]:
         assert r["tok_s"] > 0 and r["x_real_time"] > 0
+    mode = data["meta"]["modes"]["none"]
+    assert mode["logits_vs_transformers"]["rel_l2_max"] < 1e-5      # fp32: same function
+    assert mode["w2"]["ok"] == 2 and mode["w2"]["underruns"] >= 0
+    assert len(mode["single_stream"]["ttfb_s"]) == 1
     assert data["meta"]["device"] and data["meta"]["commit"]

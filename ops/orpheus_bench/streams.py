@@ -1,0 +1,150 @@
+"""Realtime streams measured the way a listener hears them, and the bf16 logits check.
+
+``run_streams``: a background batch (W1) runs in one ``synthesize`` call, as a batch task would; once
+it is under way, each realtime stream arrives on its own thread (as its own task would) at a
+spread of start times. Per stream: TTFB from its own submission, RTF = (last chunk - submission) /
+audio seconds, and underruns: a chunk that arrives after the audio before it has finished playing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from pipeline.constants import SNAC_SAMPLE_RATE
+from pipeline.engines.base import SynthesisRequest
+
+from ops.orpheus_bench.runs import Job, Result, percentiles, run_synth
+
+
+@dataclass
+class Stream:
+    key: str
+    submitted: float = 0.0
+    first: float | None = None
+    done: float | None = None
+    audio_s: float = 0.0
+    underruns: int = 0
+    error: str | None = None
+
+    @property
+    def ttfb(self) -> float:
+        return self.first - self.submitted
+
+    @property
+    def rtf(self) -> float:
+        return (self.done - self.submitted) / max(self.audio_s, 1e-9)
+
+
+@dataclass
+class StreamsResult:
+    streams: list[Stream] = field(default_factory=list)
+    background: Result | None = None
+
+    def summary(self) -> dict:
+        ok = [s for s in self.streams if s.error is None and s.first is not None]
+        p50, p95, p99 = percentiles(s.ttfb for s in ok)
+        rtfs = [s.rtf for s in ok]
+        return {"streams": len(self.streams), "ok": len(ok), "ttfb_p50": p50, "ttfb_p95": p95,
+                "ttfb_p99": p99, "rtf_max": max(rtfs) if rtfs else None,
+                "rtf_p50": percentiles(rtfs)[0], "rtf_lt_1": sum(r < 1 for r in rtfs),
+                "rtf_lt_0_8": sum(r < 0.8 for r in rtfs),
+                "underruns": sum(s.underruns for s in ok),
+                "errors": [s.error for s in self.streams if s.error][:3]}
+
+
+def one_stream(engine, job: Job, seed: int, out: Stream) -> None:
+    req = SynthesisRequest(job.key, job.text, "tara", seed=seed, realtime=True)
+    out.submitted = time.perf_counter()
+    played_until = None
+    for chunk in engine.synthesize([req]):
+        now = time.perf_counter()
+        if chunk.error is not None:
+            out.error = str(chunk.error)
+            return
+        seconds = len(chunk.audio) / SNAC_SAMPLE_RATE
+        if seconds > 0:
+            if out.first is None:
+                out.first, played_until = now, now
+            elif now > played_until + 1e-3:
+                out.underruns += 1
+                played_until = now
+            played_until += seconds
+            out.audio_s += seconds
+        if chunk.final:
+            out.done = now
+
+
+def run_streams(engine, background: list[Job], streams: list[Job], spread_s: float,
+                lead_s: float) -> StreamsResult:
+    res = StreamsResult(streams=[Stream(j.key) for j in streams])
+    bg = threading.Thread(target=lambda: setattr(res, "background", run_synth(engine, background))
+                          if background else None)
+    bg.start()
+    if background:
+        time.sleep(lead_s)          # let the batch fill its rows first
+    threads = []
+    t0 = time.perf_counter()
+    for i, (job, st) in enumerate(zip(streams, res.streams)):
+        delay = t0 + spread_s * i / max(1, len(streams)) - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        t = threading.Thread(target=one_stream, args=(engine, job, 10_000 + i, st))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    bg.join()
+    return res
+
+
+def logits_check(lm, prompts: list[list[int]], context: int = 512) -> dict:
+    """Our decoder against the transformers model with the same weights: relative L2 of the
+    last-position logits over the sampled slice, for a prefill and 8 decode steps (greedy)."""
+    import torch
+
+    from pipeline.engines.orpheus.generate import left_pad
+    from pipeline.engines.orpheus.runner import ModelRunner
+    from pipeline.engines.orpheus.sampling import SamplingParams
+    from pipeline.engines.orpheus.scheduler import Scheduler, Seq
+    from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
+
+    params = SamplingParams(temperature=0, ignore_eos=True)
+    runner = ModelRunner(lm.model, len(prompts), context, params, logits_lo=CUSTOM_TOKEN_BASE,
+                         use_graphs=True)
+    sched = Scheduler(len(prompts), context)
+    seqs = [Seq(i, p, 9) for i, p in enumerate(prompts)]
+    for s in seqs:
+        sched.add(s)
+    made = {i: list(p) for i, p in enumerate(prompts)}
+    errors = []
+    for _ in range(9):
+        plan = sched.schedule()
+        toks = runner.run(plan)
+        owners = {r: sched.by_row[r] for r in toks}
+        sched.postprocess(plan, toks)
+        for r, t in toks.items():
+            made[owners[r].key] += t
+    # Replay each sequence through transformers and compare its logits at every generated step.
+    with torch.inference_mode():
+        for i, p in enumerate(prompts):
+            ids, attn = left_pad([made[i]], lm.model.device)
+            ref = lm.model(input_ids=ids, attention_mask=attn).logits[0, len(p) - 1:-1, CUSTOM_TOKEN_BASE:]
+            ours = _our_logits(runner, made[i], len(p))
+            errors.append(float((ours - ref.float()).norm() / ref.float().norm()))
+    return {"rel_l2_max": max(errors), "rel_l2_mean": sum(errors) / len(errors),
+            "graphs": len(runner.graphs), "fallback": runner.graph_fallback}
+
+
+def _our_logits(runner, tokens: list[int], prompt_len: int):
+    """Our logits at every generated position of one sequence (row 0): the prompt through
+    ``prefill``, then one ``decode`` step per token, the code the graphs capture."""
+    import torch
+
+    dec, dev = runner.decoder, runner.device
+    t = lambda v: torch.tensor(v, device=dev)  # noqa: E731
+    out = [dec.prefill(t([tokens[:prompt_len]]), t([0]), t([prompt_len]), t([0]), prompt_len)[0]]
+    for pos in range(prompt_len, len(tokens) - 1):
+        out.append(dec.decode(t([tokens[pos]]), t([pos]), pos + 1)[0])
+    return torch.stack(out)
