@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 import redis
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_shutdown
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import select
@@ -113,7 +113,17 @@ class Installed:
         self.stop.set()
         task_prerun.disconnect(self._prerun)
         task_postrun.disconnect(self._postrun)
+        worker_shutdown.disconnect(self._shutdown)
         fleet.remove_heartbeat(self.client, self.name)
+
+    def _shutdown(self, sender=None, **_):  # a worker stopping says so, instead of lingering for the TTL
+        if getattr(sender, "app", self.app) is not self.app:
+            return
+        self.stop.set()
+        try:
+            fleet.remove_heartbeat(self.client, self.name)
+        except redis.RedisError as e:
+            log.warning("heartbeat not removed: %s", e)
 
     # Signal handlers ------------------------------------------------------------------------------
 
@@ -193,6 +203,7 @@ def install(app: Celery, broker_url: str, *, name: str | None = None, interval: 
     )
     task_prerun.connect(installed._prerun, weak=False)
     task_postrun.connect(installed._postrun, weak=False)
+    worker_shutdown.connect(installed._shutdown, weak=False)
     installed._safe_heartbeat()
     threading.Thread(target=installed._beat_loop, args=(interval,), name="synth-heartbeat", daemon=True).start()
     if settings.worker_metrics_port:

@@ -74,6 +74,9 @@ def test_queue_depth_in_flight_histograms_and_heartbeat(app, settings, sessions,
             assert time.monotonic() < deadline, "batch did not finish"
             time.sleep(0.2)
         time.sleep(0.5)  # task_postrun runs after the last job is recorded
+        assert fleet.workers(client)[0]["jobs_in_flight"] == "0"
+        ttl = client.ttl(fleet.WORKER_PREFIX + "test-host/gpu7")
+        assert 0 < ttl <= fleet.HEARTBEAT_TTL
     after = scrape(port)
     assert value(after, "synth_worker_jobs_total", outcome="done") == 3
     assert value(after, "synth_worker_jobs_total", outcome="failed") == 1
@@ -82,9 +85,6 @@ def test_queue_depth_in_flight_histograms_and_heartbeat(app, settings, sessions,
     assert value(after, "synth_worker_jobs_in_flight") == 0
     assert all(v == 0 for k, v in after.items() if k.startswith("synth_queue_depth"))
     assert value(after, "synth_gpu_memory_allocated_bytes") == 0  # no CUDA here: reported as 0
-    assert fleet.workers(client)[0]["jobs_in_flight"] == "0"
-    ttl = client.ttl(fleet.WORKER_PREFIX + "test-host/gpu7")
-    assert 0 < ttl <= fleet.HEARTBEAT_TTL
 
 
 def _finished(sessions, batch_id):
