@@ -25,6 +25,6 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
         assert r["tok_s"] > 0 and r["x_real_time"] > 0
     mode = data["meta"]["modes"]["none"]
     assert mode["logits_vs_transformers"]["rel_l2_max"] < 1e-5      # fp32: same function
-    assert mode["w2"]["ok"] == 2 and mode["w2"]["underruns"] >= 0
+    assert mode["w2"]["ok"] == mode["w2"]["streams"] >= 1 and mode["w2"]["errors"] == []
     assert len(mode["single_stream"]["ttfb_s"]) == 1
     assert data["meta"]["device"] and data["meta"]["commit"]
