@@ -32,28 +32,7 @@ DEPTH_BLUE = (0x15, 0x65, 0xC0)       # .depth
 def make_app(settings, redis_url):
     from api.app import create_app
 
-    try:
-        return create_app(settings, broker_url=redis_url)
-    except ModuleNotFoundError as e:  # TEMPORARY while the API's other routers are being written
-        if not (e.name or "").startswith("api.routes."):
-            raise
-        return _bare_app(settings, redis_url)
-
-
-def _bare_app(settings, redis_url):
-    """The dashboard router alone on a FastAPI app whose state holds the same real parts."""
-    from types import SimpleNamespace
-
-    from fastapi import FastAPI
-
-    from api.routes import dashboard
-    from pipeline.db.session import make_engine, make_sessionmaker
-
-    app = FastAPI()
-    app.state.synth = SimpleNamespace(settings=settings, sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),
-                                      redis=redis.Redis.from_url(redis_client_url(redis_url)))
-    app.include_router(dashboard.router)
-    return app
+    return create_app(settings, broker_url=redis_url)
 
 
 @pytest.fixture
