@@ -41,14 +41,14 @@ def register(app: Celery) -> None:
     settings = app.synth_settings
     config = DeliveryConfig.from_settings(settings)
 
-    @app.task(name=DELIVER_TASK, queue=CALLBACK_QUEUE, shared=False, ignore_result=True)
+    @app.task(name=DELIVER_TASK, shared=False, ignore_result=True)  # sent to CALLBACK_QUEUE by enqueue()
     def deliver_webhook(delivery_id: str, attempt_no: int = 1) -> dict:
         result = deliver(_sessions(app), config, delivery_id, attempt_no)
         if result.retry_in is not None:
             enqueue(app, [delivery_id], attempt_no=attempt_no + 1, countdown=result.retry_in)
         return {"claimed": result.claimed, "succeeded": result.succeeded, "retry_in": result.retry_in}
 
-    @app.task(name=SWEEP_TASK, queue=CALLBACK_QUEUE, shared=False, ignore_result=True)
+    @app.task(name=SWEEP_TASK, shared=False, ignore_result=True)
     def sweep_webhooks() -> int:
         # Overdue by more than a request timeout and a minute: no live message can still hold it.
         cutoff = utcnow() - timedelta(seconds=config.timeout + 60)
@@ -59,7 +59,7 @@ def register(app: Celery) -> None:
         return len(due)
 
     schedule = dict(app.conf.beat_schedule or {})
-    schedule["sweep-webhooks"] = {"task": SWEEP_TASK, "schedule": 600.0}
+    schedule["sweep-webhooks"] = {"task": SWEEP_TASK, "schedule": 600.0, "options": {"queue": CALLBACK_QUEUE}}
     app.conf.beat_schedule = schedule
     task_postrun.connect(_after_render, weak=False, dispatch_uid="synth.callbacks.after_render")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.db.models import utcnow
@@ -64,15 +64,18 @@ def record(session: Session, delivery: WebhookDelivery, attempt: AttemptRecord) 
 
 
 def list_for_key(session: Session, key_id: str, *, limit: int = 50, status: str | None = None,
-                 before: datetime | None = None, event_type: str | None = None) -> list[WebhookDelivery]:
-    """A key's deliveries, newest first; page with ``before`` = the last row's created_at."""
+                 event_type: str | None = None,
+                 after: tuple[datetime, str] | None = None) -> list[WebhookDelivery]:
+    """A key's deliveries, newest first; ``after`` = (created_at, id) of the previous page's last row."""
     query = select(WebhookDelivery).where(WebhookDelivery.key_id == key_id)
     if status:
         query = query.where(WebhookDelivery.status == status)
     if event_type:
         query = query.where(WebhookDelivery.event_type == event_type)
-    if before is not None:
-        query = query.where(WebhookDelivery.created_at < before)
+    if after is not None:
+        created, last_id = after
+        query = query.where(or_(WebhookDelivery.created_at < created,
+                                and_(WebhookDelivery.created_at == created, WebhookDelivery.id < last_id)))
     return list(session.scalars(
         query.order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc()).limit(limit)))
 

@@ -2,7 +2,8 @@
 dedupes by webhook-id, and records what it saw. The tests and ops/bench_webhooks.py run it on a
 loopback port; it also shows a client what receiving synth's callbacks takes.
 
-``fail_first=N`` answers the first N requests of every webhook-id with 500, to exercise retries.
+``fail_first=N`` answers the first N requests of every webhook-id with ``fail_code`` (500), to
+exercise retries.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Received:
 class Receiver:
     secrets: list[str]
     fail_first: int = 0
+    fail_code: int = 500
     tolerance: int = 300
     host: str = "127.0.0.1"
     requests: list[Received] = field(default_factory=list)
@@ -81,7 +83,7 @@ class Receiver:
             if not valid:
                 code = 401
             elif seen < self.fail_first:
-                code = 500
+                code = self.fail_code
             else:
                 code = 200
             duplicate = code == 200 and webhook_id in self.accepted_ids()

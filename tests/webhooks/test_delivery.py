@@ -117,7 +117,17 @@ def test_gives_up_after_the_schedule(sessions, wh_settings, key):
     assert attempts[delivery_id][-1].error == "HTTP 500; gave up after 3 attempts"
 
 
-def test_gone_stops_at_once_and_refused_urls_are_never_called(sessions, wh_settings, key, receiver):
+def test_gone_stops_at_once(sessions, wh_settings, key):
+    with Receiver(secrets=[key[1]], fail_first=5, fail_code=410) as gone:
+        batch_id = make_batch(sessions, wh_settings, key[0], gone.url, ["One."], events=["batch.finished"])
+        [delivery_id] = emitted(sessions, finish_all(sessions, batch_id))
+        result = deliver(sessions, DeliveryConfig.from_settings(wh_settings), delivery_id, 1)
+    assert not result.succeeded and result.retry_in is None and len(gone.requests) == 1
+    rows, _ = deliveries_and_attempts(sessions)
+    assert rows[delivery_id].status == DeliveryStatus.FAILED.value and rows[delivery_id].last_status_code == 410
+
+
+def test_refused_urls_are_never_called(sessions, wh_settings, key, receiver):
     config = DeliveryConfig.from_settings(wh_settings.with_overrides(webhook_allow_hosts=()))
     batch_id = make_batch(sessions, wh_settings, key[0], receiver.url, ["One."], events=["batch.finished"])
     [delivery_id] = emitted(sessions, finish_all(sessions, batch_id))

@@ -1,0 +1,82 @@
+"""Callbacks through the HTTP API: a real server, worker and receiver. The signing secret is read
+and rotated through /v1/webhooks/secret, the batch's callbacks arrive signed with it, and
+/v1/webhooks/deliveries shows every attempt, to the owning key only."""
+
+import time
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from pipeline.webhooks.receiver import Receiver
+from tests.api.conftest import client_for, wait_batch
+from worker.app import default_queues, make_app
+from worker.boot import boot
+
+
+@pytest.fixture
+def api_settings(settings):
+    return settings.with_overrides(webhook_allow_hosts=("127.0.0.0/8",), webhook_retry_schedule=(0.2, 0.4, 0.8))
+
+
+@pytest.fixture
+def callback_worker(api_settings, redis_url, piper_engine):
+    app = make_app(api_settings, redis_url)
+    boot(app, engine=piper_engine)
+    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False,
+                      queues=default_queues(api_settings), shutdown_timeout=30):
+        yield app
+
+
+def test_callbacks_secret_rotation_and_delivery_log(api_server, new_key, callback_worker):
+    with client_for(api_server, new_key("a")) as a, client_for(api_server, new_key("b")) as b:
+        secret = a.get("/v1/webhooks/secret").json()
+        assert secret["secret"].startswith("whsec_") and secret["previous_secret_valid_until"] is None
+        assert a.get("/v1/webhooks/secret").json()["secret"] == secret["secret"]      # stable
+        assert b.get("/v1/webhooks/secret").json()["secret"] != secret["secret"]      # per key
+
+        with Receiver(secrets=[secret["secret"]], fail_first=1) as receiver:
+            r = a.post("/v1/batches", json={
+                "items": [{"text": "Hello there."}, {"text": "Goodbye now."}],
+                "callback_url": receiver.url, "callback_events": ["job.finished", "batch.finished"]})
+            assert r.status_code == 201, r.text
+            batch_id = r.json()["id"]
+            wait_batch(a, batch_id)
+            got = receiver.wait_for(3)
+            assert sorted(g.body.count(b'"batch.finished"') for g in got) == [0, 0, 1]
+
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                page = a.get("/v1/webhooks/deliveries", params={"limit": 2}).json()
+                if all(d["status"] == "succeeded" for d in page["data"]):
+                    break
+                time.sleep(0.1)
+            assert len(page["data"]) == 2 and page["next_cursor"]
+            rest = a.get("/v1/webhooks/deliveries", params={"limit": 2, "cursor": page["next_cursor"]}).json()
+            deliveries = page["data"] + rest["data"]
+            assert rest["next_cursor"] is None and len({d["id"] for d in deliveries}) == 3
+            for d in deliveries:
+                assert d["batch_id"] == batch_id and d["status"] == "succeeded" and d["attempts"] == 2
+                assert [x["status_code"] for x in d["attempt_log"]] == [500, 200]
+                assert d["attempt_log"][0]["next_attempt_at"] and d["attempt_log"][1]["next_attempt_at"] is None
+            assert {d["id"] for d in deliveries} == {g.webhook_id for g in got}
+            assert a.get("/v1/webhooks/deliveries", params={"status": "failed"}).json()["data"] == []
+            assert b.get("/v1/webhooks/deliveries").json()["data"] == []              # not b's
+            assert a.get("/v1/webhooks/deliveries", params={"cursor": "nonsense"}).status_code == 400
+
+        rotated = a.post("/v1/webhooks/secret/rotate").json()
+        assert rotated["secret"] != secret["secret"] and rotated["previous_secret_valid_until"]
+        assert a.get("/v1/webhooks/secret").json()["secret"] == rotated["secret"]
+
+
+def test_webhook_routes_need_a_key(api_server):
+    with client_for(api_server, None) as anonymous:
+        for method, path in [("GET", "/v1/webhooks/secret"), ("POST", "/v1/webhooks/secret/rotate"),
+                             ("GET", "/v1/webhooks/deliveries")]:
+            assert anonymous.request(method, path).status_code == 401
+
+
+@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://192.168.0.10:6379/",
+                                 "http://[::ffff:10.0.0.1]/", "http://user:pw@example.com/"])
+def test_internal_callback_urls_are_refused_at_submission(client, url):
+    r = client.post("/v1/batches", json={"items": [{"text": "Hi."}], "callback_url": url})
+    assert r.status_code == 400 and "callback" in r.json()["detail"]

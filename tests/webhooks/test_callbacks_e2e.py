@@ -1,0 +1,82 @@
+"""Callbacks through the whole path: a batch rendered by a real Celery worker (thread) with Piper,
+Redis, SQLite/PostgreSQL; events emitted by the render hook, delivered by synth.deliver_webhook on
+the "callbacks" queue to a real receiver that verifies signatures and fails its first two attempts
+of every event. Each event must be accepted exactly once, also after the render messages are sent
+again (a redelivery), with every attempt logged."""
+
+import json
+import time
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from pipeline.db import jobs as db
+from pipeline.db.models_webhooks import DeliveryStatus
+from pipeline.webhooks import events as ev
+from tests.webhooks.conftest import deliveries_and_attempts, make_batch
+from worker.app import default_queues, make_app
+from worker.boot import boot
+from worker.enqueue import enqueue_batch
+from worker.tasks import RENDER_TASK
+
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "--- ... ---", "Callbacks are signed.",
+         "Every event arrives once."]
+
+
+@pytest.fixture
+def running_worker(wh_settings, redis_url, piper_engine):
+    app = make_app(wh_settings, redis_url)
+    boot(app, engine=piper_engine)
+    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False,
+                      queues=default_queues(wh_settings), shutdown_timeout=30):
+        yield app
+
+
+def wait_closed(sessions, n, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows, attempts = deliveries_and_attempts(sessions)
+        if len(rows) >= n and all(r.status in ("succeeded", "failed") for r in rows.values()):
+            return rows, attempts
+        time.sleep(0.1)
+    raise AssertionError(f"deliveries not closed: {[(r.event_type, r.status) for r in rows.values()]}")
+
+
+def test_each_event_is_delivered_once_after_the_receiver_recovers(sessions, wh_settings, key, receiver,
+                                                                  running_worker):
+    batch_id = make_batch(sessions, wh_settings, key[0], receiver.url, TEXTS)
+    enqueue_batch(running_worker, sessions, batch_id, wh_settings.jobs_per_task)
+    accepted = receiver.wait_for(5)        # 3 job.finished, 1 job.failed, 1 batch.finished
+    rows, attempts = wait_closed(sessions, 5)
+
+    # The render messages again, as after a redelivery: jobs are skipped, events not re-emitted.
+    with sessions() as s:
+        job_ids = [j for ids in db.job_ids_by_queue(s, batch_id).values() for j in ids]
+    running_worker.send_task(RENDER_TASK, args=[job_ids], queue="batch.le10s")
+    time.sleep(3)
+
+    types = sorted(json.loads(r.body)["type"] for r in receiver.accepted())
+    assert types == ["batch.finished", "job.failed", "job.finished", "job.finished", "job.finished"]
+    assert all(n == 1 for n in receiver.accepted_ids().values())      # accepted exactly once each
+    assert len(receiver.requests) == 15                               # 2 failures + 1 success, 5 events
+    assert all(r.valid_for == [key[1]] for r in receiver.requests)
+    rows_after, attempts_after = deliveries_and_attempts(sessions)
+    assert rows_after.keys() == rows.keys() and len(rows) == 5
+    for delivery_id, delivery in rows_after.items():
+        seen = [r for r in receiver.requests if r.webhook_id == delivery_id]
+        assert [r.answered for r in seen] == [500, 500, 200]          # one id across its retries
+        assert delivery.status == DeliveryStatus.SUCCEEDED.value and delivery.attempts == 3
+        assert [(a.attempt_no, a.status_code) for a in attempts_after[delivery_id]] == [
+            (1, 500), (2, 500), (3, 200)]
+        assert json.loads(seen[-1].body) == json.loads(delivery.body)
+
+    batch_event = next(json.loads(r.body) for r in accepted if json.loads(r.body)["type"] == "batch.finished")
+    assert receiver.requests[0].headers["webhook-id"] in rows
+    assert batch_event["data"]["counts"] == {"total": 4, "done": 3, "failed": 1, "cancelled": 0}
+    assert batch_event["data"]["audio_seconds"] > 2
+    finished = [json.loads(r.body)["data"] for r in accepted if json.loads(r.body)["type"] == "job.finished"]
+    assert all(d["object_key"].startswith(f"batches/{batch_id}/audio/") and d["audio_seconds"] > 0
+               and d["audio_url"] for d in finished)
+    failed = next(json.loads(r.body)["data"] for r in accepted if json.loads(r.body)["type"] == "job.failed")
+    assert "nothing speakable" in failed["error"] and failed["client_id"] == "item-000002"
+    assert ev.event_id("batch.finished", batch_id) in rows
