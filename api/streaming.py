@@ -35,7 +35,6 @@ _FFMPEG_ARGS = {
     "aac": ["-c:a", "aac", "-b:a", "64k", "-f", "adts"],
     "flac": ["-c:a", "flac", "-f", "flac"],
     "wav": ["-f", "wav"],
-    "pcm": ["-ar", str(OPENAI_PCM_RATE), "-f", "s16le"],
 }
 
 
@@ -114,18 +113,22 @@ async def once(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-async def encode(pcm: AsyncIterator[bytes], sample_rate: int, fmt: str, speed: float = 1.0) -> AsyncIterator[bytes]:
-    """PCM16 chunks -> ``fmt`` chunks, as they come."""
+async def encode(pcm: AsyncIterator[bytes], sample_rate: int, fmt: str, speed: float = 1.0,
+                 pcm_rate: int | None = None) -> AsyncIterator[bytes]:
+    """PCM16 chunks -> ``fmt`` chunks, as they come. ``pcm_rate``: resample raw PCM to this rate
+    (OpenAI's 24 kHz); None keeps the engine's."""
+    pcm_rate = pcm_rate or sample_rate
     if speed == 1.0 and fmt == "wav":
         yield wav_header(sample_rate)
         async for chunk in pcm:
             yield chunk
         return
-    if speed == 1.0 and fmt == "pcm" and sample_rate == OPENAI_PCM_RATE:
+    if speed == 1.0 and fmt == "pcm" and sample_rate == pcm_rate:
         async for chunk in pcm:
             yield chunk
         return
-    async for chunk in _ffmpeg(pcm, sample_rate, [*_tempo(speed), *_FFMPEG_ARGS[fmt]]):
+    out = ["-ar", str(pcm_rate), "-f", "s16le"] if fmt == "pcm" else _FFMPEG_ARGS[fmt]
+    async for chunk in _ffmpeg(pcm, sample_rate, [*_tempo(speed), *out]):
         yield chunk
 
 

@@ -14,7 +14,7 @@ from api import creating, idempotency
 from api.deps import CurrentKey, State
 from api.routes.jobs import open_live_or_fail
 from api.schemas import SpeechCreate
-from api.streaming import CONTENT_TYPES, SPEECH_FORMATS, encode, once, wav_pcm
+from api.streaming import CONTENT_TYPES, OPENAI_PCM_RATE, SPEECH_FORMATS, encode, once, wav_pcm
 from pipeline.db.models import Job
 from pipeline.db.models_api import ApiKey
 from pipeline.engines.registry import engine_voices
@@ -56,7 +56,7 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State,
         source, sample_rate = once(pcm), rate
     else:
         source, sample_rate = live.pcm, live.sample_rate
-    return StreamingResponse(encode(source, sample_rate, body.response_format, body.speed),
+    return StreamingResponse(encode(source, sample_rate, body.response_format, body.speed, OPENAI_PCM_RATE),
                              media_type=CONTENT_TYPES[body.response_format],
                              headers={"X-Job-Id": job_id, "Cache-Control": "no-store"})
 
