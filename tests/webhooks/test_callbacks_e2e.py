@@ -80,3 +80,26 @@ def test_each_event_is_delivered_once_after_the_receiver_recovers(sessions, wh_s
     failed = next(json.loads(r.body)["data"] for r in accepted if json.loads(r.body)["type"] == "job.failed")
     assert "nothing speakable" in failed["error"] and failed["client_id"] == "item-000002"
     assert ev.event_id("batch.finished", batch_id) in rows
+
+
+def test_the_sweep_re_enqueues_deliveries_whose_message_was_lost(sessions, wh_settings, key, receiver,
+                                                                 running_worker):
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from pipeline.db.models import utcnow
+    from pipeline.db.models_webhooks import WebhookDelivery
+    from tests.webhooks.test_delivery import emitted, finish_all
+    from worker.callbacks import CALLBACK_QUEUE, SWEEP_TASK
+
+    batch_id = make_batch(sessions, wh_settings, key[0], receiver.url, ["Lost."], events=["batch.finished"])
+    [delivery_id] = emitted(sessions, finish_all(sessions, batch_id))   # recorded, never enqueued
+    with sessions() as s:
+        s.execute(update(WebhookDelivery).values(next_attempt_at=utcnow() - timedelta(minutes=5)))
+        s.commit()
+    running_worker.send_task(SWEEP_TASK, queue=CALLBACK_QUEUE)
+    [got] = receiver.wait_for(1)
+    assert got.webhook_id == delivery_id
+    rows, attempts = wait_closed(sessions, 1)
+    assert rows[delivery_id].status == "succeeded" and len(attempts[delivery_id]) == 3
