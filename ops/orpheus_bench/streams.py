@@ -126,15 +126,32 @@ def logits_check(lm, prompts: list[list[int]], context: int = 512) -> dict:
         sched.postprocess(plan, toks)
         for r, t in toks.items():
             made[owners[r].key] += t
-    # Replay each sequence through transformers and compare its logits at every generated step.
+    # Replay each sequence through transformers and compare its logits at every generated step;
+    # where the weights are plain, both against transformers in float32, the scale of bf16 noise.
+    fp32 = None
+    if lm.quant.applied == "none" and lm.model.dtype != torch.float32:
+        import copy
+
+        fp32 = copy.deepcopy(lm.model).float()
+    rel = lambda a, b: float((a.float() - b.float()).norm() / b.float().norm())  # noqa: E731
+    hf_vs_32, ours_vs_32 = [], []
     with torch.inference_mode():
         for i, p in enumerate(prompts):
             ids, attn = left_pad([made[i]], lm.model.device)
-            ref = lm.model(input_ids=ids, attention_mask=attn).logits[0, len(p) - 1:-1, CUSTOM_TOKEN_BASE:]
+            window = slice(len(p) - 1, -1)
+            ref = lm.model(input_ids=ids, attention_mask=attn).logits[0, window, CUSTOM_TOKEN_BASE:]
             ours = _our_logits(runner, made[i], len(p))
-            errors.append(float((ours - ref.float()).norm() / ref.float().norm()))
-    return {"rel_l2_max": max(errors), "rel_l2_mean": sum(errors) / len(errors),
-            "graphs": len(runner.graphs), "fallback": runner.graph_fallback}
+            errors.append(rel(ours, ref))
+            if fp32 is not None:
+                r32 = fp32(input_ids=ids, attention_mask=attn).logits[0, window, CUSTOM_TOKEN_BASE:]
+                hf_vs_32.append(rel(ref, r32))
+                ours_vs_32.append(rel(ours, r32))
+    del fp32
+    out = {"rel_l2_max": max(errors), "rel_l2_mean": sum(errors) / len(errors),
+           "graphs": len(runner.graphs), "fallback": runner.graph_fallback}
+    if hf_vs_32:
+        out.update(ours_vs_fp32_max=max(ours_vs_32), transformers_vs_fp32_max=max(hf_vs_32))
+    return out
 
 
 def _our_logits(runner, tokens: list[int], prompt_len: int):

@@ -53,6 +53,7 @@ class SnacCodec:
         self.device = device
         self.model = model.eval().to(device)
         self._keys = _NoiseKeys()
+        self._cuda_stream = None
         self.keyed_noise_blocks = self._swap_noise_blocks()
         if self.model.sampling_rate != SNAC_SAMPLE_RATE:
             raise EngineUnavailableError(
@@ -74,17 +75,30 @@ class SnacCodec:
         """frames [B, w, 7] int codes, keys [B] ints -> audio [B, w * 2048] float32."""
         import torch
 
-        l0, l1, l2 = frames_to_levels(frames)
-        codes = [torch.as_tensor(level, device=self.device) for level in (l0, l1, l2)]
-        key_t = torch.as_tensor(np.asarray(keys, dtype=np.int64), device=self.device)
-        self._keys.value = key_t.view(-1, 1, 1)
-        try:
-            with torch.inference_mode():
-                audio = self.model.decode(codes)    # [B, 1, w * 2048]
-        finally:
-            self._keys.value = None
-        expected = frames.shape[1] * SNAC_SAMPLES_PER_FRAME
-        return audio[:, 0, :expected].float().cpu().numpy()
+        # On the GPU the codec has its own stream, so it runs beside the language model's step.
+        with self._stream():
+            l0, l1, l2 = frames_to_levels(frames)
+            codes = [torch.as_tensor(level, device=self.device) for level in (l0, l1, l2)]
+            key_t = torch.as_tensor(np.asarray(keys, dtype=np.int64), device=self.device)
+            self._keys.value = key_t.view(-1, 1, 1)
+            try:
+                with torch.inference_mode():
+                    audio = self.model.decode(codes)    # [B, 1, w * 2048]
+            finally:
+                self._keys.value = None
+            expected = frames.shape[1] * SNAC_SAMPLES_PER_FRAME
+            return audio[:, 0, :expected].float().cpu().numpy()
+
+    def _stream(self):
+        import contextlib
+
+        import torch
+
+        if not str(self.device).startswith("cuda"):
+            return contextlib.nullcontext()
+        if self._cuda_stream is None:
+            self._cuda_stream = torch.cuda.Stream(self.device)
+        return torch.cuda.stream(self._cuda_stream)
 
 
 def load_codec(name_or_path: str | None, device: str) -> SnacCodec:

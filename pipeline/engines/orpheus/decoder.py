@@ -95,9 +95,12 @@ class Decoder:
             kc, vc = self.cache.k[i], self.cache.v[i]                      # [R, Hkv, T+1, D]
             kc[rows, :, wpos] = k[:, :, 0]
             vc[rows, :, wpos] = v[:, :, 0]
-            o = F.scaled_dot_product_attention(q, kc[:b, :, :length], vc[:b, :, :length],
-                                               attn_mask=mask, scale=self.scale, enable_gqa=True)
-            x = x + attn.o_proj(o.transpose(1, 2).reshape(b, 1, -1))
+            # The query heads of one KV head, all at the same position, go in as its queries:
+            # [B, Hkv, G, D] against [B, Hkv, L, D], so K and V are read once, never repeated.
+            o = F.scaled_dot_product_attention(q.view(b, self.kv_heads, -1, self.head_dim),
+                                               kc[:b, :, :length], vc[:b, :, :length],
+                                               attn_mask=mask, scale=self.scale)
+            x = x + attn.o_proj(o.reshape(b, 1, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return F.linear(self.norm(x[:, 0]), self.head_w).float()
 

@@ -152,13 +152,14 @@ class OrpheusEngine(Engine):
         return self._final(live.key, live.stream, live.seq.finish_reason, audio)
 
     def close(self) -> None:
+        """Stop the loop thread and free its KV cache; the model stays loaded (it may be shared)."""
         if self.loop is not None:
             self.loop.close()
-        if self.lm.device.startswith("cuda"):
-            import torch
+            self.loop = None
+            if self.lm.device.startswith("cuda"):
+                import torch
 
-            del self.lm.model
-            torch.cuda.empty_cache()
+                torch.cuda.empty_cache()
 
     # Internals --------------------------------------------------------------------------------
 
