@@ -73,3 +73,34 @@ def test_schedule_has_the_report_and_hourly_expiry(settings):
     with pytest.raises(Exception, match="5 fields"):
         parse_cron("0 6 * *")
     assert report_period(at(30, 59)) == (at(6), at(30))
+
+
+@pytest.mark.timeout(200)
+def test_synth_beat_sends_the_report_task(tmp_path, redis_url):
+    """`synth beat` as a subprocess, with the report due every minute: within about a minute the
+    nightly report task is on a queue in Redis."""
+    import redis as redis_lib
+
+    from pipeline.live import redis_client_url
+    from tests.cli_helpers import start_synth, synth_env
+
+    env = synth_env(SYNTH_REDIS_URL=redis_url,  # the embedded SQLite of the data folder
+                    SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REPORT_CRON="* * * * *",
+                    SYNTH_EXPIRE_CRON="0 0 1 1 *")
+    proc = start_synth("beat", "--loglevel", "INFO", env=env, log=tmp_path / "beat.log")
+    client = redis_lib.Redis.from_url(redis_client_url(redis_url))
+    try:
+        deadline = time.monotonic() + 150  # the next minute boundary, on a busy machine
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "beat.log").read_text()
+            bodies = [m for key in client.keys("batch.*") if client.type(key) == b"list"
+                      for m in client.lrange(key, 0, -1)]
+            if any(b"synth.nightly_report" in m for m in bodies):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("beat sent no report task: " + (tmp_path / "beat.log").read_text()[-2000:])
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert list((tmp_path / "data").glob("celerybeat-schedule*"))  # beat keeps its state in the data folder
