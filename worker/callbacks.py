@@ -6,7 +6,8 @@
 - "synth.deliver_webhook" on its own queue "callbacks" makes one attempt and, if it failed,
   enqueues the next one with a countdown from the retry schedule (full jitter);
 - "synth.sweep_webhooks", on the beat schedule, re-enqueues deliveries whose next attempt is long
-  overdue (their message was lost with a worker).
+  overdue (their message was lost with a worker) and emits batch.finished for finished batches that
+  have none (closed by cancelling their last jobs, which runs no render task).
 
 Long countdowns and Redis: a message whose ETA lies beyond the visibility timeout is handed to a
 second worker when the timeout runs out. Both then hold it; the attempt is claimed with a
@@ -54,9 +55,12 @@ def register(app: Celery) -> None:
         cutoff = utcnow() - timedelta(seconds=config.timeout + 60)
         with _sessions(app)() as session:
             due = deliveries.overdue(session, older_than=cutoff)
+            missed = outbox.emit_missed_batch_events(session)
+            session.commit()
         for delivery_id, attempt_no in due:
             enqueue(app, [delivery_id], attempt_no=attempt_no)
-        return len(due)
+        enqueue(app, missed)
+        return len(due) + len(missed)
 
     schedule = dict(app.conf.beat_schedule or {})
     schedule["sweep-webhooks"] = {"task": SWEEP_TASK, "schedule": 600.0, "options": {"queue": CALLBACK_QUEUE}}

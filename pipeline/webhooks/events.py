@@ -63,9 +63,12 @@ def job_payload(*, event_type: str, at: datetime, batch_id: str, job_id: str, cl
 
 
 def batch_payload(*, at: datetime, batch_id: str, name: str | None, counts: dict[str, int],
-                  audio_seconds: float, manifest_key: str | None) -> dict:
+                  audio_seconds: float, manifest_key: str | None, cancelled: bool = False) -> dict:
     total = sum(counts.values())
-    status = "finished" if counts.get("failed", 0) == 0 else "finished_with_failures"
+    if cancelled:
+        status = "cancelled"
+    else:
+        status = "finished" if counts.get("failed", 0) == 0 else "finished_with_failures"
     return {
         "type": BATCH_FINISHED,
         "timestamp": _iso(at),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -74,8 +75,27 @@ def emit_batch_finished(session: Session, batch: Batch) -> str | None:
     finished_at = session.scalar(select(func.max(Job.finished_at)).where(Job.batch_id == batch.id))
     payload = ev.batch_payload(at=as_utc(finished_at or utcnow()), batch_id=batch.id, name=batch.name,
                                counts=counts, audio_seconds=float(audio_s or 0.0),
-                               manifest_key=batch.manifest_key)
+                               manifest_key=batch.manifest_key, cancelled=batch.cancelled_at is not None)
     return _insert(session, ev.BATCH_FINISHED, batch.id, batch, batch.callback_url, payload)
+
+
+def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(days=1),
+                             limit: int = 100) -> list[str]:
+    """batch.finished for batches closed in the last ``within`` that have a callback but no such event
+    yet: batches closed without a render task (every remaining job cancelled), or whose render hook
+    could not write. Returns the new deliveries' ids. The caller commits."""
+    sent = select(WebhookDelivery.id).where(WebhookDelivery.event_type == ev.BATCH_FINISHED,
+                                            WebhookDelivery.resource_id == Batch.id)
+    still_open = select(Job.id).where(Job.batch_id == Batch.id,
+                                      Job.status.in_([s for s in JobStatus if not s.terminal]))
+    batches = session.scalars(
+        select(Batch).where(Batch.finished_at >= utcnow() - within, Batch.callback_url.is_not(None),
+                            Batch.owner_key_id.is_not(None), Batch.kind != "job", ~sent.exists(),
+                            ~still_open.exists())
+        .order_by(Batch.finished_at.desc()).limit(limit)
+    ).all()
+    ids = [i for i in (emit_batch_finished(session, b) for b in batches) if i]
+    return _awaiting_first_attempt(session, ids)
 
 
 def _has_owner(batch: Batch) -> bool:

@@ -169,3 +169,22 @@ def test_retry_delay_has_full_jitter_and_ends_with_the_schedule():
     assert 0 <= min(delays) < 0.1 and 4.9 < max(delays) <= 5
     assert 140 < sum(retry_delay(2, (5, 300), rng) for _ in range(2000)) / 2000 < 160
     assert retry_delay(3, (5, 300), rng) is None
+
+
+def test_a_batch_closed_by_cancelling_gets_its_event_from_the_sweep(sessions, wh_settings, key, receiver):
+    from pipeline import lifecycle
+    from pipeline.storage import make_store
+
+    batch_id = make_batch(sessions, wh_settings, key[0], receiver.url, ["One.", "Two."])
+    with sessions() as s:
+        lifecycle.cancel(s, make_store(wh_settings), batch_id)   # no render task ever runs
+        s.commit()
+    with sessions() as s:
+        [delivery_id] = outbox.emit_missed_batch_events(s)
+        s.commit()
+    with sessions() as s:
+        assert outbox.emit_missed_batch_events(s) == []          # once
+    rows, _ = deliveries_and_attempts(sessions)
+    body = json.loads(rows[delivery_id].body)
+    assert body["type"] == "batch.finished" and body["data"]["status"] == "cancelled"
+    assert body["data"]["counts"] == {"total": 2, "done": 0, "failed": 0, "cancelled": 2}
