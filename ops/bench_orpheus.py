@@ -102,6 +102,9 @@ def measure(label, fn, lm, quant, rows, stats=None):
         rows[-1]["mean_rows"] = d["decode_rows"] / max(1, d["steps"])
         rows[-1]["idle_slot_waste"] = 1 - d["decode_rows"] / max(1, d["padded_rows"])
         rows[-1]["ms_per_step"] = 1000 * res.wall_s / max(1, d["steps"])
+        rows[-1]["host_ms_per_step"] = {k[:-2]: round(1000 * d[k] / max(1, d["steps"]), 2)
+                                        for k in ("launch_s", "codec_s", "wait_s", "post_s")}
+        print("  ms per step by stage:", rows[-1]["host_ms_per_step"], flush=True)
     print(report.line(rows[-1]), f"[{time.perf_counter() - t:.1f}s]", flush=True)
 
 
@@ -182,7 +185,9 @@ def loop_stats(engine):
     def snap():
         s = engine.loop.stats
         return {"steps": s.steps, "tokens": s.tokens, "decode_rows": s.decode_rows,
-                "padded_rows": s.padded_rows, "codec_calls": s.codec_calls}
+                "padded_rows": s.padded_rows, "codec_calls": s.codec_calls,
+                "launch_s": s.launch_s, "codec_s": s.codec_s, "wait_s": s.wait_s,
+                "post_s": s.post_s}
     return snap
 
 

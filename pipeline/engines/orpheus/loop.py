@@ -53,6 +53,11 @@ class LoopStats:
     codec_calls: int = 0
     oom_events: int = 0
     busy_s: float = 0.0
+    # Host time by stage: where a step's wall time goes (the device works during launch+codec).
+    launch_s: float = 0.0
+    codec_s: float = 0.0
+    wait_s: float = 0.0
+    post_s: float = 0.0
 
 
 class EngineLoop:
@@ -116,9 +121,15 @@ class EngineLoop:
         self.live[id(live.seq)] = live
 
     def _step(self, plan: Plan) -> None:
+        s = self.stats
+        t0 = time.perf_counter()
         launched = self.runner.launch(plan)
+        t1 = time.perf_counter()
         self._decode_audio(final=[])          # the codec works while the step runs
+        t2 = time.perf_counter()
         tokens = self.runner.collect(launched)
+        t3 = time.perf_counter()
+        s.launch_s, s.codec_s, s.wait_s = s.launch_s + t1 - t0, s.codec_s + t2 - t1, s.wait_s + t3 - t2
         by_row = {row: self.scheduler.by_row[row] for row in tokens}
         finished = self.scheduler.postprocess(plan, tokens)
         for row, toks in tokens.items():
@@ -126,13 +137,13 @@ class EngineLoop:
             for tok in toks:
                 live.stream.assembler.feed(tok)
             self.stats.tokens += len(toks)
-        s = self.stats
         s.steps += 1
         s.decode_rows += len(plan.decode)
         s.padded_rows += self.runner.padded_batch(plan.rows) if plan.decode else 0
         s.prefill_tokens += sum(c.end - c.start for c in plan.prefill)
         if finished:
             self._decode_audio(final=[self.live.pop(id(seq)) for seq in finished])
+        s.post_s += time.perf_counter() - t3
 
     def _decode_audio(self, final: list[Live]) -> None:
         """Render what is ready: realtime streams every step, batch ones every ``codec_every``

@@ -1,0 +1,53 @@
+"""Device-only timings of the engine's two kernels-in-a-loop: the decode graph per (batch, length)
+and the codec per window batch. Run: python -m ops.orpheus_bench.micro (GPU)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+
+
+def time_ms(fn, reps: int = 20) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def main() -> int:
+    from ops.orpheus_bench.models import load_model
+    from pipeline.engines.orpheus.runner import ModelRunner
+    from pipeline.engines.orpheus.sampling import SamplingParams
+    from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
+
+    lm = load_model("random-3b", "auto", "auto", sys.argv[1] if len(sys.argv) > 1 else "none")
+    runner = ModelRunner(lm.model, 384, 2048, SamplingParams(ignore_eos=True),
+                         logits_lo=CUSTOM_TOKEN_BASE)
+    runner.active.fill_(True)
+    runner.pos.fill_(100)
+    for b in (1, 64, 192, 384):
+        cells = []
+        for length in (256, 1024, 2048):
+            g = runner.graphs[(runner.padded_batch(b), length)]
+            runner.pos.fill_(length - 50)
+            cells.append(f"L{length}={time_ms(g.replay):.2f}")
+        print(f"decode graph B={b}: " + " ".join(cells) + " ms", flush=True)
+    rng = np.random.default_rng(0)
+    for g, w in ((64, 4), (256, 4), (32, 19), (64, 19), (16, 7)):
+        frames = rng.integers(0, 4096, size=(g, w, 7))
+        keys = np.arange(g)
+        t = time_ms(lambda: lm.codec.decode_windows(frames, keys), reps=5)
+        print(f"codec {g} windows x {w} frames: {t:.2f} ms ({t / (g * w):.3f} ms per frame)",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
