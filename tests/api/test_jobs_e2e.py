@@ -116,7 +116,7 @@ def test_stream_of_a_batch_job_falls_back_to_the_stored_file(client, running_wor
 def test_openai_client_streams_speech(api_server, new_key, running_worker):
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=f"{api_server.url}/v1", api_key=new_key("openai"), max_retries=0)
-    text = "The birch canoe slid on the smooth planks."
+    text = "The quick brown fox jumps over the lazy dog."
     with client.audio.speech.with_streaming_response.create(
             model="tts-1", voice="alloy", input=text, response_format="wav") as response:
         assert response.headers["content-type"] == "audio/wav"
