@@ -13,6 +13,7 @@ bounce the request to an internal address either.
 from __future__ import annotations
 
 import random
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -112,9 +113,10 @@ def _attempt(config: DeliveryConfig, url: str, msg_id: str, body: str,
 
 
 def post_pinned(target: ssrf.CallbackTarget, address: ssrf.IPAddress, body: bytes,
-                headers: dict[str, str], timeout: float) -> int:
+                headers: dict[str, str], timeout: float, verify: ssl.SSLContext | bool = True) -> int:
     """POST ``body`` to ``address`` as if to the URL's host; return the status code. The response
-    body is not read (a receiver cannot make us download anything)."""
+    body is not read (a receiver cannot make us download anything). ``verify``: TLS trust (the
+    system's CAs by default; tests pass a context trusting their own CA)."""
     parts = urlsplit(target.url)
     literal = f"[{address}]" if address.version == 6 else str(address)
     pinned = urlunsplit((target.scheme, f"{literal}:{target.port}", parts.path or "/", parts.query, ""))
@@ -123,7 +125,7 @@ def post_pinned(target: ssrf.CallbackTarget, address: ssrf.IPAddress, body: byte
     all_headers = {**headers, "content-type": "application/json", "user-agent": USER_AGENT,
                    "host": host if target.port == default_port else f"{host}:{target.port}"}
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
-    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=verify) as client:
         request = client.build_request("POST", pinned, content=body, headers=all_headers, extensions=extensions)
         response = client.send(request, stream=True)
         response.close()
