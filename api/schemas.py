@@ -5,18 +5,32 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Priority = Literal["batch", "realtime"]
 CallbackEvent = Literal["job.finished", "job.failed", "batch.finished"]
 
 
-class _In(BaseModel):
+URL_PATTERN = r"^https?://[^\s\x00-\x1f\x7f]+$"
+
+
+class _NoNul(BaseModel):
+    """SQL text cannot hold NUL characters (PostgreSQL refuses them): say so instead of failing."""
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value):
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError("must not contain NUL characters")
+        return value
+
+
+class _In(_NoNul):
     model_config = ConfigDict(extra="forbid")
 
 
 class Callback(_In):
-    callback_url: str | None = Field(None, max_length=2000, pattern=r"^https?://\S+$", description="POSTed (signed) on the events below")
+    callback_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, description="POSTed (signed) on the events below")
     callback_events: list[CallbackEvent] | None = Field(None, max_length=3)
 
 
@@ -47,7 +61,7 @@ class JobCreate(Callback):
     priority: Priority = "batch"
 
 
-class SpeechCreate(BaseModel):
+class SpeechCreate(_NoNul):
     """OpenAI's POST /v1/audio/speech body."""
 
     model: str = Field(min_length=1, max_length=200, description="Accepted and recorded nowhere: synth has one engine")

@@ -26,7 +26,6 @@ SPEECH_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
                  "wav": "audio/wav", "pcm": "audio/pcm"}
 OPENAI_PCM_RATE = 24_000     # OpenAI's `pcm` is 24 kHz 16-bit mono
-START_WAIT_S = 300.0         # how long a reader waits for a queued job to start
 IDLE_S = 120.0               # longest silence between two chunks of a running job
 _POLL_MS = 1000
 _FFMPEG_ARGS = {
@@ -42,6 +41,10 @@ class LiveStreamError(Exception):
     """The live audio cannot be completed; the message says why."""
 
 
+class LiveStartTimeout(LiveStreamError):
+    """No worker started the job in time (it stays queued)."""
+
+
 @dataclass
 class LiveStream:
     sample_rate: int
@@ -49,7 +52,7 @@ class LiveStream:
 
 
 async def open_live(client: aioredis.Redis, job_id: str, job_finished: Callable[[], Awaitable[bool]],
-                    wait_s: float = START_WAIT_S) -> LiveStream | None:
+                    wait_s: float) -> LiveStream | None:
     """Wait for the job's live audio to start. None when the job finished without one (a batch job,
     or its live copy expired): the caller falls back to the stored file. LiveStreamError when the
     job failed before its first audio, or did not start within ``wait_s``."""
@@ -68,7 +71,8 @@ async def open_live(client: aioredis.Redis, job_id: str, job_finished: Callable[
         if await job_finished():
             return None
         if time.monotonic() > deadline:
-            raise LiveStreamError(f"the job did not start within {wait_s:.0f} s")
+            raise LiveStartTimeout(f"no worker started job {job_id} within {wait_s:g} s; it stays queued: "
+                                   f"GET /v1/jobs/{job_id}/stream later")
 
 
 async def _pcm(client: aioredis.Redis, key: str, last: bytes) -> AsyncIterator[bytes]:

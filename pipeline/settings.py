@@ -121,6 +121,7 @@ class Settings(BaseSettings):
     api_rate_window: int = 60               # seconds (fixed window in Redis)
     result_ttl_days: float = 7.0            # API batches and their audio are deleted after this
     presign_seconds: int = 900              # lifetime of the S3 URL GET /v1/jobs/{id}/audio redirects to
+    live_start_timeout: float = 300.0       # how long a live reader waits for a queued realtime job to start
     live_stream_ttl: int = 900              # seconds a job's live audio stays in Redis after its last chunk
     # POST /v1/audio/speech: OpenAI voice names (alloy, nova ...) speak with the default voice;
     # false: they are refused with the list of voices.

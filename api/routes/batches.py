@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from api import creating, idempotency, pagination
 from api.deps import CurrentKey, Session, State
-from api.schemas import BatchCreate, BatchOut, BatchPage, CancelOut, CallbackEvent, DeleteOut, JobPage, Priority
+from api.schemas import URL_PATTERN, BatchCreate, BatchOut, BatchPage, CancelOut, CallbackEvent, DeleteOut, JobPage, Priority
 from api.views import batch_out, job_out
 from pipeline import lifecycle
 from pipeline.corpus import parse_corpus
@@ -62,12 +62,14 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
                  sample_rate: Annotated[int | None, Form()] = None,
                  priority: Annotated[Priority, Form()] = "batch",
                  name: Annotated[str | None, Form(max_length=200)] = None,
-                 callback_url: Annotated[str | None, Form(max_length=2000, pattern=r"^https?://\S+$")] = None,
+                 callback_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN)] = None,
                  callback_events: Annotated[list[CallbackEvent] | None, Form()] = None,
                  idempotency_key: IdempotencyKey = None) -> JSONResponse:
     """A batch from a corpus file: one job per non-empty line, client ids line-NNNNNN."""
     data = file.file.read()
     source = (file.filename or "upload")[:200]
+    if any("\x00" in v for v in (source, voice, format, name, callback_url) if v):
+        raise HTTPException(400, detail="form fields and the file name must not contain NUL characters")
     corpus = parse_corpus(data, source=source, max_line_chars=state.settings.max_line_chars)
     limit = state.settings.api_max_batch_items
     if len(corpus.lines) > limit:

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from api import creating, idempotency
 from api.deps import CurrentKey, Session, State
 from api.schemas import JobCreate, JobOut
-from api.streaming import CONTENT_TYPES, LiveStreamError, encode, open_live
+from api.streaming import CONTENT_TYPES, LiveStartTimeout, LiveStreamError, encode, open_live
 from api.views import job_out
 from pipeline import lifecycle
 from pipeline.audio import get_format
@@ -107,11 +107,14 @@ def _load(state, key: ApiKey, job_id: str) -> Job:
 
 
 async def open_live_or_fail(state, job_id: str):
-    """The job's live stream, None if it finished without one, HTTP 422 if it failed."""
+    """The job's live stream; None if it finished without one; HTTP 422 if it failed, 503 if no
+    worker started it in time."""
     async def finished() -> bool:
         return await run_in_threadpool(_finished, state, job_id)
     try:
-        return await open_live(state.aredis, job_id, finished)
+        return await open_live(state.aredis, job_id, finished, state.settings.live_start_timeout)
+    except LiveStartTimeout as e:
+        raise HTTPException(503, detail=str(e), headers={"Retry-After": "10"}) from e
     except LiveStreamError as e:
         raise HTTPException(422, detail=f"job {job_id} produced no audio: {e}") from e
 

@@ -83,7 +83,7 @@ def test_limits_answer_clear_4xx(client):
     r = client.post("/v1/jobs", json={"text": "Hi.", "sample_rate": 12345})
     assert r.status_code == 400 and "22050" in r.json()["detail"]
     r = client.post("/v1/jobs", json={"text": "Nul\x00here."})
-    assert r.status_code == 400 and "NUL" in r.json()["detail"]
+    assert r.status_code == 422 and "NUL" in r.json()["detail"][0]["msg"]
     assert client.get("/v1/batches", params={"cursor": "garbage!"}).status_code == 400
 
 
