@@ -185,8 +185,8 @@ def loop_stats(engine):
     def snap():
         s = engine.loop.stats
         return {"steps": s.steps, "tokens": s.tokens, "decode_rows": s.decode_rows,
-                "padded_rows": s.padded_rows, "codec_calls": s.codec_calls,
-                "launch_s": s.launch_s, "codec_s": s.codec_s, "wait_s": s.wait_s,
+                "padded_rows": s.padded_rows, "codec_calls": engine.loop.codec_worker.calls,
+                "codec_s": engine.loop.codec_worker.busy_s, "launch_s": s.launch_s, "wait_s": s.wait_s,
                 "post_s": s.post_s}
     return snap
 

@@ -123,3 +123,19 @@ def test_cancel_a_waiting_and_a_running_sequence():
     assert s.cancel("a") is a and a.state is SeqState.FINISHED
     plan = s.schedule()
     assert plan.empty and s.idle
+
+
+def test_batch_work_is_admitted_every_few_steps_and_realtime_at_once():
+    s = Scheduler(rows=8, max_context=100, admit_every=4)
+    s.add(Seq("b0", [1], budget=50))
+    plan, _ = run_step(s, lambda q: 7)                  # nothing running: admitted at once
+    assert [c.seq.key for c in plan.prefill] == ["b0"]
+    s.add(Seq("b1", [1], budget=50))
+    s.add(Seq("rt", [1], budget=50, realtime=True))
+    plan, _ = run_step(s, lambda q: 7)
+    assert [c.seq.key for c in plan.prefill] == ["rt"]
+    plan, _ = run_step(s, lambda q: 7)
+    assert plan.prefill == []
+    plan, _ = run_step(s, lambda q: 7)
+    plan, _ = run_step(s, lambda q: 7)                  # the 5th step: a batch turn
+    assert [c.seq.key for c in plan.prefill] == ["b1"]

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from pipeline.engines.orpheus import attention
+
 
 class KVCache:
     """Keys and values for ``rows`` sequences of up to ``context`` tokens, for every layer.
@@ -79,10 +81,12 @@ class Decoder:
         v = attn.v_proj(h).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         return q, k, v
 
-    def decode(self, tokens, wpos, length: int):
+    def decode(self, tokens, wpos, length: int, per_row: bool = False):
         """One token for rows ``0 .. B-1``: tokens [B], write positions [B] (scratch for idle rows);
-        attends over cache positions [0, length). Returns logits [B, Vs] fp32."""
+        attends over cache positions [0, length), or with ``per_row`` over each row's own
+        [0, wpos] (attention.py). Returns logits [B, Vs] fp32."""
         b = tokens.shape[0]
+        lens = torch.where(wpos == self.cache.scratch, 1, wpos + 1) if per_row else None
         rows = torch.arange(b, device=tokens.device)
         cos = self.cos[wpos].view(b, 1, 1, -1)                             # [B, 1, 1, D]
         sin = self.sin[wpos].view(b, 1, 1, -1)
@@ -97,9 +101,12 @@ class Decoder:
             vc[rows, :, wpos] = v[:, :, 0]
             # The query heads of one KV head, all at the same position, go in as its queries:
             # [B, Hkv, G, D] against [B, Hkv, L, D], so K and V are read once, never repeated.
-            o = F.scaled_dot_product_attention(q.view(b, self.kv_heads, -1, self.head_dim),
-                                               kc[:b, :, :length], vc[:b, :, :length],
-                                               attn_mask=mask, scale=self.scale)
+            q = q.view(b, self.kv_heads, -1, self.head_dim)
+            if per_row:
+                o = attention.decode_attention(q, kc, vc, lens, self.scale)
+            else:
+                o = F.scaled_dot_product_attention(q, kc[:b, :, :length], vc[:b, :, :length],
+                                                   attn_mask=mask, scale=self.scale)
             x = x + attn.o_proj(o.reshape(b, 1, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return F.linear(self.norm(x[:, 0]), self.head_w).float()

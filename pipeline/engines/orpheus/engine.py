@@ -42,6 +42,7 @@ PROMPT_TOKENS_PER_CHAR = 0.35   # Llama-3 BPE on English: about 3 characters a t
 PROMPT_OVERHEAD_TOKENS = 16     # voice name and the control tokens around the text
 BUDGET_POLICIES = ("error", "keep")
 LOOPS = ("continuous", "static")
+ADMIT_EVERY = 8   # GPU: batch prompts are prefilled together every 8 steps (realtime: every step)
 
 
 def token_budget(text: str, slack: float = BUDGET_SLACK, minimum: int = BUDGET_MIN_TOKENS,
@@ -233,7 +234,9 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, conte
     lo = CUSTOM_TOKEN_BASE if params.constrain_codes else 0
     runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo, use_graphs=cuda_graphs)
     reserved = realtime_rows or max(1, rows // 8) if rows > 1 else 0
-    scheduler = Scheduler(rows, context, reserved=reserved, batch_floor=rows // 4)
+    on_gpu = loaded.device.startswith("cuda")
+    scheduler = Scheduler(rows, context, reserved=reserved, batch_floor=rows // 4,
+                          admit_every=ADMIT_EVERY if on_gpu else 1)
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of KV cache), %d reserved for "
              "realtime", rows, context, rows * per_row / 2**30, reserved)
     return EngineLoop(runner, scheduler, loaded.codec, on_final)

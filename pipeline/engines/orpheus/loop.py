@@ -3,12 +3,10 @@
 ``synthesize()`` calls (one per Celery task in flight: the GPU worker runs a thread pool) put their
 sequences in the inbox and read their chunks from their own queue. The loop thread steps:
 
-    schedule -> launch (device) -> decode audio of the previous step (codec stream) -> collect
-    -> postprocess -> hand out chunks
+    schedule -> launch (device) -> collect -> postprocess -> frames to the codec thread
 
-so the codec works while the language model's step runs. Realtime streams get audio after every
-step that completes a chunk; batch streams are decoded every ``codec_every`` steps, in bigger codec
-calls. A failed step fails the sequences in it, loudly, and the loop carries on; running out of
+while the codec works on its own thread (codec_worker.py), so the language model's step never
+waits for it. A failed step fails the sequences in it, loudly, and the loop carries on; running out of
 device memory halves the rows and gives the sequences back as retryable, never lost.
 """
 
@@ -25,7 +23,8 @@ import numpy as np
 
 from pipeline.engines.base import AudioChunk
 from pipeline.engines.orpheus.scheduler import Plan, Scheduler, Seq, SeqState
-from pipeline.engines.orpheus.streaming import StreamState, decode_ready
+from pipeline.engines.orpheus.codec_worker import CodecWorker
+from pipeline.engines.orpheus.streaming import StreamState
 from pipeline.errors import EngineError, EngineOverloadedError
 
 log = logging.getLogger(__name__)
@@ -50,22 +49,19 @@ class LoopStats:
     decode_rows: int = 0            # sum over steps of rows decoded
     padded_rows: int = 0            # sum over steps of graph batch size (idle-slot waste)
     prefill_tokens: int = 0
-    codec_calls: int = 0
     oom_events: int = 0
     busy_s: float = 0.0
-    # Host time by stage: where a step's wall time goes (the device works during launch+codec).
+    # Host time by stage: where a step's wall time goes (the device works during launch + wait).
     launch_s: float = 0.0
-    codec_s: float = 0.0
     wait_s: float = 0.0
     post_s: float = 0.0
 
 
 class EngineLoop:
-    def __init__(self, runner, scheduler: Scheduler, codec, on_final, codec_every: int = 8,
-                 stream_factory=StreamState):
-        self.runner, self.scheduler, self.codec = runner, scheduler, codec
-        self.on_final = on_final          # (live, reason) -> AudioChunk: the engine's policy
-        self.codec_every = max(1, codec_every)
+    def __init__(self, runner, scheduler: Scheduler, codec, on_final, stream_factory=StreamState):
+        self.runner, self.scheduler = runner, scheduler
+        # on_final: (live, last audio) -> the final AudioChunk (the engine's policy)
+        self.codec_worker = CodecWorker(codec, on_final)
         self.stream_factory = stream_factory
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.live: dict[int, Live] = {}   # id(seq) -> Live
@@ -82,6 +78,7 @@ class EngineLoop:
         self._stop.set()
         self.inbox.put(None)
         self._thread.join(timeout=30)
+        self.codec_worker.close()
 
     # The thread ---------------------------------------------------------------------------------
 
@@ -119,17 +116,16 @@ class EngineLoop:
             live.sink.put(AudioChunk(live.key, np.zeros(0, np.float32), True, EngineError(str(e))))
             return
         self.live[id(live.seq)] = live
+        self.codec_worker.register(live)
 
     def _step(self, plan: Plan) -> None:
         s = self.stats
         t0 = time.perf_counter()
         launched = self.runner.launch(plan)
         t1 = time.perf_counter()
-        self._decode_audio(final=[])          # the codec works while the step runs
-        t2 = time.perf_counter()
         tokens = self.runner.collect(launched)
         t3 = time.perf_counter()
-        s.launch_s, s.codec_s, s.wait_s = s.launch_s + t1 - t0, s.codec_s + t2 - t1, s.wait_s + t3 - t2
+        s.launch_s, s.wait_s = s.launch_s + t1 - t0, s.wait_s + t3 - t1
         by_row = {row: self.scheduler.by_row[row] for row in tokens}
         finished = self.scheduler.postprocess(plan, tokens)
         for row, toks in tokens.items():
@@ -141,32 +137,9 @@ class EngineLoop:
         s.decode_rows += len(plan.decode)
         s.padded_rows += self.runner.padded_batch(plan.rows) if plan.decode else 0
         s.prefill_tokens += sum(c.end - c.start for c in plan.prefill)
-        if finished:
-            self._decode_audio(final=[self.live.pop(id(seq)) for seq in finished])
+        for seq in finished:
+            self.codec_worker.finish(self.live.pop(id(seq)))
         s.post_s += time.perf_counter() - t3
-
-    def _decode_audio(self, final: list[Live]) -> None:
-        """Render what is ready: realtime streams every step, batch ones every ``codec_every``
-        steps, and the flush of every sequence that just finished."""
-        every = self.stats.steps % self.codec_every == 0
-        streams = {id(lv): lv for lv in self.live.values() if lv.seq.realtime or every}
-        ended = {id(lv) for lv in final}
-        streams.update({id(lv): lv for lv in final})
-        if not streams:
-            return
-        states = {k: lv.stream for k, lv in streams.items()}
-        audio = decode_ready(self.codec, states, ended)
-        if audio:
-            self.stats.codec_calls += 1
-        for k, pcm in audio.items():
-            lv = streams[k]
-            if k in ended:
-                continue
-            if lv.first_chunk_at is None:
-                lv.first_chunk_at = time.monotonic()
-            lv.sink.put(AudioChunk(lv.key, pcm, False))
-        for lv in final:
-            lv.sink.put(self.on_final(lv, audio.get(id(lv))))
 
     def _fail_all(self, error: Exception) -> None:
         oom = type(error).__name__ == "OutOfMemoryError"
@@ -182,6 +155,7 @@ class EngineLoop:
         err.__cause__ = error
         for live in self.live.values():
             live.seq.state = SeqState.FINISHED
+            self.codec_worker.drop(live)
             live.sink.put(AudioChunk(live.key, np.zeros(0, np.float32), True, err))
         self.live.clear()
         old = self.scheduler

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pipeline.engines.orpheus import attention
 from pipeline.engines.orpheus.decoder import Decoder, KVCache
 from pipeline.engines.orpheus.rng import mix_keys
 from pipeline.engines.orpheus.sampling import RowSampler, SamplingParams
@@ -48,7 +49,7 @@ def length_ladder(context: int, step: int = LENGTH_STEP) -> list[int]:
 
 class ModelRunner:
     def __init__(self, model, rows: int, context: int, params: SamplingParams,
-                 logits_lo: int = 0, use_graphs: bool = True):
+                 logits_lo: int = 0, use_graphs: bool = True, per_row_attention: bool = True):
         cfg, device = model.config, model.device
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.device, self.rows, self.context = device, rows, context
@@ -69,6 +70,7 @@ class ModelRunner:
                                         pin_memory=str(device).startswith("cuda"))
         self.batch_sizes = ladder(rows)
         self.lengths = length_ladder(context)
+        self.per_row_attention = per_row_attention and attention.available(device)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.graph_fallback: str | None = None
         self.capture_s = 0.0
@@ -81,10 +83,19 @@ class ModelRunner:
 
     # The step -----------------------------------------------------------------------------------
 
+    def _per_row(self, b: int) -> bool:
+        return self.per_row_attention and b >= attention.MIN_BATCH
+
+    def _length(self, b: int, need: int) -> int:
+        """The attention length a step runs at: the whole row where each row reads its own."""
+        if self._per_row(b):
+            return self.context
+        return self.lengths[bisect.bisect_left(self.lengths, need)]
+
     def _step(self, b: int, length: int) -> None:
         act = self.active[:b]
         wpos = torch.where(act, self.pos[:b], self.cache.scratch)
-        logits = self.decoder.decode(self.tokens[:b], wpos, length)          # [B, Vs]
+        logits = self.decoder.decode(self.tokens[:b], wpos, length, self._per_row(b))  # [B, Vs]
         new = self.sampler(logits, self.seen[:b], self.steps[:b], self.keys[:b])
         self.tokens[:b] = torch.where(act, new, self.tokens[:b])
         mark = torch.where(act, new - self.lo, self.width).view(-1, 1)
@@ -103,9 +114,10 @@ class ModelRunner:
                 with torch.cuda.stream(side):
                     for _ in range(2):
                         self._step(self.batch_sizes[-1], self.lengths[-1])
+                        self._step(self.batch_sizes[0], self.lengths[0])
                 torch.cuda.current_stream().wait_stream(side)
                 for b in reversed(self.batch_sizes):
-                    for length in reversed(self.lengths):
+                    for length in reversed(self.lengths) if not self._per_row(b) else [self.context]:
                         graph = torch.cuda.CUDAGraph()
                         with torch.cuda.graph(graph, pool=pool):
                             self._step(b, length)
@@ -134,8 +146,7 @@ class ModelRunner:
             b = 0
             if plan.decode:
                 b = self.batch_sizes[bisect.bisect_left(self.batch_sizes, plan.rows)]
-                need = max(s.context for s in plan.decode)
-                length = self.lengths[bisect.bisect_left(self.lengths, need)]
+                length = self._length(b, max(s.context for s in plan.decode))
                 self._active_host.zero_()
                 self._active_host[[s.row for s in plan.decode]] = True
                 self.active.copy_(self._active_host, non_blocking=True)

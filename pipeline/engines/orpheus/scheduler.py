@@ -82,7 +82,7 @@ class Plan:
 
 class Scheduler:
     def __init__(self, rows: int, max_context: int, reserved: int = 0, batch_floor: int = 0,
-                 prefill_tokens: int = 2048):
+                 prefill_tokens: int = 2048, admit_every: int = 1):
         if rows < 1 or max_context < 2:
             raise ValueError("need at least one row and a context of two tokens")
         self.capacity = rows
@@ -90,6 +90,10 @@ class Scheduler:
         self.reserved = min(reserved, rows - 1)
         self.batch_floor = min(batch_floor, rows - 1)
         self.prefill_tokens = max(1, prefill_tokens)
+        # Batch work is admitted every ``admit_every`` steps, so its prompts are prefilled a few
+        # at a time instead of one per step (each prefill is an eager pass); realtime: every step.
+        self.admit_every = max(1, admit_every)
+        self._steps = 0
         self.waiting_rt: deque[Seq] = deque()
         self.waiting_batch: deque[Seq] = deque()
         self.by_row: list[Seq] = []             # row i holds by_row[i]
@@ -136,12 +140,14 @@ class Scheduler:
     def schedule(self) -> Plan:
         plan = Plan(moves=self._compact())
         budget = self.prefill_tokens
+        batch_turn = self._steps % self.admit_every == 0 or self.running_rows == 0
+        self._steps += 1
         # Sequences part-way through their prompt go first: they already hold a row.
         for seq in self.by_row:
             if seq.state is SeqState.PREFILL and budget > 0:
                 budget -= self._prefill_chunk(plan, seq, budget)
         while budget > 0:
-            seq = self._next_admission()
+            seq = self._next_admission(batch_turn)
             if seq is None:
                 break
             seq.row, seq.state = len(self.by_row), SeqState.PREFILL
@@ -181,7 +187,7 @@ class Scheduler:
         plan.prefill.append(PrefillChunk(seq, seq.prefilled, end))
         return end - seq.prefilled
 
-    def _next_admission(self) -> Seq | None:
+    def _next_admission(self, batch_turn: bool = True) -> Seq | None:
         free = self.capacity - len(self.by_row)
         if free <= 0:
             return None
@@ -192,7 +198,7 @@ class Scheduler:
             return self.waiting_rt.popleft()
         # Batch work leaves ``reserved`` rows free, less those realtime streams already use.
         keep_free = max(0, self.reserved - running_rt)
-        if batch_waiting and free > keep_free:
+        if batch_waiting and batch_turn and free > keep_free:
             return self.waiting_batch.popleft()
         return None
 

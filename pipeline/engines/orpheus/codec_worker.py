@@ -1,0 +1,99 @@
+"""The codec's own thread: turns the frames the loop produces into audio chunks for the callers.
+
+The loop thread only appends frames and says when a sequence ended; this thread decodes what is
+ready (realtime streams at once, batch streams every ``batch_interval_s`` in one big call) on the
+codec's CUDA stream, and hands chunks and final chunks to each caller's queue. So the language
+model's step never waits for the codec, and the codec sees large batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+import numpy as np
+
+from pipeline.engines.base import AudioChunk
+from pipeline.engines.orpheus.streaming import decode_ready
+from pipeline.errors import EngineError
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.002
+
+
+class CodecWorker:
+    def __init__(self, codec, on_final, batch_interval_s: float = 0.05):
+        self.codec, self.on_final = codec, on_final
+        self.batch_interval_s = batch_interval_s
+        self.streams: dict[int, object] = {}      # id -> Live, registered by the loop thread
+        self.ended: queue.SimpleQueue = queue.SimpleQueue()
+        self.calls = 0
+        self.busy_s = 0.0
+        self._last_batch = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="orpheus-codec", daemon=True)
+        self._thread.start()
+
+    def register(self, live) -> None:
+        self.streams[id(live)] = live
+
+    def finish(self, live) -> None:
+        """The sequence ended (its frames are complete): flush it and send its final chunk."""
+        self.ended.put(live)
+
+    def drop(self, live) -> None:
+        self.streams.pop(id(live), None)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            final = []
+            try:
+                final.append(self.ended.get(timeout=TICK_S))
+                while True:
+                    final.append(self.ended.get_nowait())
+            except queue.Empty:
+                pass
+            started = time.perf_counter()
+            try:
+                self._decode(final)
+            except Exception as e:  # noqa: BLE001 - the streams in this call fail, loudly
+                log.exception("codec decode failed")
+                self._fail(final, e)
+            self.busy_s += time.perf_counter() - started
+
+    def _decode(self, final: list) -> None:
+        now = time.perf_counter()
+        batch_turn = now - self._last_batch >= self.batch_interval_s
+        if batch_turn:
+            self._last_batch = now
+        live = [lv for lv in list(self.streams.values()) if lv.seq.realtime or batch_turn]
+        todo = {id(lv): lv for lv in live}
+        todo.update({id(lv): lv for lv in final})
+        if not todo:
+            return
+        ended = {id(lv) for lv in final}
+        audio = decode_ready(self.codec, {k: lv.stream for k, lv in todo.items()}, ended)
+        self.calls += bool(audio)
+        for k, pcm in audio.items():
+            if k not in ended:
+                lv = todo[k]
+                if lv.first_chunk_at is None:
+                    lv.first_chunk_at = time.monotonic()
+                lv.sink.put(AudioChunk(lv.key, pcm, False))
+        for lv in final:
+            self.streams.pop(id(lv), None)
+            lv.sink.put(self.on_final(lv, audio.get(id(lv))))
+
+    def _fail(self, final: list, error: Exception) -> None:
+        err = EngineError(f"codec failed: {type(error).__name__}: {error}")
+        err.__cause__ = error
+        for lv in final:
+            self.streams.pop(id(lv), None)
+            lv.sink.put(AudioChunk(lv.key, np.zeros(0, np.float32), True, err))
