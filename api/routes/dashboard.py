@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import State
 from pipeline.reports import fleet
-from pipeline.reports.fmt import HEADLINE_LABELS, num
+from pipeline.reports.fmt import HEADLINE_LABELS, num, pct
 from pipeline.reports.publish import latest_report
 from pipeline.routing import all_queues
 
@@ -74,9 +74,11 @@ def render(data: dict) -> str:
     period = "none"
     if report is not None:
         period = f"{report['period_start'][:16]} – {report['period_end'][:16]} UTC"
+        changes = report.get("changes") or {}
         cards = "".join(
             f'<div class="card"><div class="label">{escape(HEADLINE_LABELS.get(k, k))}</div>'
-            f'<div class="value" id="h-{escape(k)}">{escape(num(v))}</div></div>'
+            f'<div class="value" id="h-{escape(k)}">{escape(num(v))}</div>'
+            f'<div class="change">{escape(pct(changes.get(k)))} vs previous period</div></div>'
             for k, v in report["headline"].items())
     queues = "".join(f'<tr><td>{escape(q)}</td><td class="depth">{n}</td></tr>' for q, n in data["queues"].items())
     now = time.time()

@@ -100,6 +100,7 @@ def test_dashboard_in_headless_chromium(server, tmp_path):
     url = server + "/dashboard?token=op-secret"
     dom = chromium("--dump-dom", url, tmp=tmp_path).stdout.decode()
     assert 'id="h-jobs_done">5<' in dom and 'id="h-x_realtime">3.15<' in dom
+    assert 'id="h-jobs_done">5</div><div class="change">+400.0 % vs previous period<' in dom
     assert 'id="h-audio_hours">1.14<' in dom and 'id="h-ttfb_p95_s">4.00<' in dom
     assert '<td>batch.le10s</td><td class="depth">7</td>' in dom
     assert "gpu-host-1/gpu0" in dom and '<td class="inflight">12</td>' in dom and "orpheus-3b" in dom
