@@ -14,12 +14,16 @@ from api.idempotency import Claim, remember, replay
 from pipeline.db.models import Batch, Job, utcnow
 from pipeline.db.models_api import ApiKey
 from pipeline.errors import ServiceUnavailableError
+from pipeline.webhooks.ssrf import validate_callback_url
 from worker.enqueue import enqueue_batch
 
 
 def owner_columns(state: ApiState, key: ApiKey, *, kind: str, callback_url: str | None = None,
                   callback_events: list[str] | None = None) -> dict:
-    """The batch columns the API sets: owner, kind, callback and expiry."""
+    """The batch columns the API sets: owner, kind, callback and expiry. A callback URL that
+    resolves to an internal address is refused here (400) unless the operator allow-listed it."""
+    if callback_url is not None:
+        validate_callback_url(callback_url, state.settings.webhook_allow_hosts)
     return dict(owner_key_id=key.id, kind=kind, callback_url=callback_url, callback_events=callback_events,
                 expires_at=utcnow() + timedelta(days=state.settings.result_ttl_days))
 
