@@ -100,11 +100,12 @@ def _first_byte(client: httpx.Client) -> float:
     with client.stream("POST", "/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": SENTENCE,
                                                           "response_format": "wav"}) as r:
         r.raise_for_status()
-        for chunk in r.iter_raw():
+        body = r.iter_raw()
+        for chunk in body:
             if len(chunk) > 44:  # past the WAV header: audio
                 first = time.perf_counter() - started
                 break
-        for _ in r.iter_raw():
+        for _ in body:
             pass
     return first
 
@@ -118,6 +119,7 @@ def _first_byte(client: httpx.Client) -> float:
 @click.option("--speech-runs", default=10, show_default=True)
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path))
 def main(database_url, redis_url, jobs, batches, threads, speech_runs, markdown) -> None:
+    load_before = os.getloadavg()[0]
     migrate.upgrade(make_engine(database_url))
     with make_sessionmaker(make_engine(database_url))() as session:
         key = api_keys.create_key(session, name="bench").plaintext
@@ -148,13 +150,14 @@ def main(database_url, redis_url, jobs, batches, threads, speech_runs, markdown)
         finally:
             _stop(api)
     ttfb.sort()
-    report = _markdown(database_url, jobs, job_rps, job_fail, batches, batch_rps, batch_fail, threads, ttfb)
+    report = _markdown(database_url, jobs, job_rps, job_fail, batches, batch_rps, batch_fail, threads, ttfb,
+                       load_before)
     click.echo(report)
     if markdown:
         markdown.write_text(report, encoding="utf-8")
 
 
-def _markdown(database_url, jobs, job_rps, job_fail, batches, batch_rps, batch_fail, threads, ttfb) -> str:
+def _markdown(database_url, jobs, job_rps, job_fail, batches, batch_rps, batch_fail, threads, ttfb, load) -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
     db = make_engine(database_url).url.get_backend_name()
@@ -162,7 +165,8 @@ def _markdown(database_url, jobs, job_rps, job_fail, batches, batch_rps, batch_f
     return f"""# API benchmark
 
 {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit}, {os.cpu_count()} cores ({cpu_name()}), database {db},
-Redis on localhost; `synth api` (one uvicorn process) and the client on the same machine.
+Redis on localhost; `synth api` (one uvicorn process) and the client on the same machine (1-minute
+load average {load:.2f} at the start: the machine is shared, so these are lower bounds).
 Produced by `python ops/bench_api.py` (see its docstring for the method).
 
 | measure | result |
