@@ -29,7 +29,7 @@ def _own(session, key, batch_id: str) -> Batch:
     return batch
 
 
-def _created(session, state, batch_id: str, created: bool) -> JSONResponse:
+def _created(session, batch_id: str, created: bool) -> JSONResponse:
     body = batch_out(session, session.get(Batch, batch_id)).model_dump(mode="json")
     return JSONResponse(body, status_code=201, headers={"Idempotent-Replayed": "false" if created else "true"})
 
@@ -50,7 +50,7 @@ def create_json_batch(body: BatchCreate, key: CurrentKey, state: State, session:
                                      callback_events=body.callback_events)
     batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_item_batch(
         s, state.settings, items, options, source="api", **columns))
-    return _created(session, state, batch_id, created)
+    return _created(session, batch_id, created)
 
 
 @router.post("/upload", status_code=201, response_model=BatchOut,
@@ -81,7 +81,7 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
                                      callback_events=callback_events)
     batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_batch(
         s, state.settings, corpus, options, source=source, **columns))
-    return _created(session, state, batch_id, created)
+    return _created(session, batch_id, created)
 
 
 @router.get("", response_model=BatchPage)

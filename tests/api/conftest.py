@@ -49,8 +49,8 @@ def serve(settings, redis_url: str):
 
 @pytest.fixture
 def api_settings(settings):
-    """Tests that need a different setting override it with api_settings.with_overrides(...)."""
-    return settings
+    """Tests that need a different setting override this fixture. No rate limit: tests poll."""
+    return settings.with_overrides(api_rate_limit=0)
 
 
 @pytest.fixture

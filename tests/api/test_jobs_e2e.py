@@ -19,6 +19,7 @@ SENTENCES = " ".join(f"This is sentence number {i} of a longer text read aloud."
 
 @pytest.fixture(params=["local", "s3"])
 def api_settings(request, settings):
+    settings = settings.with_overrides(api_rate_limit=0)  # the tests poll
     if request.param == "local":
         return settings
     return settings.with_overrides(s3_bucket=request.getfixturevalue("s3_bucket"),

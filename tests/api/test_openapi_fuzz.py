@@ -13,8 +13,7 @@ from tests.api.conftest import serve
 
 @pytest.fixture
 def api_settings(settings):
-    # A small text limit keeps Piper's share of the run short; the live wait is short so a stream of
-    # a job that is still queued answers 503... which would be a 5xx: the worker below serves them.
+    # A small text limit keeps Piper's share of the run short; live streams wait at most a minute.
     return settings.with_overrides(max_line_chars=300, api_rate_limit=0, live_start_timeout=60)
 
 

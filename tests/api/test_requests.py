@@ -4,6 +4,7 @@ worker: jobs stay queued unless a test says otherwise)."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -12,7 +13,7 @@ from pipeline.db.models import Batch, utcnow
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.lifecycle import expire_batches
 from pipeline.storage import make_store
-from tests.api.conftest import client_for, serve
+from tests.api.conftest import client_for, serve, wait_batch
 
 ITEMS = {"items": [{"text": "One."}, {"text": "Two."}]}
 
@@ -149,3 +150,14 @@ def test_upload_a_corpus_file(client):
     assert again.json()["id"] == body["id"]
     bad = client.post("/v1/batches/upload", files={"file": ("b.bin", b"\x00\x01")})
     assert bad.status_code == 400 and "binary" in bad.json()["detail"]
+
+
+def test_expire_task_runs_on_a_worker(client, running_worker):
+    batch = client.post("/v1/batches", json=ITEMS).json()
+    assert wait_batch(client, batch["id"])["counts"]["done"] == 2
+    future = (utcnow() + timedelta(days=8)).isoformat()
+    running_worker.send_task("synth.expire", args=[future], queue="realtime")
+    deadline = time.monotonic() + 60
+    while client.get(f"/v1/batches/{batch['id']}").status_code != 404:
+        assert time.monotonic() < deadline, "synth.expire did not delete the expired batch"
+        time.sleep(0.2)
