@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from api import creating, idempotency
@@ -28,15 +28,28 @@ OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "cedar", "coral", "echo", "
                            "onyx", "sage", "shimmer", "verse"})
 
 
+class OpenAIError(HTTPException):
+    """An error OpenAI's clients can read: ``error.message`` beside our usual ``detail``."""
+
+    def __init__(self, status: int, message: str, param: str) -> None:
+        super().__init__(status, detail=message)
+        self.param = param
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"detail": self.detail, "error": {"message": self.detail, "type": "invalid_request_error",
+                                                              "param": self.param, "code": None}},
+                            status_code=self.status_code)
+
+
 def pick_voice(settings: Settings, voice: str) -> str | None:
-    """The engine voice to use (None: the default), or HTTP 400 with the choices."""
+    """The engine voice to use (None: the default), or an OpenAIError listing the choices."""
     voices = engine_voices(settings.engine_settings())
     if voice in voices:
         return voice
     if settings.api_map_openai_voices and voice in OPENAI_VOICES:
         return None
     extra = " (or an OpenAI voice name, spoken by the default voice)" if settings.api_map_openai_voices else ""
-    raise HTTPException(400, detail=f"unknown voice {voice!r}; choose one of {', '.join(voices)}{extra}")
+    raise OpenAIError(400, f"unknown voice {voice!r}; choose one of {', '.join(voices)}{extra}", "voice")
 
 
 @router.post("/speech", response_class=StreamingResponse,
@@ -44,11 +57,14 @@ def pick_voice(settings: Settings, voice: str) -> str | None:
                               "description": "audio, streamed as it is synthesized"},
                         400: {"description": "unknown voice or format"}})
 async def speech(body: SpeechCreate, key: CurrentKey, state: State,
-                 idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> StreamingResponse:
-    if body.response_format not in SPEECH_FORMATS:
-        raise HTTPException(400, detail=f"unsupported response_format {body.response_format!r}; "
-                                        f"choose one of {', '.join(SPEECH_FORMATS)}")
-    voice = pick_voice(state.settings, body.voice)
+                 idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> Response:
+    try:
+        if body.response_format not in SPEECH_FORMATS:
+            raise OpenAIError(400, f"unsupported response_format {body.response_format!r}; "
+                                   f"choose one of {', '.join(SPEECH_FORMATS)}", "response_format")
+        voice = pick_voice(state.settings, body.voice)
+    except OpenAIError as e:
+        return e.response()
     job_id = await run_in_threadpool(_create, state, key, body, voice, idempotency_key)
     live = await open_live_or_fail(state, job_id)
     if live is None:  # an Idempotency-Key replay after the live copy expired: the stored WAV
