@@ -8,8 +8,10 @@ import pytest
 
 from pipeline.constants import SNAC_SAMPLES_PER_FRAME
 from pipeline.engines.orpheus.streaming import (
-    STEADY_CHUNK_FRAMES,
-    WINDOW_FRAMES,
+    BATCH_CHUNK_FRAMES,
+    FIRST_CHUNK_FRAMES,
+    REALTIME_CHUNK_FRAMES,
+    RIGHT_CONTEXT_FRAMES,
     StreamState,
     decode_frames,
     decode_ready,
@@ -21,12 +23,15 @@ def random_frames(n, seed=0):
     return [rng.integers(0, 4096, size=7) for _ in range(n)]
 
 
-def stream(codec, frames, seed=7):
-    """Feed frames one at a time as generation would; return the chunks in order."""
-    st = StreamState(seed=seed)
+def stream(codec, frames, seed=7, chunk_frames=REALTIME_CHUNK_FRAMES, every=1):
+    """Feed frames one at a time as generation would, decoding every ``every`` frames; return the
+    chunks in order."""
+    st = StreamState(seed=seed, chunk_frames=chunk_frames)
     chunks = []
     for i, f in enumerate(frames):
         st.assembler.frames.append(f)
+        if (i + 1) % every:
+            continue
         out = decode_ready(codec, {"k": st}, finished=set())
         if "k" in out:
             chunks.append((i + 1, out["k"]))
@@ -37,22 +42,27 @@ def stream(codec, frames, seed=7):
 
 
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 13, 30])
-def test_streamed_chunks_concatenate_to_the_one_shot_decode(tiny, n):
+@pytest.mark.parametrize("chunk_frames,every", [(REALTIME_CHUNK_FRAMES, 1), (BATCH_CHUNK_FRAMES, 5)])
+def test_streamed_chunks_concatenate_to_the_one_shot_decode(tiny, n, chunk_frames, every):
     frames = random_frames(n, seed=n)
-    chunks = stream(tiny.codec, frames)
+    chunks = stream(tiny.codec, frames, chunk_frames=chunk_frames, every=every)
     streamed = np.concatenate([c for _, c in chunks])
     assert streamed.shape == (n * SNAC_SAMPLES_PER_FRAME,)        # the last frames are flushed
-    # Same windows, same keys: equal up to fp32 rounding of convolutions run at other batch sizes.
-    np.testing.assert_allclose(streamed, decode_frames(tiny.codec, frames, seed=7), rtol=0, atol=1e-6)
+    # Same windows, same keys, whenever the decode ran: equal up to fp32 rounding of
+    # convolutions run at other batch sizes.
+    one_shot = decode_frames(tiny.codec, frames, seed=7, chunk_frames=chunk_frames)
+    np.testing.assert_allclose(streamed, one_shot, rtol=0, atol=1e-6)
 
 
 def test_first_chunk_after_one_window_then_steady_chunks(tiny):
     chunks = stream(tiny.codec, random_frames(30))
     frames_seen, first = chunks[0]
-    assert frames_seen == WINDOW_FRAMES                            # 28 tokens
+    assert frames_seen == FIRST_CHUNK_FRAMES + RIGHT_CONTEXT_FRAMES == 4   # 28 tokens
     assert len(first) == 2 * SNAC_SAMPLES_PER_FRAME                # frames 0 and 1
     steady = [len(c) // SNAC_SAMPLES_PER_FRAME for _, c in chunks[1:-1]]
-    assert steady and all(s == STEADY_CHUNK_FRAMES for s in steady)
+    assert steady and all(s == REALTIME_CHUNK_FRAMES for s in steady)
+    # a chunk leaves as soon as its right context exists
+    assert [seen for seen, _ in chunks[1:-1]] == [8, 12, 16, 20, 24, 28]
 
 
 def test_codec_noise_is_keyed_not_global(tiny):

@@ -27,7 +27,12 @@ from pipeline.engines.orpheus.generate import GenJob, generate_batched
 from pipeline.engines.orpheus.loading import LoadedModel, load
 from pipeline.engines.orpheus.prompt import prompt_ids
 from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.streaming import StreamState, decode_ready
+from pipeline.engines.orpheus.streaming import (
+    BATCH_CHUNK_FRAMES,
+    REALTIME_CHUNK_FRAMES,
+    StreamState,
+    decode_ready,
+)
 from pipeline.engines.orpheus.scheduler import Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH, VOICES
 from pipeline.errors import EngineError
@@ -127,7 +132,8 @@ class OrpheusEngine(Engine):
             prompt = prompt_ids(self.lm.tokenizer, req.text, req.voice)
             seed = req.seed if req.seed is not None else default_seed(req)
             jobs.append((req.realtime, GenJob(req.key, prompt,
-                                              token_budget(req.text, *self.budget), seed)))
+                                              token_budget(req.text, *self.budget), seed,
+                                              req.realtime)))
         if self.loop is not None:
             yield from self._run_continuous(jobs)
             return
@@ -172,7 +178,7 @@ class OrpheusEngine(Engine):
         return None
 
     def _run_batch(self, batch: list[GenJob]) -> Iterator[AudioChunk]:
-        streams = {j.key: StreamState(seed=j.seed) for j in batch}
+        streams = {j.key: stream_state(j.seed, j.realtime) for j in batch}
         try:
             for step in generate_batched(self.lm.model, batch, self.params):
                 for key, token in step.tokens:
@@ -212,6 +218,11 @@ class OrpheusEngine(Engine):
         return AudioChunk(key, audio, True, error)
 
 
+def stream_state(seed: int, realtime: bool) -> StreamState:
+    """Realtime streams get small chunks (latency); batch work big ones (fewer codec frames)."""
+    return StreamState(seed=seed, chunk_frames=REALTIME_CHUNK_FRAMES if realtime else BATCH_CHUNK_FRAMES)
+
+
 def text_chars_for(context: int, slack: float = BUDGET_SLACK) -> int:
     """The longest text whose prompt and token budget fit one cache row of ``context`` tokens."""
     per_char = LM_TOKENS_PER_AUDIO_SECOND * slack / CHARS_PER_SECOND + PROMPT_TOKENS_PER_CHAR
@@ -239,7 +250,7 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, conte
                           admit_every=ADMIT_EVERY if on_gpu else 1)
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of KV cache), %d reserved for "
              "realtime", rows, context, rows * per_row / 2**30, reserved)
-    return EngineLoop(runner, scheduler, loaded.codec, on_final)
+    return EngineLoop(runner, scheduler, loaded.codec, on_final, stream_factory=stream_state)
 
 
 def plan_batches(jobs: list[tuple[bool, GenJob]], max_batch: int) -> list[list[GenJob]]:

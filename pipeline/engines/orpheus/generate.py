@@ -27,6 +27,7 @@ class GenJob:
     prompt: list[int]
     max_new_tokens: int
     seed: int
+    realtime: bool = False
 
 
 @dataclass(frozen=True)

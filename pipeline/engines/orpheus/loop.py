@@ -58,7 +58,8 @@ class LoopStats:
 
 
 class EngineLoop:
-    def __init__(self, runner, scheduler: Scheduler, codec, on_final, stream_factory=StreamState):
+    def __init__(self, runner, scheduler: Scheduler, codec, on_final,
+                 stream_factory=lambda seed, realtime: StreamState(seed=seed)):
         self.runner, self.scheduler = runner, scheduler
         # on_final: (live, last audio) -> the final AudioChunk (the engine's policy)
         self.codec_worker = CodecWorker(codec, on_final)
@@ -72,7 +73,7 @@ class EngineLoop:
 
     def submit(self, items: list[tuple[Seq, Hashable]], sink: queue.SimpleQueue) -> None:
         for seq, key in items:
-            self.inbox.put(Live(seq, sink, self.stream_factory(seed=seq.seed), key))
+            self.inbox.put(Live(seq, sink, self.stream_factory(seq.seed, seq.realtime), key))
 
     def close(self) -> None:
         self._stop.set()

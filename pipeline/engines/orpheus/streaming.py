@@ -1,14 +1,17 @@
-"""Streaming decode with an overlapping window, as Orpheus' decoders do, with an early first chunk
-and a flush.
+"""Streaming decode: a stream's frames are cut on a fixed grid of chunks, and each chunk is rendered
+from one codec window with context on both sides.
 
-Frame ``j`` is rendered from a window of ``WINDOW_FRAMES`` frames starting at
-``window_start(j, n)``: one frame of left context and two of right context where they exist (canopyai
-decodes the last 4 frames and keeps the second). The first window [0, 4) renders frames 0 and 1, so
-the first chunk leaves after 4 frames (28 tokens, 341 ms of audio generated, 171 ms delivered); later
-frames are ready one per new frame and are sent in steady chunks. At the end the last frames use the
-last full window. Streaming and the one-shot ``decode_frames`` share ``window_start``, and a window's
-audio depends only on its codes and key (codec.py), so the streamed chunks concatenate to exactly the
-one-shot audio.
+Chunk 0 is frames ``[0, FIRST_CHUNK_FRAMES)``; after it, chunks of ``chunk_frames`` frames (4 for
+realtime streams: 341 ms of audio; 16 for batch work, where latency does not matter and bigger
+windows waste less). Chunk ``[a, b)`` is rendered from the window ``[a - 1, b + 2)`` (one frame of
+left context, two of right, as canopyai's decoder uses), clipped to the stream, and leaves as soon
+as frame ``b + 1`` exists; when the stream ends, the rest is rendered with what there is. The first
+chunk therefore leaves after 4 frames (28 tokens). A window's audio depends only on its codes and its
+key (codec.py), and the grid and windows depend only on the frames, never on when the decode ran, so
+the streamed chunks concatenate to exactly the one-shot ``decode_frames``.
+
+A window of ``c + 3`` frames renders ``c`` frames: 1.19x the frames for batch chunks, 1.75x for
+realtime ones (one window per frame would be 4x).
 """
 
 from __future__ import annotations
@@ -22,14 +25,11 @@ from pipeline.constants import SNAC_SAMPLES_PER_FRAME
 from pipeline.engines.orpheus.codes import FrameAssembler
 from pipeline.engines.orpheus.rng import mix_keys
 
-WINDOW_FRAMES = 4          # frames per codec window
-LEFT_CONTEXT_FRAMES = 1    # frames of context before the rendered frame
-STEADY_CHUNK_FRAMES = 4    # frames per chunk after the first (341 ms of audio)
-
-
-def window_start(j: int, n: int) -> int:
-    """The first frame of the window that renders frame ``j`` of a stream of ``n`` known frames."""
-    return min(max(j - LEFT_CONTEXT_FRAMES, 0), max(n - WINDOW_FRAMES, 0))
+FIRST_CHUNK_FRAMES = 2     # the first chunk: 171 ms of audio, out after 4 frames (28 tokens)
+LEFT_CONTEXT_FRAMES = 1
+RIGHT_CONTEXT_FRAMES = 2
+REALTIME_CHUNK_FRAMES = 4  # 341 ms of audio per chunk
+BATCH_CHUNK_FRAMES = 16
 
 
 @dataclass
@@ -37,66 +37,66 @@ class StreamState:
     """One request's position in the stream: frames arrive, chunks of audio leave."""
 
     seed: int
+    chunk_frames: int = REALTIME_CHUNK_FRAMES
     assembler: FrameAssembler = field(default_factory=FrameAssembler)
-    emitted: int = 0        # frames already sent
+    emitted: int = 0        # frames already sent (always a chunk boundary)
     chunks: int = 0
 
-    def ready_frames(self, finished: bool) -> range:
+    def _chunk_end(self, start: int) -> int:
+        return FIRST_CHUNK_FRAMES if start == 0 else start + self.chunk_frames
+
+    def ready_chunks(self, finished: bool) -> list[tuple[int, int, int, int]]:
+        """(first frame, end frame, window start, window end) of every chunk that can leave."""
         n = len(self.assembler.frames)
-        if finished:
-            return range(self.emitted, n)
-        last = n - WINDOW_FRAMES + LEFT_CONTEXT_FRAMES  # frames whose full window exists
-        if n < WINDOW_FRAMES:
-            last = -1
-        ready = range(self.emitted, max(last + 1, self.emitted))
-        wanted = 1 if self.chunks == 0 else STEADY_CHUNK_FRAMES
-        return ready if len(ready) >= wanted else range(self.emitted, self.emitted)
+        out, a = [], self.emitted
+        while a < n:
+            b = self._chunk_end(a)
+            if b + RIGHT_CONTEXT_FRAMES <= n:
+                out.append((a, b, max(a - LEFT_CONTEXT_FRAMES, 0), b + RIGHT_CONTEXT_FRAMES))
+            elif finished:
+                b = min(b, n)
+                out.append((a, b, max(a - LEFT_CONTEXT_FRAMES, 0), n))
+            else:
+                break
+            a = b
+        return out
 
     def window_key(self, start: int) -> int:
         return mix_keys(self.seed, start)
 
 
 def decode_ready(codec, streams: dict, finished: set) -> dict:
-    """Render every ready frame of every stream in as few codec calls as there are window lengths.
+    """Render every ready chunk of every stream, in one codec call per window length.
 
     ``streams`` maps key -> StreamState; keys in ``finished`` are flushed. Returns key -> audio for
-    streams that produced a chunk, and advances their ``emitted``/``chunks``.
+    streams that produced audio, and advances their ``emitted``/``chunks``.
     """
-    plan: dict[int, dict] = defaultdict(dict)        # window length -> {(key, start): frames}
-    wanted: dict = {}                                # key -> [(j, window length, start)]
+    plan: dict[int, list] = defaultdict(list)       # window length -> [(key, chunk)]
     for key, st in streams.items():
-        ready = st.ready_frames(key in finished)
-        if not ready:
-            continue
-        n = len(st.assembler.frames)
-        for j in ready:
-            s = window_start(j, n)
-            w = min(WINDOW_FRAMES, n)
-            plan[w][(key, s)] = None
-            wanted.setdefault(key, []).append((j, w, s))
-    rendered = {}
-    for w, windows in plan.items():
-        ids = list(windows)
-        frames = np.stack([np.stack(streams[k].assembler.frames[s : s + w]) for k, s in ids])
-        keys = np.array([streams[k].window_key(s) for k, s in ids], dtype=np.int64)
+        for chunk in st.ready_chunks(key in finished):
+            plan[chunk[3] - chunk[2]].append((key, chunk))
+    pieces: dict = defaultdict(list)
+    for w, items in plan.items():
+        frames = np.stack([np.stack(streams[k].assembler.frames[s:e]) for k, (_a, _b, s, e) in items])
+        keys = np.array([streams[k].window_key(s) for k, (_a, _b, s, _e) in items], dtype=np.int64)
         audio = codec.decode_windows(frames, keys)    # [G, w * 2048]
-        rendered.update({ident: audio[i] for i, ident in enumerate(ids)})
+        for i, (key, (a, b, s, _e)) in enumerate(items):
+            pieces[key].append((a, audio[i, (a - s) * SNAC_SAMPLES_PER_FRAME:(b - s) * SNAC_SAMPLES_PER_FRAME]))
     out = {}
-    for key, frames in wanted.items():
-        pieces = [_frame_slice(rendered[(key, s)], j - s) for j, _w, s in frames]
-        out[key] = np.concatenate(pieces)
-        streams[key].emitted = frames[-1][0] + 1
-        streams[key].chunks += 1
+    for key, parts in pieces.items():
+        parts.sort(key=lambda p: p[0])
+        out[key] = np.concatenate([p for _a, p in parts])
+        st = streams[key]
+        st.emitted = parts[-1][0] + len(parts[-1][1]) // SNAC_SAMPLES_PER_FRAME
+        st.chunks += len(parts)
     return out
 
 
-def _frame_slice(window_audio: np.ndarray, offset: int) -> np.ndarray:
-    return window_audio[offset * SNAC_SAMPLES_PER_FRAME : (offset + 1) * SNAC_SAMPLES_PER_FRAME]
-
-
-def decode_frames(codec, frames: list[np.ndarray], seed: int) -> np.ndarray:
-    """The one-shot (non-streamed) decode of a whole stream: same windows, one call per length."""
-    st = StreamState(seed=seed, assembler=FrameAssembler(frames=list(frames)))
+def decode_frames(codec, frames: list[np.ndarray], seed: int,
+                  chunk_frames: int = REALTIME_CHUNK_FRAMES) -> np.ndarray:
+    """The one-shot (non-streamed) decode of a whole stream: the same chunks and windows."""
+    st = StreamState(seed=seed, chunk_frames=chunk_frames,
+                     assembler=FrameAssembler(frames=list(frames)))
     if not frames:
         return np.zeros(0, dtype=np.float32)
     return decode_ready(codec, {0: st}, finished={0})[0]
