@@ -51,6 +51,10 @@ def parse(argv=None):
     ap.add_argument("--max-budget", type=int, default=2000, help="token cap per chunk")
     ap.add_argument("--streams", type=int, default=128, help="W2 realtime streams")
     ap.add_argument("--spread", type=float, default=2.0, help="W2 streams arrive over this many s")
+    ap.add_argument("--w2-counts", default="16,64,128",
+                    help="W2 stream counts, each over its own background batch")
+    ap.add_argument("--w2-lines", type=int, default=150, help="W1 lines behind each W2 run")
+    ap.add_argument("--realtime-max-rows", type=int, default=0)
     ap.add_argument("--single-runs", type=int, default=5)
     ap.add_argument("--generate1-jobs", type=int, default=2)
     ap.add_argument("--quant", default="none", help="comma list of none,int8,nf4,fp8")
@@ -112,7 +116,8 @@ def make_engine(args, lm, loop: str, max_batch: int = 0, budget_max: int | None 
     return OrpheusEngine(lm, max_batch=max_batch or args.rows, params=PARAMS, budget_policy="keep",
                          budget_slack=1.0, budget_min=28 if budget_max is None else budget_max,
                          budget_max=budget_max or args.max_budget, loop=loop, context=args.context,
-                         cuda_graphs=not args.no_graphs, realtime_rows=args.realtime_rows)
+                         cuda_graphs=not args.no_graphs, realtime_rows=args.realtime_rows,
+                         realtime_max_rows=args.realtime_max_rows)
 
 
 def bench_mode(args, quant, jobs, rows, meta, first: bool):
@@ -150,11 +155,16 @@ def bench_mode(args, quant, jobs, rows, meta, first: bool):
                                  "rtf": sorted(s.rtf for s in res)}
         print("single", mode["single_stream"], flush=True)
     if "w2" in todo:
-        r = run_streams(fast, w1, rt, args.spread, lead_s=3.0)
-        mode["w2"] = r.summary()
-        if r.background is not None:
-            mode["w2"]["background_x_real_time"] = r.background.audio_s / r.background.wall_s
-        print("w2", mode["w2"], flush=True)
+        background = [j for j in w1 if int(j.key[3:].split(".")[0]) < args.w2_lines]
+        mode["w2"] = {}
+        for count in map(int, args.w2_counts.split(",")):
+            before = fast.loop.scheduler.preempted
+            r = run_streams(fast, background, rt[:count], args.spread, lead_s=3.0)
+            summary = mode["w2"][count] = r.summary()
+            summary["preempted"] = fast.loop.scheduler.preempted - before
+            if r.background is not None:
+                summary["background_x_real_time"] = r.background.audio_s / r.background.wall_s
+            print("w2", count, summary, flush=True)
     fast.close()
     del fast
     if "part1" in todo:

@@ -45,6 +45,7 @@ class EngineSettings:
     context: int = 2048         # orpheus: tokens per cache row (prompt + audio of one text chunk)
     cuda_graphs: bool = True
     realtime_rows: int = 0      # orpheus: rows kept for realtime streams (0: an eighth)
+    realtime_max_rows: int = 0  # orpheus: rows decoding while realtime streams run (0: a third)
 
 
 class Settings(BaseSettings):
@@ -76,6 +77,8 @@ class Settings(BaseSettings):
     orpheus_context: int = 2048       # tokens per KV-cache row; long texts are split to fit
     cuda_graphs: bool = True          # capture the decode step at boot (False: eager, for debugging)
     realtime_rows: int = 0            # KV-cache rows kept free for realtime streams (0: an eighth)
+    realtime_max_rows: int = 0        # rows decoding while realtime streams run (0: a third);
+                                      # batch work over it is preempted and resumed later
 
     # Jobs.
     default_voice: str | None = None  # None: the engine's first voice
@@ -182,6 +185,7 @@ class Settings(BaseSettings):
             context=self.orpheus_context,
             cuda_graphs=self.cuda_graphs,
             realtime_rows=self.realtime_rows,
+            realtime_max_rows=self.realtime_max_rows,
         )
 
     def with_overrides(self, **overrides: Any) -> Settings:

@@ -59,7 +59,8 @@ def main() -> int:
     for b in (1, 64, 192, 384):
         cells = []
         for length in (256, 1024, 2048):
-            g = runner.graphs[(runner.padded_batch(b), length)]
+            pb = runner.padded_batch(b)
+            g = runner.graphs[(pb, runner._length(pb, length))]
             runner.pos.fill_(length - 50)
             cells.append(f"L{length}={time_ms(g.replay):.2f}")
         print(f"decode graph B={b}: " + " ".join(cells) + " ms", flush=True)

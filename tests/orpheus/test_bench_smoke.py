@@ -13,7 +13,7 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     out = tmp_path / "bench.json"
     rc = main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "float32",
                "--corpus", str(corpus), "--lines", "2", "--subset", "1", "--max-budget", "28",
-               "--streams", "2", "--spread", "0.1", "--single-runs", "1", "--generate1-jobs", "1",
+               "--streams", "2", "--spread", "0.1", "--w2-counts", "1", "--single-runs", "1", "--generate1-jobs", "1",
                "--quant", "none", "--max-batch", "4", "--rows", "4", "--context", "512",
                "--json", str(out), "--markdown", str(tmp_path / "bench.md")])
     assert rc == 0
@@ -25,6 +25,7 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
         assert r["tok_s"] > 0 and r["x_real_time"] > 0
     mode = data["meta"]["modes"]["none"]
     assert mode["logits_vs_transformers"]["rel_l2_max"] < 1e-5      # fp32: same function
-    assert mode["w2"]["ok"] == mode["w2"]["streams"] >= 1 and mode["w2"]["errors"] == []
+    w2 = mode["w2"]["1"]
+    assert w2["ok"] == w2["streams"] == 1 and w2["errors"] == []
     assert len(mode["single_stream"]["ttfb_s"]) == 1
     assert data["meta"]["device"] and data["meta"]["commit"]

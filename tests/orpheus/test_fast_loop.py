@@ -19,13 +19,14 @@ TEXTS = ["Hello there.", "A somewhat longer sentence to speak aloud, my friend."
 BUDGETS = [50, 90, 30, 70, 40]
 
 
-def drive(tiny, params, rows: int, arrivals: dict[int, list[int]], prefill_tokens: int = 2048):
+def drive(tiny, params, rows: int, arrivals: dict[int, list[int]], prefill_tokens: int = 2048,
+          realtime=(), **scheduling):
     """Run the runner + scheduler by hand; ``arrivals`` maps step -> indexes of TEXTS arriving."""
     prompts = [prompt_ids(tiny.tokenizer, t, "tara") for t in TEXTS]
-    seqs = [Seq(i, p, b, seed=1000 + i, stop_token=END_OF_SPEECH)
+    seqs = [Seq(i, p, b, seed=1000 + i, stop_token=END_OF_SPEECH, realtime=i in realtime)
             for i, (p, b) in enumerate(zip(prompts, BUDGETS))]
     runner = ModelRunner(tiny.model, rows, 256, params, logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
-    sched = Scheduler(rows, 256, prefill_tokens=prefill_tokens)
+    sched = Scheduler(rows, 256, prefill_tokens=prefill_tokens, **scheduling)
     out = {i: [] for i in range(len(seqs))}
     step, last = 0, max(arrivals)
     while step <= last or not sched.idle:
@@ -40,21 +41,32 @@ def drive(tiny, params, rows: int, arrivals: dict[int, list[int]], prefill_token
         sched.postprocess(plan, tokens)
         for row, toks in tokens.items():
             out[owners[row].key] += toks
-    return prompts, seqs, out
+    return prompts, seqs, out, sched
 
 
 @pytest.mark.parametrize("rows,prefill_tokens", [(1, 2048), (3, 2048), (2, 7)])
 def test_greedy_tokens_equal_generate_with_arrivals_and_departures(tiny, rows, prefill_tokens):
     params = SamplingParams(temperature=0)
-    prompts, seqs, out = drive(tiny, params, rows, {0: [0, 1], 3: [2], 9: [3, 4]}, prefill_tokens)
+    prompts, seqs, out, _ = drive(tiny, params, rows, {0: [0, 1], 3: [2], 9: [3, 4]}, prefill_tokens)
     for i, (p, b) in enumerate(zip(prompts, BUDGETS)):
         assert out[i] == reference_generate(tiny.model, [p], params, [b])[0], f"sequence {i}"
         assert seqs[i].finish_reason in ("eos", "budget")
 
 
+@pytest.mark.parametrize("temperature", [0, 0.6])
+def test_preempted_batch_work_resumes_with_the_same_tokens(tiny, temperature):
+    params = SamplingParams(temperature=temperature)
+    prompts, seqs, out, sched = drive(tiny, params, 3, {0: [0, 1, 2], 6: [3, 4]}, realtime=(3, 4),
+                                      realtime_max_rows=2, batch_floor=0)
+    assert sched.preempted >= 1 and any(s.preemptions for s in seqs[:3])
+    for i, (p, b) in enumerate(zip(prompts, BUDGETS)):
+        steps = list(generate_batched(tiny.model, [GenJob(i, p, b, 1000 + i)], params))
+        assert out[i] == [tok for s in steps for _k, tok in s.tokens], f"sequence {i}"
+
+
 def test_sampled_tokens_equal_the_part_one_loop_whatever_the_neighbours(tiny):
     params = SamplingParams()          # temperature 0.6, top-p 0.95, repetition penalty 1.1
-    prompts, _seqs, out = drive(tiny, params, 2, {0: [0, 1, 2], 5: [3], 6: [4]})
+    prompts, _seqs, out, _ = drive(tiny, params, 2, {0: [0, 1, 2], 5: [3], 6: [4]})
     for i, (p, b) in enumerate(zip(prompts, BUDGETS)):
         steps = list(generate_batched(tiny.model, [GenJob(i, p, b, 1000 + i)], params))
         assert out[i] == [tok for s in steps for _k, tok in s.tokens], f"sequence {i}"

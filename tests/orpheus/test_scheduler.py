@@ -139,3 +139,27 @@ def test_batch_work_is_admitted_every_few_steps_and_realtime_at_once():
     plan, _ = run_step(s, lambda q: 7)
     plan, _ = run_step(s, lambda q: 7)                  # the 5th step: a batch turn
     assert [c.seq.key for c in plan.prefill] == ["b1"]
+
+
+def test_realtime_preempts_young_batch_work_which_resumes_with_what_it_had():
+    s = Scheduler(rows=4, max_context=100, batch_floor=1, realtime_max_rows=3)
+    batch = [Seq(f"b{i}", [1, 2], budget=40) for i in range(4)]
+    for q in batch:
+        s.add(q)
+    for _ in range(3):
+        run_step(s, lambda q: 7)
+    assert s.running_rows == 4
+    s.add(Seq("rt0", [1], budget=40, realtime=True))
+    s.add(Seq("rt1", [1], budget=40, realtime=True))
+    plan, _ = run_step(s, lambda q: 7)
+    # 2 realtime + 1 batch floor = 3 rows: three batch sequences gave their rows back
+    assert sorted(c.seq.key for c in plan.prefill) == ["rt0", "rt1"]
+    assert s.running_rows == 3 and s.preempted == 3
+    parked = [q for q in batch if q.state is SeqState.WAITING]
+    assert len(parked) == 3 and all(q.generated == 3 and q.preemptions == 1 for q in parked)
+    # once the realtime streams end, the parked ones come back and prefill prompt + tokens
+    s.cancel("rt0")
+    s.cancel("rt1")
+    plan, _ = run_step(s, lambda q: 7)
+    resumed = [c for c in plan.prefill if c.seq in parked]
+    assert resumed and all(c.end == 2 + 3 and c.last for c in resumed)

@@ -69,7 +69,8 @@ class OrpheusEngine(Engine):
                  params: SamplingParams = SamplingParams(), budget_policy: str | None = None,
                  budget_slack: float = BUDGET_SLACK, budget_min: int = BUDGET_MIN_TOKENS,
                  budget_max: int = BUDGET_MAX_TOKENS, loop: str = "continuous",
-                 context: int = 2048, cuda_graphs: bool = True, realtime_rows: int = 0):
+                 context: int = 2048, cuda_graphs: bool = True, realtime_rows: int = 0,
+                 realtime_max_rows: int = 0):
         self.lm = loaded
         self.params = params
         self.budget = (budget_slack, budget_min, budget_max)
@@ -85,7 +86,7 @@ class OrpheusEngine(Engine):
         max_chars = None
         if loop == "continuous":
             self.loop = build_loop(loaded, params, max_batch, context, cuda_graphs, realtime_rows,
-                                   self._final_live)
+                                   realtime_max_rows, self._final_live)
             batch = self.loop.scheduler.capacity
             max_chars = text_chars_for(context, budget_slack)
         else:
@@ -118,7 +119,8 @@ class OrpheusEngine(Engine):
             torch.set_num_threads(settings.threads)
         return cls(loaded, voices=settings.voices or VOICES, max_batch=settings.max_batch,
                    loop=settings.loop, context=settings.context, cuda_graphs=settings.cuda_graphs,
-                   realtime_rows=settings.realtime_rows)
+                   realtime_rows=settings.realtime_rows,
+                   realtime_max_rows=settings.realtime_max_rows)
 
     # The Engine interface ---------------------------------------------------------------------
 
@@ -230,7 +232,7 @@ def text_chars_for(context: int, slack: float = BUDGET_SLACK) -> int:
 
 
 def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, context: int,
-               cuda_graphs: bool, realtime_rows: int, on_final):
+               cuda_graphs: bool, realtime_rows: int, realtime_max_rows: int, on_final):
     """Size the KV cache from free memory, capture the graphs, start the loop thread."""
     from pipeline.engines.orpheus.decoder import KVCache
     from pipeline.engines.orpheus.loop import EngineLoop
@@ -246,8 +248,9 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, conte
     runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo, use_graphs=cuda_graphs)
     reserved = realtime_rows or max(1, rows // 8) if rows > 1 else 0
     on_gpu = loaded.device.startswith("cuda")
-    scheduler = Scheduler(rows, context, reserved=reserved, batch_floor=rows // 4,
-                          admit_every=ADMIT_EVERY if on_gpu else 1)
+    scheduler = Scheduler(rows, context, reserved=reserved, batch_floor=rows // 8,
+                          admit_every=ADMIT_EVERY if on_gpu else 1,
+                          realtime_max_rows=realtime_max_rows or max(1, rows // 3))
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of KV cache), %d reserved for "
              "realtime", rows, context, rows * per_row / 2**30, reserved)
     return EngineLoop(runner, scheduler, loaded.codec, on_final, stream_factory=stream_state)

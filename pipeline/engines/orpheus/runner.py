@@ -185,7 +185,7 @@ class ModelRunner:
         n, width = len(chunks), max(c.end - c.start for c in chunks)
         ids = torch.zeros((n, width), dtype=torch.int64)
         for i, c in enumerate(chunks):
-            ids[i, : c.end - c.start] = torch.tensor(c.seq.prompt[c.start:c.end])
+            ids[i, : c.end - c.start] = torch.tensor(c.seq.prefix[c.start:c.end])
         dev = self.device
         start = torch.tensor([c.start for c in chunks], device=dev)
         lens = torch.tensor([c.end - c.start for c in chunks], device=dev)
@@ -202,17 +202,17 @@ class ModelRunner:
         """Set up the rows of sequences whose prompt is complete and draw their first tokens."""
         dev = self.device
         rows = torch.tensor([s.row for s in seqs], device=dev)
-        self.steps[rows] = 0
+        done = torch.tensor([s.generated for s in seqs], device=dev)    # > 0 after a preemption
         self.keys[rows] = torch.tensor([mix_keys(s.seed, 0) for s in seqs], device=dev)
         seen = torch.zeros((len(seqs), self.width + 1), dtype=torch.bool)
         for i, s in enumerate(seqs):
-            ids = [t - self.lo for t in s.prompt if self.lo <= t < self.lo + self.width]
+            ids = [t - self.lo for t in s.prefix if self.lo <= t < self.lo + self.width]
             seen[i, ids] = True
         seen = seen.to(dev)
-        first = self.sampler(logits, seen, self.steps[rows], self.keys[rows])
+        first = self.sampler(logits, seen, done, self.keys[rows])
         seen[torch.arange(len(seqs), device=dev), first - self.lo] = True
         self.seen[rows] = seen
         self.tokens[rows] = first
-        self.pos[rows] = torch.tensor([len(s.prompt) for s in seqs], device=dev)
-        self.steps[rows] = 1
+        self.pos[rows] = torch.tensor([len(s.prefix) for s in seqs], device=dev)
+        self.steps[rows] = done + 1
         return first

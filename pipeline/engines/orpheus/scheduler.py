@@ -47,13 +47,20 @@ class Seq:
     row: int = -1
     prefilled: int = 0              # prompt tokens already in the cache
     generated: int = 0
+    tokens: list[int] = field(default_factory=list)   # generated so far (a resume prefills them)
     finish_reason: str | None = None  # "eos" | "budget" | "cancelled"
     order: int = 0                  # arrival order, set by the scheduler
+    preemptions: int = 0
+
+    @property
+    def prefix(self) -> list[int]:
+        """What a prefill puts in the cache: the prompt, and after a preemption what was generated."""
+        return self.prompt + self.tokens if self.tokens else self.prompt
 
     @property
     def context(self) -> int:
-        """Tokens in the cache after this step's input is written: prompt + generated."""
-        return self.prefilled + self.generated
+        """Cache positions this sequence needs once this step's input is written."""
+        return max(self.prefilled, len(self.prompt) + self.generated)
 
 
 @dataclass(frozen=True)
@@ -61,11 +68,7 @@ class PrefillChunk:
     seq: Seq
     start: int                      # prompt positions [start, end) go into the cache this step
     end: int
-
-    @property
-    def last(self) -> bool:
-        """The prompt is complete after this chunk: its last logits give the first token."""
-        return self.end == len(self.seq.prompt)
+    last: bool                      # the prefix is complete: its last logits give the next token
 
 
 @dataclass
@@ -82,7 +85,7 @@ class Plan:
 
 class Scheduler:
     def __init__(self, rows: int, max_context: int, reserved: int = 0, batch_floor: int = 0,
-                 prefill_tokens: int = 2048, admit_every: int = 1):
+                 prefill_tokens: int = 2048, admit_every: int = 1, realtime_max_rows: int = 0):
         if rows < 1 or max_context < 2:
             raise ValueError("need at least one row and a context of two tokens")
         self.capacity = rows
@@ -93,6 +96,11 @@ class Scheduler:
         # Batch work is admitted every ``admit_every`` steps, so its prompts are prefilled a few
         # at a time instead of one per step (each prefill is an eager pass); realtime: every step.
         self.admit_every = max(1, admit_every)
+        # While realtime streams run, at most this many rows decode (0: no cap), so the step stays
+        # short enough for them to play in real time; batch sequences over it are preempted
+        # (youngest first, down to ``batch_floor``) and resume later by prefilling what they had.
+        self.realtime_max_rows = realtime_max_rows or rows
+        self.preempted = 0
         self._steps = 0
         self.waiting_rt: deque[Seq] = deque()
         self.waiting_batch: deque[Seq] = deque()
@@ -138,6 +146,7 @@ class Scheduler:
     # One step -------------------------------------------------------------------------------
 
     def schedule(self) -> Plan:
+        self._preempt_for_realtime()
         plan = Plan(moves=self._compact())
         budget = self.prefill_tokens
         batch_turn = self._steps % self.admit_every == 0 or self.running_rows == 0
@@ -172,6 +181,7 @@ class Scheduler:
                 if seq.state is not SeqState.RUNNING:
                     break
                 seq.generated += 1
+                seq.tokens.append(tok)
                 if seq.stop_token is not None and tok == seq.stop_token:
                     self._finish(seq, "eos")
                 elif seq.generated >= seq.budget:
@@ -183,8 +193,9 @@ class Scheduler:
     # Internals ------------------------------------------------------------------------------
 
     def _prefill_chunk(self, plan: Plan, seq: Seq, budget: int) -> int:
-        end = min(len(seq.prompt), seq.prefilled + budget)
-        plan.prefill.append(PrefillChunk(seq, seq.prefilled, end))
+        size = len(seq.prefix)
+        end = min(size, seq.prefilled + budget)
+        plan.prefill.append(PrefillChunk(seq, seq.prefilled, end, end == size))
         return end - seq.prefilled
 
     def _next_admission(self, batch_turn: bool = True) -> Seq | None:
@@ -192,15 +203,40 @@ class Scheduler:
         if free <= 0:
             return None
         batch_waiting = bool(self.waiting_batch)
-        running_rt = sum(1 for s in self.by_row if s.realtime)
+        running_rt = sum(1 for i, s in enumerate(self.by_row) if s.realtime and not self._hole(i))
         rt_limit = self.capacity - (self.batch_floor if batch_waiting else 0)
         if self.waiting_rt and running_rt < rt_limit:
             return self.waiting_rt.popleft()
-        # Batch work leaves ``reserved`` rows free, less those realtime streams already use.
+        # Batch work leaves ``reserved`` rows free, less those realtime streams already use, and
+        # while realtime streams run it stops at the realtime cap.
         keep_free = max(0, self.reserved - running_rt)
-        if batch_waiting and batch_turn and free > keep_free:
-            return self.waiting_batch.popleft()
-        return None
+        if not (batch_waiting and batch_turn and free > keep_free):
+            return None
+        if (running_rt or self.waiting_rt) and self.running_rows >= self.realtime_max_rows:
+            return None
+        return self.waiting_batch.popleft()
+
+    def _hole(self, i: int) -> bool:
+        seq = self.by_row[i]
+        return seq.state is SeqState.FINISHED or seq.row != i
+
+    def _preempt_for_realtime(self) -> None:
+        """Give rows back from batch work while realtime streams need them or the step is over
+        the realtime cap: the youngest batch sequences go back to the head of the queue."""
+        live = [s for i, s in enumerate(self.by_row) if not self._hole(i)]
+        realtime = sum(1 for s in live if s.realtime)
+        wanted = realtime + len(self.waiting_rt)
+        if not wanted:
+            return
+        batch = sorted((s for s in live if not s.realtime), key=lambda s: (s.generated, -s.order))
+        limit = min(self.capacity, max(self.realtime_max_rows, wanted + self.batch_floor))
+        excess = len(live) + len(self.waiting_rt) - limit
+        for seq in batch[: max(0, min(excess, len(batch) - self.batch_floor))]:
+            self._free_rows.append(seq.row)
+            seq.state, seq.row, seq.prefilled = SeqState.WAITING, -1, 0
+            seq.preemptions += 1
+            self.preempted += 1
+            self.waiting_batch.appendleft(seq)
 
     def _finish(self, seq: Seq, reason: str) -> None:
         seq.state, seq.finish_reason = SeqState.FINISHED, reason
@@ -212,7 +248,7 @@ class Scheduler:
         holes = sorted(self._free_rows)
         self._free_rows = []
         for hole in holes:
-            while self.by_row and self.by_row[-1].state is SeqState.FINISHED:
+            while self.by_row and self._hole(len(self.by_row) - 1):
                 self.by_row.pop()
             if hole >= len(self.by_row):
                 continue
@@ -220,6 +256,6 @@ class Scheduler:
             moves.append((last.row, hole, last.context))
             last.row = hole
             self.by_row[hole] = last
-        while self.by_row and self.by_row[-1].state is SeqState.FINISHED:
+        while self.by_row and self._hole(len(self.by_row) - 1):
             self.by_row.pop()
         return moves
