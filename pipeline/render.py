@@ -92,7 +92,7 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
         if job.voice not in r.engine.info.voices:
             _fail(r, job.id, f"voice {job.voice!r} is not served by engine {r.engine.info.name!r}", outcome)
             continue
-        chunks = text.split_chunks(clean, r.max_chunk_chars)
+        chunks = text.split_chunks(clean, min(r.max_chunk_chars, r.engine.info.max_text_chars or r.max_chunk_chars))
         states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
                                    live=_live_job(r, job, len(chunks)))
         per_job.append((job.id, chunks, job))
@@ -120,7 +120,10 @@ def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome:
         return
     if chunk.error is not None:
         states.pop(job_id)
-        _fail(r, job_id, str(chunk.error), outcome)
+        if isinstance(chunk.error, RetryableError):   # the engine shed load: run the job again
+            _requeue(r, job_id, str(chunk.error), outcome)
+        else:
+            _fail(r, job_id, str(chunk.error), outcome)
         return
     if state.live is not None:
         state.live.add(index, chunk.audio, chunk.final)
