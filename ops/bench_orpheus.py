@@ -142,7 +142,7 @@ def bench_mode(args, quant, jobs, rows, meta, first: bool):
     fast = make_engine(args, lm, "continuous")
     mode["fast_boot_s"] = time.perf_counter() - t
     mode["fast_info"] = {k: fast.info.extra.get(k) for k in
-                         ("cuda_graphs", "graph_capture_s", "context", "fallbacks")}
+                         ("cuda_graphs", "codec_graphs", "graph_capture_s", "context", "fallbacks")}
     mode["fast_rows"] = fast.info.max_batch
     print("fast engine", mode["fast_rows"], "rows", mode["fast_info"], flush=True)
     run_synth(fast, [Job(j.key, j.text, WARM_TOKENS) for j in w1[:64]])     # warm the paths

@@ -64,13 +64,18 @@ def main() -> int:
             runner.pos.fill_(length - 50)
             cells.append(f"L{length}={time_ms(g.replay):.2f}")
         print(f"decode graph B={b}: " + " ".join(cells) + " ms", flush=True)
+    from pipeline.engines.orpheus.engine import common_windows
+
     rng = np.random.default_rng(0)
-    for g, w in ((64, 4), (256, 4), (32, 19), (64, 19), (16, 7)):
-        frames = rng.integers(0, 4096, size=(g, w, 7))
-        keys = np.arange(g)
-        t = time_ms(lambda: lm.codec.decode_windows(frames, keys), reps=5)
-        print(f"codec {g} windows x {w} frames: {t:.2f} ms ({t / (g * w):.3f} ms per frame)",
-              flush=True)
+    for label in ("eager", "graphs"):
+        if label == "graphs":
+            lm.codec.capture_graphs(common_windows())
+        for g, w in ((64, 4), (32, 19), (64, 19), (16, 7)):
+            frames = rng.integers(0, 4096, size=(g, w, 7))
+            keys = np.arange(g)
+            t = time_ms(lambda: lm.codec.decode_windows(frames, keys), reps=5)
+            print(f"codec {label} {g} windows x {w} frames: {t:.2f} ms "
+                  f"({t / (g * w):.3f} ms per frame)", flush=True)
     return 0
 
 

@@ -54,6 +54,7 @@ class SnacCodec:
         self.model = model.eval().to(device)
         self._keys = _NoiseKeys()
         self._cuda_stream = None
+        self.graphs = None
         self.keyed_noise_blocks = self._swap_noise_blocks()
         if self.model.sampling_rate != SNAC_SAMPLE_RATE:
             raise EngineUnavailableError(
@@ -80,14 +81,27 @@ class SnacCodec:
             l0, l1, l2 = frames_to_levels(frames)
             codes = [torch.as_tensor(level, device=self.device) for level in (l0, l1, l2)]
             key_t = torch.as_tensor(np.asarray(keys, dtype=np.int64), device=self.device)
-            self._keys.value = key_t.view(-1, 1, 1)
-            try:
-                with torch.inference_mode():
-                    audio = self.model.decode(codes)    # [B, 1, w * 2048]
-            finally:
-                self._keys.value = None
+            audio = self.graphs.decode(codes, key_t) if self.graphs else None
+            if audio is None:
+                self._keys.value = key_t.view(-1, 1, 1)
+                try:
+                    with torch.inference_mode():
+                        audio = self.model.decode(codes)    # [B, 1, w * 2048]
+                finally:
+                    self._keys.value = None
             expected = frames.shape[1] * SNAC_SAMPLES_PER_FRAME
             return audio[:, 0, :expected].float().cpu().numpy()
+
+    def capture_graphs(self, windows: tuple[int, ...]) -> str | None:
+        """Capture the decode for these window lengths (CUDA only); returns a fallback reason."""
+        if not str(self.device).startswith("cuda"):
+            return None
+        from pipeline.engines.orpheus.codec_graphs import CodecGraphs
+
+        with self._stream():
+            graphs = CodecGraphs(self.model, self._keys, self.device, windows)
+        self.graphs = graphs if graphs.graphs else None
+        return graphs.fallback
 
     def _stream(self):
         import contextlib

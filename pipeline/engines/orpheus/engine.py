@@ -29,7 +29,10 @@ from pipeline.engines.orpheus.prompt import prompt_ids
 from pipeline.engines.orpheus.sampling import SamplingParams
 from pipeline.engines.orpheus.streaming import (
     BATCH_CHUNK_FRAMES,
+    FIRST_CHUNK_FRAMES,
+    LEFT_CONTEXT_FRAMES,
     REALTIME_CHUNK_FRAMES,
+    RIGHT_CONTEXT_FRAMES,
     StreamState,
     decode_ready,
 )
@@ -101,8 +104,10 @@ class OrpheusEngine(Engine):
     def _extra(self, loop: str) -> dict:
         c, q = self.lm.choice, self.lm.quant
         runner = self.loop.runner if self.loop else None
-        fallbacks = [r for r in (c.fallback, q.fallback, runner and runner.graph_fallback) if r]
+        fallbacks = [r for r in (c.fallback, q.fallback, runner and runner.graph_fallback,
+                                 runner and runner.codec_fallback) if r]
         graphs = {"cuda_graphs": len(runner.graphs), "graph_capture_s": round(runner.capture_s, 2),
+                  "codec_graphs": len(self.lm.codec.graphs.graphs) if self.lm.codec.graphs else 0,
                   "context": runner.context} if runner else {}
         return {"loop": loop, **graphs,"device": c.device, "dtype": c.dtype_name, "compute_capability": c.capability,
                 "quantization_requested": q.requested, "kernel": q.kernel, "fallbacks": fallbacks,
@@ -220,6 +225,13 @@ class OrpheusEngine(Engine):
         return AudioChunk(key, audio, True, error)
 
 
+def common_windows() -> tuple[int, ...]:
+    """Codec window lengths of the first, realtime and batch chunks (streaming.py)."""
+    edge = LEFT_CONTEXT_FRAMES + RIGHT_CONTEXT_FRAMES
+    return (FIRST_CHUNK_FRAMES + RIGHT_CONTEXT_FRAMES, REALTIME_CHUNK_FRAMES + edge,
+            BATCH_CHUNK_FRAMES + edge)
+
+
 def stream_state(seed: int, realtime: bool) -> StreamState:
     """Realtime streams get small chunks (latency); batch work big ones (fewer codec frames)."""
     return StreamState(seed=seed, chunk_frames=REALTIME_CHUNK_FRAMES if realtime else BATCH_CHUNK_FRAMES)
@@ -251,6 +263,8 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, conte
     scheduler = Scheduler(rows, context, reserved=reserved, batch_floor=rows // 8,
                           admit_every=ADMIT_EVERY if on_gpu else 1,
                           realtime_max_rows=realtime_max_rows or max(1, rows // 3))
+    if cuda_graphs:
+        runner.codec_fallback = loaded.codec.capture_graphs(common_windows())
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of KV cache), %d reserved for "
              "realtime", rows, context, rows * per_row / 2**30, reserved)
     return EngineLoop(runner, scheduler, loaded.codec, on_final, stream_factory=stream_state)

@@ -73,6 +73,7 @@ class ModelRunner:
         self.per_row_attention = per_row_attention and attention.available(device)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.graph_fallback: str | None = None
+        self.codec_fallback: str | None = None
         self.capture_s = 0.0
         if use_graphs and str(device).startswith("cuda"):
             self._capture_all()
