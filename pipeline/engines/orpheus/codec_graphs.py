@@ -58,7 +58,10 @@ class CodecGraphs:
         sizes = [b for b, ww in self.graphs if ww == w]
         if not sizes:
             return None
-        largest = max(sizes)
+        with torch.inference_mode():           # the static inputs are inference tensors
+            return self._replay(codes, keys, g, w, max(sizes))
+
+    def _replay(self, codes: list, keys, g: int, w: int, largest: int):
         outs = []
         for start in range(0, g, largest):
             part = slice(start, min(g, start + largest))
