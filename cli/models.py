@@ -15,7 +15,9 @@ def models() -> None:
 @models.command("make-tiny")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--seed", default=0, show_default=True, help="Seed for the random weights.")
-def make_tiny_command(directory: Path, seed: int) -> None:
+@click.option("--shape", type=click.Choice(["tiny", "orpheus-3b"]), default="tiny", show_default=True,
+              help="orpheus-3b: full-size random weights (6.6 GB, bf16) for GPU benchmarks.")
+def make_tiny_command(directory: Path, seed: int, shape: str) -> None:
     """Write a tiny random-weight Orpheus checkpoint into DIRECTORY.
 
     The folder has the real on-disk layout (config.json, model.safetensors, a tokenizer with the
@@ -30,5 +32,5 @@ def make_tiny_command(directory: Path, seed: int) -> None:
         from pipeline.engines.orpheus.tiny import make_tiny
     except ImportError as e:
         raise click.ClickException(f"make-tiny needs the orpheus extra: pip install 'synth[orpheus]' ({e})") from e
-    out = make_tiny(directory, seed=seed)
+    out = make_tiny(directory, seed=seed, shape=shape)
     click.echo(f"wrote a tiny Orpheus checkpoint to {out} (codec in {out / 'snac'})")

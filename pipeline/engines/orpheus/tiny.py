@@ -91,25 +91,47 @@ def tiny_llama_config(**overrides):
                        pad_token_id=PAD, **fields)
 
 
-def make_tiny(out_dir: str | Path, seed: int = 0) -> Path:
-    """Write the tiny checkpoint into ``out_dir`` (created) and return it."""
+# ANCHORS.md's Orpheus-3B shapes (LlamaForCausalLM, tied) and hubertsiuzdak/snac_24khz's config:
+# random weights at full size, for speed work on a GPU with nothing downloaded.
+ORPHEUS_3B = dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
+                  num_attention_heads=24, num_key_value_heads=8, head_dim=128,
+                  max_position_embeddings=8192, rope_theta=500_000.0, tie_word_embeddings=True,
+                  initializer_range=0.02)
+SNAC_24KHZ = dict(sampling_rate=24_000, encoder_dim=48, encoder_rates=[2, 4, 8, 8],
+                  decoder_dim=1024, decoder_rates=[8, 8, 4, 2], attn_window_size=None,
+                  codebook_size=4096, codebook_dim=8, vq_strides=[4, 2, 1], noise=True,
+                  depthwise=True)
+SHAPES = ("tiny", "orpheus-3b")
+
+
+def make_tiny(out_dir: str | Path, seed: int = 0, shape: str = "tiny") -> Path:
+    """Write a random-weight checkpoint into ``out_dir`` (created) and return it: the tiny one,
+    or Orpheus-3B shapes in bf16 (built on the GPU when there is one)."""
     import torch
     from snac import SNAC
     from transformers import LlamaForCausalLM
 
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {SHAPES}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    config = tiny_llama_config()
+    big = shape == "orpheus-3b"
+    config = tiny_llama_config(**ORPHEUS_3B) if big else tiny_llama_config()
     config.synth_random_weights = True
-    model = LlamaForCausalLM(config).eval()
+    device = "cuda" if big and torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = LlamaForCausalLM(config).eval()
+    if big:
+        model = model.to(torch.bfloat16)
     model.generation_config.eos_token_id = END_OF_SPEECH
     model.generation_config.pad_token_id = PAD
     model.save_pretrained(out)
     build_tokenizer().save_pretrained(out)
     snac_dir = out / "snac"
     snac_dir.mkdir(exist_ok=True)
-    codec = SNAC(**TINY_SNAC).eval()
-    (snac_dir / "config.json").write_text(json.dumps(TINY_SNAC, indent=2))
+    snac_config = SNAC_24KHZ if big else TINY_SNAC
+    codec = SNAC(**snac_config).eval()
+    (snac_dir / "config.json").write_text(json.dumps(snac_config, indent=2))
     torch.save(codec.state_dict(), snac_dir / "pytorch_model.bin")
     return out
