@@ -175,6 +175,9 @@ def run(slots: list[str], cpu: bool, data: bytes, warm: bytes, redis_url: str | 
             ended = datetime.now(UTC) + timedelta(seconds=1)
         truth = per_worker_truth(sessions, batch_id)
         with sessions() as session:
+            errors = [e for (e,) in session.execute(
+                select(Job.error).where(Job.batch_id == batch_id, Job.error.is_not(None)).limit(3))]
+        with sessions() as session:
             report = compute_report(session, started, ended, compare=False)
         engine.dispose()
     rows = {r.key: r for r in report.throughput["worker_host"]}
@@ -186,7 +189,7 @@ def run(slots: list[str], cpu: bool, data: bytes, warm: bytes, redis_url: str | 
                             "busy_s": rows[n].busy_s if n in rows else 0.0,
                             "x_realtime_busy": rows[n].x_realtime if n in rows else None,
                             "device": ", ".join(rows[n].device_types) if n in rows else ""} for n in names],
-            "report_matches": all(c["ok"] for c in checks), "checks": checks}
+            "report_matches": all(c["ok"] for c in checks), "checks": checks, "errors": errors}
 
 
 def _check(name: str, truth: dict | None, row) -> dict:
@@ -253,7 +256,8 @@ def main(corpus, engine, gpus, cpu, n_workers, lines, warm_lines, baseline, goal
               "lines": data.count(b"\n"), "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
               "commit": _commit(), "machine": {"host": platform.node(), "python": platform.python_version()},
               "goal": goal, "runs": runs,
-              "speedup": many["x_realtime_wall"] / one["x_realtime_wall"] if one else None}
+              "speedup": many["x_realtime_wall"] / one["x_realtime_wall"]
+              if one and one["x_realtime_wall"] else None}
     text = markdown(result)
     click.echo(text)
     if md_path:
