@@ -82,6 +82,8 @@ def to_int16(audio: np.ndarray) -> np.ndarray:
 def encode(audio: np.ndarray, sample_rate: int, fmt: str, target_rate: int | None = None) -> bytes:
     """float32 mono -> encoded file bytes in ``fmt``, resampled to ``target_rate`` if given."""
     spec = get_format(fmt)
+    if spec.extension == "wav" and (not target_rate or target_rate == sample_rate):
+        return _wav(to_int16(audio), sample_rate)   # in process: no ffmpeg needed for plain wav
     segment = _pydub()(
         data=to_int16(audio).tobytes(), sample_width=2, frame_rate=sample_rate, channels=1
     )
@@ -89,6 +91,18 @@ def encode(audio: np.ndarray, sample_rate: int, fmt: str, target_rate: int | Non
         segment = segment.set_frame_rate(target_rate)
     buf = io.BytesIO()
     segment.export(buf, **spec.export_args)
+    return buf.getvalue()
+
+
+def _wav(pcm: np.ndarray, sample_rate: int) -> bytes:
+    import wave
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sample_rate)
+        w.writeframes(pcm.tobytes())
     return buf.getvalue()
 
 
