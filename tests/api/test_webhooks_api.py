@@ -75,10 +75,8 @@ def test_webhook_routes_need_a_key(api_server):
             assert anonymous.request(method, path).status_code == 401
 
 
-# Needs the API to call pipeline.webhooks.ssrf.validate_callback_url(url, settings.webhook_allow_hosts)
-# where it accepts a callback_url (api/creating.py owner_columns); until then submission accepts
-# these URLs and only delivery refuses them (tests/webhooks/test_delivery.py).
-@pytest.mark.xfail(reason="the API does not yet call validate_callback_url at submission", strict=False)
+# The API checks callback URLs at submission (api/creating.py); delivery checks them again
+# (tests/webhooks/test_delivery.py), since DNS may change in between.
 @pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://192.168.0.10:6379/",
                                  "http://[::ffff:10.0.0.1]/", "http://user:pw@example.com/"])
 def test_internal_callback_urls_are_refused_at_submission(client, url):
