@@ -56,6 +56,7 @@ class _JobState:
     batch_size: int                     # jobs handed to the engine together
     first_audio: float | None = None    # monotonic time of its first audio
     live: LiveJob | None = None
+    stats: dict = field(default_factory=dict)   # the engine's counters, summed over pieces
 
 
 def render_jobs(r: Renderer, job_ids: Sequence[str]) -> Outcome:
@@ -132,6 +133,7 @@ def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome:
         if index == 0 and state.first_audio is None:
             state.first_audio = time.monotonic()
     if chunk.final:
+        _add_stats(state.stats, chunk.stats)
         state.open_pieces -= 1
         if state.open_pieces == 0:
             states.pop(job_id)
@@ -162,7 +164,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
             synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
             engine=info.name, model=info.model, quantization=info.quantization,
             device_type=info.device_type, worker_host=r.worker_host or hostname(),
-            batch_size=state.batch_size,
+            batch_size=state.batch_size, extra=state.stats or None,
         )
         with r.sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)
@@ -173,6 +175,12 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
     except (RetryableError, OperationalError) as e:
         log.warning("job %s will be retried: %s", job.id, e)
         _requeue(r, job.id, str(e), outcome)
+
+
+def _add_stats(total: dict, piece: dict) -> None:
+    """Counters add up over a job's pieces; ``max_batch`` is a property of the engine, kept."""
+    for k, v in piece.items():
+        total[k] = v if k == "max_batch" else total.get(k, 0) + v
 
 
 def _fail(r: Renderer, job_id: str, reason: str, outcome: Outcome) -> None:

@@ -59,5 +59,11 @@ def test_orpheus_batch_through_a_real_worker(settings, sessions, redis_url, tiny
     for job, m in rows:
         assert m.engine == "orpheus" and m.quantization == "none" and m.device_type
         assert m.audio_s > 0 and m.ttfb_s > 0
+        # the continuous loop's counters reach job_metrics.extra, where the report reads them
+        extra = m.extra
+        assert extra["tokens"] > 0 and extra["max_batch"] >= 1
+        # every token but a piece's first comes from a decode step, which spends >= 1 row on it
+        assert 0 < extra["tokens"] - 1 <= extra["slot_steps"] <= extra["tokens"] * extra["max_batch"]
+        assert 0 <= extra["idle_slot_steps"] < extra["slot_steps"]
         with wave.open(io.BytesIO(store.get(job.object_key))) as w:
             assert w.getframerate() == SNAC_SAMPLE_RATE

@@ -31,6 +31,9 @@ class AudioChunk:
     audio: np.ndarray       # float32 mono in [-1, 1] at EngineInfo.sample_rate; may be empty on error
     final: bool             # the last chunk of this request
     error: EngineError | RetryableError | None = None   # retryable: run the job again later
+    # On the final chunk, the engine's counters for this request (tokens, slot steps ...);
+    # the renderer sums them over a job's pieces into job_metrics.extra for the reports.
+    stats: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

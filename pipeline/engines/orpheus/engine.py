@@ -163,7 +163,12 @@ class OrpheusEngine(Engine):
             yield chunk
 
     def _final_live(self, live, audio) -> AudioChunk:
-        return self._final(live.key, live.stream, live.seq.finish_reason, audio)
+        chunk = self._final(live.key, live.stream, live.seq.finish_reason, audio)
+        seq = live.seq
+        chunk.stats = {"tokens": seq.generated, "slot_steps": round(seq.slot_steps, 3),
+                       "idle_slot_steps": round(seq.idle_slot_steps, 3),
+                       "preemptions": seq.preemptions, "max_batch": self.info.max_batch}
+        return chunk
 
     def close(self) -> None:
         """Stop the loop thread and free its KV cache; the model stays loaded (it may be shared)."""

@@ -135,8 +135,13 @@ class EngineLoop:
                 live.stream.assembler.feed(tok)
             self.stats.tokens += len(toks)
         s.steps += 1
-        s.decode_rows += len(plan.decode)
-        s.padded_rows += self.runner.padded_batch(plan.rows) if plan.decode else 0
+        if plan.decode:
+            n, padded = len(plan.decode), self.runner.padded_batch(plan.rows)
+            s.decode_rows += n
+            s.padded_rows += padded
+            for seq in plan.decode:      # the idle rows of a step are shared by its sequences
+                seq.slot_steps += padded / n
+                seq.idle_slot_steps += (padded - n) / n
         s.prefill_tokens += sum(c.end - c.start for c in plan.prefill)
         for seq in finished:
             self.codec_worker.finish(self.live.pop(id(seq)))

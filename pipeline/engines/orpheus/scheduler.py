@@ -51,6 +51,8 @@ class Seq:
     finish_reason: str | None = None  # "eos" | "budget" | "cancelled"
     order: int = 0                  # arrival order, set by the scheduler
     preemptions: int = 0
+    slot_steps: float = 0.0         # graph rows spent on it: its decode steps + its share of idle
+    idle_slot_steps: float = 0.0    # its share of the padded rows of the steps it decoded in
 
     @property
     def prefix(self) -> list[int]:
