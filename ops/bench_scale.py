@@ -39,16 +39,15 @@ from sqlalchemy import func, select  # noqa: E402
 
 from pipeline.corpus import parse_corpus  # noqa: E402
 from pipeline.db import jobs as db  # noqa: E402
-from pipeline.db import migrate  # noqa: E402
 from pipeline.db.models import Job, JobMetrics  # noqa: E402
 from pipeline.db.session import make_engine, make_sessionmaker  # noqa: E402
 from pipeline.live import redis_client_url  # noqa: E402
+from ops.cpu_bench.services import services  # noqa: E402
 from pipeline.reports import fleet  # noqa: E402
 from pipeline.reports.compute import compute_report  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
 from pipeline.submit import BatchOptions, create_batch  # noqa: E402
 from worker.app import make_app  # noqa: E402
-from worker.embedded import EmbeddedRedis  # noqa: E402
 from worker.enqueue import enqueue_batch  # noqa: E402
 
 BOOT_TIMEOUT_S = 900
@@ -59,19 +58,6 @@ POLL_S = 0.2
 def read_lines(path: Path, lines: int | None) -> bytes:
     rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return ("\n".join(rows[:lines] if lines else rows) + "\n").encode()
-
-
-@contextlib.contextmanager
-def services(workdir: Path, redis_url: str | None, database_url: str | None) -> Iterator[tuple[str, str]]:
-    url = database_url or f"sqlite:///{workdir / 'synth.db'}"
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-    engine.dispose()
-    if redis_url:
-        yield redis_url, url
-        return
-    with EmbeddedRedis(workdir / "redis") as embedded:
-        yield embedded.url, url
 
 
 def worker_env(slot: str, broker: str, database: str, workdir: Path, cpu: bool, index: int) -> dict[str, str]:
@@ -157,7 +143,7 @@ def per_worker_truth(sessions, batch_id: str) -> dict[str, dict]:
 def run(slots: list[str], cpu: bool, data: bytes, warm: bytes, redis_url: str | None,
         database_url: str | None) -> dict:
     with tempfile.TemporaryDirectory(prefix="synth-scale-") as tmp, \
-            services(Path(tmp), redis_url, database_url) as (broker, database):
+            services(redis_url, database_url, Path(tmp)) as (broker, database):
         workdir = Path(tmp)
         settings = Settings(data_dir=workdir, redis_url=broker, database_url=database,
                             storage_dir=workdir / "objects")

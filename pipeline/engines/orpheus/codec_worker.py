@@ -28,7 +28,10 @@ class CodecWorker:
     def __init__(self, codec, on_final, batch_interval_s: float = 0.05):
         self.codec, self.on_final = codec, on_final
         self.batch_interval_s = batch_interval_s
-        self.streams: dict[int, object] = {}      # id -> Live, registered by the loop thread
+        # id -> Live, registered by the loop thread; realtime ones apart, so the ticks between
+        # batch turns look at them alone, not at every stream in flight.
+        self.realtime: dict[int, object] = {}
+        self.batch: dict[int, object] = {}
         self.ended: queue.SimpleQueue = queue.SimpleQueue()
         self.calls = 0
         self.busy_s = 0.0
@@ -38,14 +41,15 @@ class CodecWorker:
         self._thread.start()
 
     def register(self, live) -> None:
-        self.streams[id(live)] = live
+        (self.realtime if live.seq.realtime else self.batch)[id(live)] = live
 
     def finish(self, live) -> None:
         """The sequence ended (its frames are complete): flush it and send its final chunk."""
         self.ended.put(live)
 
     def drop(self, live) -> None:
-        self.streams.pop(id(live), None)
+        self.realtime.pop(id(live), None)
+        self.batch.pop(id(live), None)
 
     def close(self) -> None:
         self._stop.set()
@@ -73,8 +77,9 @@ class CodecWorker:
         batch_turn = now - self._last_batch >= self.batch_interval_s
         if batch_turn:
             self._last_batch = now
-        live = [lv for lv in list(self.streams.values()) if lv.seq.realtime or batch_turn]
-        todo = {id(lv): lv for lv in live}
+        todo = dict(self.realtime)
+        if batch_turn:
+            todo.update(self.batch)
         todo.update({id(lv): lv for lv in final})
         if not todo:
             return
@@ -88,12 +93,12 @@ class CodecWorker:
                     lv.first_chunk_at = time.monotonic()
                 lv.sink.put(AudioChunk(lv.key, pcm, False))
         for lv in final:
-            self.streams.pop(id(lv), None)
+            self.drop(lv)
             lv.sink.put(self.on_final(lv, audio.get(id(lv))))
 
     def _fail(self, final: list, error: Exception) -> None:
         err = EngineError(f"codec failed: {type(error).__name__}: {error}")
         err.__cause__ = error
         for lv in final:
-            self.streams.pop(id(lv), None)
+            self.drop(lv)
             lv.sink.put(AudioChunk(lv.key, np.zeros(0, np.float32), True, err))
