@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import (
@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     # Upper bounds of the batch length buckets, in estimated seconds of speech; one more bucket
     # takes everything longer.
     bucket_seconds: tuple[float, ...] = (10.0, 30.0, 120.0)
+    # Which batch bucket a worker polls first. "longest": long jobs start first, so the last jobs of
+    # a batch are short ones and every GPU finishes at nearly the same time (longest processing time
+    # first); "shortest": short jobs finish sooner, at the price of a long tail on one GPU.
+    bucket_order: Literal["longest", "shortest"] = "longest"
     jobs_per_task: int = 8
 
     # Reliability (see worker/app.py for why each is what it is).

@@ -13,7 +13,7 @@ from pipeline.routing import all_queues
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch
 from pipeline.summary import summarize
-from worker.app import make_app
+from worker.app import default_queues, make_app
 from worker.boot import boot
 from worker.enqueue import enqueue_batch
 
@@ -84,3 +84,25 @@ def test_batch_renders_with_one_bad_line_failing_alone(store_settings, sessions,
     assert [m["client_id"] for m in manifest] == ["line-000001", "line-000003", "line-000004", "line-000005"]
     assert manifest[1]["status"] == "failed" and manifest[1]["error"]
     assert manifest[0]["duration_s"] > 1 and manifest[0]["url"]
+
+
+@pytest.mark.parametrize("order", ["longest", "shortest"])
+def test_workers_poll_the_long_bucket_first(settings, sessions, redis_url, piper_engine, order):
+    """With a backlog in several buckets, a worker takes the longest bucket first (the default), so
+    the last jobs of a batch are short and GPUs finish together; ``bucket_order=shortest`` reverses it."""
+    settings = settings.with_overrides(bucket_order=order, jobs_per_task=1)
+    app = make_app(settings, redis_url)
+    corpus = parse_corpus(CORPUS.replace("--- ... ---\n", "").encode(), source="c.txt", max_line_chars=5000)
+    with sessions() as s:
+        batch = create_batch(s, settings, corpus, BatchOptions(name="order"), source="c.txt")
+        s.commit()
+    enqueue_batch(app, sessions, batch.id, settings.jobs_per_task)  # the backlog exists before any worker
+    boot(app, engine=piper_engine)
+    with start_worker(app, pool="threads", concurrency=1, perform_ping_check=False,
+                      queues=default_queues(settings), shutdown_timeout=30):
+        wait_finished(sessions, batch.id)
+    with sessions() as s:
+        jobs = sorted((job for job, _ in db.jobs_with_metrics(s, batch.id)), key=lambda j: j.started_at)
+    queues = [job.queue for job in jobs]
+    assert sorted(set(queues)) == ["batch.le10s", "batch.le120s"] and len(jobs) == 3
+    assert queues[0 if order == "longest" else -1] == "batch.le120s"  # the paragraph

@@ -11,10 +11,13 @@ from pipeline.settings import Settings
 
 def default_queues(settings: Settings) -> list[str]:
     """What a worker consumes unless told otherwise, in polling order: realtime, then callbacks
-    (short, and late callbacks are what clients notice), then the length buckets."""
+    (short, and late callbacks are what clients notice), then the length buckets, longest first
+    unless ``bucket_order`` says shortest (see Settings)."""
     from worker.callbacks import CALLBACK_QUEUE  # noqa: PLC0415
 
     realtime, *buckets = all_queues(settings.bucket_seconds)
+    if settings.bucket_order == "longest":
+        buckets.reverse()
     return [realtime, CALLBACK_QUEUE, *buckets]
 
 
