@@ -20,34 +20,34 @@ BUDGETS = [50, 90, 30, 70, 40]
 
 
 def drive(tiny, params, rows: int, arrivals: dict[int, list[int]], prefill_tokens: int = 2048,
-          realtime=(), **scheduling):
-    """Run the runner + scheduler by hand; ``arrivals`` maps step -> indexes of TEXTS arriving."""
+          realtime=(), overlap: bool = True, **scheduling):
+    """Run the runner + scheduler by hand; ``arrivals`` maps step -> indexes of TEXTS arriving.
+    With ``overlap`` step N+1 is planned and launched before step N's tokens are post-processed,
+    as the engine loop does on the GPU."""
     prompts = [prompt_ids(tiny.tokenizer, t, "tara") for t in TEXTS]
     seqs = [Seq(i, p, b, seed=1000 + i, stop_token=END_OF_SPEECH, realtime=i in realtime)
             for i, (p, b) in enumerate(zip(prompts, BUDGETS))]
     runner = ModelRunner(tiny.model, rows, 256, params, logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
     sched = Scheduler(rows, 256, prefill_tokens=prefill_tokens, **scheduling)
-    out = {i: [] for i in range(len(seqs))}
-    step, last = 0, max(arrivals)
-    while step <= last or not sched.idle:
+    step, last, pending = 0, max(arrivals), None
+    while step <= last or not sched.idle or pending:
         for i in arrivals.get(step, []):
             sched.add(seqs[i])
         step += 1
         plan = sched.schedule()
-        if plan.empty:
-            continue
-        tokens = runner.run(plan)
-        owners = {row: sched.by_row[row] for row in tokens}
-        sched.postprocess(plan, tokens)
-        for row, toks in tokens.items():
-            out[owners[row].key] += toks
-    return prompts, seqs, out, sched
+        launched = None if plan.empty else (plan, runner.launch(plan))
+        previous, pending = (pending, launched) if overlap else (launched, None)
+        if previous:
+            sched.postprocess(previous[0], runner.collect(previous[1]))
+    return prompts, seqs, {s.key: s.tokens for s in seqs}, sched
 
 
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlapped", "step-by-step"])
 @pytest.mark.parametrize("rows,prefill_tokens", [(1, 2048), (3, 2048), (2, 7)])
-def test_greedy_tokens_equal_generate_with_arrivals_and_departures(tiny, rows, prefill_tokens):
+def test_greedy_tokens_equal_generate_with_arrivals_and_departures(tiny, rows, prefill_tokens, overlap):
     params = SamplingParams(temperature=0)
-    prompts, seqs, out, _ = drive(tiny, params, rows, {0: [0, 1], 3: [2], 9: [3, 4]}, prefill_tokens)
+    prompts, seqs, out, _ = drive(tiny, params, rows, {0: [0, 1], 3: [2], 9: [3, 4]}, prefill_tokens,
+                                  overlap=overlap)
     for i, (p, b) in enumerate(zip(prompts, BUDGETS)):
         assert out[i] == reference_generate(tiny.model, [p], params, [b])[0], f"sequence {i}"
         assert seqs[i].finish_reason in ("eos", "budget")

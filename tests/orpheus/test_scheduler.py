@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipeline.engines.orpheus.scheduler import Scheduler, Seq, SeqState
+from pipeline.engines.orpheus.scheduler import Plan, Scheduler, Seq, SeqState
 
 STOP = 99
 
@@ -54,7 +54,8 @@ def test_rows_stay_compact_when_a_low_row_finishes():
     assert finished == [seqs[0]] and seqs[0].finish_reason == "eos"
     plan = s.schedule()
     c = seqs[2]
-    assert plan.moves == [(2, 0, c.context)] and c.row == 0
+    assert plan.moves == [(2, 0, 2 + 2)] and c.row == 0     # its prompt and 2 tokens move
+    assert c.inflight == 1 and c.context == 2 + 2 + 1       # this plan decodes one more
     assert sorted(q.row for q in plan.decode) == [0, 1] and plan.rows == 2
 
 
@@ -163,3 +164,59 @@ def test_realtime_preempts_young_batch_work_which_resumes_with_what_it_had():
     plan, _ = run_step(s, lambda q: 7)
     resumed = [c for c in plan.prefill if c.seq in parked]
     assert resumed and all(c.end == 2 + 3 and c.last for c in resumed)
+
+
+def overlapped(s: Scheduler, produce, steps: int) -> list:
+    """Steps as the GPU loop runs them: plan N+1 is made before N's tokens are post-processed.
+    Returns each step's plan."""
+    plans, pending = [], None
+    for _ in range(steps):
+        plan = s.schedule()
+        plans.append(plan)
+        tokens = {seq.row: [produce(seq)] for seq in plan.decode}
+        for c in plan.prefill:
+            if c.last:
+                tokens.setdefault(c.seq.row, []).append(produce(c.seq))
+        if pending:
+            s.postprocess(*pending)
+        pending = (plan, tokens)
+    if pending:
+        s.postprocess(*pending)
+    return plans
+
+
+def test_overlapped_steps_drop_the_token_drawn_after_an_end():
+    s = Scheduler(rows=2, max_context=100)
+    a = Seq("a", [1, 2], budget=50, stop_token=STOP)
+    s.add(a)
+    # a's first token (from the prefill) is drawn at step 1, the decode steps draw the next ones;
+    # the 3rd token is the end, but step 4 was planned before that was known
+    plans = overlapped(s, lambda q: STOP if q.generated + q.inflight == 3 else 7, 5)
+    assert [a in p.decode for p in plans] == [False, True, True, True, False]
+    assert a.tokens == [7, 7, STOP] and a.finish_reason == "eos" and a.generated == 3
+    assert plans[4].empty and s.idle
+
+
+def test_overlapped_steps_never_run_past_the_budget():
+    s = Scheduler(rows=1, max_context=100)
+    a = Seq("a", [1], budget=3)
+    s.add(a)
+    plans = overlapped(s, lambda q: 7, 5)
+    assert sum(a in p.decode for p in plans) == 2       # 1 token from the prefill + 2 decode steps
+    assert a.tokens == [7, 7, 7] and a.finish_reason == "budget"
+
+
+def test_tokens_in_flight_at_a_preemption_are_drawn_again_after_it():
+    s = Scheduler(rows=2, max_context=100, batch_floor=0, realtime_max_rows=1)
+    b = Seq("b", [1, 2], budget=40)
+    s.add(b)
+    overlapped(s, lambda q: 7, 3)                       # b: one token back, one in flight
+    s.add(Seq("rt", [1], budget=40, realtime=True))
+    plan = s.schedule()                                  # b gives its row to the realtime stream
+    assert b.state is SeqState.WAITING and b.epoch == 1 and b.inflight == 0
+    s.postprocess(plan, {})
+    generated = b.generated
+    # the step that was in flight when b was preempted comes back: its token is stale
+    stale = Plan(owners={0: (b, 0)})
+    s.postprocess(stale, {0: [123]})
+    assert b.generated == generated and 123 not in b.tokens

@@ -3,10 +3,12 @@
 ``synthesize()`` calls (one per Celery task in flight: the GPU worker runs a thread pool) put their
 sequences in the inbox and read their chunks from their own queue. The loop thread steps:
 
-    schedule -> launch (device) -> collect -> postprocess -> frames to the codec thread
+    schedule N+1 -> launch N+1 (device) -> collect N -> postprocess N -> frames to the codec thread
 
-while the codec works on its own thread (codec_worker.py), so the language model's step never
-waits for it. A failed step fails the sequences in it, loudly, and the loop carries on; running out of
+so the host plans and queues a step while the device still runs the one before: the device never
+waits for the host's bookkeeping, and the host's time per step is hidden under the device's
+(``overlap=False`` does one step at a time). The codec works on its own thread
+(codec_worker.py), so the language model's step never waits for it either. A failed step fails the sequences in it, loudly, and the loop carries on; running out of
 device memory halves the rows and gives the sequences back as retryable, never lost.
 """
 
@@ -59,8 +61,10 @@ class LoopStats:
 
 class EngineLoop:
     def __init__(self, runner, scheduler: Scheduler, codec, on_final,
-                 stream_factory=lambda seed, realtime: StreamState(seed=seed)):
+                 stream_factory=lambda seed, realtime: StreamState(seed=seed), overlap: bool = True):
         self.runner, self.scheduler = runner, scheduler
+        self.overlap = overlap
+        self._pending: tuple[Plan, object, float] | None = None   # launched, not yet collected
         # on_final: (live, last audio) -> the final AudioChunk (the engine's policy)
         self.codec_worker = CodecWorker(codec, on_final)
         self.stream_factory = stream_factory
@@ -85,15 +89,13 @@ class EngineLoop:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if not self._admit(block=self.scheduler.idle):
-                continue
-            plan = self.scheduler.schedule()
-            if plan.empty:
+            if not self._admit(block=self.scheduler.idle and self._pending is None):
                 continue
             started = time.monotonic()
             try:
-                self._step(plan)
+                self._step()
             except Exception as e:  # noqa: BLE001 - the step's sequences fail or retry; loop lives on
+                self._pending = None
                 self._fail_all(e)
             self.stats.busy_s += time.monotonic() - started
 
@@ -119,21 +121,40 @@ class EngineLoop:
         self.live[id(live.seq)] = live
         self.codec_worker.register(live)
 
-    def _step(self, plan: Plan) -> None:
+    def _step(self) -> None:
+        """Launch the next plan (if any), then collect and post-process the one launched before it
+        (or, without overlap, this one)."""
         s = self.stats
         t0 = time.perf_counter()
-        launched = self.runner.launch(plan)
+        plan = self.scheduler.schedule()
+        launched = None if plan.empty else (plan, self.runner.launch(plan))
+        t1 = time.perf_counter()
+        s.launch_s += t1 - t0
+        if self.overlap:
+            previous, self._pending = self._pending, launched
+        else:
+            previous = launched
+        if previous is not None:
+            self._finish(*previous)
+
+    def _finish(self, plan: Plan, launched) -> None:
+        s = self.stats
         t1 = time.perf_counter()
         tokens = self.runner.collect(launched)
         t3 = time.perf_counter()
-        s.launch_s, s.wait_s = s.launch_s + t1 - t0, s.wait_s + t3 - t1
-        by_row = {row: self.scheduler.by_row[row] for row in tokens}
+        s.wait_s += t3 - t1
+        before = {row: seq.generated for row, (seq, _) in plan.owners.items()}
         finished = self.scheduler.postprocess(plan, tokens)
         for row, toks in tokens.items():
-            live = self.live[id(by_row[row])]
-            for tok in toks:
+            seq, _ = plan.owners[row]
+            # tokens drawn after the sequence ended, or before it was preempted, were dropped
+            accepted = seq.generated - before[row]
+            live = self.live.get(id(seq))
+            if live is None or not accepted:
+                continue
+            for tok in toks[:accepted]:
                 live.stream.assembler.feed(tok)
-            self.stats.tokens += len(toks)
+            self.stats.tokens += accepted
         s.steps += 1
         if plan.decode:
             n, padded = len(plan.decode), self.runner.padded_batch(plan.rows)

@@ -66,8 +66,7 @@ class ModelRunner:
         self.keys = torch.zeros(rows, **i64)
         self.seen = torch.zeros(rows, width + 1, dtype=torch.bool, device=device)  # +1: idle rows
         self.active = torch.zeros(rows, dtype=torch.bool, device=device)
-        self._active_host = torch.zeros(rows, dtype=torch.bool,
-                                        pin_memory=str(device).startswith("cuda"))
+        self._cuda = str(device).startswith("cuda")
         self.batch_sizes = ladder(rows)
         self.lengths = length_ladder(context)
         self.per_row_attention = per_row_attention and attention.available(device)
@@ -147,17 +146,17 @@ class ModelRunner:
             b = 0
             if plan.decode:
                 b = self.batch_sizes[bisect.bisect_left(self.batch_sizes, plan.rows)]
-                length = self._length(b, max(s.context for s in plan.decode))
-                self._active_host.zero_()
-                self._active_host[[s.row for s in plan.decode]] = True
-                self.active.copy_(self._active_host, non_blocking=True)
+                length = self._length(b, plan.context)
+                active = torch.zeros(self.rows, dtype=torch.bool)
+                active[[s.row for s in plan.decode]] = True
+                self.active.copy_(self._h2d(active), non_blocking=True)
                 graph = self.graphs.get((b, length))
                 if graph is not None:
                     graph.replay()
                 else:
                     self._step(b, length)
-            decoded = self.tokens[:b].to("cpu", non_blocking=True) if b else None
-            first_host = first.to("cpu", non_blocking=True) if first is not None else None
+            decoded = self._d2h(self.tokens[:b]) if b else None
+            first_host = self._d2h(first) if first is not None else None
             done = torch.cuda.Event() if str(self.device).startswith("cuda") else None
             if done is not None:
                 done.record()
@@ -176,6 +175,22 @@ class ModelRunner:
                 out.setdefault(row, []).append(tok)
         return out
 
+    def _h2d(self, host):
+        """A host tensor onto the device without waiting for the device: staged in pinned memory
+        (the caching host allocator keeps it until the copy has run), copied on the stream. A plain
+        ``.to(device)`` would wait for every step queued before it, and the loop launches step N+1
+        while step N runs."""
+        if not self._cuda:
+            return host.to(self.device)
+        return host.pin_memory().to(self.device, non_blocking=True)
+
+    def _d2h(self, device_tensor):
+        """A copy on the host, filled when the step's event has fired (on the CPU: now). A copy,
+        not a view: the next step, launched before this one is collected, changes the original."""
+        if not self._cuda:
+            return device_tensor.clone()
+        return device_tensor.to("cpu", non_blocking=True)
+
     def _move(self, src: int, dst: int, length: int) -> None:
         self.cache.move(src, dst, min(length, self.context))
         for t in (self.tokens, self.pos, self.steps, self.keys, self.seen):
@@ -187,33 +202,34 @@ class ModelRunner:
         ids = torch.zeros((n, width), dtype=torch.int64)
         for i, c in enumerate(chunks):
             ids[i, : c.end - c.start] = torch.tensor(c.seq.prefix[c.start:c.end])
-        dev = self.device
-        start = torch.tensor([c.start for c in chunks], device=dev)
-        lens = torch.tensor([c.end - c.start for c in chunks], device=dev)
-        rows = torch.tensor([c.seq.row for c in chunks], device=dev)
+        meta = torch.tensor([[c.start, c.end - c.start, c.seq.row] for c in chunks]).T  # [3, N]
+        start, lens, rows = self._h2d(meta.contiguous())
         length = max(c.end for c in chunks)
-        logits = self.decoder.prefill(ids.to(dev), start, lens, rows, length)   # [N, Vs]
+        logits = self.decoder.prefill(self._h2d(ids), start, lens, rows, length)   # [N, Vs]
         done = [i for i, c in enumerate(chunks) if c.last]
         if not done:
             return [], None
         seqs = [chunks[i].seq for i in done]
-        return [s.row for s in seqs], self._begin(seqs, logits[done])
+        if len(done) < n:
+            logits = logits[self._h2d(torch.tensor(done))]
+        return [s.row for s in seqs], self._begin(seqs, logits)
 
     def _begin(self, seqs, logits):
         """Set up the rows of sequences whose prompt is complete and draw their first tokens."""
         dev = self.device
-        rows = torch.tensor([s.row for s in seqs], device=dev)
-        done = torch.tensor([s.generated for s in seqs], device=dev)    # > 0 after a preemption
-        self.keys[rows] = torch.tensor([mix_keys(s.seed, 0) for s in seqs], device=dev)
+        # rows, tokens already generated (> 0 after a preemption), sampling key, next position
+        meta = torch.tensor([[s.row, s.generated, mix_keys(s.seed, 0), len(s.prefix)] for s in seqs])
+        rows, done, keys, pos = self._h2d(meta.T.contiguous())
+        self.keys[rows] = keys
         seen = torch.zeros((len(seqs), self.width + 1), dtype=torch.bool)
         for i, s in enumerate(seqs):
             ids = [t - self.lo for t in s.prefix if self.lo <= t < self.lo + self.width]
             seen[i, ids] = True
-        seen = seen.to(dev)
-        first = self.sampler(logits, seen, done, self.keys[rows])
+        seen = self._h2d(seen)
+        first = self.sampler(logits, seen, done, keys)
         seen[torch.arange(len(seqs), device=dev), first - self.lo] = True
         self.seen[rows] = seen
         self.tokens[rows] = first
-        self.pos[rows] = torch.tensor([len(s.prefix) for s in seqs], device=dev)
+        self.pos[rows] = pos
         self.steps[rows] = done + 1
         return first

@@ -5,7 +5,16 @@ turns its ``Plan`` into device work. One step is:
 
     plan = scheduler.schedule()      # moves, prefill chunks, rows to decode
     tokens = runner.run(plan)        # device
-    finished = scheduler.postprocess(tokens)
+    finished = scheduler.postprocess(plan, tokens)
+
+or, overlapped (the loop does this on the GPU, so the host plans and launches step N+1 while the
+device still runs step N): ``schedule()`` N+1 and launch it before ``postprocess()`` N. What a
+plan does to a sequence that is certain (prefill progress, a completed prompt starting to decode,
+one more token in flight) is applied by ``schedule()``; what depends on the tokens (end of speech,
+the budget reached) by ``postprocess()``. A sequence that draws end-of-speech at step N has been
+decoded once more at N+1: that token is dropped. A sequence never runs past its budget, which is
+known ahead. Tokens of a step that was launched before a preemption are dropped (``Seq.epoch``):
+the resumed sequence draws them again, the same (the draw depends on the job's seed and step only).
 
 Rows are kept compact: running sequences hold rows ``0 .. n-1``, so the decode step runs at batch
 ``n`` (rounded up to a captured graph size) and never over holes. When a sequence finishes, the
@@ -45,8 +54,10 @@ class Seq:
     stop_token: int | None = None   # None: run to the budget
     state: SeqState = SeqState.WAITING
     row: int = -1
-    prefilled: int = 0              # prompt tokens already in the cache
+    prefilled: int = 0              # prompt tokens already in the cache (or on their way)
     generated: int = 0
+    inflight: int = 0               # tokens launched whose value is not back yet
+    epoch: int = 0                  # +1 at each preemption: older steps' tokens are stale
     tokens: list[int] = field(default_factory=list)   # generated so far (a resume prefills them)
     finish_reason: str | None = None  # "eos" | "budget" | "cancelled"
     order: int = 0                  # arrival order, set by the scheduler
@@ -61,8 +72,13 @@ class Seq:
 
     @property
     def context(self) -> int:
-        """Cache positions this sequence needs once this step's input is written."""
-        return max(self.prefilled, len(self.prompt) + self.generated)
+        """Cache positions this sequence needs once the next step's input is written."""
+        return max(self.prefilled, len(self.prompt) + self.generated + self.inflight)
+
+    @property
+    def decodable(self) -> bool:
+        """Running, and another token stays within the budget."""
+        return self.state is SeqState.RUNNING and self.generated + self.inflight < self.budget
 
 
 @dataclass(frozen=True)
@@ -79,6 +95,10 @@ class Plan:
     prefill: list[PrefillChunk] = field(default_factory=list)
     decode: list[Seq] = field(default_factory=list)             # RUNNING, by row; rows 0..n-1
     rows: int = 0                                               # rows in use after this plan
+    context: int = 0                # positions the decode step attends to (its longest row)
+    # Who held each row when the plan was made, and in which epoch: the tokens of a row go to
+    # this sequence, whatever moved since.
+    owners: dict[int, tuple[Seq, int]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -164,8 +184,19 @@ class Scheduler:
             seq.row, seq.state = len(self.by_row), SeqState.PREFILL
             self.by_row.append(seq)
             budget -= self._prefill_chunk(plan, seq, budget)
-        plan.decode = [s for s in self.by_row if s.state is SeqState.RUNNING]
+        plan.decode = [s for s in self.by_row if s.decodable]
         plan.rows = len(self.by_row)
+        plan.context = max((s.context for s in plan.decode), default=0)
+        for seq in plan.decode:
+            seq.inflight += 1
+            plan.owners[seq.row] = (seq, seq.epoch)
+        for chunk in plan.prefill:
+            seq = chunk.seq
+            seq.prefilled = chunk.end
+            if chunk.last:      # its first token comes from this step's prefill logits
+                seq.state = SeqState.RUNNING
+                seq.inflight += 1
+                plan.owners[seq.row] = (seq, seq.epoch)
         return plan
 
     def postprocess(self, plan: Plan, tokens: dict[int, list[int]]) -> list[Seq]:
@@ -173,15 +204,14 @@ class Scheduler:
         from the last prefill logits for a sequence whose prompt completed. Returns the sequences
         that finished."""
         finished = []
-        for chunk in plan.prefill:
-            chunk.seq.prefilled = chunk.end
-            if chunk.last:
-                chunk.seq.state = SeqState.RUNNING
         for row, toks in tokens.items():
-            seq = self.by_row[row]
+            seq, epoch = plan.owners[row]
+            if seq.epoch != epoch:          # preempted since: it draws these again on resume
+                continue
             for tok in toks:
                 if seq.state is not SeqState.RUNNING:
-                    break
+                    break                   # finished a step earlier; this token is dropped
+                seq.inflight -= 1
                 seq.generated += 1
                 seq.tokens.append(tok)
                 if seq.stop_token is not None and tok == seq.stop_token:
@@ -235,7 +265,8 @@ class Scheduler:
         excess = len(live) + len(self.waiting_rt) - limit
         for seq in batch[: max(0, min(excess, len(batch) - self.batch_floor))]:
             self._free_rows.append(seq.row)
-            seq.state, seq.row, seq.prefilled = SeqState.WAITING, -1, 0
+            seq.state, seq.row, seq.prefilled, seq.inflight = SeqState.WAITING, -1, 0, 0
+            seq.epoch += 1
             seq.preemptions += 1
             self.preempted += 1
             self.waiting_batch.appendleft(seq)
