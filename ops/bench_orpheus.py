@@ -7,6 +7,7 @@
 
 Approaches, all in one run on one device (``--approaches``):
   fast       the continuous-batching engine (part 2) on the whole workload (W1), and on the subset
+  sync       the same engine on W1 with the overlap off (one step at a time): what overlap is worth
   part1      part 1's engine (length-bucketed static batches, eager) on the subset
   static     transformers generate() on padded static batches of --max-batch, on the subset
   generate1  transformers generate() one job at a time, on --generate1-jobs jobs
@@ -149,6 +150,10 @@ def bench_mode(args, quant, jobs, rows, meta, first: bool):
     if "fast" in todo:
         measure("fast W1", lambda: run_synth(fast, w1), lm, label, rows, loop_stats(fast))
         measure("fast subset", lambda: run_synth(fast, sub), lm, label, rows, loop_stats(fast))
+    if "sync" in todo:       # the same engine, one step at a time: what the overlap is worth
+        fast.loop.overlap = False
+        measure("fast W1, no overlap", lambda: run_synth(fast, w1), lm, label, rows, loop_stats(fast))
+        fast.loop.overlap = True
     if "single" in todo:
         res = [run_streams(fast, [], [j], 0, 0).streams[0] for j in rt[: args.single_runs]]
         mode["single_stream"] = {"ttfb_s": sorted(s.ttfb for s in res),

@@ -130,12 +130,11 @@ class EngineLoop:
         launched = None if plan.empty else (plan, self.runner.launch(plan))
         t1 = time.perf_counter()
         s.launch_s += t1 - t0
-        if self.overlap:
-            previous, self._pending = self._pending, launched
-        else:
-            previous = launched
+        previous, self._pending = self._pending, launched if self.overlap else None
         if previous is not None:
             self._finish(*previous)
+        if launched is not None and not self.overlap:
+            self._finish(*launched)
 
     def _finish(self, plan: Plan, launched) -> None:
         s = self.stats

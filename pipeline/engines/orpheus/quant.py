@@ -49,6 +49,7 @@ def _float8_linear_class():
             self.bias = linear.bias
             self.out_dtype = linear.weight.dtype
             self.use_scaled_mm = use_scaled_mm
+            self.quantize_rows = _quantize_rows() if use_scaled_mm else None
 
         def forward(self, x):                                             # x: [..., K]
             if not self.use_scaled_mm:
@@ -60,17 +61,34 @@ def _float8_linear_class():
             lead, k = x.shape[:-1], x.shape[-1]
             x2 = x.reshape(-1, k)
             m = x2.shape[0]
-            pad = (-m) % SCALED_MM_ALIGN
-            if pad:
-                x2 = F.pad(x2, (0, 0, 0, pad))
-            x_scale = x2.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12) / FP8_MAX
-            xq = (x2 / x_scale).to(torch.float8_e4m3fn)
+            rows = m + (-m) % SCALED_MM_ALIGN
+            xq, x_scale = self.quantize_rows(x2, rows)
             out = torch._scaled_mm(xq, self.weight.t(), scale_a=x_scale,
                                    scale_b=self.scale.view(1, -1), out_dtype=self.out_dtype)
             out = out[:m].reshape(*lead, -1)
             return out if self.bias is None else out + self.bias
 
     return Float8Linear
+
+
+def quantize_rows_reference(x, rows: int):
+    """Per-token e4m3 activations for ``_scaled_mm`` in plain torch: x [m, k] -> (e4m3 [rows, k],
+    fp32 scales [rows, 1]), rows >= m padded with zeros. fp8_kernels.py does it in one kernel."""
+    import torch
+    import torch.nn.functional as F
+
+    x = F.pad(x, (0, 0, 0, rows - x.shape[0]))
+    scale = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12) / FP8_MAX
+    return (x / scale).to(torch.float8_e4m3fn), scale
+
+
+def _quantize_rows():
+    """The one-kernel Triton version where Triton is installed, else plain torch."""
+    try:
+        from pipeline.engines.orpheus.fp8_kernels import quantize_rows
+    except ImportError:         # no Triton (the CPU install)
+        return quantize_rows_reference
+    return quantize_rows
 
 
 def _fp8_has_kernel(device: str) -> bool:
