@@ -6,6 +6,11 @@ is ours is the shape of the computation, as in gpt-fast: a static cache with one
 prefill of prompt chunks separate from the one-token decode step, and no host work inside the step,
 so the step can be captured as a CUDA graph.
 
+Where the projections are plain Linear, q/k/v are one GEMM and gate/up another, over fused weights
+that the modules' own weights are views into (``fuse_weights``); the norms with their residual adds,
+RoPE with the cache write, and silu * up are fused.py's ops, Triton kernels on CUDA. The decode step
+then launches about ten kernels a layer, not forty, which is what batch-1 decode is bound by.
+
 The language-model head is computed only for the ids the sampler can pick (``logits_lo`` .. vocab:
 the audio codes, end-of-speech and the control tokens), a sixth of the vocabulary: the head's weight
 is 15% of Orpheus-3B's bytes, read every step.
@@ -16,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pipeline.engines.orpheus import attention
+from pipeline.engines.orpheus import attention, fused
 
 
 class KVCache:
@@ -44,15 +49,44 @@ class KVCache:
         self.v[:, dst, :, :length] = self.v[:, src, :, :length]
 
 
-def _rotate(x, cos, sin):
-    """Rotary embedding as transformers applies it (rotate_half); cos/sin broadcast to x."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def fuse_weights(linears) -> torch.Tensor | None:
+    """One weight ``[sum of outputs, in]`` for plain bias-free ``nn.Linear`` modules, whose
+    ``.weight`` become row views of it, so one copy stays allocated (the originals are freed).
+    None, and the modules untouched, for anything else: quant.py's fp8 and bitsandbytes modules."""
+    if not all(type(m) is torch.nn.Linear and m.bias is None for m in linears):
+        return None
+    ws = [m.weight for m in linears]
+    if len({(w.dtype, w.device, w.shape[1]) for w in ws}) > 1:
+        return None
+    rows, cols = sum(w.shape[0] for w in ws), ws[0].shape[1]
+    if _adjacent(ws):                          # fused by an earlier decoder over the same model
+        return ws[0].detach().as_strided((rows, cols), (cols, 1))
+    with torch.inference_mode(False), torch.no_grad():
+        whole = torch.cat([w.detach() for w in ws])                     # [N1 + N2 + .., K]
+        start = 0
+        for m, w in zip(linears, ws):
+            m.weight = torch.nn.Parameter(whole[start:start + w.shape[0]],
+                                          requires_grad=w.requires_grad)
+            start += w.shape[0]
+    return whole
+
+
+def _adjacent(ws) -> bool:
+    """The weights lie back to back in one storage, in order."""
+    storage = ws[0].untyped_storage().data_ptr()
+    for a, b in zip(ws, ws[1:]):
+        if b.untyped_storage().data_ptr() != storage or \
+                b.storage_offset() != a.storage_offset() + a.numel():
+            return False
+    return all(w.is_contiguous() for w in ws)
 
 
 class Decoder:
-    def __init__(self, model, cache: KVCache, logits_lo: int = 0):
+    """``fuse``: one GEMM for q/k/v and one for gate/up where the projections are plain Linear
+    (fuse_weights). ``ops``: the elementwise set (fused.py), by default Triton on CUDA."""
+
+    def __init__(self, model, cache: KVCache, logits_lo: int = 0, fuse: bool = True,
+                 ops: fused.Ops | None = None):
         inner = model.model
         cfg = model.config
         self.embed, self.layers, self.norm = inner.embed_tokens, inner.layers, inner.norm
@@ -62,76 +96,100 @@ class Decoder:
         self.scale = self.head_dim ** -0.5
         self.cache = cache
         device = self.embed.weight.device
+        self.ops = ops or fused.ops_for(device)
         # The checkpoint's own rotary module makes the tables (rope scaling included), once.
         positions = torch.arange(cache.context + 1, device=device).view(1, -1)
         probe = torch.zeros(1, device=device, dtype=self.embed.weight.dtype)
         cos, sin = inner.rotary_emb(probe, positions)                 # [1, T+1, D]
-        self.cos, self.sin = cos[0], sin[0]                           # [T+1, D]
+        self.cos, self.sin = cos[0].contiguous(), sin[0].contiguous()  # [T+1, D]
         self.key_pos = torch.arange(cache.context + 1, device=device)  # [T+1]
         self.head_w = model.lm_head.weight[logits_lo:]                # [Vs, H] view, tied or not
         self.logits_lo = logits_lo
+        # The norm each layer's MLP output is added in front of: the next layer's input norm.
+        self.after_mlp = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
+        self.qkv_split = (self.heads * self.head_dim,) + (self.kv_heads * self.head_dim,) * 2
+        silu = getattr(cfg, "hidden_act", "silu") == "silu"
+        self.qkv_w = [fuse_weights([layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                    layer.self_attn.v_proj]) if fuse else None
+                      for layer in self.layers]                        # [Hq*D + 2*Hkv*D, H]
+        self.gate_up_w = [fuse_weights([layer.mlp.gate_proj, layer.mlp.up_proj])
+                          if fuse and silu else None for layer in self.layers]   # [2F, H]
+        if str(device).startswith("cuda"):
+            torch.cuda.empty_cache()              # the unfused copies' blocks, for the sizing after
 
     @property
     def logits_width(self) -> int:
         return self.head_w.shape[0]
 
-    def _qkv(self, attn, h, b: int, s: int):
-        q = attn.q_proj(h).view(b, s, self.heads, self.head_dim).transpose(1, 2)     # [B, H, S, D]
-        k = attn.k_proj(h).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, S, D]
-        v = attn.v_proj(h).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        return q, k, v
+    def _norm(self, x, delta, norm):
+        """``x + delta`` (delta may be None) and that sum through ``norm``: (x, normed)."""
+        return self.ops.add_rms_norm(x, delta, norm.weight, norm.variance_epsilon)
+
+    def _qkv(self, i: int, h):
+        """h [.., H] -> q [.., Hq*D], k and v [.., Hkv*D]."""
+        if self.qkv_w[i] is None:
+            attn = self.layers[i].self_attn
+            return attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
+        return F.linear(h, self.qkv_w[i]).split(self.qkv_split, dim=-1)
+
+    def _mlp(self, i: int, h):
+        mlp = self.layers[i].mlp
+        if self.gate_up_w[i] is None:
+            return mlp(h)
+        return mlp.down_proj(self.ops.silu_mul(F.linear(h, self.gate_up_w[i])))
 
     def decode(self, tokens, wpos, length: int, per_row: bool = False):
         """One token for rows ``0 .. B-1``: tokens [B], write positions [B] (scratch for idle rows);
         attends over cache positions [0, length), or with ``per_row`` over each row's own
         [0, wpos] (attention.py). Returns logits [B, Vs] fp32."""
-        b = tokens.shape[0]
+        b, d = tokens.shape[0], self.head_dim
         lens = torch.where(wpos == self.cache.scratch, 1, wpos + 1) if per_row else None
-        rows = torch.arange(b, device=tokens.device)
-        cos = self.cos[wpos].view(b, 1, 1, -1)                             # [B, 1, 1, D]
-        sin = self.sin[wpos].view(b, 1, 1, -1)
         mask = (self.key_pos[:length].view(1, -1) <= wpos.view(-1, 1)).view(b, 1, 1, length)
-        x = self.embed(tokens).unsqueeze(1)                                # [B, 1, H]
+        x, h = self._norm(self.embed(tokens), None, self.layers[0].input_layernorm)  # [B, H]
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
-            q, k, v = self._qkv(attn, layer.input_layernorm(x), b, 1)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k, v = self._qkv(i, h)
             kc, vc = self.cache.k[i], self.cache.v[i]                      # [R, Hkv, T+1, D]
-            kc[rows, :, wpos] = k[:, :, 0]
-            vc[rows, :, wpos] = v[:, :, 0]
+            q = self.ops.rope_store(q.view(b, self.heads, d), k.view(b, self.kv_heads, d),
+                                    v.view(b, self.kv_heads, d), self.cos, self.sin, wpos, kc, vc)
             # The query heads of one KV head, all at the same position, go in as its queries:
             # [B, Hkv, G, D] against [B, Hkv, L, D], so K and V are read once, never repeated.
-            q = q.view(b, self.kv_heads, -1, self.head_dim)
+            q = q.view(b, self.kv_heads, -1, d)
             if per_row:
                 o = attention.decode_attention(q, kc, vc, lens, self.scale)
             else:
                 o = F.scaled_dot_product_attention(q, kc[:b, :, :length], vc[:b, :, :length],
                                                    attn_mask=mask, scale=self.scale)
-            x = x + attn.o_proj(o.reshape(b, 1, -1))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return F.linear(self.norm(x[:, 0]), self.head_w).float()
+            x, h = self._norm(x, attn.o_proj(o.reshape(b, -1)), layer.post_attention_layernorm)
+            x, h = self._norm(x, self._mlp(i, h), self.after_mlp[i])
+        return F.linear(h, self.head_w).float()
 
     def prefill(self, ids, start, lens, rows, length: int):
         """Prompt chunks into the cache: ids [N, S] (right-padded), start [N] (first position),
         lens [N] (valid ids), rows [N] (cache rows); attends over [0, length). Returns the logits
         of each chunk's last valid position, [N, Vs] fp32."""
         n, s = ids.shape
+        d = self.head_dim
         col = torch.arange(s, device=ids.device).view(1, -1)
         positions = start.view(-1, 1) + col                               # [N, S]
         wpos = torch.where(col < lens.view(-1, 1), positions, self.cache.scratch)
         cos, sin = self.cos[wpos].unsqueeze(1), self.sin[wpos].unsqueeze(1)  # [N, 1, S, D]
         mask = (self.key_pos[:length].view(1, 1, -1) <= positions.unsqueeze(-1)).unsqueeze(1)
-        x = self.embed(ids)                                                # [N, S, H]
+        x, h = self._norm(self.embed(ids), None, self.layers[0].input_layernorm)   # [N, S, H]
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
-            q, k, v = self._qkv(attn, layer.input_layernorm(x), n, s)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k, v = self._qkv(i, h)
+            q = q.view(n, s, self.heads, d).transpose(1, 2)                # [N, Hq, S, D]
+            k = k.view(n, s, self.kv_heads, d).transpose(1, 2)             # [N, Hkv, S, D]
+            v = v.view(n, s, self.kv_heads, d).transpose(1, 2)
+            q, k = fused.rotate(q, cos, sin), fused.rotate(k, cos, sin)
             kc, vc = self.cache.k[i], self.cache.v[i]
             kc[rows.view(-1, 1), :, wpos] = k.transpose(1, 2)              # [N, S, Hkv, D]
             vc[rows.view(-1, 1), :, wpos] = v.transpose(1, 2)
             o = F.scaled_dot_product_attention(q, kc[rows, :, :length], vc[rows, :, :length],
                                                attn_mask=mask, scale=self.scale, enable_gqa=True)
-            x = x + attn.o_proj(o.transpose(1, 2).reshape(n, s, -1))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        last = x[torch.arange(n, device=ids.device), lens - 1]             # [N, H]
-        return F.linear(self.norm(last), self.head_w).float()
+            x, h = self._norm(x, attn.o_proj(o.transpose(1, 2).reshape(n, s, -1)),
+                              layer.post_attention_layernorm)
+            x, h = self._norm(x, self._mlp(i, h), self.after_mlp[i])
+        last = h[torch.arange(n, device=ids.device), lens - 1]             # [N, H]
+        return F.linear(last, self.head_w).float()
