@@ -17,6 +17,8 @@ references to a rounding difference of the fp32 reductions. ``ops_for(device)`` 
 
 from __future__ import annotations
 
+import os
+
 from typing import NamedTuple
 
 import torch
@@ -197,4 +199,8 @@ TRITON = None if triton is None else Ops(add_rms_norm_triton, rope_store_triton,
 
 
 def ops_for(device) -> Ops:
+    """Triton on CUDA where it is installed; ``SYNTH_FUSED_OPS=torch`` forces the references (to
+    rule the kernels out when something looks wrong on a new GPU or Triton)."""
+    if os.environ.get("SYNTH_FUSED_OPS", "auto") == "torch":
+        return REFERENCE
     return TRITON if available(device) else REFERENCE
