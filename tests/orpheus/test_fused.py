@@ -168,7 +168,7 @@ def test_fused_decoder_logits_equal_the_unfused_and_transformers():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_quantized_projections_keep_the_unfused_path():
+def test_fp8_projections_are_fused_as_fp8_modules_sharing_their_bytes():
     from pipeline.engines.orpheus.quant import quantize
 
     model = small_model(seed=3)
@@ -178,9 +178,29 @@ def test_quantized_projections_keep_the_unfused_path():
     ids = torch.randint(0, 512, (2, 16))
     with torch.inference_mode():
         want = model(ids).logits[:, -5:].float()
+    plain = step_logits(Decoder(model, cache_for(model), fuse=False), ids, 4)
     decoder = Decoder(model, cache_for(model))
-    assert decoder.qkv_w == [None, None] and decoder.gate_up_w == [None, None]
-    torch.testing.assert_close(step_logits(decoder, ids, 4), want, rtol=1e-4, atol=1e-4)
+    assert decoder.qkv_w == [None, None] and decoder.gate_up_w == [None, None]   # not plain Linear
+    attn, fused_qkv = model.model.layers[0].self_attn, decoder.qkv_fp8[0]
+    assert fused_qkv is not None and decoder.gate_up_fp8[0] is not None
+    assert fused_qkv.weight.shape[0] == sum(p.weight.shape[0] for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+    assert attn.q_proj.weight.untyped_storage().data_ptr() == fused_qkv.weight.untyped_storage().data_ptr()
+    got = step_logits(decoder, ids, 4)
+    torch.testing.assert_close(got, plain, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_bitsandbytes_style_projections_keep_the_unfused_path():
+    class Wrapped(torch.nn.Linear):           # a subclass, as bitsandbytes' modules are
+        pass
+
+    model = small_model(seed=3)
+    attn = model.model.layers[0].self_attn
+    wrapped = Wrapped(attn.q_proj.in_features, attn.q_proj.out_features, bias=False)
+    wrapped.weight = attn.q_proj.weight
+    attn.q_proj = wrapped
+    decoder = Decoder(model, cache_for(model))
+    assert decoder.qkv_w[0] is None and decoder.qkv_fp8[0] is None and decoder.qkv_w[1] is not None
 
 
 def test_greedy_tokens_of_the_fused_decoder_equal_generate():

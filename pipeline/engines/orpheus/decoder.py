@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.engines.orpheus import attention, fused
+from pipeline.engines.orpheus.quant import fuse_float8
 
 
 class KVCache:
@@ -114,6 +115,13 @@ class Decoder:
                       for layer in self.layers]                        # [Hq*D + 2*Hkv*D, H]
         self.gate_up_w = [fuse_weights([layer.mlp.gate_proj, layer.mlp.up_proj])
                           if fuse and silu else None for layer in self.layers]   # [2F, H]
+        # fp8 projections (quant.py) are fused as modules: one activation quantization, one GEMM.
+        self.qkv_fp8 = [fuse_float8([layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                     layer.self_attn.v_proj]) if fuse and w is None else None
+                        for layer, w in zip(self.layers, self.qkv_w)]
+        self.gate_up_fp8 = [fuse_float8([layer.mlp.gate_proj, layer.mlp.up_proj])
+                            if fuse and silu and w is None else None
+                            for layer, w in zip(self.layers, self.gate_up_w)]
         if str(device).startswith("cuda"):
             torch.cuda.empty_cache()              # the unfused copies' blocks, for the sizing after
 
@@ -127,16 +135,20 @@ class Decoder:
 
     def _qkv(self, i: int, h):
         """h [.., H] -> q [.., Hq*D], k and v [.., Hkv*D]."""
-        if self.qkv_w[i] is None:
-            attn = self.layers[i].self_attn
-            return attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
-        return F.linear(h, self.qkv_w[i]).split(self.qkv_split, dim=-1)
+        if self.qkv_w[i] is not None:
+            return F.linear(h, self.qkv_w[i]).split(self.qkv_split, dim=-1)
+        if self.qkv_fp8[i] is not None:
+            return self.qkv_fp8[i](h).split(self.qkv_split, dim=-1)
+        attn = self.layers[i].self_attn
+        return attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
 
     def _mlp(self, i: int, h):
         mlp = self.layers[i].mlp
-        if self.gate_up_w[i] is None:
-            return mlp(h)
-        return mlp.down_proj(self.ops.silu_mul(F.linear(h, self.gate_up_w[i])))
+        if self.gate_up_w[i] is not None:
+            return mlp.down_proj(self.ops.silu_mul(F.linear(h, self.gate_up_w[i])))
+        if self.gate_up_fp8[i] is not None:
+            return mlp.down_proj(self.ops.silu_mul(self.gate_up_fp8[i](h)))
+        return mlp(h)
 
     def decode(self, tokens, wpos, length: int, per_row: bool = False):
         """One token for rows ``0 .. B-1``: tokens [B], write positions [B] (scratch for idle rows);

@@ -40,16 +40,21 @@ def _float8_linear_class():
     import torch.nn.functional as F
 
     class Float8Linear(torch.nn.Module):
-        def __init__(self, linear, use_scaled_mm: bool):
+        def __init__(self, weight, scale, bias, out_dtype, use_scaled_mm: bool):
             super().__init__()
-            w = linear.weight.detach().float()                            # [N, K]
-            scale = w.abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX        # [N]
-            self.register_buffer("weight", (w / scale[:, None]).to(torch.float8_e4m3fn))
-            self.register_buffer("scale", scale)
-            self.bias = linear.bias
-            self.out_dtype = linear.weight.dtype
+            self.register_buffer("weight", weight)                        # [N, K] e4m3
+            self.register_buffer("scale", scale)                          # [N] fp32
+            self.bias = bias
+            self.out_dtype = out_dtype
             self.use_scaled_mm = use_scaled_mm
             self.quantize_rows = _quantize_rows() if use_scaled_mm else None
+
+        @classmethod
+        def quantize(cls, linear, use_scaled_mm: bool):
+            w = linear.weight.detach().float()                            # [N, K]
+            scale = w.abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX        # [N]
+            return cls((w / scale[:, None]).to(torch.float8_e4m3fn), scale, linear.bias,
+                       linear.weight.dtype, use_scaled_mm)
 
         def forward(self, x):                                             # x: [..., K]
             if not self.use_scaled_mm:
@@ -69,6 +74,26 @@ def _float8_linear_class():
             return out if self.bias is None else out + self.bias
 
     return Float8Linear
+
+
+def fuse_float8(modules):
+    """One fp8 module for several fp8 projections of the same input (q/k/v, gate/up): their
+    weights and per-channel scales stacked, so the activations are quantized once and one GEMM
+    runs. The parts' buffers become views into the stacked ones (one copy stays allocated). None
+    for anything that is not our bias-free Float8Linear."""
+    import torch
+
+    if not all(type(m).__name__ == "Float8Linear" and m.bias is None for m in modules):
+        return None
+    weight = torch.cat([m.weight.view(torch.uint8) for m in modules]).view(torch.float8_e4m3fn)
+    scale = torch.cat([m.scale for m in modules])
+    start = 0
+    for m in modules:
+        n = m.weight.shape[0]
+        m.weight, m.scale = weight[start:start + n], scale[start:start + n]
+        start += n
+    first = modules[0]
+    return type(first)(weight, scale, None, first.out_dtype, first.use_scaled_mm)
 
 
 def quantize_rows_reference(x, rows: int):
@@ -102,7 +127,7 @@ def _make_swapper(mode: str, device: str, dtype):
     if mode == "fp8":
         cls = _float8_linear_class()
         fast = _fp8_has_kernel(device)
-        return (lambda lin: cls(lin, fast).to(device)), ("scaled_mm" if fast else "dequant")
+        return (lambda lin: cls.quantize(lin, fast).to(device)), ("scaled_mm" if fast else "dequant")
     import bitsandbytes as bnb  # noqa: F401 - ImportError is the fallback signal
 
     def swap_bnb(lin):
