@@ -23,10 +23,10 @@ def random_frames(n, seed=0):
     return [rng.integers(0, 4096, size=7) for _ in range(n)]
 
 
-def stream(codec, frames, seed=7, chunk_frames=REALTIME_CHUNK_FRAMES, every=1):
+def stream(codec, frames, seed=7, chunk_frames=REALTIME_CHUNK_FRAMES, every=1, ramp=False):
     """Feed frames one at a time as generation would, decoding every ``every`` frames; return the
     chunks in order."""
-    st = StreamState(seed=seed, chunk_frames=chunk_frames)
+    st = StreamState(seed=seed, chunk_frames=chunk_frames, ramp=ramp)
     chunks = []
     for i, f in enumerate(frames):
         st.assembler.frames.append(f)
@@ -42,15 +42,17 @@ def stream(codec, frames, seed=7, chunk_frames=REALTIME_CHUNK_FRAMES, every=1):
 
 
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 13, 30])
-@pytest.mark.parametrize("chunk_frames,every", [(REALTIME_CHUNK_FRAMES, 1), (BATCH_CHUNK_FRAMES, 5)])
-def test_streamed_chunks_concatenate_to_the_one_shot_decode(tiny, n, chunk_frames, every):
+@pytest.mark.parametrize("chunk_frames,every,ramp", [(REALTIME_CHUNK_FRAMES, 1, False),
+                                                     (REALTIME_CHUNK_FRAMES, 1, True),
+                                                     (BATCH_CHUNK_FRAMES, 5, False)])
+def test_streamed_chunks_concatenate_to_the_one_shot_decode(tiny, n, chunk_frames, every, ramp):
     frames = random_frames(n, seed=n)
-    chunks = stream(tiny.codec, frames, chunk_frames=chunk_frames, every=every)
+    chunks = stream(tiny.codec, frames, chunk_frames=chunk_frames, every=every, ramp=ramp)
     streamed = np.concatenate([c for _, c in chunks])
     assert streamed.shape == (n * SNAC_SAMPLES_PER_FRAME,)        # the last frames are flushed
     # Same windows, same keys, whenever the decode ran: equal up to fp32 rounding of
     # convolutions run at other batch sizes.
-    one_shot = decode_frames(tiny.codec, frames, seed=7, chunk_frames=chunk_frames)
+    one_shot = decode_frames(tiny.codec, frames, seed=7, chunk_frames=chunk_frames, ramp=ramp)
     np.testing.assert_allclose(streamed, one_shot, rtol=0, atol=1e-6)
 
 
@@ -63,6 +65,33 @@ def test_first_chunk_after_one_window_then_steady_chunks(tiny):
     assert steady and all(s == REALTIME_CHUNK_FRAMES for s in steady)
     # a chunk leaves as soon as its right context exists
     assert [seen for seen, _ in chunks[1:-1]] == [8, 12, 16, 20, 24, 28]
+
+
+def test_realtime_ramp_first_chunk_after_three_frames_then_growing(tiny):
+    chunks = stream(tiny.codec, random_frames(30), ramp=True)
+    frames_seen, first = chunks[0]
+    assert frames_seen == 1 + RIGHT_CONTEXT_FRAMES == 3                # 21 tokens
+    assert len(first) == SNAC_SAMPLES_PER_FRAME
+    sizes = [len(c) // SNAC_SAMPLES_PER_FRAME for _, c in chunks[1:-1]]
+    assert sizes == [1, 1, 1, 2, 2, 3, 3, 4, 4, 4]
+
+
+def late_chunks(ramp: bool, s: float, frames: int = 120) -> int:
+    """Chunks that leave after the listener ran out, generating at real-time factor ``s``: frame
+    n exists at time n*s (in frame durations); playback starts when the first chunk leaves."""
+    st = StreamState(seed=0, chunk_frames=REALTIME_CHUNK_FRAMES, ramp=ramp)
+    ends, b = [], 0
+    while b < frames:
+        b = st._chunk_end(b)
+        ends.append(b)
+    start = (ends[0] + RIGHT_CONTEXT_FRAMES) * s
+    return sum((b + RIGHT_CONTEXT_FRAMES) * s > start + before for before, b in zip(ends, ends[1:]))
+
+
+def test_the_ramp_plays_without_underruns_up_to_a_real_time_factor_of_0_8():
+    assert late_chunks(ramp=True, s=0.8) == 0
+    assert late_chunks(ramp=False, s=0.8) > 0            # the fixed grid runs dry at chunk 1
+    assert late_chunks(ramp=False, s=0.5) == 0
 
 
 def test_codec_noise_is_keyed_not_global(tiny):

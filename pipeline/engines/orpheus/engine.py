@@ -31,6 +31,7 @@ from pipeline.engines.orpheus.streaming import (
     BATCH_CHUNK_FRAMES,
     FIRST_CHUNK_FRAMES,
     LEFT_CONTEXT_FRAMES,
+    RAMP_FIRST_FRAMES,
     REALTIME_CHUNK_FRAMES,
     RIGHT_CONTEXT_FRAMES,
     StreamState,
@@ -231,15 +232,20 @@ class OrpheusEngine(Engine):
 
 
 def common_windows() -> tuple[int, ...]:
-    """Codec window lengths of the first, realtime and batch chunks (streaming.py)."""
+    """Codec window lengths of the first, realtime (the ramp's sizes too) and batch chunks
+    (streaming.py)."""
     edge = LEFT_CONTEXT_FRAMES + RIGHT_CONTEXT_FRAMES
-    return (FIRST_CHUNK_FRAMES + RIGHT_CONTEXT_FRAMES, REALTIME_CHUNK_FRAMES + edge,
-            BATCH_CHUNK_FRAMES + edge)
+    ramp = [RAMP_FIRST_FRAMES + RIGHT_CONTEXT_FRAMES] + [c + edge for c in range(1, REALTIME_CHUNK_FRAMES)]
+    return tuple(sorted({FIRST_CHUNK_FRAMES + RIGHT_CONTEXT_FRAMES, REALTIME_CHUNK_FRAMES + edge,
+                         BATCH_CHUNK_FRAMES + edge, *ramp}))
 
 
 def stream_state(seed: int, realtime: bool) -> StreamState:
-    """Realtime streams get small chunks (latency); batch work big ones (fewer codec frames)."""
-    return StreamState(seed=seed, chunk_frames=REALTIME_CHUNK_FRAMES if realtime else BATCH_CHUNK_FRAMES)
+    """Realtime streams get small, growing chunks (latency, no underruns); batch work big ones
+    (fewer codec frames)."""
+    if realtime:
+        return StreamState(seed=seed, chunk_frames=REALTIME_CHUNK_FRAMES, ramp=True)
+    return StreamState(seed=seed, chunk_frames=BATCH_CHUNK_FRAMES)
 
 
 def text_chars_for(context: int, slack: float = BUDGET_SLACK) -> int:

@@ -12,6 +12,13 @@ the streamed chunks concatenate to exactly the one-shot ``decode_frames``.
 
 A window of ``c + 3`` frames renders ``c`` frames: 1.19x the frames for batch chunks, 1.75x for
 realtime ones (one window per frame would be 4x).
+
+Realtime streams (``ramp``) start smaller and grow: the first chunk is 1 frame (out after 3 frames,
+21 tokens), then chunk sizes ``1 + b // 4`` up to 4, where ``b`` is the frames already sent. Why:
+chunk k, ending at frame ``b_k``, leaves when frame ``b_k + 2`` exists; by then the listener has
+played from the first chunk on. Generating at real-time factor ``s`` (time per frame over a frame's
+duration), chunk k is on time while ``c_k <= b_0 + b_(k-1) * (1/s - 1)``; at s = 0.8 that is
+``1 + b/4``. A fixed 4-frame grid after a 2-frame first chunk runs dry at chunk 1 for any s > 0.5.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ LEFT_CONTEXT_FRAMES = 1
 RIGHT_CONTEXT_FRAMES = 2
 REALTIME_CHUNK_FRAMES = 4  # 341 ms of audio per chunk
 BATCH_CHUNK_FRAMES = 16
+RAMP_FIRST_FRAMES = 1      # realtime: the first chunk, out after 3 frames (21 tokens)
+RAMP_DIVISOR = 4           # realtime: chunk size 1 + (frames sent) // 4, up to chunk_frames
 
 
 @dataclass
@@ -41,8 +50,13 @@ class StreamState:
     assembler: FrameAssembler = field(default_factory=FrameAssembler)
     emitted: int = 0        # frames already sent (always a chunk boundary)
     chunks: int = 0
+    ramp: bool = False      # realtime: small first chunks, growing (see the module's text)
 
     def _chunk_end(self, start: int) -> int:
+        if self.ramp:
+            if start == 0:
+                return RAMP_FIRST_FRAMES
+            return start + min(self.chunk_frames, 1 + start // RAMP_DIVISOR)
         return FIRST_CHUNK_FRAMES if start == 0 else start + self.chunk_frames
 
     def ready_chunks(self, finished: bool) -> list[tuple[int, int, int, int]]:
@@ -93,10 +107,10 @@ def decode_ready(codec, streams: dict, finished: set) -> dict:
 
 
 def decode_frames(codec, frames: list[np.ndarray], seed: int,
-                  chunk_frames: int = REALTIME_CHUNK_FRAMES) -> np.ndarray:
+                  chunk_frames: int = REALTIME_CHUNK_FRAMES, ramp: bool = False) -> np.ndarray:
     """The one-shot (non-streamed) decode of a whole stream: the same chunks and windows."""
     st = StreamState(seed=seed, chunk_frames=chunk_frames,
-                     assembler=FrameAssembler(frames=list(frames)))
+                     assembler=FrameAssembler(frames=list(frames)), ramp=ramp)
     if not frames:
         return np.zeros(0, dtype=np.float32)
     return decode_ready(codec, {0: st}, finished={0})[0]
