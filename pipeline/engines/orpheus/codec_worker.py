@@ -77,14 +77,20 @@ class CodecWorker:
         batch_turn = now - self._last_batch >= self.batch_interval_s
         if batch_turn:
             self._last_batch = now
-        todo = dict(self.realtime)
-        if batch_turn:
-            todo.update(self.batch)
-        todo.update({id(lv): lv for lv in final})
+        ended = {id(lv): lv for lv in final}
+        # Realtime streams first, in their own codec calls, and their chunks leave before the
+        # batch streams' (larger) windows are even started.
+        realtime = dict(self.realtime)
+        realtime.update({k: lv for k, lv in ended.items() if lv.seq.realtime})
+        self._render(realtime, ended)
+        batch = dict(self.batch) if batch_turn else {}
+        batch.update({k: lv for k, lv in ended.items() if not lv.seq.realtime})
+        self._render(batch, ended)
+
+    def _render(self, todo: dict, ended: dict) -> None:
         if not todo:
             return
-        ended = {id(lv) for lv in final}
-        audio = decode_ready(self.codec, {k: lv.stream for k, lv in todo.items()}, ended)
+        audio = decode_ready(self.codec, {k: lv.stream for k, lv in todo.items()}, set(ended))
         self.calls += bool(audio)
         for k, pcm in audio.items():
             if k not in ended:
@@ -92,9 +98,10 @@ class CodecWorker:
                 if lv.first_chunk_at is None:
                     lv.first_chunk_at = time.monotonic()
                 lv.sink.put(AudioChunk(lv.key, pcm, False))
-        for lv in final:
-            self.drop(lv)
-            lv.sink.put(self.on_final(lv, audio.get(id(lv))))
+        for k, lv in todo.items():
+            if k in ended:
+                self.drop(lv)
+                lv.sink.put(self.on_final(lv, audio.get(k)))
 
     def _fail(self, final: list, error: Exception) -> None:
         err = EngineError(f"codec failed: {type(error).__name__}: {error}")
