@@ -166,10 +166,10 @@ def test_realtime_preempts_young_batch_work_which_resumes_with_what_it_had():
     assert resumed and all(c.end == 2 + 3 and c.last for c in resumed)
 
 
-def overlapped(s: Scheduler, produce, steps: int) -> list:
+def overlapped(s: Scheduler, produce, steps: int, finished: list | None = None) -> list:
     """Steps as the GPU loop runs them: plan N+1 is made before N's tokens are post-processed.
-    Returns each step's plan."""
-    plans, pending = [], None
+    Returns each step's plan; what postprocess reports finished is appended to ``finished``."""
+    plans, pending, finished = [], None, [] if finished is None else finished
     for _ in range(steps):
         plan = s.schedule()
         plans.append(plan)
@@ -178,10 +178,10 @@ def overlapped(s: Scheduler, produce, steps: int) -> list:
             if c.last:
                 tokens.setdefault(c.seq.row, []).append(produce(c.seq))
         if pending:
-            s.postprocess(*pending)
+            finished += s.postprocess(*pending)
         pending = (plan, tokens)
     if pending:
-        s.postprocess(*pending)
+        finished += s.postprocess(*pending)
     return plans
 
 
@@ -191,7 +191,9 @@ def test_overlapped_steps_drop_the_token_drawn_after_an_end():
     s.add(a)
     # a's first token (from the prefill) is drawn at step 1, the decode steps draw the next ones;
     # the 3rd token is the end, but step 4 was planned before that was known
-    plans = overlapped(s, lambda q: STOP if q.generated + q.inflight == 3 else 7, 5)
+    finished = []
+    plans = overlapped(s, lambda q: STOP if q.generated + q.inflight == 3 else 7, 5, finished)
+    assert finished == [a]                   # once: the dropped token does not end it again
     assert [a in p.decode for p in plans] == [False, True, True, True, False]
     assert a.tokens == [7, 7, STOP] and a.finish_reason == "eos" and a.generated == 3
     assert plans[4].empty and s.idle

@@ -206,8 +206,8 @@ class Scheduler:
         finished = []
         for row, toks in tokens.items():
             seq, epoch = plan.owners[row]
-            if seq.epoch != epoch:          # preempted since: it draws these again on resume
-                continue
+            if seq.epoch != epoch or seq.state is not SeqState.RUNNING:
+                continue    # preempted since (it draws these again on resume), or already ended
             for tok in toks:
                 if seq.state is not SeqState.RUNNING:
                     break                   # finished a step earlier; this token is dropped
