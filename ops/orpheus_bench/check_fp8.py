@@ -1,6 +1,6 @@
 """On a CUDA machine: the one-kernel fp8 activation quantization against plain torch, and its time.
 
-    python ops/orpheus_bench/check_fp8.py       # exit status 1 if the two disagree
+    python -m ops.orpheus_bench.check_fp8       # exit status 1 if the two disagree
 """
 
 from __future__ import annotations
@@ -9,22 +9,9 @@ import sys
 
 import torch
 
+from ops.orpheus_bench.check_fused import median_ms
 from pipeline.engines.orpheus.fp8_kernels import quantize_rows
 from pipeline.engines.orpheus.quant import quantize_rows_reference
-
-
-def timed(fn, n: int = 50) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[n // 2]
 
 
 def main() -> int:
@@ -37,7 +24,7 @@ def main() -> int:
         scale_err = ((s - rs).abs() / rs).max().item()
         value_err = (q.float() * s - rq.float() * rs).abs().max().item() / x.abs().max().item()
         exact = (q.view(torch.uint8) == rq.view(torch.uint8)).float().mean().item()
-        t_tri, t_ref = timed(lambda: quantize_rows(x, rows)), timed(lambda: quantize_rows_reference(x, rows))
+        t_tri, t_ref = median_ms(lambda: quantize_rows(x, rows)), median_ms(lambda: quantize_rows_reference(x, rows))
         good = scale_err < 1e-6 and value_err < 0.07 and exact > 0.99
         ok &= good
         print(f"fp8 rows m={m} k={k}: scale rel err {scale_err:.1e}, value err {value_err:.1e} of max, "
