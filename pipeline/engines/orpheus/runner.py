@@ -157,7 +157,7 @@ class ModelRunner:
                     self._step(b, length)
             decoded = self._d2h(self.tokens[:b]) if b else None
             first_host = self._d2h(first) if first is not None else None
-            done = torch.cuda.Event() if str(self.device).startswith("cuda") else None
+            done = torch.cuda.Event() if self._cuda else None
             if done is not None:
                 done.record()
         return _Launched([s.row for s in plan.decode], decoded, first_rows, first_host, done)
