@@ -8,7 +8,8 @@ sequences in the inbox and read their chunks from their own queue. The loop thre
 so the host plans and queues a step while the device still runs the one before: the device never
 waits for the host's bookkeeping, and the host's time per step is hidden under the device's
 (``overlap=False`` does one step at a time). The codec works on its own thread
-(codec_worker.py), so the language model's step never waits for it either. A failed step fails the sequences in it, loudly, and the loop carries on; running out of
+(codec_worker.py), so the language model's step never waits for it either. A failed step fails the
+sequences in it, loudly, and the loop carries on; running out of
 device memory halves the rows and gives the sequences back as retryable, never lost.
 """
 
@@ -64,7 +65,7 @@ class EngineLoop:
                  stream_factory=lambda seed, realtime: StreamState(seed=seed), overlap: bool = True):
         self.runner, self.scheduler = runner, scheduler
         self.overlap = overlap
-        self._pending: tuple[Plan, object, float] | None = None   # launched, not yet collected
+        self._pending: tuple[Plan, object] | None = None   # (plan, launched), not yet collected
         # on_final: (live, last audio) -> the final AudioChunk (the engine's policy)
         self.codec_worker = CodecWorker(codec, on_final)
         self.stream_factory = stream_factory

@@ -210,7 +210,7 @@ class Scheduler:
                 continue    # preempted since (it draws these again on resume), or already ended
             for tok in toks:
                 if seq.state is not SeqState.RUNNING:
-                    break                   # finished a step earlier; this token is dropped
+                    break                   # it ended on an earlier token of this list
                 seq.inflight -= 1
                 seq.generated += 1
                 seq.tokens.append(tok)
