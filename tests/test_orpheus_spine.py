@@ -6,7 +6,6 @@ import time
 import wave
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 
 from pipeline.constants import SNAC_SAMPLE_RATE
 from pipeline.corpus import parse_corpus
@@ -19,6 +18,7 @@ from tests.cli_helpers import synth, synth_env
 from worker.app import make_app
 from worker.boot import boot
 from worker.enqueue import enqueue_batch
+from tests.workers import thread_worker
 
 pytest.importorskip("torch")
 
@@ -42,8 +42,7 @@ def test_orpheus_batch_through_a_real_worker(settings, sessions, redis_url, tiny
     with sessions() as s:
         batch = create_batch(s, settings, corpus, BatchOptions(voice="tara"), source="c")
         s.commit()
-    with start_worker(app, pool="threads", concurrency=1, perform_ping_check=False,
-                      queues=all_queues(settings.bucket_seconds), shutdown_timeout=60):
+    with thread_worker(app, all_queues(settings.bucket_seconds), concurrency=1, shutdown_timeout=60):
         enqueue_batch(app, sessions, batch.id, settings.jobs_per_task)
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:

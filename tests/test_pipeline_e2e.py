@@ -4,7 +4,6 @@ import json
 import time
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 
 from pipeline.corpus import parse_corpus
 from pipeline.db import jobs as db
@@ -16,6 +15,7 @@ from pipeline.summary import summarize
 from worker.app import default_queues, make_app
 from worker.boot import boot
 from worker.enqueue import enqueue_batch
+from tests.workers import thread_worker
 
 CORPUS = """\
 The quick brown fox jumps over the lazy dog.
@@ -37,8 +37,7 @@ def store_settings(request, settings):
 def running_worker(store_settings, redis_url, piper_engine):
     app = make_app(store_settings, redis_url)
     boot(app, engine=piper_engine)
-    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False,
-                      queues=all_queues(store_settings.bucket_seconds), shutdown_timeout=30):
+    with thread_worker(app, all_queues(store_settings.bucket_seconds)):
         yield app
 
 
@@ -98,8 +97,7 @@ def test_workers_poll_the_long_bucket_first(settings, sessions, redis_url, piper
         s.commit()
     enqueue_batch(app, sessions, batch.id, settings.jobs_per_task)  # the backlog exists before any worker
     boot(app, engine=piper_engine)
-    with start_worker(app, pool="threads", concurrency=1, perform_ping_check=False,
-                      queues=default_queues(settings), shutdown_timeout=30):
+    with thread_worker(app, default_queues(settings), concurrency=1):
         wait_finished(sessions, batch.id)
     with sessions() as s:
         jobs = sorted((job for job, _ in db.jobs_with_metrics(s, batch.id)), key=lambda j: j.started_at)

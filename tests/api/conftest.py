@@ -10,7 +10,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import uvicorn
-from celery.contrib.testing.worker import start_worker
 
 from api.app import create_app
 from pipeline import api_keys
@@ -19,6 +18,7 @@ from pipeline.routing import all_queues
 from tests.conftest import free_port
 from worker.app import make_app
 from worker.boot import boot
+from tests.workers import thread_worker
 
 
 class Server:
@@ -90,8 +90,7 @@ def client(api_server, new_key) -> Iterator[httpx.Client]:
 def running_worker(api_settings, redis_url, piper_engine):
     app = make_app(api_settings, redis_url)
     boot(app, engine=piper_engine)
-    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False,
-                      queues=all_queues(api_settings.bucket_seconds), shutdown_timeout=30):
+    with thread_worker(app, all_queues(api_settings.bucket_seconds)):
         yield app
 
 

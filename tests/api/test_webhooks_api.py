@@ -5,12 +5,12 @@ and rotated through /v1/webhooks/secret, the batch's callbacks arrive signed wit
 import time
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 
 from pipeline.webhooks.receiver import Receiver
 from tests.api.conftest import client_for, wait_batch
 from worker.app import default_queues, make_app
 from worker.boot import boot
+from tests.workers import thread_worker
 
 
 @pytest.fixture
@@ -22,8 +22,7 @@ def api_settings(settings):
 def callback_worker(api_settings, redis_url, piper_engine):
     app = make_app(api_settings, redis_url)
     boot(app, engine=piper_engine)
-    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False,
-                      queues=default_queues(api_settings), shutdown_timeout=30):
+    with thread_worker(app, default_queues(api_settings)):
         yield app
 
 

@@ -10,7 +10,6 @@ import urllib.request
 
 import pytest
 import redis
-from celery.contrib.testing.worker import start_worker
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.corpus import parse_corpus
@@ -24,6 +23,7 @@ from worker.app import make_app
 from worker.boot import boot
 from worker.enqueue import enqueue_batch
 from worker.metrics import install
+from tests.workers import thread_worker
 
 GRAFANA = REPO / "ops" / "grafana" / "synth.json"
 CORPUS = "The first line is short.\nA second line, also short.\nThird.\n!!!\n"
@@ -67,8 +67,7 @@ def test_queue_depth_in_flight_histograms_and_heartbeat(app, settings, sessions,
     assert beat["name"] == "test-host/gpu7" and beat["engine"] == "piper" and beat["jobs_in_flight"] == "0"
     assert beat["device"] and beat["model"] == "en_US-joe-medium"
 
-    with start_worker(app, pool="threads", concurrency=1, perform_ping_check=False,
-                      queues=all_queues(settings.bucket_seconds), shutdown_timeout=30):
+    with thread_worker(app, all_queues(settings.bucket_seconds), concurrency=1):
         deadline = time.monotonic() + 120
         while not _finished(sessions, batch.id):
             assert time.monotonic() < deadline, "batch did not finish"

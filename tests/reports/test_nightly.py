@@ -8,7 +8,6 @@ import json
 import time
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 
 from pipeline.reports.publish import latest_report
 from pipeline.routing import all_queues
@@ -16,6 +15,7 @@ from pipeline.storage import make_store
 from tests.reports.known_fleet import PRICES, T0, UNTIL, at, fill
 from worker.app import make_app
 from worker.beat import REPORT_TASK, beat_schedule, parse_cron, report_period
+from tests.workers import thread_worker
 
 
 @pytest.fixture
@@ -38,8 +38,7 @@ def test_nightly_task_writes_html_and_json_to_s3_and_records_them(s3_settings, s
     with sessions() as s:
         fill(s)
     app = make_app(s3_settings, redis_url)
-    with start_worker(app, pool="threads", concurrency=1, perform_ping_check=False,
-                      queues=all_queues(s3_settings.bucket_seconds), shutdown_timeout=30):
+    with thread_worker(app, all_queues(s3_settings.bucket_seconds), concurrency=1):
         # As beat sends it at 06:00:07 the next morning, minus the 6 h: the period is the day [T0, T0+24h).
         app.send_task(REPORT_TASK, kwargs={"until": at(24, 7).isoformat()})
         row = wait_report(sessions)

@@ -8,7 +8,6 @@ import json
 import time
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 
 from pipeline.db import jobs as db
 from pipeline.db.models_webhooks import DeliveryStatus
@@ -18,6 +17,7 @@ from worker.app import default_queues, make_app
 from worker.boot import boot
 from worker.enqueue import enqueue_batch
 from worker.tasks import RENDER_TASK
+from tests.workers import thread_worker
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "--- ... ---", "Callbacks are signed.",
          "Every event arrives once."]
@@ -27,8 +27,7 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.", "--- ... ---", "Callbac
 def running_worker(wh_settings, redis_url, piper_engine):
     app = make_app(wh_settings, redis_url)
     boot(app, engine=piper_engine)
-    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False,
-                      queues=default_queues(wh_settings), shutdown_timeout=30):
+    with thread_worker(app, default_queues(wh_settings)):
         yield app
 
 
