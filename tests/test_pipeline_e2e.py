@@ -15,7 +15,7 @@ from pipeline.summary import summarize
 from worker.app import default_queues, make_app
 from worker.boot import boot
 from worker.enqueue import enqueue_batch
-from tests.workers import thread_worker
+from tests.workers import app_with_worker, thread_worker
 
 CORPUS = """\
 The quick brown fox jumps over the lazy dog.
@@ -35,9 +35,8 @@ def store_settings(request, settings):
 
 @pytest.fixture
 def running_worker(store_settings, redis_url, piper_engine):
-    app = make_app(store_settings, redis_url)
-    boot(app, engine=piper_engine)
-    with thread_worker(app, all_queues(store_settings.bucket_seconds)):
+    queues = all_queues(store_settings.bucket_seconds)
+    with app_with_worker(store_settings, redis_url, piper_engine, queues) as app:
         yield app
 
 

@@ -16,9 +16,7 @@ from pipeline import api_keys
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.routing import all_queues
 from tests.conftest import free_port
-from worker.app import make_app
-from worker.boot import boot
-from tests.workers import thread_worker
+from tests.workers import app_with_worker
 
 
 class Server:
@@ -88,9 +86,8 @@ def client(api_server, new_key) -> Iterator[httpx.Client]:
 
 @pytest.fixture
 def running_worker(api_settings, redis_url, piper_engine):
-    app = make_app(api_settings, redis_url)
-    boot(app, engine=piper_engine)
-    with thread_worker(app, all_queues(api_settings.bucket_seconds)):
+    queues = all_queues(api_settings.bucket_seconds)
+    with app_with_worker(api_settings, redis_url, piper_engine, queues) as app:
         yield app
 
 

@@ -8,9 +8,7 @@ import pytest
 
 from pipeline.webhooks.receiver import Receiver
 from tests.api.conftest import client_for, wait_batch
-from worker.app import default_queues, make_app
-from worker.boot import boot
-from tests.workers import thread_worker
+from tests.workers import app_with_worker
 
 
 @pytest.fixture
@@ -20,9 +18,7 @@ def api_settings(settings):
 
 @pytest.fixture
 def callback_worker(api_settings, redis_url, piper_engine):
-    app = make_app(api_settings, redis_url)
-    boot(app, engine=piper_engine)
-    with thread_worker(app, default_queues(api_settings)):
+    with app_with_worker(api_settings, redis_url, piper_engine) as app:
         yield app
 
 

@@ -13,11 +13,9 @@ from pipeline.db import jobs as db
 from pipeline.db.models_webhooks import DeliveryStatus
 from pipeline.webhooks import events as ev
 from tests.webhooks.conftest import deliveries_and_attempts, make_batch
-from worker.app import default_queues, make_app
-from worker.boot import boot
 from worker.enqueue import enqueue_batch
 from worker.tasks import RENDER_TASK
-from tests.workers import thread_worker
+from tests.workers import app_with_worker
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "--- ... ---", "Callbacks are signed.",
          "Every event arrives once."]
@@ -25,9 +23,7 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.", "--- ... ---", "Callbac
 
 @pytest.fixture
 def running_worker(wh_settings, redis_url, piper_engine):
-    app = make_app(wh_settings, redis_url)
-    boot(app, engine=piper_engine)
-    with thread_worker(app, default_queues(wh_settings)):
+    with app_with_worker(wh_settings, redis_url, piper_engine) as app:
         yield app
 
 
