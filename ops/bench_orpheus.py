@@ -56,6 +56,12 @@ def parse(argv=None):
                     help="W2 stream counts, each over its own background batch")
     ap.add_argument("--w2-lines", type=int, default=150, help="W1 lines behind each W2 run")
     ap.add_argument("--realtime-max-rows", type=int, default=0)
+    ap.add_argument("--w2-configs", default="",
+                    help="comma list of EVERY:STARTING:MAX_ROWS scheduler settings to run W2 under "
+                         "(realtime_batch_every, ..._starting, realtime_max_rows; 0 = the "
+                         "engine's default); empty: the engine's defaults only")
+    ap.add_argument("--lookaheads", default="2",
+                    help="comma list of first-chunk lookaheads (frames) for the single stream")
     ap.add_argument("--single-runs", type=int, default=5)
     ap.add_argument("--generate1-jobs", type=int, default=2)
     ap.add_argument("--quant", default="none", help="comma list of none,int8,nf4,fp8")
@@ -107,8 +113,10 @@ def measure(label, fn, lm, quant, rows, stats=None):
         rows[-1]["mean_rows"] = d["decode_rows"] / max(1, d["steps"])
         rows[-1]["idle_slot_waste"] = 1 - d["decode_rows"] / max(1, d["padded_rows"])
         rows[-1]["ms_per_step"] = 1000 * res.wall_s / max(1, d["steps"])
+        rows[-1]["prefill_step_share"] = d["prefill_steps"] / max(1, d["steps"])
         rows[-1]["host_ms_per_step"] = {k[:-2]: round(1000 * d[k] / max(1, d["steps"]), 2)
-                                        for k in ("launch_s", "codec_s", "wait_s", "post_s")}
+                                        for k in ("schedule_s", "launch_s", "codec_s", "wait_s",
+                                                  "post_s")}
         print("  ms per step by stage:", rows[-1]["host_ms_per_step"], flush=True)
     print(report.line(rows[-1]), f"[{time.perf_counter() - t:.1f}s]", flush=True)
 
@@ -155,21 +163,39 @@ def bench_mode(args, quant, jobs, rows, meta, first: bool):
         measure("fast W1, no overlap", lambda: run_synth(fast, w1), lm, label, rows, loop_stats(fast))
         fast.loop.overlap = True
     if "single" in todo:
-        res = [run_streams(fast, [], [j], 0, 0).streams[0] for j in rt[: args.single_runs]]
-        mode["single_stream"] = {"ttfb_s": sorted(s.ttfb for s in res),
-                                 "rtf": sorted(s.rtf for s in res)}
-        print("single", mode["single_stream"], flush=True)
+        for lookahead in map(int, args.lookaheads.split(",")):
+            set_lookahead(fast, lookahead)
+            fast.loop.first_chunk_phases(clear=True)
+            res = [run_streams(fast, [], [j], 0, 0).streams[0] for j in rt[: args.single_runs]]
+            key = "single_stream" if lookahead == 2 else f"single_stream_lookahead{lookahead}"
+            mode[key] = {"ttfb_s": sorted(s.ttfb for s in res), "rtf": sorted(s.rtf for s in res),
+                         "first_chunk_ms": phases_ms(fast.loop.first_chunk_phases(clear=True))}
+            print("single, lookahead", lookahead, mode[key], flush=True)
+        set_lookahead(fast, 2)
     if "w2" in todo:
         background = [j for j in w1 if int(j.key[3:].split(".")[0]) < args.w2_lines]
-        mode["w2"] = {}
-        for count in map(int, args.w2_counts.split(",")):
-            before = fast.loop.scheduler.preempted
-            r = run_streams(fast, background, rt[:count], args.spread, lead_s=3.0)
-            summary = mode["w2"][count] = r.summary()
-            summary["preempted"] = fast.loop.scheduler.preempted - before
-            if r.background is not None:
-                summary["background_x_real_time"] = r.background.audio_s / r.background.wall_s
-            print("w2", count, summary, flush=True)
+        sched = fast.loop.scheduler
+        defaults = (sched.full_every, sched.full_every_starting, sched.realtime_max_rows)
+        configs = [tuple(int(v) or d for v, d in zip(c.split(":"), defaults))
+                   for c in args.w2_configs.split(",") if c] or [defaults]
+        for config in configs:
+            sched.full_every, sched.full_every_starting, sched.realtime_max_rows = config
+            name = "w2" if config == defaults else "w2_every{}_starting{}_max{}".format(*config)
+            mode[name] = {"config": dict(zip(("batch_every", "batch_every_starting",
+                                             "realtime_max_rows"), config))}
+            for count in map(int, args.w2_counts.split(",")):
+                before = sched.preempted, sched.realtime_steps, fast.loop.stats.steps
+                fast.loop.first_chunk_phases(clear=True)
+                r = run_streams(fast, background, rt[:count], args.spread, lead_s=3.0)
+                summary = mode[name][count] = r.summary()
+                summary["preempted"] = sched.preempted - before[0]
+                summary["realtime_only_steps"] = sched.realtime_steps - before[1]
+                summary["steps"] = fast.loop.stats.steps - before[2]
+                summary["first_chunk_ms"] = phases_ms(fast.loop.first_chunk_phases(clear=True))
+                if r.background is not None:
+                    summary["background_x_real_time"] = r.background.audio_s / r.background.wall_s
+                print(name, count, summary, flush=True)
+        sched.full_every, sched.full_every_starting, sched.realtime_max_rows = defaults
     fast.close()
     del fast
     if "part1" in todo:
@@ -187,6 +213,26 @@ def bench_mode(args, quant, jobs, rows, meta, first: bool):
     del lm
 
 
+def set_lookahead(engine, frames: int) -> None:
+    """The first-chunk lookahead of streams submitted from now on (as the engine's setting does)."""
+    from pipeline.constants import SNAC_TOKENS_PER_FRAME
+    from pipeline.engines.orpheus.engine import stream_state
+
+    engine.first_lookahead = frames
+    engine.loop.stream_factory = lambda seed, rt: stream_state(seed, rt, frames)
+    first = stream_state(0, True, frames).first_ready_frames * SNAC_TOKENS_PER_FRAME
+    engine.loop.scheduler.first_tokens = first
+
+
+def phases_ms(phases: list[dict]) -> dict:
+    """Median milliseconds of each phase on the way to the first chunk (loop.Live)."""
+    import statistics
+
+    if not phases:
+        return {}
+    return {k: round(1000 * statistics.median(p[k] for p in phases), 1) for k in phases[0]}
+
+
 def weight_gib(model) -> float:
     seen, total = set(), 0
     for t in list(model.parameters()) + list(model.buffers()):
@@ -201,8 +247,9 @@ def loop_stats(engine):
         s = engine.loop.stats
         return {"steps": s.steps, "tokens": s.tokens, "decode_rows": s.decode_rows,
                 "padded_rows": s.padded_rows, "codec_calls": engine.loop.codec_worker.calls,
-                "codec_s": engine.loop.codec_worker.busy_s, "launch_s": s.launch_s, "wait_s": s.wait_s,
-                "post_s": s.post_s}
+                "codec_s": engine.loop.codec_worker.busy_s, "launch_s": s.launch_s,
+                "schedule_s": s.schedule_s, "wait_s": s.wait_s,
+                "post_s": s.post_s, "prefill_steps": s.prefill_steps}
     return snap
 
 

@@ -46,6 +46,9 @@ class EngineSettings:
     cuda_graphs: bool = True
     realtime_rows: int = 0      # orpheus: rows kept for realtime streams (0: an eighth)
     realtime_max_rows: int = 0  # orpheus: rows decoding while realtime streams run (0: a third)
+    realtime_batch_every: int = 0           # orpheus: see Settings
+    realtime_batch_every_starting: int = 0
+    realtime_first_lookahead: int = 2
 
 
 class Settings(BaseSettings):
@@ -79,6 +82,14 @@ class Settings(BaseSettings):
     realtime_rows: int = 0            # KV-cache rows kept free for realtime streams (0: an eighth)
     realtime_max_rows: int = 0        # rows decoding while realtime streams run (0: a third);
                                       # batch work over it is preempted and resumed later
+    # While realtime streams run, batch rows decode every Nth step (every Nth while a stream waits
+    # for its first chunk); the steps between run the realtime rows alone. 0: 2 and 4.
+    realtime_batch_every: int = Field(default=0, ge=0)
+    realtime_batch_every_starting: int = Field(default=0, ge=0)
+    # Frames of lookahead for a realtime stream's first chunk: 2 (out after 21 tokens) or 1 (after
+    # 14: lower TTFB, slightly rougher end of the first frame, and gap-free only while the stream
+    # is generated at 0.5x real time or faster).
+    realtime_first_lookahead: int = Field(default=2, ge=1, le=2)
 
     # Jobs.
     default_voice: str | None = None  # None: the engine's first voice
@@ -190,6 +201,9 @@ class Settings(BaseSettings):
             cuda_graphs=self.cuda_graphs,
             realtime_rows=self.realtime_rows,
             realtime_max_rows=self.realtime_max_rows,
+            realtime_batch_every=self.realtime_batch_every,
+            realtime_batch_every_starting=self.realtime_batch_every_starting,
+            realtime_first_lookahead=self.realtime_first_lookahead,
         )
 
     def with_overrides(self, **overrides: Any) -> Settings:

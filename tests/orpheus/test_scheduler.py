@@ -222,3 +222,112 @@ def test_tokens_in_flight_at_a_preemption_are_drawn_again_after_it():
     stale = Plan(owners={0: (b, 0)})
     s.postprocess(stale, {0: [123]})
     assert b.generated == generated and 123 not in b.tokens
+
+
+def tiers_hold(s: Scheduler) -> int:
+    """Rows are compact, realtime below batch, and every sequence knows its row; returns r."""
+    r = sum(1 for q in s.by_row if q.realtime)
+    assert [q.realtime for q in s.by_row] == [True] * r + [False] * (len(s.by_row) - r)
+    assert all(q.row == i and q.state is not SeqState.WAITING for i, q in enumerate(s.by_row))
+    return r
+
+
+def test_a_realtime_arrival_takes_the_lowest_batch_row_which_moves_to_the_end():
+    s = Scheduler(rows=6, max_context=100)
+    batch = [Seq(f"b{i}", [1, 2], budget=40) for i in range(3)]
+    for q in batch:
+        s.add(q)
+    for _ in range(2):
+        run_step(s, lambda q: 7)
+    rt = Seq("rt", [1, 2, 3], budget=40, realtime=True)
+    s.add(rt)
+    plan, _ = run_step(s, lambda q: 7)
+    # b0 (prompt 2 + 2 tokens in the cache) goes to row 3; the stream prefills into row 0
+    assert plan.moves == [(0, 3, 4)] and rt.row == 0 and batch[0].row == 3
+    assert tiers_hold(s) == 1
+
+
+def test_tiers_hold_through_arrivals_finishes_and_preemptions():
+    import random
+
+    rng = random.Random(7)
+    s = Scheduler(rows=8, max_context=200, batch_floor=1, realtime_max_rows=6, admit_every=2,
+                  full_every=2, full_every_starting=3, first_tokens=4)
+    made = 0
+    for step in range(300):
+        if rng.random() < 0.3:
+            realtime = rng.random() < 0.4
+            s.add(Seq(f"{'rt' if realtime else 'b'}{made}", [1] * rng.randint(1, 9),
+                      budget=rng.randint(2, 30), realtime=realtime, stop_token=STOP))
+            made += 1
+        plan, _ = run_step(s, lambda q: STOP if rng.random() < 0.05 else 7)
+        r = tiers_hold(s)
+        rows_decoded = sorted(q.row for q in plan.decode)
+        assert len(set(rows_decoded)) == len(rows_decoded)
+        assert all(row < plan.rows for row in rows_decoded)
+        if plan.rows < len(s.by_row):           # a realtime-only step: the bottom tier alone
+            assert all(q.realtime for q in plan.decode) and plan.rows <= r
+    assert s.idle or made
+
+
+def test_realtime_only_steps_between_full_ones_while_streams_run():
+    s = Scheduler(rows=8, max_context=200, full_every=2, full_every_starting=4, first_tokens=3)
+    batch = [Seq(f"b{i}", [1, 2], budget=100) for i in range(3)]
+    for q in batch:
+        s.add(q)
+    plan, _ = run_step(s, lambda q: 7)
+    assert not plan.decode                              # prompts only
+    assert len(run_step(s, lambda q: 7)[0].decode) == 3  # no stream: every step is full
+    rt = Seq("rt", [1, 2], budget=100, realtime=True)
+    s.add(rt)
+    kinds = []
+    for _ in range(12):
+        plan, _ = run_step(s, lambda q: 7)
+        kinds.append("full" if len(plan.decode) == 4 or any(not q.realtime for q in plan.decode)
+                     else "rt")
+        if kinds[-1] == "rt":
+            assert [q.key for q in plan.decode] in ([], ["rt"]) and plan.rows == 1
+    # its prompt and first 3 tokens: one full step in 4; after that one in 2
+    assert kinds[:4] == ["rt", "rt", "rt", "full"]
+    assert kinds[4:] == ["rt", "full"] * 4
+    assert s.realtime_steps == kinds.count("rt")
+    assert rt.generated == 12 and all(q.generated == 2 + kinds.count("full") for q in batch)
+
+
+def test_batch_prompts_wait_for_a_full_step_while_streams_run():
+    s = Scheduler(rows=8, max_context=200, full_every=3, full_every_starting=3, first_tokens=1)
+    s.add(Seq("b0", [1, 2], budget=100))
+    run_step(s, lambda q: 7)
+    s.add(Seq("rt", [1], budget=100, realtime=True))
+    run_step(s, lambda q: 7)
+    late = Seq("b1", [1, 2, 3], budget=100)
+    s.add(late)
+    admitted_at = None
+    for step in range(6):
+        plan, _ = run_step(s, lambda q: 7)
+        if any(c.seq is late for c in plan.prefill):
+            admitted_at = step
+            assert any(not q.realtime for q in plan.decode)    # on a full step
+            break
+    assert admitted_at is not None
+
+
+def test_batch_work_keeps_its_floor_under_a_steady_flood_of_streams():
+    """Streams fill the realtime cap before any batch job starts, and more keep coming: batch jobs
+    are still admitted up to the floor, and finish."""
+    s = Scheduler(rows=8, max_context=200, batch_floor=2, realtime_max_rows=4, full_every=2,
+                  full_every_starting=2, first_tokens=2)
+    made = 0
+    for _ in range(6):
+        s.add(Seq(f"rt{made}", [1], budget=20, realtime=True))
+        made += 1
+    jobs = [Seq(f"b{i}", [1, 2], budget=10) for i in range(4)]
+    for q in jobs:
+        s.add(q)
+    for step in range(200):
+        if step % 3 == 0:           # a new stream every third step, for good
+            s.add(Seq(f"rt{made}", [1], budget=20, realtime=True))
+            made += 1
+        run_step(s, lambda q: 7)
+        assert sum(1 for q in s.by_row if not q.realtime) <= max(2, 8 - sum(q.realtime for q in s.by_row))
+    assert all(q.finish_reason == "budget" for q in jobs)

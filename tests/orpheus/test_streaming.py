@@ -23,10 +23,11 @@ def random_frames(n, seed=0):
     return [rng.integers(0, 4096, size=7) for _ in range(n)]
 
 
-def stream(codec, frames, seed=7, chunk_frames=REALTIME_CHUNK_FRAMES, every=1, ramp=False):
+def stream(codec, frames, seed=7, chunk_frames=REALTIME_CHUNK_FRAMES, every=1, ramp=False,
+           first_right=RIGHT_CONTEXT_FRAMES):
     """Feed frames one at a time as generation would, decoding every ``every`` frames; return the
     chunks in order."""
-    st = StreamState(seed=seed, chunk_frames=chunk_frames, ramp=ramp)
+    st = StreamState(seed=seed, chunk_frames=chunk_frames, ramp=ramp, first_right=first_right)
     chunks = []
     for i, f in enumerate(frames):
         st.assembler.frames.append(f)
@@ -42,17 +43,20 @@ def stream(codec, frames, seed=7, chunk_frames=REALTIME_CHUNK_FRAMES, every=1, r
 
 
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 13, 30])
-@pytest.mark.parametrize("chunk_frames,every,ramp", [(REALTIME_CHUNK_FRAMES, 1, False),
-                                                     (REALTIME_CHUNK_FRAMES, 1, True),
-                                                     (BATCH_CHUNK_FRAMES, 5, False)])
-def test_streamed_chunks_concatenate_to_the_one_shot_decode(tiny, n, chunk_frames, every, ramp):
+@pytest.mark.parametrize("chunk_frames,every,ramp,first_right", [
+    (REALTIME_CHUNK_FRAMES, 1, False, 2), (REALTIME_CHUNK_FRAMES, 1, True, 2),
+    (REALTIME_CHUNK_FRAMES, 1, True, 1), (BATCH_CHUNK_FRAMES, 5, False, 2)])
+def test_streamed_chunks_concatenate_to_the_one_shot_decode(tiny, n, chunk_frames, every, ramp,
+                                                            first_right):
     frames = random_frames(n, seed=n)
-    chunks = stream(tiny.codec, frames, chunk_frames=chunk_frames, every=every, ramp=ramp)
+    chunks = stream(tiny.codec, frames, chunk_frames=chunk_frames, every=every, ramp=ramp,
+                    first_right=first_right)
     streamed = np.concatenate([c for _, c in chunks])
     assert streamed.shape == (n * SNAC_SAMPLES_PER_FRAME,)        # the last frames are flushed
     # Same windows, same keys, whenever the decode ran: equal up to fp32 rounding of
     # convolutions run at other batch sizes.
-    one_shot = decode_frames(tiny.codec, frames, seed=7, chunk_frames=chunk_frames, ramp=ramp)
+    one_shot = decode_frames(tiny.codec, frames, seed=7, chunk_frames=chunk_frames, ramp=ramp,
+                             first_right=first_right)
     np.testing.assert_allclose(streamed, one_shot, rtol=0, atol=1e-6)
 
 
@@ -76,7 +80,7 @@ def test_realtime_ramp_first_chunk_after_three_frames_then_growing(tiny):
     assert sizes == [1, 1, 1, 2, 2, 3, 3, 4, 4, 4]
 
 
-def late_chunks(ramp: bool, s: float, frames: int = 120) -> int:
+def late_chunks(ramp: bool, s: float, frames: int = 120, first_right: int = RIGHT_CONTEXT_FRAMES) -> int:
     """Chunks that leave after the listener ran out, generating at real-time factor ``s``: frame
     n exists at time n*s (in frame durations); playback starts when the first chunk leaves."""
     st = StreamState(seed=0, chunk_frames=REALTIME_CHUNK_FRAMES, ramp=ramp)
@@ -84,7 +88,7 @@ def late_chunks(ramp: bool, s: float, frames: int = 120) -> int:
     while b < frames:
         b = st._chunk_end(b)
         ends.append(b)
-    start = (ends[0] + RIGHT_CONTEXT_FRAMES) * s
+    start = (ends[0] + first_right) * s
     return sum((b + RIGHT_CONTEXT_FRAMES) * s > start + before for before, b in zip(ends, ends[1:]))
 
 
@@ -92,6 +96,16 @@ def test_the_ramp_plays_without_underruns_up_to_a_real_time_factor_of_0_8():
     assert late_chunks(ramp=True, s=0.8) == 0
     assert late_chunks(ramp=False, s=0.8) > 0            # the fixed grid runs dry at chunk 1
     assert late_chunks(ramp=False, s=0.5) == 0
+
+
+def test_one_frame_of_first_lookahead_leaves_after_14_tokens_and_needs_half_real_time(tiny):
+    """The low-latency first chunk: out after 2 frames; the stream must then be generated at
+    0.5x real time or faster (a stream alone runs at about 0.26x) or the second chunk is late."""
+    chunks = stream(tiny.codec, random_frames(30), ramp=True, first_right=1)
+    assert chunks[0][0] == 2 and len(chunks[0][1]) == SNAC_SAMPLES_PER_FRAME
+    assert [seen for seen, _ in chunks[1:4]] == [4, 5, 6]       # then the usual grid
+    assert late_chunks(ramp=True, s=0.5, first_right=1) == 0
+    assert late_chunks(ramp=True, s=0.6, first_right=1) > 0
 
 
 def test_codec_noise_is_keyed_not_global(tiny):

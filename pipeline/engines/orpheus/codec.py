@@ -72,12 +72,14 @@ class SnacCodec:
                     swapped += 1
         return swapped
 
-    def decode_windows(self, frames: np.ndarray, keys: np.ndarray) -> np.ndarray:
-        """frames [B, w, 7] int codes, keys [B] ints -> audio [B, w * 2048] float32."""
+    def decode_windows(self, frames: np.ndarray, keys: np.ndarray, urgent: bool = False) -> np.ndarray:
+        """frames [B, w, 7] int codes, keys [B] ints -> audio [B, w * 2048] float32. ``urgent``
+        (realtime chunks): on a high-priority stream, whose kernels the GPU schedules ahead of the
+        language model's step."""
         import torch
 
-        # On the GPU the codec has its own stream, so it runs beside the language model's step.
-        with self._stream():
+        # On the GPU the codec has its own streams, so it runs beside the language model's step.
+        with self._stream(urgent):
             l0, l1, l2 = frames_to_levels(frames)
             codes = [torch.as_tensor(level, device=self.device) for level in (l0, l1, l2)]
             key_t = torch.as_tensor(np.asarray(keys, dtype=np.int64), device=self.device)
@@ -103,7 +105,9 @@ class SnacCodec:
         self.graphs = graphs if graphs.graphs else None
         return graphs.fallback
 
-    def _stream(self):
+    def _stream(self, urgent: bool = False):
+        """The codec's CUDA stream: normal priority, or the highest for ``urgent`` work. Calls
+        never overlap (each waits for its audio), so the graphs' static buffers are safe on both."""
         import contextlib
 
         import torch
@@ -111,8 +115,10 @@ class SnacCodec:
         if not str(self.device).startswith("cuda"):
             return contextlib.nullcontext()
         if self._cuda_stream is None:
-            self._cuda_stream = torch.cuda.Stream(self.device)
-        return torch.cuda.stream(self._cuda_stream)
+            # a priority below the device's range is mapped to its highest (torch's Stream docs)
+            self._cuda_stream = (torch.cuda.Stream(self.device),
+                                 torch.cuda.Stream(self.device, priority=-100))
+        return torch.cuda.stream(self._cuda_stream[urgent])
 
 
 def load_codec(name_or_path: str | None, device: str) -> SnacCodec:

@@ -1,9 +1,11 @@
 """The codec's own thread: turns the frames the loop produces into audio chunks for the callers.
 
 The loop thread only appends frames and says when a sequence ended; this thread decodes what is
-ready (realtime streams at once, batch streams every ``batch_interval_s`` in one big call) on the
-codec's CUDA stream, and hands chunks and final chunks to each caller's queue. So the language
-model's step never waits for the codec, and the codec sees large batches.
+ready (realtime streams at once on the codec's high-priority CUDA stream, batch streams every
+``batch_interval_s`` in calls of at most ``batch_slice`` streams, with the realtime streams looked at
+again between them) and hands chunks and final chunks to each caller's queue. So the language
+model's step never waits for the codec, the codec sees large batches, and a realtime chunk waits
+for at most one slice of batch work.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 
 import numpy as np
 
@@ -25,9 +28,11 @@ TICK_S = 0.002
 
 
 class CodecWorker:
-    def __init__(self, codec, on_final, batch_interval_s: float = 0.05):
+    def __init__(self, codec, on_final, batch_interval_s: float = 0.05, batch_slice: int = 32):
         self.codec, self.on_final = codec, on_final
         self.batch_interval_s = batch_interval_s
+        self.batch_slice = batch_slice
+        self.first_chunks: deque = deque(maxlen=4096)   # realtime Lives, as their first chunk left
         # id -> Live, registered by the loop thread; realtime ones apart, so the ticks between
         # batch turns look at them alone, not at every stream in flight.
         self.realtime: dict[int, object] = {}
@@ -82,21 +87,27 @@ class CodecWorker:
         # batch streams' (larger) windows are even started.
         realtime = dict(self.realtime)
         realtime.update({k: lv for k, lv in ended.items() if lv.seq.realtime})
-        self._render(realtime, ended)
-        batch = dict(self.batch) if batch_turn else {}
-        batch.update({k: lv for k, lv in ended.items() if not lv.seq.realtime})
-        self._render(batch, ended)
+        self._render(realtime, ended, urgent=True)
+        batch = list(self.batch.items()) if batch_turn else []
+        batch += [(k, lv) for k, lv in ended.items() if not lv.seq.realtime]
+        for i in range(0, len(batch), self.batch_slice):
+            self._render(dict(batch[i:i + self.batch_slice]), ended)
+            if self.realtime and i + self.batch_slice < len(batch):
+                self._render(dict(self.realtime), ended, urgent=True)
 
-    def _render(self, todo: dict, ended: dict) -> None:
+    def _render(self, todo: dict, ended: dict, urgent: bool = False) -> None:
         if not todo:
             return
-        audio = decode_ready(self.codec, {k: lv.stream for k, lv in todo.items()}, set(ended))
+        audio = decode_ready(self.codec, {k: lv.stream for k, lv in todo.items()}, set(ended),
+                             urgent)
         self.calls += bool(audio)
         for k, pcm in audio.items():
             if k not in ended:
                 lv = todo[k]
                 if lv.first_chunk_at is None:
                     lv.first_chunk_at = time.monotonic()
+                    if lv.seq.realtime:
+                        self.first_chunks.append(lv)
                 lv.sink.put(AudioChunk(lv.key, pcm, False))
         for k, lv in todo.items():
             if k in ended:

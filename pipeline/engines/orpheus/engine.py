@@ -74,7 +74,8 @@ class OrpheusEngine(Engine):
                  budget_slack: float = BUDGET_SLACK, budget_min: int = BUDGET_MIN_TOKENS,
                  budget_max: int = BUDGET_MAX_TOKENS, loop: str = "continuous",
                  context: int = 2048, cuda_graphs: bool = True, realtime_rows: int = 0,
-                 realtime_max_rows: int = 0):
+                 realtime_max_rows: int = 0, realtime_batch_every: int = 0,
+                 realtime_batch_every_starting: int = 0, realtime_first_lookahead: int = 2):
         self.lm = loaded
         self.params = params
         self.budget = (budget_slack, budget_min, budget_max)
@@ -88,9 +89,14 @@ class OrpheusEngine(Engine):
         self.stats = {"tokens": 0, "invalid_tokens": 0, "dropped_frames": 0, "budget_stops": 0}
         self.loop = None
         max_chars = None
+        if realtime_first_lookahead not in (1, 2):
+            raise ValueError("realtime_first_lookahead must be 1 or 2 frames")
+        self.first_lookahead = realtime_first_lookahead
         if loop == "continuous":
             self.loop = build_loop(loaded, params, max_batch, context, cuda_graphs, realtime_rows,
-                                   realtime_max_rows, self._final_live)
+                                   realtime_max_rows, self._final_live,
+                                   (realtime_batch_every, realtime_batch_every_starting),
+                                   realtime_first_lookahead)
             batch = self.loop.scheduler.capacity
             max_chars = text_chars_for(context, budget_slack)
         else:
@@ -126,7 +132,10 @@ class OrpheusEngine(Engine):
         return cls(loaded, voices=settings.voices or VOICES, max_batch=settings.max_batch,
                    loop=settings.loop, context=settings.context, cuda_graphs=settings.cuda_graphs,
                    realtime_rows=settings.realtime_rows,
-                   realtime_max_rows=settings.realtime_max_rows)
+                   realtime_max_rows=settings.realtime_max_rows,
+                   realtime_batch_every=settings.realtime_batch_every,
+                   realtime_batch_every_starting=settings.realtime_batch_every_starting,
+                   realtime_first_lookahead=settings.realtime_first_lookahead)
 
     # The Engine interface ---------------------------------------------------------------------
 
@@ -191,7 +200,7 @@ class OrpheusEngine(Engine):
         return None
 
     def _run_batch(self, batch: list[GenJob]) -> Iterator[AudioChunk]:
-        streams = {j.key: stream_state(j.seed, j.realtime) for j in batch}
+        streams = {j.key: stream_state(j.seed, j.realtime, self.first_lookahead) for j in batch}
         try:
             for step in generate_batched(self.lm.model, batch, self.params):
                 for key, token in step.tokens:
@@ -235,16 +244,18 @@ def common_windows() -> tuple[int, ...]:
     """Codec window lengths of the first, realtime (the ramp's sizes too) and batch chunks
     (streaming.py)."""
     edge = LEFT_CONTEXT_FRAMES + RIGHT_CONTEXT_FRAMES
-    ramp = [RAMP_FIRST_FRAMES + RIGHT_CONTEXT_FRAMES] + [c + edge for c in range(1, REALTIME_CHUNK_FRAMES)]
+    ramp = [RAMP_FIRST_FRAMES + RIGHT_CONTEXT_FRAMES, RAMP_FIRST_FRAMES + 1] + \
+        [c + edge for c in range(1, REALTIME_CHUNK_FRAMES)]
     return tuple(sorted({FIRST_CHUNK_FRAMES + RIGHT_CONTEXT_FRAMES, REALTIME_CHUNK_FRAMES + edge,
                          BATCH_CHUNK_FRAMES + edge, *ramp}))
 
 
-def stream_state(seed: int, realtime: bool) -> StreamState:
+def stream_state(seed: int, realtime: bool, first_lookahead: int = RIGHT_CONTEXT_FRAMES) -> StreamState:
     """Realtime streams get small, growing chunks (latency, no underruns); batch work big ones
     (fewer codec frames)."""
     if realtime:
-        return StreamState(seed=seed, chunk_frames=REALTIME_CHUNK_FRAMES, ramp=True)
+        return StreamState(seed=seed, chunk_frames=REALTIME_CHUNK_FRAMES, ramp=True,
+                           first_right=first_lookahead)
     return StreamState(seed=seed, chunk_frames=BATCH_CHUNK_FRAMES)
 
 
@@ -254,8 +265,13 @@ def text_chars_for(context: int, slack: float = BUDGET_SLACK) -> int:
     return max(20, int((context - PROMPT_OVERHEAD_TOKENS) / per_char))
 
 
+REALTIME_BATCH_EVERY = (2, 4)   # batch rows decode every 2nd step beside streams, every 4th
+                                # while one waits for its first chunk (scheduler.py)
+
+
 def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, context: int,
-               cuda_graphs: bool, realtime_rows: int, realtime_max_rows: int, on_final):
+               cuda_graphs: bool, realtime_rows: int, realtime_max_rows: int, on_final,
+               batch_every: tuple[int, int] = (0, 0), first_lookahead: int = RIGHT_CONTEXT_FRAMES):
     """Size the KV cache from free memory, capture the graphs, start the loop thread."""
     from pipeline.engines.orpheus.decoder import KVCache
     from pipeline.engines.orpheus.loop import EngineLoop
@@ -271,14 +287,18 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, conte
     runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo, use_graphs=cuda_graphs)
     reserved = realtime_rows or max(1, rows // 8) if rows > 1 else 0
     on_gpu = loaded.device.startswith("cuda")
+    every, starting = (n or default for n, default in zip(batch_every, REALTIME_BATCH_EVERY))
+    first = stream_state(0, True, first_lookahead).first_ready_frames * SNAC_TOKENS_PER_FRAME
     scheduler = Scheduler(rows, context, reserved=reserved, batch_floor=rows // 8,
                           admit_every=ADMIT_EVERY if on_gpu else 1,
-                          realtime_max_rows=realtime_max_rows or max(1, rows // 3))
+                          realtime_max_rows=realtime_max_rows or max(1, rows // 3),
+                          full_every=every, full_every_starting=starting, first_tokens=first)
     if cuda_graphs:
         runner.codec_fallback = loaded.codec.capture_graphs(common_windows())
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of KV cache), %d reserved for "
              "realtime", rows, context, rows * per_row / 2**30, reserved)
-    return EngineLoop(runner, scheduler, loaded.codec, on_final, stream_factory=stream_state)
+    return EngineLoop(runner, scheduler, loaded.codec, on_final,
+                      stream_factory=lambda seed, rt: stream_state(seed, rt, first_lookahead))
 
 
 def plan_batches(jobs: list[tuple[bool, GenJob]], max_batch: int) -> list[list[GenJob]]:

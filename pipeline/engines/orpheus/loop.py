@@ -42,7 +42,22 @@ class Live:
     stream: StreamState
     key: Hashable
     submitted: float = field(default_factory=time.monotonic)
+    # On the way to the first chunk (time.monotonic): its prompt's first prefill chunk launched,
+    # its first token back, the frames of its first chunk complete, the chunk handed over.
+    admitted_at: float | None = None
+    first_token_at: float | None = None
+    ready_at: float | None = None
     first_chunk_at: float | None = None
+
+    def first_chunk_phases(self) -> dict | None:
+        """Seconds spent queued, in prefill (to the first token), decoding the first chunk's
+        frames, and in the codec (to the chunk handed over); None before the first chunk."""
+        marks = (self.submitted, self.admitted_at, self.first_token_at, self.ready_at,
+                 self.first_chunk_at)
+        if any(m is None for m in marks):
+            return None
+        return {name: b - a for name, a, b in
+                zip(("queued", "prefill", "decode", "codec"), marks, marks[1:])}
 
 
 @dataclass
@@ -53,8 +68,10 @@ class LoopStats:
     padded_rows: int = 0            # sum over steps of graph batch size (idle-slot waste)
     prefill_tokens: int = 0
     oom_events: int = 0
+    prefill_steps: int = 0          # steps that launched a prefill (an eager pass)
     busy_s: float = 0.0
     # Host time by stage: where a step's wall time goes (the device works during launch + wait).
+    schedule_s: float = 0.0         # the scheduler's part of launch_s
     launch_s: float = 0.0
     wait_s: float = 0.0
     post_s: float = 0.0
@@ -79,6 +96,13 @@ class EngineLoop:
     def submit(self, items: list[tuple[Seq, Hashable]], sink: queue.SimpleQueue) -> None:
         for seq, key in items:
             self.inbox.put(Live(seq, sink, self.stream_factory(seq.seed, seq.realtime), key))
+
+    def first_chunk_phases(self, clear: bool = False) -> list[dict]:
+        """Where the time to the first chunk went, per realtime stream (the last 4096)."""
+        lives = list(self.codec_worker.first_chunks)
+        if clear:
+            self.codec_worker.first_chunks.clear()
+        return [p for p in (lv.first_chunk_phases() for lv in lives) if p is not None]
 
     def close(self) -> None:
         self._stop.set()
@@ -128,9 +152,17 @@ class EngineLoop:
         s = self.stats
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
+        s.schedule_s += time.perf_counter() - t0
         launched = None if plan.empty else (plan, self.runner.launch(plan))
         t1 = time.perf_counter()
         s.launch_s += t1 - t0
+        if plan.prefill:
+            s.prefill_steps += 1
+            now = time.monotonic()
+            for chunk in plan.prefill:
+                live = self.live.get(id(chunk.seq))
+                if live is not None and live.admitted_at is None:
+                    live.admitted_at = now
         previous, self._pending = self._pending, launched if self.overlap else None
         if previous is not None:
             self._finish(*previous)
@@ -152,9 +184,15 @@ class EngineLoop:
             live = self.live.get(id(seq))
             if live is None or not accepted:
                 continue
+            assembler = live.stream.assembler
             for tok in toks[:accepted]:
-                live.stream.assembler.feed(tok)
+                assembler.feed(tok)
             self.stats.tokens += accepted
+            if live.ready_at is None:
+                now = time.monotonic()
+                live.first_token_at = live.first_token_at or now
+                if len(assembler.frames) >= live.stream.first_ready_frames:
+                    live.ready_at = now
         s.steps += 1
         if plan.decode:
             n, padded = len(plan.decode), self.runner.padded_batch(plan.rows)
@@ -185,6 +223,4 @@ class EngineLoop:
             self.codec_worker.drop(live)
             live.sink.put(AudioChunk(live.key, np.zeros(0, np.float32), True, err))
         self.live.clear()
-        old = self.scheduler
-        self.scheduler = Scheduler(old.capacity, old.max_context, old.reserved, old.batch_floor,
-                                   old.prefill_tokens)
+        self.scheduler.reset()

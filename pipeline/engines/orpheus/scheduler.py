@@ -16,10 +16,19 @@ decoded once more at N+1: that token is dropped. A sequence never runs past its 
 known ahead. Tokens of a step that was launched before a preemption are dropped (``Seq.epoch``):
 the resumed sequence draws them again, the same (the draw depends on the job's seed and step only).
 
-Rows are kept compact: running sequences hold rows ``0 .. n-1``, so the decode step runs at batch
-``n`` (rounded up to a captured graph size) and never over holes. When a sequence finishes, the
-sequence in the highest row moves into the hole at the next ``schedule()`` (the runner copies its
-cache row and state).
+Rows are kept compact and in two tiers: realtime sequences hold rows ``0 .. r-1``, batch sequences
+rows ``r .. n-1``, so the decode step runs at batch ``n`` (rounded up to a captured graph size) and
+never over holes, and a step of the realtime rows alone runs at batch ``r``. When a sequence
+finishes, a sequence of its tier moves into the hole at the next ``schedule()`` (the runner copies
+its cache row and state); a realtime arrival takes row ``r`` and the batch sequence there moves to
+the end.
+
+Realtime-only steps: a realtime stream must get a token every 9.8 ms to play at 0.8x real time,
+and its first chunk needs ``first_tokens`` of them as fast as possible, while a step over a full
+batch takes longer than that. So while realtime streams run, batch rows decode (and batch prompts
+are admitted and prefilled) only every ``full_every``-th step, every ``full_every_starting``-th
+while a stream still waits for its first chunk; the steps between are short steps over the
+realtime rows alone. Batch work still gets every full step, so it is slowed, never starved.
 
 Admission, highest first: realtime sequences, oldest first; then batch sequences, oldest first.
 ``reserved`` rows are kept free of batch work so a realtime arrival finds a row at the next step;
@@ -107,7 +116,8 @@ class Plan:
 
 class Scheduler:
     def __init__(self, rows: int, max_context: int, reserved: int = 0, batch_floor: int = 0,
-                 prefill_tokens: int = 2048, admit_every: int = 1, realtime_max_rows: int = 0):
+                 prefill_tokens: int = 2048, admit_every: int = 1, realtime_max_rows: int = 0,
+                 full_every: int = 1, full_every_starting: int = 1, first_tokens: int = 0):
         if rows < 1 or max_context < 2:
             raise ValueError("need at least one row and a context of two tokens")
         self.capacity = rows
@@ -122,8 +132,14 @@ class Scheduler:
         # short enough for them to play in real time; batch sequences over it are preempted
         # (youngest first, down to ``batch_floor``) and resume later by prefilling what they had.
         self.realtime_max_rows = realtime_max_rows or rows
+        self.full_every = max(1, full_every)
+        self.full_every_starting = max(1, full_every_starting)
+        self.first_tokens = first_tokens
         self.preempted = 0
-        self._steps = 0
+        self.realtime_steps = 0        # steps that decoded the realtime rows alone
+        self._steps = 0                # full steps (batch admission counts these)
+        self._rt_turn = 0
+        self._r = 0                    # realtime rows (rows 0 .. r-1), from each schedule() on
         self.waiting_rt: deque[Seq] = deque()
         self.waiting_batch: deque[Seq] = deque()
         self.by_row: list[Seq] = []             # row i holds by_row[i]
@@ -157,6 +173,16 @@ class Scheduler:
                 return seq
         return None
 
+    def reset(self) -> None:
+        """Forget every sequence (their callers have been told); the settings stay, fitted to the
+        capacity (which the loop halves when the device runs out of memory)."""
+        self.reserved = min(self.reserved, self.capacity - 1)
+        self.batch_floor = min(self.batch_floor, self.capacity - 1)
+        self.waiting_rt.clear()
+        self.waiting_batch.clear()
+        self.by_row, self._free_rows = [], []
+        self._rt_turn = 0
+
     @property
     def idle(self) -> bool:
         return not (self.waiting_rt or self.waiting_batch or self.running_rows)
@@ -169,23 +195,30 @@ class Scheduler:
 
     def schedule(self) -> Plan:
         self._preempt_for_realtime()
-        plan = Plan(moves=self._compact())
+        # Holes exist only where something finished, was cancelled or preempted since.
+        plan = Plan(moves=self._compact() if self._free_rows else [])
+        self._r = self._realtime_rows()         # no holes now: rows 0 .. r-1 are the streams
+        full = self._full_turn()
         budget = self.prefill_tokens
-        batch_turn = self._steps % self.admit_every == 0 or self.running_rows == 0
-        self._steps += 1
+        batch_turn = full and (self._steps % self.admit_every == 0 or self.running_rows == 0)
+        self._steps += full
+        self.realtime_steps += not full
         # Sequences part-way through their prompt go first: they already hold a row.
         for seq in self.by_row:
-            if seq.state is SeqState.PREFILL and budget > 0:
+            if seq.state is SeqState.PREFILL and budget > 0 and (full or seq.realtime):
                 budget -= self._prefill_chunk(plan, seq, budget)
         while budget > 0:
-            seq = self._next_admission(batch_turn)
+            seq = self._next_admission(batch_turn, realtime_only=not full)
             if seq is None:
                 break
-            seq.row, seq.state = len(self.by_row), SeqState.PREFILL
-            self.by_row.append(seq)
+            self._place(plan, seq)
             budget -= self._prefill_chunk(plan, seq, budget)
-        plan.decode = [s for s in self.by_row if s.decodable]
-        plan.rows = len(self.by_row)
+        if full:
+            plan.decode = [s for s in self.by_row if s.decodable]
+            plan.rows = len(self.by_row)
+        else:       # the realtime tier, rows 0 .. r-1
+            plan.rows = self._r
+            plan.decode = [s for s in self.by_row[: plan.rows] if s.decodable]
         plan.context = max((s.context for s in plan.decode), default=0)
         for seq in plan.decode:
             seq.inflight += 1
@@ -198,6 +231,23 @@ class Scheduler:
                 seq.inflight += 1
                 plan.owners[seq.row] = (seq, seq.epoch)
         return plan
+
+    def _full_turn(self) -> bool:
+        """Whether this step decodes every row, or the realtime rows alone (see the module)."""
+        if self.full_every == 1 and self.full_every_starting == 1:
+            return True
+        rt = self.by_row[: self._r]
+        if not (rt or self.waiting_rt) or len(self.by_row) == self._r:   # no batch rows
+            self._rt_turn = 0
+            return True
+        starting = bool(self.waiting_rt) or any(
+            s.state is SeqState.PREFILL or s.generated + s.inflight < self.first_tokens for s in rt)
+        self._rt_turn += 1
+        period = self.full_every_starting if starting else self.full_every
+        if self._rt_turn >= period:
+            self._rt_turn = 0
+            return True
+        return False
 
     def postprocess(self, plan: Plan, tokens: dict[int, list[int]]) -> list[Seq]:
         """``tokens``: row -> the tokens that row produced this step: one per decoded row, and one
@@ -230,21 +280,23 @@ class Scheduler:
         plan.prefill.append(PrefillChunk(seq, seq.prefilled, end, end == size))
         return end - seq.prefilled
 
-    def _next_admission(self, batch_turn: bool = True) -> Seq | None:
+    def _next_admission(self, batch_turn: bool = True, realtime_only: bool = False) -> Seq | None:
         free = self.capacity - len(self.by_row)
         if free <= 0:
             return None
         batch_waiting = bool(self.waiting_batch)
-        running_rt = sum(1 for i, s in enumerate(self.by_row) if s.realtime and not self._hole(i))
+        running_rt = self._r
         rt_limit = self.capacity - (self.batch_floor if batch_waiting else 0)
         if self.waiting_rt and running_rt < rt_limit:
             return self.waiting_rt.popleft()
         # Batch work leaves ``reserved`` rows free, less those realtime streams already use, and
         # while realtime streams run it stops at the realtime cap.
         keep_free = max(0, self.reserved - running_rt)
-        if not (batch_waiting and batch_turn and free > keep_free):
+        if realtime_only or not (batch_waiting and batch_turn and free > keep_free):
             return None
-        if (running_rt or self.waiting_rt) and self.running_rows >= self.realtime_max_rows:
+        # (but never below the batch floor: a steady flood of streams must not starve batch work)
+        if (running_rt or self.waiting_rt) and self.running_rows >= self.realtime_max_rows \
+                and self.running_rows - running_rt >= self.batch_floor:
             return None
         return self.waiting_batch.popleft()
 
@@ -255,14 +307,19 @@ class Scheduler:
     def _preempt_for_realtime(self) -> None:
         """Give rows back from batch work while realtime streams need them or the step is over
         the realtime cap: the youngest batch sequences go back to the head of the queue."""
-        live = [s for i, s in enumerate(self.by_row) if not self._hole(i)]
-        realtime = sum(1 for s in live if s.realtime)
+        if not (self.waiting_rt or (self.by_row and self.by_row[0].realtime)):
+            return                              # no stream: the realtime tier is empty
+        realtime = sum(1 for i, s in enumerate(self.by_row[: self._realtime_rows()])
+                       if not self._hole(i))
         wanted = realtime + len(self.waiting_rt)
         if not wanted:
             return
-        batch = sorted((s for s in live if not s.realtime), key=lambda s: (s.generated, -s.order))
         limit = min(self.capacity, max(self.realtime_max_rows, wanted + self.batch_floor))
-        excess = len(live) + len(self.waiting_rt) - limit
+        excess = self.running_rows + len(self.waiting_rt) - limit
+        if excess <= 0:
+            return
+        live = [s for i, s in enumerate(self.by_row) if not self._hole(i)]
+        batch = sorted((s for s in live if not s.realtime), key=lambda s: (s.generated, -s.order))
         for seq in batch[: max(0, min(excess, len(batch) - self.batch_floor))]:
             self._free_rows.append(seq.row)
             seq.state, seq.row, seq.prefilled, seq.inflight = SeqState.WAITING, -1, 0, 0
@@ -275,20 +332,53 @@ class Scheduler:
         seq.state, seq.finish_reason = SeqState.FINISHED, reason
         self._free_rows.append(seq.row)
 
+    def _realtime_rows(self) -> int:
+        """r: rows 0 .. r-1 hold the realtime tier (after ``_compact``)."""
+        r = 0
+        while r < len(self.by_row) and self.by_row[r].realtime:
+            r += 1
+        return r
+
+    def _place(self, plan: Plan, seq: Seq) -> None:
+        """Give an admitted sequence a row: batch work the next one, a realtime stream row ``r``
+        (the batch sequence there moves to the end; the new one has nothing in the cache yet)."""
+        seq.state = SeqState.PREFILL
+        n = len(self.by_row)
+        r = self._r if seq.realtime else n
+        self._r += seq.realtime
+        if r < n:
+            moved = self.by_row[r]
+            plan.moves.append((r, n, moved.context))
+            moved.row = n
+            self.by_row.append(moved)
+            self.by_row[r] = seq
+        else:
+            self.by_row.append(seq)
+        seq.row = r
+
     def _compact(self) -> list[tuple[int, int, int]]:
-        """Fill each hole with the sequence in the highest live row; drop finished tail rows."""
-        moves = []
-        holes = sorted(self._free_rows)
+        """Fill the holes, keeping the tiers: realtime rows ``0 .. r-1``, batch ``r .. n-1``.
+
+        Before it, rows ``0 .. r_old-1`` were realtime or holes, and the rest batch or holes.
+        Realtime sequences at rows ``>= r`` move into the holes below ``r`` first; then batch
+        sequences at rows ``>= n`` move into the holes of ``r .. n-1`` (which now include the rows
+        those realtime ones left). Every move goes into a free row, so no swap is ever needed."""
+        live = [s for i, s in enumerate(self.by_row) if not self._hole(i)]
         self._free_rows = []
-        for hole in holes:
-            while self.by_row and self._hole(len(self.by_row) - 1):
-                self.by_row.pop()
-            if hole >= len(self.by_row):
-                continue
-            last = self.by_row.pop()
-            moves.append((last.row, hole, last.context))
-            last.row = hole
-            self.by_row[hole] = last
-        while self.by_row and self._hole(len(self.by_row) - 1):
-            self.by_row.pop()
+        rt = [s for s in live if s.realtime]
+        batch = [s for s in live if not s.realtime]
+        r, n = len(rt), len(live)
+        moves = []
+        slots: list[Seq | None] = [None] * max(len(self.by_row), n)
+        for s in live:
+            slots[s.row] = s
+        for tier, lo, hi in ((rt, 0, r), (batch, r, n)):
+            holes = [i for i in range(lo, hi) if slots[i] is None]
+            for seq, hole in zip(sorted((s for s in tier if not lo <= s.row < hi),
+                                        key=lambda s: -s.row), holes):
+                moves.append((seq.row, hole, seq.context))
+                slots[seq.row], slots[hole] = None, seq
+                seq.row = hole
+        self.by_row = slots[:n]
         return moves
+

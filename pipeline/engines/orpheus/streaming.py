@@ -19,6 +19,11 @@ chunk k, ending at frame ``b_k``, leaves when frame ``b_k + 2`` exists; by then 
 played from the first chunk on. Generating at real-time factor ``s`` (time per frame over a frame's
 duration), chunk k is on time while ``c_k <= b_0 + b_(k-1) * (1/s - 1)``; at s = 0.8 that is
 ``1 + b/4``. A fixed 4-frame grid after a 2-frame first chunk runs dry at chunk 1 for any s > 0.5.
+
+A realtime stream may also take less right context for its first chunk (``first_right``: 1 frame
+instead of 2), so it leaves after 14 tokens instead of 21. The price: the end of that first frame is
+rendered without the codes two frames ahead, which SNAC's decoder convolutions reach, so its last
+samples differ a little from a decode that had them. The chunk grid after it is the same.
 """
 
 from __future__ import annotations
@@ -51,6 +56,12 @@ class StreamState:
     emitted: int = 0        # frames already sent (always a chunk boundary)
     chunks: int = 0
     ramp: bool = False      # realtime: small first chunks, growing (see the module's text)
+    first_right: int = RIGHT_CONTEXT_FRAMES   # right context of the first chunk
+
+    @property
+    def first_ready_frames(self) -> int:
+        """Frames that must exist before the first chunk can leave."""
+        return self._chunk_end(0) + self.first_right
 
     def _chunk_end(self, start: int) -> int:
         if self.ramp:
@@ -65,8 +76,9 @@ class StreamState:
         out, a = [], self.emitted
         while a < n:
             b = self._chunk_end(a)
-            if b + RIGHT_CONTEXT_FRAMES <= n:
-                out.append((a, b, max(a - LEFT_CONTEXT_FRAMES, 0), b + RIGHT_CONTEXT_FRAMES))
+            right = self.first_right if a == 0 else RIGHT_CONTEXT_FRAMES
+            if b + right <= n:
+                out.append((a, b, max(a - LEFT_CONTEXT_FRAMES, 0), b + right))
             elif finished:
                 b = min(b, n)
                 out.append((a, b, max(a - LEFT_CONTEXT_FRAMES, 0), n))
@@ -79,11 +91,12 @@ class StreamState:
         return mix_keys(self.seed, start)
 
 
-def decode_ready(codec, streams: dict, finished: set) -> dict:
+def decode_ready(codec, streams: dict, finished: set, urgent: bool = False) -> dict:
     """Render every ready chunk of every stream, in one codec call per window length.
 
     ``streams`` maps key -> StreamState; keys in ``finished`` are flushed. Returns key -> audio for
-    streams that produced audio, and advances their ``emitted``/``chunks``.
+    streams that produced audio, and advances their ``emitted``/``chunks``. ``urgent``: the codec's
+    high-priority stream (realtime chunks).
     """
     plan: dict[int, list] = defaultdict(list)       # window length -> [(key, chunk)]
     for key, st in streams.items():
@@ -93,7 +106,7 @@ def decode_ready(codec, streams: dict, finished: set) -> dict:
     for w, items in plan.items():
         frames = np.stack([np.stack(streams[k].assembler.frames[s:e]) for k, (_a, _b, s, e) in items])
         keys = np.array([streams[k].window_key(s) for k, (_a, _b, s, _e) in items], dtype=np.int64)
-        audio = codec.decode_windows(frames, keys)    # [G, w * 2048]
+        audio = codec.decode_windows(frames, keys, urgent)    # [G, w * 2048]
         for i, (key, (a, b, s, _e)) in enumerate(items):
             pieces[key].append((a, audio[i, (a - s) * SNAC_SAMPLES_PER_FRAME:(b - s) * SNAC_SAMPLES_PER_FRAME]))
     out = {}
@@ -107,10 +120,12 @@ def decode_ready(codec, streams: dict, finished: set) -> dict:
 
 
 def decode_frames(codec, frames: list[np.ndarray], seed: int,
-                  chunk_frames: int = REALTIME_CHUNK_FRAMES, ramp: bool = False) -> np.ndarray:
+                  chunk_frames: int = REALTIME_CHUNK_FRAMES, ramp: bool = False,
+                  first_right: int = RIGHT_CONTEXT_FRAMES) -> np.ndarray:
     """The one-shot (non-streamed) decode of a whole stream: the same chunks and windows."""
     st = StreamState(seed=seed, chunk_frames=chunk_frames,
-                     assembler=FrameAssembler(frames=list(frames)), ramp=ramp)
+                     assembler=FrameAssembler(frames=list(frames)), ramp=ramp,
+                     first_right=first_right)
     if not frames:
         return np.zeros(0, dtype=np.float32)
     return decode_ready(codec, {0: st}, finished={0})[0]
