@@ -112,6 +112,7 @@ class OrpheusEngine(Engine):
         c, q = self.lm.choice, self.lm.quant
         runner = self.loop.runner if self.loop else None
         fallbacks = [r for r in (c.fallback, q.fallback, runner and runner.graph_fallback,
+                                 runner and runner.prefill_fallback,
                                  runner and runner.codec_fallback) if r]
         graphs = {"cuda_graphs": len(runner.graphs), "graph_capture_s": round(runner.capture_s, 2),
                   "codec_graphs": len(self.lm.codec.graphs.graphs) if self.lm.codec.graphs else 0,

@@ -19,6 +19,7 @@ import torch
 
 from pipeline.engines.orpheus import attention
 from pipeline.engines.orpheus.decoder import Decoder, KVCache
+from pipeline.engines.orpheus.prefill_graphs import PrefillGraphs
 from pipeline.engines.orpheus.rng import mix_keys
 from pipeline.engines.orpheus.sampling import RowSampler, SamplingParams
 from pipeline.engines.orpheus.scheduler import Plan
@@ -74,8 +75,11 @@ class ModelRunner:
         self.graph_fallback: str | None = None
         self.codec_fallback: str | None = None
         self.capture_s = 0.0
+        self.prefill_graphs: PrefillGraphs | None = None
+        self.prefill_fallback: str | None = None
         if use_graphs and str(device).startswith("cuda"):
             self._capture_all()
+            self._capture_prefill()
 
     def padded_batch(self, rows: int) -> int:
         """The graph batch size a step over ``rows`` rows runs at."""
@@ -196,16 +200,17 @@ class ModelRunner:
         for t in (self.tokens, self.pos, self.steps, self.keys, self.seen):
             t[dst] = t[src]
 
+    def _capture_prefill(self) -> None:
+        self.prefill_graphs = PrefillGraphs(self.decoder)
+        self.prefill_fallback = self.prefill_graphs.fallback
+
     def _prefill(self, plan: Plan):
         chunks = plan.prefill
-        n, width = len(chunks), max(c.end - c.start for c in chunks)
-        ids = torch.zeros((n, width), dtype=torch.int64)
-        for i, c in enumerate(chunks):
-            ids[i, : c.end - c.start] = torch.tensor(c.seq.prefix[c.start:c.end])
-        meta = torch.tensor([[c.start, c.end - c.start, c.seq.row] for c in chunks]).T  # [3, N]
-        start, lens, rows = self._h2d(meta.contiguous())
-        length = max(c.end for c in chunks)
-        logits = self.decoder.prefill(self._h2d(ids), start, lens, rows, length)   # [N, Vs]
+        n = len(chunks)
+        # Whole short prompts replay a captured prefill (prefill_graphs.py); the rest runs eagerly.
+        logits = self.prefill_graphs.run(chunks) if self.prefill_graphs is not None else None
+        if logits is None:
+            logits = self._prefill_eager(chunks)                                  # [N, Vs]
         done = [i for i, c in enumerate(chunks) if c.last]
         if not done:
             return [], None
@@ -213,6 +218,17 @@ class ModelRunner:
         if len(done) < n:
             logits = logits[self._h2d(torch.tensor(done))]
         return [s.row for s in seqs], self._begin(seqs, logits)
+
+    def _prefill_eager(self, chunks):
+        """The chunks, right-padded to the longest, through ``decoder.prefill``: logits [N, Vs]."""
+        n, width = len(chunks), max(c.end - c.start for c in chunks)
+        ids = torch.zeros((n, width), dtype=torch.int64)
+        for i, c in enumerate(chunks):
+            ids[i, : c.end - c.start] = torch.tensor(c.seq.prefix[c.start:c.end])
+        meta = torch.tensor([[c.start, c.end - c.start, c.seq.row] for c in chunks]).T  # [3, N]
+        start, lens, rows = self._h2d(meta.contiguous())
+        length = max(c.end for c in chunks)
+        return self.decoder.prefill(self._h2d(ids), start, lens, rows, length)
 
     def _begin(self, seqs, logits):
         """Set up the rows of sequences whose prompt is complete and draw their first tokens."""

@@ -1,0 +1,154 @@
+"""CUDA graphs for the prefill of fresh short prompts.
+
+A realtime stream arrives alone with a prompt of some 20-120 tokens, and its prefill sits on the
+time-to-first-audio path. Run eagerly, the prefill launches a dozen kernels a layer from the host,
+several ms over 28 layers; replayed as a graph it is one launch. A graph's shapes are fixed, so a
+plan whose chunks are all whole prompts (each starts at 0 and is its prefix's last chunk) is padded
+to the smallest captured (N rows, S tokens) that holds it and replayed; anything else (a chunked or
+resumed prompt, a longer one, more rows) runs the eager prefill as before.
+
+Padding is harmless by construction, through ``Decoder.prefill``'s own rules: ids past a prompt's
+length write to the cache's scratch slot, and a padding row has length 0 and row 0, so it writes
+only row 0's scratch slot (never attended to); its ``lens - 1`` index is -1, which indexes column
+S - 1, and its logits are dropped. Attention runs over [0, S) from position 0: the positions past a
+prompt's end are masked for its real queries, as they are in the eager path for every chunk shorter
+than the longest.
+
+The ladder, N in (1, 2, 4) x S in (32, 64, 128, 256), 12 graphs: realtime prompts fit S <= 128 with
+at most 2x padding, 256 holds long texts. Up to a few hundred tokens a 3B prefill is bound by reading
+its weights (6 GB in bf16), not by its FLOPs, so padding to the next power of two costs little. Two
+or three streams may arrive in the same step; batch prompts come in larger groups and longer, off
+the latency path, and stay eager. The graphs share one memory pool, captured largest first, so the
+pool holds about one prefill's activations at 4 x 256 tokens.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger(__name__)
+
+BATCHES = (1, 2, 4)
+LENGTHS = (32, 64, 128, 256)
+
+
+def shape_for(chunks, batches=BATCHES, lengths=LENGTHS) -> tuple[int, int] | None:
+    """The smallest (N, S) of the grid that holds ``chunks`` (PrefillChunk), or None: a chunk that is
+    not a whole prompt (start > 0: chunked or resumed; not last: more of it comes later), or too
+    many chunks or too long a prompt for the grid."""
+    if not chunks or any(c.start != 0 or not c.last for c in chunks):
+        return None
+    i = bisect.bisect_left(batches, len(chunks))
+    j = bisect.bisect_left(lengths, max(c.end for c in chunks))
+    if i == len(batches) or j == len(lengths):
+        return None
+    return batches[i], lengths[j]
+
+
+def pack(chunks, n: int, s: int) -> torch.Tensor:
+    """A graph's input on the host, [n, s + 2] int64: per row its prompt's ids right-padded with 0,
+    its length, its cache row. Padding rows are all zeros: length 0, row 0 (see the module doc)."""
+    host = torch.zeros((n, s + 2), dtype=torch.int64)
+    for i, c in enumerate(chunks):
+        host[i, : c.end] = torch.tensor(c.seq.prefix[: c.end])
+        host[i, s], host[i, s + 1] = c.end, c.seq.row
+    return host
+
+
+def padded_prefill(decoder, packed):
+    """``decoder.prefill`` of a packed input [N, S + 2] (``pack``): every row from position 0,
+    attending over [0, S). Returns logits [N, Vs] fp32; a padding row's are garbage."""
+    s = packed.shape[1] - 2
+    ids, lens, rows = packed[:, :s], packed[:, s], packed[:, s + 1]      # [N, S], [N], [N]
+    return decoder.prefill(ids, torch.zeros_like(lens), lens, rows, s)
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    packed: torch.Tensor            # [N, S + 2] int64, the static input
+    logits: torch.Tensor            # [N, Vs] fp32, the static output
+
+
+class PrefillGraphs:
+    """Prefill graphs over ``decoder`` for the grid ``batches`` x ``lengths`` (cut to the cache's rows
+    and context). ``capture=False`` (the CPU, tests): the same padded prefill runs eagerly. A failed
+    capture is logged and kept in ``fallback``; every prefill then runs eagerly."""
+
+    def __init__(self, decoder, batches=BATCHES, lengths=LENGTHS, capture: bool = True):
+        cache = decoder.cache
+        self.decoder, self.device = decoder, cache.k.device
+        self.batches = tuple(sorted({min(b, cache.k.shape[1]) for b in batches}))
+        self.lengths = tuple(s for s in sorted(lengths) if s <= cache.context)
+        self.graphs: dict[tuple[int, int], _Graph] = {}
+        self.fallback: str | None = None
+        self.capture_s = 0.0
+        self.bytes = 0                  # the pool and the static buffers
+        if capture:
+            self._capture_all()
+
+    def shape(self, chunks) -> tuple[int, int] | None:
+        return shape_for(chunks, self.batches, self.lengths)
+
+    def run(self, chunks):
+        """Logits [len(chunks), Vs] fp32 of a plan's prefill chunks, from the smallest shape that
+        holds them; None where none does (the caller runs the eager prefill). Queues device work
+        only: the input goes through pinned memory, and nothing waits for the device."""
+        shape = self.shape(chunks)
+        if shape is None:
+            return None
+        host = pack(chunks, *shape)
+        with torch.inference_mode():
+            if not self.graphs:
+                return padded_prefill(self.decoder, self._h2d(host))[: len(chunks)]
+            g = self.graphs[shape]
+            # The caching host allocator keeps the pinned block until this copy has run.
+            g.packed.copy_(host.pin_memory(), non_blocking=True)
+            g.graph.replay()
+            return g.logits[: len(chunks)]
+
+    def _h2d(self, host):
+        if self.device.type != "cuda":
+            return host.to(self.device)
+        return host.pin_memory().to(self.device, non_blocking=True)
+
+    def _capture_all(self) -> None:
+        started = time.monotonic()
+        torch.cuda.empty_cache()
+        before = torch.cuda.memory_reserved(self.device)
+        pool = torch.cuda.graph_pool_handle()
+        shapes = sorted(((n, s) for n in self.batches for s in self.lengths),
+                        key=lambda ns: ns[0] * ns[1], reverse=True)       # largest first
+        try:
+            with torch.inference_mode():
+                side = torch.cuda.Stream(self.device)
+                for n, s in shapes:
+                    # All padding rows: warm-up and capture write only row 0's scratch slot.
+                    packed = torch.zeros((n, s + 2), dtype=torch.int64, device=self.device)
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):
+                        padded_prefill(self.decoder, packed)      # compiles, allocates workspaces
+                    torch.cuda.current_stream().wait_stream(side)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=pool):
+                        logits = padded_prefill(self.decoder, packed)
+                    self.graphs[(n, s)] = _Graph(graph, packed, logits)
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - any capture failure means "prefill eagerly, say why"
+            self.graphs.clear()
+            self.batches = self.lengths = ()
+            self.fallback = (f"prefill graph capture failed ({type(e).__name__}: {e}); "
+                             "prefilling eagerly")
+            log.warning(self.fallback)
+        torch.cuda.empty_cache()          # the warm-ups' blocks; the pool stays with its graphs
+        self.bytes = max(0, torch.cuda.memory_reserved(self.device) - before)
+        self.capture_s = time.monotonic() - started
+        if self.graphs:
+            log.info("captured %d prefill graphs (N %s x S %s) in %.2f s, %.0f MiB",
+                     len(self.graphs), self.batches, self.lengths, self.capture_s,
+                     self.bytes / 2**20)
