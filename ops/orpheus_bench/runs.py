@@ -101,8 +101,13 @@ def run_synth(engine: OrpheusEngine, jobs: list[Job]) -> Result:
         res.audio_s += seconds
         res.stream_audio[chunk.key] = res.stream_audio.get(chunk.key, 0.0) + seconds
         if chunk.final:
+            if chunk.key in res.done:
+                raise RuntimeError(f"two final chunks for job {chunk.key!r}")
             res.done[chunk.key] = now
     res.wall_s = time.perf_counter() - t0
+    missing = set(budgets) - set(res.done)
+    if missing:      # the figures would count work that never came back
+        raise RuntimeError(f"{len(missing)} jobs got no final chunk, e.g. {sorted(missing)[:3]}")
     res.tokens = sum(budgets.values())
     return res
 

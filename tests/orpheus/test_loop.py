@@ -61,3 +61,39 @@ def test_sequences_ending_on_end_of_speech_under_overlap_finish_once(tiny):
         loop.close()
     assert loop.stats.tokens == sum(ends.values())    # the tokens drawn after an end were dropped
     assert not loop.live and loop.stats.oom_events == 0
+
+
+def test_the_codec_thread_sends_one_final_chunk_per_stream_whatever_the_slicing(tiny):
+    """Batch streams that end on a batch turn are in both of the codec thread's lists; sliced
+    renders once sent them two final chunks, and a caller counting finals stopped early."""
+    from pipeline.engines.orpheus.codec_worker import CodecWorker
+    from pipeline.engines.orpheus.loop import Live
+    from pipeline.engines.orpheus.streaming import StreamState
+
+    worker = CodecWorker(tiny.codec, on_final=lambda live, audio: AudioChunk(
+        live.key, np.zeros(0, np.float32) if audio is None else audio, True),
+        batch_interval_s=0.0, batch_slice=1)
+    sink: queue.SimpleQueue = queue.SimpleQueue()
+    rng = np.random.default_rng(0)
+    lives = []
+    try:
+        for k in range(3):
+            live = Live(Seq(k, [1], budget=100), sink, StreamState(seed=k, chunk_frames=2), k)
+            live.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(9))
+            worker.register(live)
+            lives.append(live)
+        for live in lives:
+            worker.finish(live)
+        chunks = [sink.get(timeout=60) for _ in range(3)]
+        while not all(any(c.final and c.key == lv.key for c in chunks) for lv in lives):
+            chunks.append(sink.get(timeout=60))
+        try:                                    # anything else that comes is a duplicate
+            chunks.append(sink.get(timeout=0.5))
+        except queue.Empty:
+            pass
+    finally:
+        worker.close()
+    assert sorted(c.key for c in chunks if c.final) == [0, 1, 2]
+    for live in lives:
+        audio = sum(len(c.audio) for c in chunks if c.key == live.key)
+        assert audio == 9 * 2048                # every frame, once

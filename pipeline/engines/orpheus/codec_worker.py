@@ -88,8 +88,9 @@ class CodecWorker:
         realtime = dict(self.realtime)
         realtime.update({k: lv for k, lv in ended.items() if lv.seq.realtime})
         self._render(realtime, ended, urgent=True)
-        batch = list(self.batch.items()) if batch_turn else []
-        batch += [(k, lv) for k, lv in ended.items() if not lv.seq.realtime]
+        batch = dict(self.batch) if batch_turn else {}
+        batch.update({k: lv for k, lv in ended.items() if not lv.seq.realtime})
+        batch = list(batch.items())     # each stream once: an ended one gets one final chunk
         for i in range(0, len(batch), self.batch_slice):
             self._render(dict(batch[i:i + self.batch_slice]), ended)
             if self.realtime and i + self.batch_slice < len(batch):
