@@ -114,6 +114,7 @@ def measure(label, fn, lm, quant, rows, stats=None):
         rows[-1]["idle_slot_waste"] = 1 - d["decode_rows"] / max(1, d["padded_rows"])
         rows[-1]["ms_per_step"] = 1000 * res.wall_s / max(1, d["steps"])
         rows[-1]["prefill_step_share"] = d["prefill_steps"] / max(1, d["steps"])
+        rows[-1]["device_ms_per_step"] = 1000 * d["device_s"] / max(1, d["steps"])
         rows[-1]["host_ms_per_step"] = {k[:-2]: round(1000 * d[k] / max(1, d["steps"]), 2)
                                         for k in ("schedule_s", "launch_s", "codec_s", "wait_s",
                                                   "post_s")}
@@ -176,26 +177,45 @@ def bench_mode(args, quant, jobs, rows, meta, first: bool):
         background = [j for j in w1 if int(j.key[3:].split(".")[0]) < args.w2_lines]
         sched = fast.loop.scheduler
         defaults = (sched.full_every, sched.full_every_starting, sched.realtime_max_rows)
-        configs = [tuple(int(v) or d for v, d in zip(c.split(":"), defaults))
-                   for c in args.w2_configs.split(",") if c] or [defaults]
+        switch = sys.getswitchinterval()
+        configs = [c.split(":") for c in args.w2_configs.split(",") if c] or [[]]
         for config in configs:
-            sched.full_every, sched.full_every_starting, sched.realtime_max_rows = config
-            name = "w2" if config == defaults else "w2_every{}_starting{}_max{}".format(*config)
+            # EVERY:STARTING:MAX_ROWS[:SWITCH_MS]; 0 or absent: the engine's default
+            config = tuple(int(v) or d for v, d in zip(config[:3], defaults)) + \
+                defaults[len(config[:3]):] + (float(config[3]) if len(config) > 3 else 0.0,)
+            sched.full_every, sched.full_every_starting, sched.realtime_max_rows = config[:3]
+            sys.setswitchinterval(config[3] / 1000 or switch)
+            name = "w2" if config[:3] == defaults and not config[3] else \
+                "w2_every{}_starting{}_max{}".format(*config) + \
+                (f"_switch{config[3]:g}ms" if config[3] else "")
             mode[name] = {"config": dict(zip(("batch_every", "batch_every_starting",
-                                             "realtime_max_rows"), config))}
+                                             "realtime_max_rows", "switch_interval_ms"),
+                                            config[:3] + (config[3] or switch * 1000,)))}
             for count in map(int, args.w2_counts.split(",")):
-                before = sched.preempted, sched.realtime_steps, fast.loop.stats.steps
+                st = fast.loop.stats
+                before = (sched.preempted, sched.realtime_steps, st.steps, st.realtime_steps,
+                          st.realtime_device_s, st.full_device_s, st.realtime_launch_s, st.launch_s)
                 fast.loop.first_chunk_phases(clear=True)
                 r = run_streams(fast, background, rt[:count], args.spread, lead_s=3.0)
                 summary = mode[name][count] = r.summary()
                 summary["preempted"] = sched.preempted - before[0]
                 summary["realtime_only_steps"] = sched.realtime_steps - before[1]
-                summary["steps"] = fast.loop.stats.steps - before[2]
+                summary["steps"] = st.steps - before[2]
+                rt_steps, full_steps = st.realtime_steps - before[3], summary["steps"] - (
+                    st.realtime_steps - before[3])
+                summary["device_ms_per_step"] = {
+                    "realtime_only": round(1000 * (st.realtime_device_s - before[4]) / max(1, rt_steps), 2),
+                    "full": round(1000 * (st.full_device_s - before[5]) / max(1, full_steps), 2)}
+                summary["launch_ms_per_step"] = {
+                    "realtime_only": round(1000 * (st.realtime_launch_s - before[6]) / max(1, rt_steps), 2),
+                    "full": round(1000 * ((st.launch_s - before[7]) - (st.realtime_launch_s - before[6]))
+                                  / max(1, full_steps), 2)}
                 summary["first_chunk_ms"] = phases_ms(fast.loop.first_chunk_phases(clear=True))
                 if r.background is not None:
                     summary["background_x_real_time"] = r.background.audio_s / r.background.wall_s
                 print(name, count, summary, flush=True)
         sched.full_every, sched.full_every_starting, sched.realtime_max_rows = defaults
+        sys.setswitchinterval(switch)
     fast.close()
     del fast
     if "part1" in todo:
@@ -249,7 +269,8 @@ def loop_stats(engine):
                 "padded_rows": s.padded_rows, "codec_calls": engine.loop.codec_worker.calls,
                 "codec_s": engine.loop.codec_worker.busy_s, "launch_s": s.launch_s,
                 "schedule_s": s.schedule_s, "wait_s": s.wait_s,
-                "post_s": s.post_s, "prefill_steps": s.prefill_steps}
+                "post_s": s.post_s, "prefill_steps": s.prefill_steps,
+                "device_s": s.full_device_s + s.realtime_device_s}
     return snap
 
 

@@ -14,7 +14,7 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     rc = main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "float32",
                "--corpus", str(corpus), "--lines", "2", "--subset", "1", "--max-budget", "28",
                "--streams", "2", "--spread", "0.1", "--w2-counts", "1", "--single-runs", "1", "--generate1-jobs", "1",
-               "--w2-configs", "2:4:0,1:1:3", "--lookaheads", "2,1",
+               "--w2-configs", "2:4:0,1:1:3:0.5", "--lookaheads", "2,1",
                "--quant", "none", "--max-batch", "4", "--rows", "4", "--context", "512",
                "--json", str(out), "--markdown", str(tmp_path / "bench.md")])
     assert rc == 0
@@ -29,8 +29,9 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     w2 = mode["w2"]["1"]
     assert w2["ok"] == w2["streams"] == 1 and w2["errors"] == []
     assert set(w2["first_chunk_ms"]) == {"queued", "prefill", "decode", "codec"}
-    plain = mode["w2_every1_starting1_max3"]          # every step full: no realtime-only steps
-    assert plain["config"] == {"batch_every": 1, "batch_every_starting": 1, "realtime_max_rows": 3}
+    plain = mode["w2_every1_starting1_max3_switch0.5ms"]   # every step full: no realtime-only steps
+    assert plain["config"] == {"batch_every": 1, "batch_every_starting": 1, "realtime_max_rows": 3,
+                               "switch_interval_ms": 0.5}
     assert plain["1"]["ok"] == 1 and plain["1"]["realtime_only_steps"] == 0
     assert len(mode["single_stream"]["ttfb_s"]) == 1
     assert len(mode["single_stream_lookahead1"]["ttfb_s"]) == 1

@@ -72,6 +72,12 @@ class LoopStats:
     busy_s: float = 0.0
     # Host time by stage: where a step's wall time goes (the device works during launch + wait).
     schedule_s: float = 0.0         # the scheduler's part of launch_s
+    # Device time (CUDA events) and host launch time of the steps over the realtime rows alone,
+    # and of the others.
+    realtime_steps: int = 0
+    realtime_device_s: float = 0.0
+    realtime_launch_s: float = 0.0
+    full_device_s: float = 0.0
     launch_s: float = 0.0
     wait_s: float = 0.0
     post_s: float = 0.0
@@ -156,6 +162,8 @@ class EngineLoop:
         launched = None if plan.empty else (plan, self.runner.launch(plan))
         t1 = time.perf_counter()
         s.launch_s += t1 - t0
+        if plan.realtime_only:
+            s.realtime_launch_s += t1 - t0
         if plan.prefill:
             s.prefill_steps += 1
             now = time.monotonic()
@@ -175,6 +183,12 @@ class EngineLoop:
         tokens = self.runner.collect(launched)
         t3 = time.perf_counter()
         s.wait_s += t3 - t1
+        device_ms = getattr(launched, "device_ms", lambda: None)()
+        if plan.realtime_only:
+            s.realtime_steps += 1
+            s.realtime_device_s += (device_ms or 0.0) / 1000
+        else:
+            s.full_device_s += (device_ms or 0.0) / 1000
         before = {row: seq.generated for row, (seq, _) in plan.owners.items()}
         finished = self.scheduler.postprocess(plan, tokens)
         for row, toks in tokens.items():

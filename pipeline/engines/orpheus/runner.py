@@ -34,6 +34,12 @@ class _Launched:
     first_rows: list[int]                 # rows whose prompt completed this step
     first: object                         # host tensor of their first tokens
     done: object                          # CUDA event after the copies (None on the CPU)
+    start: object = None                  # CUDA event before the step's work (timing)
+
+    def device_ms(self) -> float | None:
+        """Device time from the step's first work to its last copy (after ``collect``): with
+        the overlap, the step starts when the one before it ends."""
+        return self.start.elapsed_time(self.done) if self.start is not None else None
 
 BATCH_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 LENGTH_STEP = 256          # attention lengths are multiples of this (and the full context)
@@ -143,6 +149,9 @@ class ModelRunner:
 
     def launch(self, plan: Plan) -> _Launched:
         """Queue one plan's device work (moves, prefill, the decode step) without waiting for it."""
+        start = torch.cuda.Event(enable_timing=True) if self._cuda else None
+        if start is not None:
+            start.record()
         with torch.inference_mode():
             for src, dst, length in plan.moves:
                 self._move(src, dst, length)
@@ -161,10 +170,10 @@ class ModelRunner:
                     self._step(b, length)
             decoded = self._d2h(self.tokens[:b]) if b else None
             first_host = self._d2h(first) if first is not None else None
-            done = torch.cuda.Event() if self._cuda else None
+            done = torch.cuda.Event(enable_timing=True) if self._cuda else None
             if done is not None:
                 done.record()
-        return _Launched([s.row for s in plan.decode], decoded, first_rows, first_host, done)
+        return _Launched([s.row for s in plan.decode], decoded, first_rows, first_host, done, start)
 
     def collect(self, launched: _Launched) -> dict[int, list[int]]:
         """Wait for a launched step; returns row -> tokens it produced."""

@@ -105,6 +105,7 @@ class Plan:
     decode: list[Seq] = field(default_factory=list)             # RUNNING, by row; rows 0..n-1
     rows: int = 0                                               # rows in use after this plan
     context: int = 0                # positions the decode step attends to (its longest row)
+    realtime_only: bool = False     # a step over the realtime rows alone
     # Who held each row when the plan was made, and in which epoch: the tokens of a row go to
     # this sequence, whatever moved since.
     owners: dict[int, tuple[Seq, int]] = field(default_factory=dict)
@@ -217,6 +218,7 @@ class Scheduler:
             plan.decode = [s for s in self.by_row if s.decodable]
             plan.rows = len(self.by_row)
         else:       # the realtime tier, rows 0 .. r-1
+            plan.realtime_only = True
             plan.rows = self._r
             plan.decode = [s for s in self.by_row[: plan.rows] if s.decodable]
         plan.context = max((s.context for s in plan.decode), default=0)
