@@ -15,6 +15,10 @@ Approaches, all in one run on one device (``--approaches``):
   single     one realtime stream alone (median of --single-runs)
   logits     our decoder against transformers with the same weights (relative L2 of logits)
 
+``--quant`` takes weight modes (none, int8, nf4, fp8), each optionally with ``/kv8``: that mode's
+fast engine then runs an fp8 KV cache (``--quant none,none/kv8,fp8/kv8`` compares the three); its
+rows and the logits check are labelled with the suffix.
+
 Lines are split as the renderer splits them (to the engine's max_text_chars). Random weights never
 emit end-of-speech, so every chunk runs a budget of 82.03 tokens per second of expected speech (15
 characters per second), capped at --max-budget; the output says so.
@@ -64,7 +68,9 @@ def parse(argv=None):
                     help="comma list of first-chunk lookaheads (frames) for the single stream")
     ap.add_argument("--single-runs", type=int, default=5)
     ap.add_argument("--generate1-jobs", type=int, default=2)
-    ap.add_argument("--quant", default="none", help="comma list of none,int8,nf4,fp8")
+    ap.add_argument("--quant", default="none",
+                    help="comma list of none,int8,nf4,fp8; MODE/kv8: that mode's fast engine "
+                         "with an fp8 KV cache (e.g. none/kv8,fp8/kv8)")
     ap.add_argument("--approaches", default="logits,fast,single,w2,part1,static,generate1")
     ap.add_argument("--max-batch", type=int, default=64, help="batch of the static baselines")
     ap.add_argument("--rows", type=int, default=0, help="KV-cache rows (0: from free memory)")
@@ -122,46 +128,64 @@ def measure(label, fn, lm, quant, rows, stats=None):
     print(report.line(rows[-1]), f"[{time.perf_counter() - t:.1f}s]", flush=True)
 
 
-def make_engine(args, lm, loop: str, max_batch: int = 0, budget_max: int | None = None):
+def make_engine(args, lm, loop: str, max_batch: int = 0, budget_max: int | None = None,
+                kv_dtype: str = "auto"):
     return OrpheusEngine(lm, max_batch=max_batch or args.rows, params=PARAMS, budget_policy="keep",
                          budget_slack=1.0, budget_min=28 if budget_max is None else budget_max,
                          budget_max=budget_max or args.max_budget, loop=loop, context=args.context,
                          cuda_graphs=not args.no_graphs, realtime_rows=args.realtime_rows,
-                         realtime_max_rows=args.realtime_max_rows)
+                         realtime_max_rows=args.realtime_max_rows, kv_dtype=kv_dtype)
 
 
-def bench_mode(args, quant, jobs, rows, meta, first: bool):
-    """Every approach for the first quantization mode; the fast engine's W1 for the others."""
+KV_SUFFIXES = {"": "auto", "kv8": "fp8"}     # --quant MODE[/kv8] -> the fast engine's kv_dtype
+
+
+def parse_mode(item: str) -> tuple[str, str]:
+    """``none``, ``fp8/kv8`` ... -> (weight quantization, kv_dtype)."""
+    quant, _, kv = item.partition("/")
+    if kv not in KV_SUFFIXES:
+        raise SystemExit(f"--quant {item!r}: after the slash only kv8 (an fp8 KV cache)")
+    return quant, KV_SUFFIXES[kv]
+
+
+def bench_mode(args, item, jobs, rows, meta, first: bool):
+    """Every approach for the first quantization mode; the fast engine's W1 for the others. The
+    fast engine's rows are labelled ``MODE/kv8`` where it runs an fp8 KV cache; the other
+    approaches run transformers' cache or the static loop, labelled by the weights alone."""
     w1, sub, rt = jobs
+    quant, kv_dtype = parse_mode(item)
     todo = args.approaches.split(",")
     if not first:
-        todo = [a for a in todo if a in ("fast", "logits")]
+        todo = [a for a in todo if a in ("fast", "logits", "single", "w2")]
     lm = load_model(args.model, args.device, args.dtype, quant)
     meta["device"] = lm.choice.name
     label = f"{quant}" if lm.quant.applied == quant else f"{quant}->{lm.quant.applied}"
-    mode = meta.setdefault("modes", {})[quant] = {
+    fast_label = label + ("/kv8" if kv_dtype == "fp8" else "")
+    mode = meta.setdefault("modes", {})[item] = {
         "applied": lm.quant.applied, "kernel": lm.quant.kernel, "fallback": lm.quant.fallback,
-        "dtype": lm.choice.dtype_name, "weights_gib": weight_gib(lm.model)}
+        "dtype": lm.choice.dtype_name, "kv_dtype": kv_dtype, "weights_gib": weight_gib(lm.model)}
     if "logits" in todo:
         from pipeline.engines.orpheus.prompt import prompt_ids
 
         prompts = [prompt_ids(lm.tokenizer, j.text, "tara") for j in sub[:4]]
-        mode["logits_vs_transformers"] = logits_check(lm, prompts)
+        mode["logits_vs_transformers"] = logits_check(lm, prompts, kv_dtype=kv_dtype)
         print("logits", mode["logits_vs_transformers"], flush=True)
     t = time.perf_counter()
-    fast = make_engine(args, lm, "continuous")
+    fast = make_engine(args, lm, "continuous", kv_dtype=kv_dtype)
     mode["fast_boot_s"] = time.perf_counter() - t
     mode["fast_info"] = {k: fast.info.extra.get(k) for k in
-                         ("cuda_graphs", "codec_graphs", "graph_capture_s", "context", "fallbacks")}
+                         ("cuda_graphs", "codec_graphs", "graph_capture_s", "context", "kv_dtype",
+                          "fallbacks")}
     mode["fast_rows"] = fast.info.max_batch
     print("fast engine", mode["fast_rows"], "rows", mode["fast_info"], flush=True)
     run_synth(fast, [Job(j.key, j.text, WARM_TOKENS) for j in w1[:64]])     # warm the paths
     if "fast" in todo:
-        measure("fast W1", lambda: run_synth(fast, w1), lm, label, rows, loop_stats(fast))
-        measure("fast subset", lambda: run_synth(fast, sub), lm, label, rows, loop_stats(fast))
+        measure("fast W1", lambda: run_synth(fast, w1), lm, fast_label, rows, loop_stats(fast))
+        measure("fast subset", lambda: run_synth(fast, sub), lm, fast_label, rows, loop_stats(fast))
     if "sync" in todo:       # the same engine, one step at a time: what the overlap is worth
         fast.loop.overlap = False
-        measure("fast W1, no overlap", lambda: run_synth(fast, w1), lm, label, rows, loop_stats(fast))
+        measure("fast W1, no overlap", lambda: run_synth(fast, w1), lm, fast_label, rows,
+                loop_stats(fast))
         fast.loop.overlap = True
     if "single" in todo:
         for lookahead in map(int, args.lookaheads.split(",")):
@@ -295,8 +319,11 @@ def main(argv=None) -> int:
             "budgets": "82.03 tok per expected second (15 chars/s), ignore_eos (random weights "
                        "never stop)"}
     rows: list[dict] = []
-    for n, quant in enumerate(args.quant.split(",")):
-        bench_mode(args, quant, jobs, rows, meta, first=n == 0)
+    items = args.quant.split(",")
+    for item in items:
+        parse_mode(item)                   # a typo fails now, not after the first mode's runs
+    for n, item in enumerate(items):
+        bench_mode(args, item, jobs, rows, meta, first=n == 0)
         report.write(meta, rows, args.json, args.markdown)
     print(report.markdown(meta, rows))
     return 0

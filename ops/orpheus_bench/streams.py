@@ -99,9 +99,10 @@ def run_streams(engine, background: list[Job], streams: list[Job], spread_s: flo
     return res
 
 
-def logits_check(lm, prompts: list[list[int]], context: int = 512) -> dict:
-    """Our decoder against the transformers model with the same weights: relative L2 of the
-    last-position logits over the sampled slice, for a prefill and 8 decode steps (greedy)."""
+def logits_check(lm, prompts: list[list[int]], context: int = 512, kv_dtype: str = "auto") -> dict:
+    """Our decoder (with a ``kv_dtype`` cache) against the transformers model with the same
+    weights: relative L2 of the last-position logits over the sampled slice, for a prefill and 8
+    decode steps (greedy)."""
     import torch
 
     from pipeline.engines.orpheus.generate import left_pad
@@ -112,7 +113,7 @@ def logits_check(lm, prompts: list[list[int]], context: int = 512) -> dict:
 
     params = SamplingParams(temperature=0, ignore_eos=True)
     runner = ModelRunner(lm.model, len(prompts), context, params, logits_lo=CUSTOM_TOKEN_BASE,
-                         use_graphs=True)
+                         use_graphs=True, kv_dtype=kv_dtype)
     sched = Scheduler(len(prompts), context)
     seqs = [Seq(i, p, 9) for i, p in enumerate(prompts)]
     for s in seqs:

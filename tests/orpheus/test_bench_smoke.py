@@ -36,3 +36,25 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     assert len(mode["single_stream"]["ttfb_s"]) == 1
     assert len(mode["single_stream_lookahead1"]["ttfb_s"]) == 1
     assert data["meta"]["device"] and data["meta"]["commit"]
+
+
+def test_bench_labels_the_fp8_kv_cache_runs(tiny_dir, tmp_path):
+    from ops.bench_orpheus import main
+
+    corpus = tmp_path / "bench.txt"
+    corpus.write_text("Hello there.\nA second line of the corpus.\n")
+    out = tmp_path / "bench.json"
+    rc = main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "float32",
+               "--corpus", str(corpus), "--lines", "2", "--subset", "1", "--max-budget", "28",
+               "--approaches", "logits,fast", "--quant", "none,none/kv8", "--rows", "4",
+               "--context", "512", "--json", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert {(r["approach"], r["quant"]) for r in data["rows"]} == {
+        ("fast W1", "none"), ("fast subset", "none"), ("fast W1", "none/kv8"),
+        ("fast subset", "none/kv8")}
+    plain, kv8 = data["meta"]["modes"]["none"], data["meta"]["modes"]["none/kv8"]
+    assert plain["fast_info"]["kv_dtype"] == "float32"
+    assert kv8["kv_dtype"] == "fp8" and kv8["fast_info"]["kv_dtype"] == "float8_e4m3fn"
+    # the fp8 cache's logits against transformers: quantization error, no more (tiny model)
+    assert 0 < kv8["logits_vs_transformers"]["rel_l2_max"] < 0.04

@@ -7,6 +7,12 @@ has: one program per (row, KV head), its query heads stacked as the rows of one 
 softmax over blocks of keys (flash-decoding without the split). Used for large batches on CUDA,
 where it is bandwidth-bound; small batches and the CPU use ``scaled_dot_product_attention`` with a
 length bucket.
+
+An fp8 cache (decoder.KVCache) is read as it is, half the bytes of bf16: each block of keys and
+values is converted to the query's dtype after the load, the key scale is folded into the softmax
+scale by the caller and the value scale multiplies the output here (compiled in only when it is
+not 1). For a cache in the query's dtype the conversion is no operation: that kernel is the bf16
+one as it was.
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ def available(device) -> bool:
 if triton is not None:
     @triton.jit
     def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr, sq_b, sq_h, sk_b, sk_h, sk_t,
-                       so_b, so_h, scale, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                       BLOCK: tl.constexpr):
+                       so_b, so_h, scale, v_scale, G: tl.constexpr, GP: tl.constexpr,
+                       D: tl.constexpr, BLOCK: tl.constexpr, V_SCALED: tl.constexpr):
         b = tl.program_id(0)
         h = tl.program_id(1)
         n = tl.load(lens_ptr + b)
@@ -46,28 +52,32 @@ if triton is not None:
             t = start + tl.arange(0, BLOCK)
             live = t < n
             offs = base + t[:, None] * sk_t + d[None, :]
-            k = tl.load(k_ptr + offs, mask=live[:, None], other=0.0)      # [BLOCK, D]
+            k = tl.load(k_ptr + offs, mask=live[:, None], other=0.0).to(q.dtype)   # [BLOCK, D]
             s = tl.dot(q, tl.trans(k)) * scale                              # [GP, BLOCK]
             s = tl.where(live[None, :], s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, 1))
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m - m_new)
-            v = tl.load(v_ptr + offs, mask=live[:, None], other=0.0)
+            v = tl.load(v_ptr + offs, mask=live[:, None], other=0.0).to(q.dtype)
             l_sum = l_sum * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m = m_new
         out = acc / l_sum[:, None]
+        if V_SCALED:
+            out = out * v_scale
         tl.store(o_ptr + b * so_b + h * so_h + g[:, None] * D + d[None, :],
                  out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
 
 
-def decode_attention(q, k_cache, v_cache, lens, scale: float):
-    """q [B, Hkv, G, D] (contiguous), caches [R, Hkv, T, D] (rows 0..B-1 used), lens [B] int
-    (positions 0..lens-1 are attended) -> [B, Hkv, G, D]."""
+def decode_attention(q, k_cache, v_cache, lens, scale: float, v_scale: float = 1.0):
+    """q [B, Hkv, G, D] (contiguous), caches [R, Hkv, T, D] (rows 0..B-1 used; the query's dtype
+    or fp8), lens [B] int (positions 0..lens-1 are attended) -> [B, Hkv, G, D]. ``scale``: the
+    softmax scale times an fp8 cache's key scale; ``v_scale``: its value scale."""
     b, hkv, g, d = q.shape
     out = torch.empty_like(q)
     _decode_kernel[(b, hkv)](
         q, k_cache, v_cache, out, lens, q.stride(0), q.stride(1), k_cache.stride(0),
-        k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1), scale,
-        G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BLOCK=64, num_warps=4)
+        k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1), scale, v_scale,
+        G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BLOCK=64, V_SCALED=v_scale != 1.0,
+        num_warps=4)
     return out

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.engines.orpheus import attention, fused
+from pipeline.engines.orpheus.device import KV_DTYPES
 from pipeline.engines.orpheus.quant import fuse_float8
 
 
@@ -30,24 +31,56 @@ class KVCache:
 
     Position ``context`` is a scratch slot: rows that are not decoding write there, and it is
     never attended to, so the captured step needs no branch for idle rows.
+
+    ``kv_dtype``: None or "auto" stores the model dtype ``dtype``; "fp8" stores e4m3
+    (``torch.float8_e4m3fn``), half the bytes of bf16, so a step's attention reads half as much and
+    twice the rows fit. An fp8 entry is ``x / scale`` saturated to +-448 and rounded to e4m3, with
+    one fixed scale per cache (``k_scale``, ``v_scale``: 1.0 by default, vLLM's uncalibrated
+    default); reads convert back to the model dtype and fold the scales into the attention (the
+    key scale into the softmax scale, the value scale into the output). Non-fp8 caches take none.
+
+    Why a fixed scale of 1 is sound for Llama's K and V: they are projections of RMS-normed hidden
+    states (keys then rotated, which keeps each pair's norm), typically of order 1 to 10 with a
+    few key channels in the tens: inside e4m3's range (448) and above its smallest normal (2^-6),
+    where rounding to nearest costs at most 2^-4 of an entry, unbiased, and averaging down over
+    the 128-wide q.k products and the softmax-weighted sum of values. What it risks: a checkpoint
+    with K or V outliers past 448 is clipped there (saturated, not NaN), entries under 2^-6 are
+    subnormal (steps of 2^-9), and nothing here measures a given checkpoint's range (a calibrated
+    scale would); ``ops/orpheus_bench/check_kv8.py --model`` prints the largest |K| and |V|.
     """
 
     def __init__(self, layers: int, rows: int, kv_heads: int, context: int, head_dim: int,
-                 dtype, device):
+                 dtype, device, kv_dtype: str | None = None, k_scale: float = 1.0,
+                 v_scale: float = 1.0):
+        store = kv_storage_dtype(kv_dtype, dtype)
+        self.fp8 = store == torch.float8_e4m3fn
+        if not self.fp8 and (k_scale, v_scale) != (1.0, 1.0):
+            raise ValueError("k_scale and v_scale apply to an fp8 KV cache only")
         shape = (layers, rows, kv_heads, context + 1, head_dim)   # [L, R, Hkv, T+1, D]
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k = torch.zeros(shape, dtype=store, device=device)
+        self.v = torch.zeros(shape, dtype=store, device=device)
+        self.k_scale, self.v_scale = float(k_scale), float(v_scale)
         self.context = context
         self.scratch = context
 
     @staticmethod
     def bytes_per_row(layers: int, kv_heads: int, context: int, head_dim: int, itemsize: int) -> int:
+        """``itemsize``: of what the cache stores (``kv_storage_dtype(...).itemsize``)."""
         return 2 * layers * kv_heads * (context + 1) * head_dim * itemsize
 
     def move(self, src: int, dst: int, length: int) -> None:
         """Copy a sequence's first ``length`` positions from row ``src`` to row ``dst``."""
         self.k[:, dst, :, :length] = self.k[:, src, :, :length]
         self.v[:, dst, :, :length] = self.v[:, src, :, :length]
+
+
+def kv_storage_dtype(kv_dtype: str | None, dtype):
+    """The torch dtype a cache stores for a ``kv_dtype`` setting (KVCache)."""
+    if kv_dtype in (None, "auto"):
+        return dtype
+    if kv_dtype == "fp8":
+        return torch.float8_e4m3fn
+    raise ValueError(f"unknown KV cache dtype {kv_dtype!r}; choose one of {KV_DTYPES}")
 
 
 def fuse_weights(linears) -> torch.Tensor | None:
@@ -96,6 +129,7 @@ class Decoder:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.scale = self.head_dim ** -0.5
         self.cache = cache
+        self.qk_scale = self.scale * cache.k_scale     # an fp8 cache's key scale folded in
         device = self.embed.weight.device
         self.ops = ops or fused.ops_for(device)
         # The checkpoint's own rotary module makes the tables (rope scaling included), once.
@@ -150,6 +184,15 @@ class Decoder:
             return mlp.down_proj(self.ops.silu_mul(self.gate_up_fp8[i](h)))
         return mlp(h)
 
+    def _sdpa(self, q, k, v, mask, **kw):
+        """SDPA over cache slices; an fp8 slice is converted to the query's dtype and the cache's
+        scales are folded in (the key scale into the softmax scale, the value scale after)."""
+        if not self.cache.fp8:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, **kw)
+        o = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask,
+                                           scale=self.qk_scale, **kw)
+        return o * self.cache.v_scale if self.cache.v_scale != 1.0 else o
+
     def decode(self, tokens, wpos, length: int, per_row: bool = False):
         """One token for rows ``0 .. B-1``: tokens [B], write positions [B] (scratch for idle rows);
         attends over cache positions [0, length), or with ``per_row`` over each row's own
@@ -163,15 +206,15 @@ class Decoder:
             q, k, v = self._qkv(i, h)
             kc, vc = self.cache.k[i], self.cache.v[i]                      # [R, Hkv, T+1, D]
             q = self.ops.rope_store(q.view(b, self.heads, d), k.view(b, self.kv_heads, d),
-                                    v.view(b, self.kv_heads, d), self.cos, self.sin, wpos, kc, vc)
+                                    v.view(b, self.kv_heads, d), self.cos, self.sin, wpos, kc, vc,
+                                    self.cache.k_scale, self.cache.v_scale)
             # The query heads of one KV head, all at the same position, go in as its queries:
             # [B, Hkv, G, D] against [B, Hkv, L, D], so K and V are read once, never repeated.
             q = q.view(b, self.kv_heads, -1, d)
             if per_row:
-                o = attention.decode_attention(q, kc, vc, lens, self.scale)
+                o = attention.decode_attention(q, kc, vc, lens, self.qk_scale, self.cache.v_scale)
             else:
-                o = F.scaled_dot_product_attention(q, kc[:b, :, :length], vc[:b, :, :length],
-                                                   attn_mask=mask, scale=self.scale)
+                o = self._sdpa(q, kc[:b, :, :length], vc[:b, :, :length], mask)
             x, h = self._norm(x, attn.o_proj(o.reshape(b, -1)), layer.post_attention_layernorm)
             x, h = self._norm(x, self._mlp(i, h), self.after_mlp[i])
         return F.linear(h, self.head_w).float()
@@ -196,10 +239,17 @@ class Decoder:
             v = v.view(n, s, self.kv_heads, d).transpose(1, 2)
             q, k = fused.rotate(q, cos, sin), fused.rotate(k, cos, sin)
             kc, vc = self.cache.k[i], self.cache.v[i]
-            kc[rows.view(-1, 1), :, wpos] = k.transpose(1, 2)              # [N, S, Hkv, D]
-            vc[rows.view(-1, 1), :, wpos] = v.transpose(1, 2)
-            o = F.scaled_dot_product_attention(q, kc[rows, :, :length], vc[rows, :, :length],
-                                               attn_mask=mask, scale=self.scale, enable_gqa=True)
+            if self.cache.fp8:
+                at = (rows.view(-1, 1), slice(None), wpos)
+                fused.store_fp8(kc, at, k.transpose(1, 2), self.cache.k_scale)
+                fused.store_fp8(vc, at, v.transpose(1, 2), self.cache.v_scale)
+                kr, vr = (fused.gather_fp8(c, (rows, slice(None), slice(0, length)), q.dtype)
+                          for c in (kc, vc))                               # [N, Hkv, L, D]
+            else:
+                kc[rows.view(-1, 1), :, wpos] = k.transpose(1, 2)          # [N, S, Hkv, D]
+                vc[rows.view(-1, 1), :, wpos] = v.transpose(1, 2)
+                kr, vr = kc[rows, :, :length], vc[rows, :, :length]
+            o = self._sdpa(q, kr, vr, mask, enable_gqa=True)
             x, h = self._norm(x, attn.o_proj(o.transpose(1, 2).reshape(n, s, -1)),
                               layer.post_attention_layernorm)
             x, h = self._norm(x, self._mlp(i, h), self.after_mlp[i])

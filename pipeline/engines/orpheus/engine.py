@@ -39,7 +39,7 @@ from pipeline.engines.orpheus.streaming import (
 )
 from pipeline.engines.orpheus.scheduler import Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH, VOICES
-from pipeline.errors import EngineError
+from pipeline.errors import EngineError, EngineUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,8 @@ class OrpheusEngine(Engine):
                  budget_max: int = BUDGET_MAX_TOKENS, loop: str = "continuous",
                  context: int = 2048, cuda_graphs: bool = True, realtime_rows: int = 0,
                  realtime_max_rows: int = 0, realtime_batch_every: int = 0,
-                 realtime_batch_every_starting: int = 0, realtime_first_lookahead: int = 2):
+                 realtime_batch_every_starting: int = 0, realtime_first_lookahead: int = 2,
+                 kv_dtype: str = "auto"):
         self.lm = loaded
         self.params = params
         self.budget = (budget_slack, budget_min, budget_max)
@@ -86,6 +87,11 @@ class OrpheusEngine(Engine):
             raise ValueError(f"budget_policy must be one of {BUDGET_POLICIES}")
         if loop not in LOOPS:
             raise ValueError(f"loop must be one of {LOOPS}")
+        if kv_dtype not in devices.KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {devices.KV_DTYPES}")
+        if kv_dtype != "auto" and loop != "continuous":
+            raise ValueError(f"kv_dtype {kv_dtype!r} is our KV cache's: it needs the continuous "
+                             "loop (the static loop runs transformers' cache)")
         self.stats = {"tokens": 0, "invalid_tokens": 0, "dropped_frames": 0, "budget_stops": 0}
         self.loop = None
         max_chars = None
@@ -96,7 +102,7 @@ class OrpheusEngine(Engine):
             self.loop = build_loop(loaded, params, max_batch, context, cuda_graphs, realtime_rows,
                                    realtime_max_rows, self._final_live,
                                    (realtime_batch_every, realtime_batch_every_starting),
-                                   realtime_first_lookahead)
+                                   realtime_first_lookahead, kv_dtype)
             batch = self.loop.scheduler.capacity
             max_chars = text_chars_for(context, budget_slack)
         else:
@@ -117,7 +123,9 @@ class OrpheusEngine(Engine):
         graphs = {"cuda_graphs": len(runner.graphs), "graph_capture_s": round(runner.capture_s, 2),
                   "codec_graphs": len(self.lm.codec.graphs.graphs) if self.lm.codec.graphs else 0,
                   "context": runner.context} if runner else {}
-        return {"loop": loop, **graphs,"device": c.device, "dtype": c.dtype_name, "compute_capability": c.capability,
+        kv = str(runner.cache.k.dtype).removeprefix("torch.") if runner else c.dtype_name
+        return {"loop": loop, **graphs, "kv_dtype": kv, "device": c.device, "dtype": c.dtype_name,
+                "compute_capability": c.capability,
                 "quantization_requested": q.requested, "kernel": q.kernel, "fallbacks": fallbacks,
                 "random_weights": self.lm.random_weights, "budget_policy": self.budget_policy,
                 "codec_noise": "keyed per window"}
@@ -136,7 +144,8 @@ class OrpheusEngine(Engine):
                    realtime_max_rows=settings.realtime_max_rows,
                    realtime_batch_every=settings.realtime_batch_every,
                    realtime_batch_every_starting=settings.realtime_batch_every_starting,
-                   realtime_first_lookahead=settings.realtime_first_lookahead)
+                   realtime_first_lookahead=settings.realtime_first_lookahead,
+                   kv_dtype=settings.kv_dtype)
 
     # The Engine interface ---------------------------------------------------------------------
 
@@ -272,20 +281,30 @@ REALTIME_BATCH_EVERY = (2, 4)   # batch rows decode every 2nd step beside stream
 
 def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, context: int,
                cuda_graphs: bool, realtime_rows: int, realtime_max_rows: int, on_final,
-               batch_every: tuple[int, int] = (0, 0), first_lookahead: int = RIGHT_CONTEXT_FRAMES):
-    """Size the KV cache from free memory, capture the graphs, start the loop thread."""
-    from pipeline.engines.orpheus.decoder import KVCache
+               batch_every: tuple[int, int] = (0, 0), first_lookahead: int = RIGHT_CONTEXT_FRAMES,
+               kv_dtype: str = "auto"):
+    """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
+    graphs, start the loop thread."""
+    from pipeline.engines.orpheus.decoder import KVCache, kv_storage_dtype
     from pipeline.engines.orpheus.loop import EngineLoop
     from pipeline.engines.orpheus.runner import ModelRunner
     from pipeline.engines.orpheus.scheduler import Scheduler
 
     cfg = loaded.model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    store = kv_storage_dtype(kv_dtype, loaded.model.dtype)
+    cap = loaded.choice.capability
+    if kv_dtype == "fp8" and cap is not None and cap < devices.FP8_KV_CAPABILITY:
+        raise EngineUnavailableError(
+            f"an fp8 KV cache needs compute capability >= {devices.FP8_KV_CAPABILITY} for its "
+            f"e4m3 kernels (Ada, Hopper); {loaded.choice.name} is sm_{cap[0]}{cap[1]}: use "
+            "kv_dtype auto")
     per_row = KVCache.bytes_per_row(cfg.num_hidden_layers, cfg.num_key_value_heads, context,
-                                    head_dim, loaded.model.dtype.itemsize)
+                                    head_dim, store.itemsize)
     rows = devices.choose_max_batch(max_rows, loaded.device, per_row, cap=devices.GPU_MAX_ROWS)
     lo = CUSTOM_TOKEN_BASE if params.constrain_codes else 0
-    runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo, use_graphs=cuda_graphs)
+    runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo, use_graphs=cuda_graphs,
+                         kv_dtype=kv_dtype)
     reserved = realtime_rows or max(1, rows // 8) if rows > 1 else 0
     on_gpu = loaded.device.startswith("cuda")
     every, starting = (n or default for n, default in zip(batch_every, REALTIME_BATCH_EVERY))
@@ -296,8 +315,8 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, conte
                           full_every=every, full_every_starting=starting, first_tokens=first)
     if cuda_graphs:
         runner.codec_fallback = loaded.codec.capture_graphs(common_windows())
-    log.info("continuous loop: %d rows of %d tokens (%.1f GiB of KV cache), %d reserved for "
-             "realtime", rows, context, rows * per_row / 2**30, reserved)
+    log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "
+             "realtime", rows, context, rows * per_row / 2**30, store, reserved)
     return EngineLoop(runner, scheduler, loaded.codec, on_final,
                       stream_factory=lambda seed, rt: stream_state(seed, rt, first_lookahead))
 

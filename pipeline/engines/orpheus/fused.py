@@ -9,9 +9,10 @@ references to a rounding difference of the fp32 reductions. ``ops_for(device)`` 
 
 - ``add_rms_norm(x, delta, w, eps)``: ``x = x + delta`` (skipped when ``delta`` is None), then
   LlamaRMSNorm: ``w * (x_fp32 * rsqrt(mean(x_fp32^2) + eps)).to(x.dtype)``; returns ``(x, h)``.
-- ``rope_store(q, k, v, cos, sin, wpos, k_cache, v_cache)``: one token per row; rotates q and k
-  (rotate_half, cos/sin rows ``wpos`` of the tables), writes rotated k and v at
-  ``[row, :, wpos[row]]`` of the layer's caches, and returns rotated q.
+- ``rope_store(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale=1.0, v_scale=1.0)``: one token
+  per row; rotates q and k (rotate_half, cos/sin rows ``wpos`` of the tables), writes rotated k and
+  v at ``[row, :, wpos[row]]`` of the layer's caches, and returns rotated q. An fp8 cache
+  (decoder.KVCache) gets ``to_cache(x, scale)`` of each: the scales apply to fp8 caches only.
 - ``silu_mul(gate_up)``: ``silu(gate) * up`` from the fused gate/up projection ``[.., 2F]``.
 """
 
@@ -23,6 +24,8 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+
+from pipeline.engines.orpheus.quant import FP8_MAX
 
 try:
     import triton
@@ -52,13 +55,40 @@ def rotate(x, cos, sin):
     return x * cos + rotated * sin
 
 
-def rope_store_ref(q, k, v, cos, sin, wpos, k_cache, v_cache):
+FP8 = torch.float8_e4m3fn
+
+
+def to_cache(x, scale: float):
+    """``x`` as an fp8 cache stores it: divided by the cache's scale in fp32, saturated to the
+    largest finite e4m3 (a plain cast may make NaN past it), rounded to nearest even e4m3."""
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+
+
+def store_fp8(cache, index, x, scale: float) -> None:
+    """``cache[index] = to_cache(x, scale)`` with advanced indexing, through uint8 views: torch has
+    lacked fp8 index kernels on CUDA (pytorch#133605) and a byte is a byte."""
+    cache.view(torch.uint8)[index] = to_cache(x, scale).view(torch.uint8)
+
+
+def gather_fp8(cache, index, dtype):
+    """``cache[index]`` of an fp8 cache (advanced indexing, through a uint8 view as ``store_fp8``)
+    converted to ``dtype``; the scale is not applied (callers fold it into the attention)."""
+    return cache.view(torch.uint8)[index].view(FP8).to(dtype)
+
+
+def rope_store_ref(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale: float = 1.0,
+                   v_scale: float = 1.0):
     """q [B, Hq, D], k and v [B, Hkv, D], cos/sin tables [T+1, D], wpos [B], caches
     [R, Hkv, T+1, D] -> rotated q [B, Hq, D]."""
     c, s = cos[wpos].unsqueeze(1), sin[wpos].unsqueeze(1)                # [B, 1, D]
     rows = torch.arange(q.shape[0], device=q.device)
-    k_cache[rows, :, wpos] = rotate(k, c, s)
-    v_cache[rows, :, wpos] = v
+    if k_cache.dtype == FP8:
+        at = (rows, slice(None), wpos)
+        store_fp8(k_cache, at, rotate(k, c, s), k_scale)
+        store_fp8(v_cache, at, v, v_scale)
+    else:
+        k_cache[rows, :, wpos] = rotate(k, c, s)
+        v_cache[rows, :, wpos] = v
     return rotate(q, c, s)
 
 
@@ -95,10 +125,21 @@ if triton is not None:
         o2 = (x2 * c2).to(ty).to(tl.float32) + (x1 * s2).to(ty).to(tl.float32)
         return o1.to(ty), o2.to(ty)
 
+    _FP8_MAX = tl.constexpr(FP8_MAX)
+
+    @triton.jit
+    def _to_cache(x, scale, FP8_CACHE: tl.constexpr, ty: tl.constexpr):
+        # to_cache for an fp8 cache (x / scale in fp32, saturated, then RTNE to e4m3); else a cast,
+        # a no-op where the cache has x's dtype
+        if FP8_CACHE:
+            x = tl.minimum(tl.maximum(x.to(tl.float32) / scale, -_FP8_MAX), _FP8_MAX)
+        return x.to(ty)
+
     @triton.jit
     def _rope_store_kernel(q_ptr, k_ptr, v_ptr, qo_ptr, cos_ptr, sin_ptr, wpos_ptr, kc_ptr, vc_ptr,
-                           sq_b, sk_b, sv_b, sqo_b, sc_t, skc_r, skc_h, skc_t,
-                           HQ: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr):
+                           sq_b, sk_b, sv_b, sqo_b, sc_t, skc_r, skc_h, skc_t, k_scale, v_scale,
+                           HQ: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
+                           FP8_CACHE: tl.constexpr):
         b = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)                       # 0..HQ-1: a query head; then the KV heads
         ty = qo_ptr.dtype.element_ty
@@ -121,10 +162,12 @@ if triton is not None:
             x1, x2 = tl.load(src + i).to(tl.float32), tl.load(src + HALF + i).to(tl.float32)
             o1, o2 = _rot_half(x1, x2, c1, c2, s1, s2, ty)
             at = b * skc_r + j * skc_h + p * skc_t
-            tl.store(kc_ptr + at + i, o1.to(kc_ptr.dtype.element_ty))
-            tl.store(kc_ptr + at + HALF + i, o2.to(kc_ptr.dtype.element_ty))
+            cty = kc_ptr.dtype.element_ty
+            tl.store(kc_ptr + at + i, _to_cache(o1, k_scale, FP8_CACHE, cty))
+            tl.store(kc_ptr + at + HALF + i, _to_cache(o2, k_scale, FP8_CACHE, cty))
             e = tl.arange(0, D)
-            tl.store(vc_ptr + at + e, tl.load(v_ptr + b * sv_b + j * D + e))
+            v = tl.load(v_ptr + b * sv_b + j * D + e)
+            tl.store(vc_ptr + at + e, _to_cache(v, v_scale, FP8_CACHE, cty))
 
     @triton.jit
     def _silu_mul_kernel(gu_ptr, o_ptr, s_in, s_out, FF: tl.constexpr, BLOCK: tl.constexpr):
@@ -160,18 +203,19 @@ def add_rms_norm_triton(x, delta, w, eps: float):
     return (x if delta is None else xo.view(shape)), h.view(shape)
 
 
-def rope_store_triton(q, k, v, cos, sin, wpos, k_cache, v_cache):
+def rope_store_triton(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale: float = 1.0,
+                      v_scale: float = 1.0):
     b, hq, d = q.shape
     hkv = k.shape[1]
     heads_packed = all(t.stride(-1) == 1 and t.stride(-2) == d for t in (q, k, v))
     same_layout = k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
     if d & (d - 1) or not heads_packed or not same_layout or cos.stride(-1) != 1:
-        return rope_store_ref(q, k, v, cos, sin, wpos, k_cache, v_cache)
+        return rope_store_ref(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale, v_scale)
     out = torch.empty((b, hq, d), dtype=q.dtype, device=q.device)
     _rope_store_kernel[(b, hq + hkv)](
         q, k, v, out, cos, sin, wpos, k_cache, v_cache, q.stride(0), k.stride(0), v.stride(0),
         out.stride(0), cos.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        HQ=hq, D=d, HALF=d // 2, num_warps=1)
+        k_scale, v_scale, HQ=hq, D=d, HALF=d // 2, FP8_CACHE=k_cache.dtype == FP8, num_warps=1)
     return out
 
 

@@ -56,12 +56,13 @@ def length_ladder(context: int, step: int = LENGTH_STEP) -> list[int]:
 
 class ModelRunner:
     def __init__(self, model, rows: int, context: int, params: SamplingParams,
-                 logits_lo: int = 0, use_graphs: bool = True, per_row_attention: bool = True):
+                 logits_lo: int = 0, use_graphs: bool = True, per_row_attention: bool = True,
+                 kv_dtype: str | None = None):
         cfg, device = model.config, model.device
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.device, self.rows, self.context = device, rows, context
         self.cache = KVCache(cfg.num_hidden_layers, rows, cfg.num_key_value_heads, context, head_dim,
-                             model.dtype, device)
+                             model.dtype, device, kv_dtype)
         self.decoder = Decoder(model, self.cache, logits_lo)
         width = self.decoder.logits_width
         self.sampler = RowSampler(params, width, logits_lo, device)
