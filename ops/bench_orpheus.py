@@ -74,6 +74,9 @@ def parse(argv=None):
     ap.add_argument("--approaches", default="logits,fast,single,w2,part1,static,generate1")
     ap.add_argument("--max-batch", type=int, default=64, help="batch of the static baselines")
     ap.add_argument("--rows", type=int, default=0, help="KV-cache rows (0: from free memory)")
+    ap.add_argument("--kv8-rows", type=int, default=0,
+                    help="KV-cache rows of the modes with an fp8 cache (0: --rows); the same "
+                         "memory holds twice bf16's rows")
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--realtime-rows", type=int, default=0)
     ap.add_argument("--no-graphs", action="store_true")
@@ -130,7 +133,8 @@ def measure(label, fn, lm, quant, rows, stats=None):
 
 def make_engine(args, lm, loop: str, max_batch: int = 0, budget_max: int | None = None,
                 kv_dtype: str = "auto"):
-    return OrpheusEngine(lm, max_batch=max_batch or args.rows, params=PARAMS, budget_policy="keep",
+    rows = args.kv8_rows if kv_dtype == "fp8" and args.kv8_rows else args.rows
+    return OrpheusEngine(lm, max_batch=max_batch or rows, params=PARAMS, budget_policy="keep",
                          budget_slack=1.0, budget_min=28 if budget_max is None else budget_max,
                          budget_max=budget_max or args.max_budget, loop=loop, context=args.context,
                          cuda_graphs=not args.no_graphs, realtime_rows=args.realtime_rows,
