@@ -61,10 +61,12 @@ ATTENTION_FP8_REL = 0.06
 # 0.07 at 2 layers (fp32). A bound for bugs (a wrong scale or position is off by ~1), not quality:
 # a checkpoint (--model) is the measure of that.
 DECODER_FP8_REL = 0.35
-# rope_store into fp8: the kernel rounds where the reference rounds, so the stored values match
-# but for a rounding flip (the hardware cast may go through fp16), never more than one e4m3 step.
+# rope_store into fp8: the kernel rotates in fp32 and rounds once to e4m3; the reference rotates in
+# the model dtype (x*cos, rotated*sin and their sum each rounded to bf16) and then rounds to e4m3.
+# Where those roundings stack up the two differ by a step, rarely two: on an H200 (random data,
+# B=64) 7e-6 of the entries differed, by at most 2 steps.
 ROPE_DIFFERING = 0.01
-ROPE_MAX_STEPS = 1
+ROPE_MAX_STEPS = 2
 TIMED_BATCH, TIMED_LEN = 256, 1000
 SCALES = ((1.0, 1.0), (0.5, 2.0))        # (k_scale, v_scale): the default and powers of two
 

@@ -69,15 +69,24 @@ if triton is not None:
                  out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
 
 
-def decode_attention(q, k_cache, v_cache, lens, scale: float, v_scale: float = 1.0):
+# Launch settings per cache item size: (keys per block, warps, pipeline stages). An fp8 block of 64
+# keys is 8 KiB, too little in flight per program to keep the loads streaming, so fp8 takes more.
+# ops/orpheus_bench/sweep_attention.py measures the choices.
+LAUNCH = {2: (64, 4, 2), 1: (128, 4, 3)}
+
+
+def decode_attention(q, k_cache, v_cache, lens, scale: float, v_scale: float = 1.0,
+                     launch: tuple[int, int, int] | None = None):
     """q [B, Hkv, G, D] (contiguous), caches [R, Hkv, T, D] (rows 0..B-1 used; the query's dtype
     or fp8), lens [B] int (positions 0..lens-1 are attended) -> [B, Hkv, G, D]. ``scale``: the
-    softmax scale times an fp8 cache's key scale; ``v_scale``: its value scale."""
+    softmax scale times an fp8 cache's key scale; ``v_scale``: its value scale. ``launch``:
+    (block, warps, stages), by default ``LAUNCH`` for the cache's item size."""
     b, hkv, g, d = q.shape
     out = torch.empty_like(q)
+    block, warps, stages = launch or LAUNCH.get(k_cache.element_size(), LAUNCH[2])
     _decode_kernel[(b, hkv)](
         q, k_cache, v_cache, out, lens, q.stride(0), q.stride(1), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1), scale, v_scale,
-        G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BLOCK=64, V_SCALED=v_scale != 1.0,
-        num_warps=4)
+        G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BLOCK=block, V_SCALED=v_scale != 1.0,
+        num_warps=warps, num_stages=stages)
     return out

@@ -87,7 +87,11 @@ class CodecWorker:
         # batch streams' (larger) windows are even started.
         realtime = dict(self.realtime)
         realtime.update({k: lv for k, lv in ended.items() if lv.seq.realtime})
-        self._render(realtime, ended, urgent=True)
+        # Streams still waiting for their first chunk go in the first call: a listener is waiting
+        # on them; the others have audio in hand.
+        first = {k: lv for k, lv in realtime.items() if lv.first_chunk_at is None}
+        self._render(first, ended, urgent=True)
+        self._render({k: lv for k, lv in realtime.items() if k not in first}, ended, urgent=True)
         batch = dict(self.batch) if batch_turn else {}
         batch.update({k: lv for k, lv in ended.items() if not lv.seq.realtime})
         batch = list(batch.items())     # each stream once: an ended one gets one final chunk

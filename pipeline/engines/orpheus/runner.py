@@ -95,7 +95,9 @@ class ModelRunner:
     # The step -----------------------------------------------------------------------------------
 
     def _per_row(self, b: int) -> bool:
-        return self.per_row_attention and b >= attention.MIN_BATCH
+        """The per-row kernel for large batches; for every batch over an fp8 cache, which the
+        SDPA path would first have to convert to the model dtype, slice by slice."""
+        return self.per_row_attention and (b >= attention.MIN_BATCH or self.cache.fp8)
 
     def _length(self, b: int, need: int) -> int:
         """The attention length a step runs at: the whole row where each row reads its own."""
