@@ -97,3 +97,56 @@ def test_the_codec_thread_sends_one_final_chunk_per_stream_whatever_the_slicing(
     for live in lives:
         audio = sum(len(c.audio) for c in chunks if c.key == live.key)
         assert audio == 9 * 2048                # every frame, once
+
+
+def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
+    """The codec thread sends finals over several calls (realtime first, then batch slices); when
+    a later call fails, the streams finished before it must not get an error final as well."""
+    from pipeline.engines.orpheus.codec_worker import CodecWorker
+    from pipeline.engines.orpheus.loop import Live
+    from pipeline.engines.orpheus.streaming import StreamState
+
+    class FailingSecondBatchCall:          # the codec's interface: decode_windows
+        def __init__(self, codec):
+            self.codec, self.batch_calls = codec, 0
+
+        def decode_windows(self, frames, keys, urgent=False):
+            if not urgent:
+                self.batch_calls += 1
+                if self.batch_calls == 2:
+                    raise RuntimeError("codec broke")
+            return self.codec.decode_windows(frames, keys, urgent)
+
+    worker = CodecWorker(FailingSecondBatchCall(tiny.codec), on_final=lambda live, audio: AudioChunk(
+        live.key, np.zeros(0, np.float32) if audio is None else audio, True),
+        batch_interval_s=1e9, batch_slice=1)
+    sink: queue.SimpleQueue = queue.SimpleQueue()
+    rng = np.random.default_rng(1)
+    lives = []
+    try:
+        for k, realtime in enumerate([True, False, False, False]):
+            live = Live(Seq(k, [1], budget=100, realtime=realtime), sink,
+                        StreamState(seed=k, chunk_frames=2), k)
+            # 2 frames: one window, so one codec call per stream and slice
+            live.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(2))
+            lives.append(live)
+            worker.register(live)
+        for live in lives:                  # all end in the same tick
+            worker.ended.put(live)
+        finals: dict = {}
+        while len(finals) < len(lives):
+            chunk = sink.get(timeout=60)
+            if chunk.final:
+                finals.setdefault(chunk.key, []).append(chunk)
+        try:
+            while True:
+                chunk = sink.get(timeout=0.5)
+                if chunk.final:
+                    finals[chunk.key].append(chunk)
+        except queue.Empty:
+            pass
+    finally:
+        worker.close()
+    assert all(len(f) == 1 for f in finals.values()), {k: len(f) for k, f in finals.items()}
+    assert finals[0][0].error is None and finals[1][0].error is None     # sent before the failure
+    assert all(finals[k][0].error is not None for k in (2, 3))

@@ -32,7 +32,8 @@ class CodecWorker:
         self.codec, self.on_final = codec, on_final
         self.batch_interval_s = batch_interval_s
         self.batch_slice = batch_slice
-        self.first_chunks: deque = deque(maxlen=4096)   # realtime Lives, as their first chunk left
+        self.first_chunks: deque = deque(maxlen=4096)   # realtime streams' FirstChunkMarks
+        self._finalized: set[int] = set()   # streams sent their final chunk in this _decode
         # id -> Live, registered by the loop thread; realtime ones apart, so the ticks between
         # batch turns look at them alone, not at every stream in flight.
         self.realtime: dict[int, object] = {}
@@ -78,6 +79,7 @@ class CodecWorker:
             self.busy_s += time.perf_counter() - started
 
     def _decode(self, final: list) -> None:
+        self._finalized = set()
         now = time.perf_counter()
         batch_turn = now - self._last_batch >= self.batch_interval_s
         if batch_turn:
@@ -89,7 +91,7 @@ class CodecWorker:
         realtime.update({k: lv for k, lv in ended.items() if lv.seq.realtime})
         # Streams still waiting for their first chunk go in the first call: a listener is waiting
         # on them; the others have audio in hand.
-        first = {k: lv for k, lv in realtime.items() if lv.first_chunk_at is None}
+        first = {k: lv for k, lv in realtime.items() if lv.marks.first_chunk_at is None}
         self._render(first, ended, urgent=True)
         self._render({k: lv for k, lv in realtime.items() if k not in first}, ended, urgent=True)
         batch = dict(self.batch) if batch_turn else {}
@@ -109,19 +111,22 @@ class CodecWorker:
         for k, pcm in audio.items():
             if k not in ended:
                 lv = todo[k]
-                if lv.first_chunk_at is None:
-                    lv.first_chunk_at = time.monotonic()
+                if lv.marks.first_chunk_at is None:
+                    lv.marks.first_chunk_at = time.monotonic()
                     if lv.seq.realtime:
-                        self.first_chunks.append(lv)
+                        self.first_chunks.append(lv.marks)
                 lv.sink.put(AudioChunk(lv.key, pcm, False))
         for k, lv in todo.items():
-            if k in ended:
+            if k in ended and k not in self._finalized:
                 self.drop(lv)
+                self._finalized.add(k)
                 lv.sink.put(self.on_final(lv, audio.get(k)))
 
     def _fail(self, final: list, error: Exception) -> None:
         err = EngineError(f"codec failed: {type(error).__name__}: {error}")
         err.__cause__ = error
         for lv in final:
+            if id(lv) in self._finalized:
+                continue            # its final chunk went out before the failing call
             self.drop(lv)
             lv.sink.put(AudioChunk(lv.key, np.zeros(0, np.float32), True, err))

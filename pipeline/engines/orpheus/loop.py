@@ -33,23 +33,19 @@ from pipeline.errors import EngineError, EngineOverloadedError
 log = logging.getLogger(__name__)
 
 
-@dataclass(eq=False)
-class Live:
-    """A sequence in flight with its stream state and the queue its caller reads."""
+@dataclass
+class FirstChunkMarks:
+    """On the way to a stream's first chunk (time.monotonic): submitted, its prompt's first
+    prefill chunk launched, its first token back, the frames of its first chunk complete, the chunk
+    handed over. Small, so the codec thread keeps the last few thousand for the metrics."""
 
-    seq: Seq
-    sink: queue.SimpleQueue
-    stream: StreamState
-    key: Hashable
     submitted: float = field(default_factory=time.monotonic)
-    # On the way to the first chunk (time.monotonic): its prompt's first prefill chunk launched,
-    # its first token back, the frames of its first chunk complete, the chunk handed over.
     admitted_at: float | None = None
     first_token_at: float | None = None
     ready_at: float | None = None
     first_chunk_at: float | None = None
 
-    def first_chunk_phases(self) -> dict | None:
+    def phases(self) -> dict | None:
         """Seconds spent queued, in prefill (to the first token), decoding the first chunk's
         frames, and in the codec (to the chunk handed over); None before the first chunk."""
         marks = (self.submitted, self.admitted_at, self.first_token_at, self.ready_at,
@@ -58,6 +54,17 @@ class Live:
             return None
         return {name: b - a for name, a, b in
                 zip(("queued", "prefill", "decode", "codec"), marks, marks[1:])}
+
+
+@dataclass(eq=False)
+class Live:
+    """A sequence in flight with its stream state and the queue its caller reads."""
+
+    seq: Seq
+    sink: queue.SimpleQueue
+    stream: StreamState
+    key: Hashable
+    marks: FirstChunkMarks = field(default_factory=FirstChunkMarks)
 
 
 @dataclass
@@ -105,10 +112,13 @@ class EngineLoop:
 
     def first_chunk_phases(self, clear: bool = False) -> list[dict]:
         """Where the time to the first chunk went, per realtime stream (the last 4096)."""
-        lives = list(self.codec_worker.first_chunks)
-        if clear:
-            self.codec_worker.first_chunks.clear()
-        return [p for p in (lv.first_chunk_phases() for lv in lives) if p is not None]
+        marks, kept = [], self.codec_worker.first_chunks
+        if clear:       # popleft, not clear(): the codec thread may append meanwhile
+            while kept:
+                marks.append(kept.popleft())
+        else:
+            marks = list(kept)
+        return [p for p in (m.phases() for m in marks) if p is not None]
 
     def close(self) -> None:
         self._stop.set()
@@ -161,16 +171,17 @@ class EngineLoop:
         s.schedule_s += time.perf_counter() - t0
         launched = None if plan.empty else (plan, self.runner.launch(plan))
         t1 = time.perf_counter()
-        s.launch_s += t1 - t0
-        if plan.realtime_only:
-            s.realtime_launch_s += t1 - t0
+        if launched is not None:        # as steps and realtime_steps count them
+            s.launch_s += t1 - t0
+            if plan.realtime_only:
+                s.realtime_launch_s += t1 - t0
         if plan.prefill:
             s.prefill_steps += 1
             now = time.monotonic()
             for chunk in plan.prefill:
                 live = self.live.get(id(chunk.seq))
-                if live is not None and live.admitted_at is None:
-                    live.admitted_at = now
+                if live is not None and live.marks.admitted_at is None:
+                    live.marks.admitted_at = now
         previous, self._pending = self._pending, launched if self.overlap else None
         if previous is not None:
             self._finish(*previous)
@@ -198,15 +209,17 @@ class EngineLoop:
             live = self.live.get(id(seq))
             if live is None or not accepted:
                 continue
-            assembler = live.stream.assembler
+            assembler, marks = live.stream.assembler, live.marks
+            # Read the clock before the frames are fed: the codec thread may send the chunk at once
+            # (the marks are read later, so a mark set just after it is still in order).
+            now = time.monotonic() if marks.ready_at is None else None
             for tok in toks[:accepted]:
                 assembler.feed(tok)
             self.stats.tokens += accepted
-            if live.ready_at is None:
-                now = time.monotonic()
-                live.first_token_at = live.first_token_at or now
+            if now is not None:
+                marks.first_token_at = marks.first_token_at or now
                 if len(assembler.frames) >= live.stream.first_ready_frames:
-                    live.ready_at = now
+                    marks.ready_at = now
         s.steps += 1
         if plan.decode:
             n, padded = len(plan.decode), self.runner.padded_batch(plan.rows)

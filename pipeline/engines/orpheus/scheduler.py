@@ -103,7 +103,7 @@ class Plan:
     moves: list[tuple[int, int, int]] = field(default_factory=list)  # (from, to, positions), in order
     prefill: list[PrefillChunk] = field(default_factory=list)
     decode: list[Seq] = field(default_factory=list)             # RUNNING, by row; rows 0..n-1
-    rows: int = 0                                               # rows in use after this plan
+    rows: int = 0           # the rows the decode step runs over: all in use, or the realtime tier
     context: int = 0                # positions the decode step attends to (its longest row)
     realtime_only: bool = False     # a step over the realtime rows alone
     # Who held each row when the plan was made, and in which epoch: the tokens of a row go to
@@ -144,7 +144,7 @@ class Scheduler:
         self.waiting_rt: deque[Seq] = deque()
         self.waiting_batch: deque[Seq] = deque()
         self.by_row: list[Seq] = []             # row i holds by_row[i]
-        self._free_rows: list[int] = []         # holes left by sequences that finished
+        self._free_rows: list[int] = []         # holes: finished, cancelled or preempted
         self._arrivals = itertools.count()
 
     # Queue ----------------------------------------------------------------------------------
