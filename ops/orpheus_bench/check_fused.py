@@ -65,6 +65,27 @@ class Report:
         if not ok:
             self.failures.append(name)
 
+    def exit_code(self) -> int:
+        """Says how the checks went: 1 if any failed, else 0."""
+        if self.failures:
+            print(f"FAILED: {', '.join(self.failures)}", flush=True)
+            return 1
+        print("all errors within tolerance", flush=True)
+        return 0
+
+
+def kernels_runnable(device: str) -> bool:
+    """The Triton kernels can run on ``device``: CUDA, or the CPU in Triton's interpreter. If not,
+    says why on stderr."""
+    if fused.TRITON is None:
+        print("Triton is not installed: nothing to check", file=sys.stderr)
+        return False
+    if not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
+        print("off CUDA the kernels run only in Triton's interpreter: set TRITON_INTERPRET=1",
+              file=sys.stderr)
+        return False
+    return True
+
 
 def median_ms(fn, reps: int = REPS) -> float:
     for _ in range(3):
@@ -237,14 +258,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-time", action="store_true", help="errors only")
     ap.add_argument("--no-step", action="store_true", help="skip the 28-layer step timing")
     args = ap.parse_args(argv)
-    if fused.TRITON is None:
-        print("Triton is not installed: nothing to check", file=sys.stderr)
+    if not kernels_runnable(args.device):
         return 2
     on_cuda = args.device.startswith("cuda")
-    if not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        print("off CUDA the kernels run only in Triton's interpreter: set TRITON_INTERPRET=1",
-              file=sys.stderr)
-        return 2
     timed = on_cuda and not args.no_time
     if on_cuda:
         print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
@@ -256,11 +272,7 @@ def main(argv=None) -> int:
     check_decoder(report, args.batches, dtype, args.device)
     if on_cuda and timed and not args.no_step:
         time_step(args.batches, dtype, args.device)
-    if report.failures:
-        print(f"FAILED: {', '.join(report.failures)}", flush=True)
-        return 1
-    print("all errors within tolerance", flush=True)
-    return 0
+    return report.exit_code()
 
 
 if __name__ == "__main__":

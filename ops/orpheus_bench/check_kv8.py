@@ -29,8 +29,6 @@ torch rope_store (with the per-row kernel).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import torch
 
@@ -41,6 +39,7 @@ from ops.orpheus_bench.check_fused import (
     KV_HEADS,
     TOLERANCE,
     Report,
+    kernels_runnable,
     median_ms,
     random_model,
     rope_tables,
@@ -243,14 +242,9 @@ def main(argv=None) -> int:
                                      "weights at Orpheus-3B shapes)")
     ap.add_argument("--no-time", action="store_true", help="errors only")
     args = ap.parse_args(argv)
-    if fused.TRITON is None:
-        print("Triton is not installed: nothing to check", file=sys.stderr)
+    if not kernels_runnable(args.device):
         return 2
     on_cuda = args.device.startswith("cuda")
-    if not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        print("off CUDA the kernels run only in Triton's interpreter: set TRITON_INTERPRET=1",
-              file=sys.stderr)
-        return 2
     if on_cuda:
         print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
     torch.manual_seed(0)
@@ -281,11 +275,7 @@ def main(argv=None) -> int:
     check_decoder(report, model(), args.batches or ([8, 64] if on_cuda else [2]),
                   200 if on_cuda else 24, fused.TRITON if on_cuda else fused.REFERENCE,
                   fp8_weights)
-    if report.failures:
-        print(f"FAILED: {', '.join(report.failures)}", flush=True)
-        return 1
-    print("all checks within tolerance", flush=True)
-    return 0
+    return report.exit_code()
 
 
 if __name__ == "__main__":

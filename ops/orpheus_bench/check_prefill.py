@@ -143,11 +143,7 @@ def main(argv=None) -> int:
     for lengths, rows in CASES:
         if max(rows) < args.rows:
             check_case(report, runner, lengths, rows, gen)
-    if report.failures:
-        print(f"FAILED: {', '.join(report.failures)}", flush=True)
-        return 1
-    print("all errors within tolerance", flush=True)
-    return 0
+    return report.exit_code()
 
 
 if __name__ == "__main__":
