@@ -1,10 +1,12 @@
 """Launch settings of the decode-attention kernel (attention.py), for each cache dtype: every
-(keys per block, warps, stages) timed at a few batch sizes and row lengths, best first.
+(keys per block, warps, stages, keys per split, fp16 dots) timed at a few batch sizes and row
+lengths, best first.
 
     python3 -m ops.orpheus_bench.sweep_attention        # on the GPU
 
-Prints one line per (dtype, batch, length) with the default's time and the fastest settings, and
-the setting that is fastest summed over the cases, which is what ``attention.LAUNCH`` should hold.
+Prints one line per (dtype, batch, length) with the current setting's time and the fastest ones,
+then per batch size the setting that is fastest summed over its lengths, which is what
+``attention.LAUNCH`` should hold, and how much the split and the fp16 dots gain at that size.
 """
 
 from __future__ import annotations
@@ -19,8 +21,18 @@ from ops.orpheus_bench.check_fused import HEAD_DIM, HEADS, KV_HEADS, median_ms
 from pipeline.engines.orpheus import attention
 from pipeline.engines.orpheus.fused import to_cache
 
-CASES = ((16, 300), (128, 600), (256, 1000), (256, 1800))
-BLOCKS, WARPS, STAGES = (64, 128, 256), (4, 8), (1, 2, 3)
+CASES = ((16, 300), (16, 1000), (64, 600), (128, 300), (128, 600), (128, 1000), (256, 1000),
+         (256, 1800))
+CONTEXT = 2048             # rows of the cache, as the engine sizes them (the splits cover this)
+BLOCKS, WARPS, STAGES, SPLITS = (64, 128), (4, 8), (2, 3), (0, 128, 256, 512)
+
+
+def settings(fp8: bool):
+    for block, warps, stages, split in itertools.product(BLOCKS, WARPS, STAGES, SPLITS):
+        if split and split < block:
+            continue
+        for f16 in ((False, True) if fp8 else (False,)):
+            yield block, warps, stages, split, f16
 
 
 def main() -> int:
@@ -31,34 +43,38 @@ def main() -> int:
     print("device:", torch.cuda.get_device_name(), flush=True)
     g, scale = HEADS // KV_HEADS, HEAD_DIM ** -0.5
     for name in ("bf16", "fp8"):
-        totals = defaultdict(float)
+        per_batch: dict[int, dict] = defaultdict(lambda: defaultdict(float))
         for b, length in CASES:
             q = torch.randn(b, KV_HEADS, g, HEAD_DIM, dtype=dtype, device=dev)
-            k, v = (torch.randn(b, KV_HEADS, length + 1, HEAD_DIM, dtype=dtype, device=dev)
+            k, v = (torch.randn(b, KV_HEADS, CONTEXT + 1, HEAD_DIM, dtype=dtype, device=dev)
                     for _ in range(2))
             if name == "fp8":
                 k, v = to_cache(k, 1.0), to_cache(v, 1.0)
             lens = torch.randint(length * 9 // 10, length + 1, (b,), device=dev)
             read = 2 * lens.sum().item() * KV_HEADS * HEAD_DIM * k.element_size()
             times = {}
-            for launch in itertools.product(BLOCKS, WARPS, STAGES):
+            for launch in settings(name == "fp8"):
                 try:
                     times[launch] = median_ms(
                         lambda: attention.decode_attention(q, k, v, lens, scale, launch=launch))
                 except Exception as e:  # noqa: BLE001 - a setting that does not compile is skipped
                     print(f"  {name} {launch}: {type(e).__name__}", file=sys.stderr)
             for launch, ms in times.items():
-                totals[launch] += ms
-            default = attention.LAUNCH[k.element_size()]
+                per_batch[b][launch] += ms
+            current = attention.launch_for(k.element_size(), b)
             best = sorted(times, key=times.get)[:3]
-            print(f"{name} B={b} L={length}: default {default} {times[default] * 1e3:.1f} us "
-                  f"({read / times[default] / 1e6:.0f} GB/s); best " +
+            print(f"{name} B={b} L={length}: current {current} {times[current] * 1e3:.1f} us "
+                  f"({read / times[current] / 1e6:.0f} GB/s); best " +
                   ", ".join(f"{lc} {times[lc] * 1e3:.1f} us ({read / times[lc] / 1e6:.0f} GB/s)"
                             for lc in best), flush=True)
-        overall = min(totals, key=totals.get)
-        print(f"{name}: fastest over the cases {overall} ({totals[overall] * 1e3:.0f} us in all; "
-              f"default {totals[attention.LAUNCH[1 if name == 'fp8' else 2]] * 1e3:.0f} us)",
-              flush=True)
+            del k, v
+        for b, totals in per_batch.items():
+            overall = min(totals, key=totals.get)
+            unsplit = min((lc for lc in totals if not lc[3] and not lc[4]), key=totals.get)
+            current = attention.launch_for(1 if name == "fp8" else 2, b)
+            print(f"{name} B={b}: fastest over its lengths {overall} ({totals[overall] * 1e3:.0f} us"
+                  f" in all); unsplit {unsplit} {totals[unsplit] * 1e3:.0f} us; current {current} "
+                  f"{totals[current] * 1e3:.0f} us", flush=True)
     return 0
 
 
