@@ -44,26 +44,41 @@ def check_attention() -> None:
     print(f"per-row attention: {ms:.3f} ms, {kv_bytes / ms / 1e9:.0f} GB/s of live KV", flush=True)
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+
     from ops.orpheus_bench.models import load_model
     from pipeline.engines.orpheus.runner import ModelRunner
     from pipeline.engines.orpheus.sampling import SamplingParams
     from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("quant", nargs="?", default="none", help="weights: none, fp8, ...")
+    ap.add_argument("--kv-dtype", default="auto", help="auto (the model's) or fp8")
+    ap.add_argument("--rows", type=int, default=384)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 64, 192, 384])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048],
+                    help="positions every row holds (each row at the length or up to 10%% less)")
+    ap.add_argument("--no-codec", action="store_true")
+    args = ap.parse_args(argv)
     check_attention()
-    lm = load_model("random-3b", "auto", "auto", sys.argv[1] if len(sys.argv) > 1 else "none")
-    runner = ModelRunner(lm.model, 384, 2048, SamplingParams(ignore_eos=True),
-                         logits_lo=CUSTOM_TOKEN_BASE)
+    lm = load_model("random-3b", "auto", "auto", args.quant)
+    runner = ModelRunner(lm.model, args.rows, 2048, SamplingParams(ignore_eos=True),
+                         logits_lo=CUSTOM_TOKEN_BASE, kv_dtype=args.kv_dtype)
+    print(f"decode graph, weights {args.quant}, KV cache {runner.cache.k[0].dtype}:", flush=True)
     runner.active.fill_(True)
-    runner.pos.fill_(100)
-    for b in (1, 64, 192, 384):
+    gen = torch.Generator().manual_seed(0)
+    for b in args.batches:
         cells = []
-        for length in (256, 1024, 2048):
+        for length in args.lengths:
             pb = runner.padded_batch(b)
             g = runner.graphs[(pb, runner._length(pb, length))]
-            runner.pos.fill_(length - 50)
+            spread = torch.randint(0, max(1, length // 10), (args.rows,), generator=gen)
+            runner.pos.copy_(torch.clamp(length - 30 - spread, min=1).to(runner.pos.device))
             cells.append(f"L{length}={time_ms(g.replay):.2f}")
-        print(f"decode graph B={b}: " + " ".join(cells) + " ms", flush=True)
+        print(f"  B={b}: " + " ".join(cells) + " ms", flush=True)
+    if args.no_codec:
+        return 0
     from pipeline.engines.orpheus.engine import common_windows
 
     rng = np.random.default_rng(0)

@@ -4,7 +4,9 @@ lengths, best first.
 
     python3 -m ops.orpheus_bench.sweep_attention        # on the GPU
 
-Prints one line per (dtype, batch, length) with the current setting's time and the fastest ones,
+Each setting is timed inside a CUDA graph of 8 calls over 4 caches in turn (as the decoder's
+layers are), so neither the host's launch time nor the L2 cache flatters small cases. Prints one
+line per (dtype, batch, length) with the current setting's time and the fastest ones,
 then per batch size the setting that is fastest summed over its lengths, which is what
 ``attention.LAUNCH`` should hold, and how much the split and the fp16 dots gain at that size.
 """
@@ -27,6 +29,23 @@ CONTEXT = 2048             # rows of the cache, as the engine sizes them (the sp
 BLOCKS, WARPS, STAGES, SPLITS = (64, 128), (4, 8), (2, 3), (0, 128, 256, 512)
 
 
+COPIES, CALLS = 4, 8
+
+
+def graph_us(fn, calls: int = CALLS) -> float:
+    """Microseconds per call of ``fn(i)``, i = 0..calls-1, replayed as one CUDA graph."""
+    for i in range(COPIES):
+        fn(i)                               # compiles, outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(i % COPIES)
+    ms = median_ms(graph.replay, reps=10)
+    del graph
+    return ms * 1e3 / calls
+
+
 def settings(fp8: bool):
     for block, warps, stages, split in itertools.product(BLOCKS, WARPS, STAGES, SPLITS):
         if split and split < block:
@@ -46,28 +65,30 @@ def main() -> int:
         per_batch: dict[int, dict] = defaultdict(lambda: defaultdict(float))
         for b, length in CASES:
             q = torch.randn(b, KV_HEADS, g, HEAD_DIM, dtype=dtype, device=dev)
-            k, v = (torch.randn(b, KV_HEADS, CONTEXT + 1, HEAD_DIM, dtype=dtype, device=dev)
-                    for _ in range(2))
-            if name == "fp8":
-                k, v = to_cache(k, 1.0), to_cache(v, 1.0)
+            caches = []
+            for _ in range(COPIES):
+                k, v = (torch.randn(b, KV_HEADS, CONTEXT + 1, HEAD_DIM, dtype=dtype, device=dev)
+                        for _ in range(2))
+                caches.append((to_cache(k, 1.0), to_cache(v, 1.0)) if name == "fp8" else (k, v))
+                del caches
             lens = torch.randint(length * 9 // 10, length + 1, (b,), device=dev)
-            read = 2 * lens.sum().item() * KV_HEADS * HEAD_DIM * k.element_size()
+            read = 2 * lens.sum().item() * KV_HEADS * HEAD_DIM * caches[0][0].element_size()
             times = {}
             for launch in settings(name == "fp8"):
                 try:
-                    times[launch] = median_ms(
-                        lambda: attention.decode_attention(q, k, v, lens, scale, launch=launch))
+                    times[launch] = graph_us(lambda i: attention.decode_attention(
+                        q, *caches[i], lens, scale, launch=launch)) / 1e3
                 except Exception as e:  # noqa: BLE001 - a setting that does not compile is skipped
-                    print(f"  {name} {launch}: {type(e).__name__}", file=sys.stderr)
+                    print(f"  {name} {launch}: {type(e).__name__}: {e}", file=sys.stderr)
             for launch, ms in times.items():
                 per_batch[b][launch] += ms
-            current = attention.launch_for(k.element_size(), b)
+            current = attention.launch_for(caches[0][0].element_size(), b)
             best = sorted(times, key=times.get)[:3]
             print(f"{name} B={b} L={length}: current {current} {times[current] * 1e3:.1f} us "
                   f"({read / times[current] / 1e6:.0f} GB/s); best " +
                   ", ".join(f"{lc} {times[lc] * 1e3:.1f} us ({read / times[lc] / 1e6:.0f} GB/s)"
                             for lc in best), flush=True)
-            del k, v
+            del caches
         for b, totals in per_batch.items():
             overall = min(totals, key=totals.get)
             unsplit = min((lc for lc in totals if not lc[3] and not lc[4]), key=totals.get)

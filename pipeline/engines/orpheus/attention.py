@@ -141,8 +141,9 @@ if triton is not None:
 # ops/orpheus_bench/sweep_attention.py on an H200 (see there); the first entry whose batch bound
 # is not below the batch applies.
 LAUNCH = {
-    2: ((64, (64, 4, 2, 256, False)), (1 << 30, (128, 4, 2, 0, False))),
-    1: ((64, (64, 4, 3, 256, True)), (1 << 30, (64, 4, 3, 512, True))),
+    2: ((128, (64, 4, 2, 0, False)), (1 << 30, (128, 4, 2, 0, False))),
+    1: ((16, (128, 8, 2, 0, True)), (64, (128, 4, 3, 0, True)), (128, (64, 4, 3, 0, True)),
+        (1 << 30, (128, 4, 3, 0, True))),
 }
 LOG2E = 1.4426950408889634
 
