@@ -109,8 +109,8 @@ def check_attention(report: Report, b: int, length: int, dtype, device) -> None:
     lens = torch.randint(length * 9 // 10, length + 1, (b,), device=device)
     plain = attention.decode_attention(q, k, v, lens, scale)
     # The fp8 cache's launch with dots in the query's dtype, as over the converted cache: the same
-    # arithmetic, so the same bits (check_split covers the fp16 dots).
-    same = attention.launch_for(1, b)[:4] + (False,)
+    # arithmetic, so the same bits (check_f16 covers the fp16 dots).
+    same = attention.launch_for(1, b)[:3] + (False,)
     for ks, vs in SCALES:
         (k8, v8), (kb, vb) = quantized((k, v), ks, vs, dtype)
         got = attention.decode_attention(q, k8, v8, lens, scale * ks, vs, launch=same)
@@ -127,26 +127,22 @@ def check_attention(report: Report, b: int, length: int, dtype, device) -> None:
 F16_TOLERANCE = {torch.bfloat16: TOLERANCE[torch.bfloat16], torch.float32: (2 ** -9, 2e-4)}
 
 
-def check_split(report: Report, b: int, length: int, dtype, device) -> None:
-    """The split kernel and its merge (flash-decoding) against one program per row and KV head,
-    over a cache in ``dtype`` and over an fp8 one, rows from 1 token to ``length``: the same sums
-    in another order (and fp16 dots), so within rounding."""
+def check_f16(report: Report, b: int, length: int, dtype, device) -> None:
+    """The fp8 cache's kernel with fp16 dots (the default) against dots in the query's dtype, rows
+    from 1 token to ``length``: within rounding."""
     g, scale = HEADS // KV_HEADS, HEAD_DIM ** -0.5
     q = torch.randn(b, KV_HEADS, g, HEAD_DIM, dtype=dtype, device=device)
-    k, v = (torch.randn(b + 1, KV_HEADS, 2 * length + 1, HEAD_DIM, dtype=dtype, device=device)
+    k, v = (torch.randn(b + 1, KV_HEADS, length + 1, HEAD_DIM, dtype=dtype, device=device)
             for _ in range(2))
     lens = torch.linspace(1, length, b, device=device).long()
-    split = 256 if str(device).startswith("cuda") else 32
-    block = 64 if str(device).startswith("cuda") else 16
     (k8, v8), _ = quantized((k, v), 0.5, 2.0, dtype)
-    for name, kc, vc, ks, vs in ((str(dtype)[6:], k, v, 1.0, 1.0), ("fp8", k8, v8, 0.5, 2.0)):
-        whole = attention.decode_attention(q, kc, vc, lens, scale * ks, vs,
-                                           launch=(block, 4, 2, 0, False))
-        for f16 in (False, True) if name == "fp8" else (False,):
-            got = attention.decode_attention(q, kc, vc, lens, scale * ks, vs,
-                                             launch=(block, 4, 2, split, f16))
-            report.error(f"split {split}{' fp16' if f16 else ''} = whole, {name} cache B={b}", got,
-                         whole, (F16_TOLERANCE if f16 else TOLERANCE)[dtype])
+    launch = attention.launch_for(1, b)
+    assert launch[3], "fp16 dots are the fp8 cache's default"
+    got = attention.decode_attention(q, k8, v8, lens, scale * 0.5, 2.0)
+    want = attention.decode_attention(q, k8, v8, lens, scale * 0.5, 2.0,
+                                      launch=launch[:3] + (False,))
+    report.error(f"fp16 dots = {str(dtype)[6:]} dots, fp8 cache B={b}", got, want,
+                 F16_TOLERANCE[dtype])
 
 
 def time_attention(b: int, length: int, dtype, device) -> None:
@@ -286,7 +282,7 @@ def main(argv=None) -> int:
     print("decode_attention:", flush=True)
     for b in (1, TIMED_BATCH) if on_cuda else (1, 3):
         check_attention(report, b, length, dtype, args.device)
-    check_split(report, 64 if on_cuda else 5, 1800 if on_cuda else 80, dtype, args.device)
+    check_f16(report, 64 if on_cuda else 5, 1800 if on_cuda else 80, dtype, args.device)
     if on_cuda and not args.no_time:
         time_attention(TIMED_BATCH, TIMED_LEN, dtype, args.device)
     print("rope_store:", flush=True)

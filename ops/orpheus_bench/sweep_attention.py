@@ -1,5 +1,5 @@
 """Launch settings of the decode-attention kernel (attention.py), for each cache dtype: every
-(keys per block, warps, stages, keys per split, fp16 dots) timed at a few batch sizes and row
+(keys per block, warps, stages, fp16 dots) timed at a few batch sizes and row
 lengths, best first.
 
     python3 -m ops.orpheus_bench.sweep_attention        # on the GPU
@@ -8,7 +8,7 @@ Each setting is timed inside a CUDA graph of 8 calls over 4 caches in turn (as t
 layers are), so neither the host's launch time nor the L2 cache flatters small cases. Prints one
 line per (dtype, batch, length) with the current setting's time and the fastest ones,
 then per batch size the setting that is fastest summed over its lengths, which is what
-``attention.LAUNCH`` should hold, and how much the split and the fp16 dots gain at that size.
+``attention.LAUNCH`` should hold, and the fastest without fp16 dots (the same for bf16).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pipeline.engines.orpheus.fused import to_cache
 
 CASES = ((16, 300), (16, 1000), (64, 600), (128, 300), (128, 600), (128, 1000), (256, 1000),
          (256, 1800))
-CONTEXT = 2048             # rows of the cache, as the engine sizes them (the splits cover this)
-BLOCKS, WARPS, STAGES, SPLITS = (64, 128), (4, 8), (2, 3), (0, 128, 256, 512)
+CONTEXT = 2048             # positions per cache row, as the engine sizes them
+BLOCKS, WARPS, STAGES = (64, 128), (4, 8), (2, 3)
 
 
 COPIES, CALLS = 4, 8
@@ -47,11 +47,9 @@ def graph_us(fn, calls: int = CALLS) -> float:
 
 
 def settings(fp8: bool):
-    for block, warps, stages, split in itertools.product(BLOCKS, WARPS, STAGES, SPLITS):
-        if split and split < block:
-            continue
+    for block, warps, stages in itertools.product(BLOCKS, WARPS, STAGES):
         for f16 in ((False, True) if fp8 else (False,)):
-            yield block, warps, stages, split, f16
+            yield block, warps, stages, f16
 
 
 def main() -> int:
@@ -70,7 +68,7 @@ def main() -> int:
                 k, v = (torch.randn(b, KV_HEADS, CONTEXT + 1, HEAD_DIM, dtype=dtype, device=dev)
                         for _ in range(2))
                 caches.append((to_cache(k, 1.0), to_cache(v, 1.0)) if name == "fp8" else (k, v))
-                del caches
+                del k, v
             lens = torch.randint(length * 9 // 10, length + 1, (b,), device=dev)
             read = 2 * lens.sum().item() * KV_HEADS * HEAD_DIM * caches[0][0].element_size()
             times = {}
@@ -91,10 +89,10 @@ def main() -> int:
             del caches
         for b, totals in per_batch.items():
             overall = min(totals, key=totals.get)
-            unsplit = min((lc for lc in totals if not lc[3] and not lc[4]), key=totals.get)
+            plain = min((lc for lc in totals if not lc[3]), key=totals.get)
             current = attention.launch_for(1 if name == "fp8" else 2, b)
             print(f"{name} B={b}: fastest over its lengths {overall} ({totals[overall] * 1e3:.0f} us"
-                  f" in all); unsplit {unsplit} {totals[unsplit] * 1e3:.0f} us; current {current} "
+                  f" in all); without fp16 dots {plain} {totals[plain] * 1e3:.0f} us; current {current} "
                   f"{totals[current] * 1e3:.0f} us", flush=True)
     return 0
 

@@ -201,5 +201,5 @@ def test_triton_kernels_over_an_fp8_cache_in_the_interpreter():
                           cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     for check in ("fp8 kernel = kernel on fp8->float32", "rope_store fp8 k cache (grid)",
-                  "logits fp8 vs float32 cache B=2 (per-row kernel"):
+                  "logits fp8 vs float32 cache B=2 (per-row kernel", "fp16 dots = float32 dots"):
         assert check in done.stdout, done.stdout
