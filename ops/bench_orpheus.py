@@ -14,6 +14,8 @@ Approaches, all in one run on one device (``--approaches``):
   w2         W1 running plus --streams realtime streams arriving over --spread seconds
   single     one realtime stream alone (median of --single-runs)
   logits     our decoder against transformers with the same weights (relative L2 of logits)
+  profile    the fast engine on the first --profile-jobs W1 chunks under the torch profiler:
+             device time by kernel kind and the largest kernels (orpheus_bench/profile.py)
 
 ``--quant`` takes weight modes (none, int8, nf4, fp8), each optionally with ``/kv8``: that mode's
 fast engine then runs an fp8 KV cache (``--quant none,none/kv8,fp8/kv8`` compares the three); its
@@ -72,6 +74,7 @@ def parse(argv=None):
                     help="comma list of none,int8,nf4,fp8; MODE/kv8: that mode's fast engine "
                          "with an fp8 KV cache (e.g. none/kv8,fp8/kv8)")
     ap.add_argument("--approaches", default="logits,fast,single,w2,part1,static,generate1")
+    ap.add_argument("--profile-jobs", type=int, default=300)
     ap.add_argument("--max-batch", type=int, default=64, help="batch of the static baselines")
     ap.add_argument("--rows", type=int, default=0, help="KV-cache rows (0: from free memory)")
     ap.add_argument("--kv8-rows", type=int, default=0,
@@ -160,7 +163,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
     quant, kv_dtype = parse_mode(item)
     todo = args.approaches.split(",")
     if not first:
-        todo = [a for a in todo if a in ("fast", "logits", "single", "w2")]
+        todo = [a for a in todo if a in ("fast", "logits", "single", "w2", "profile")]
     lm = load_model(args.model, args.device, args.dtype, quant)
     meta["device"] = lm.choice.name
     label = f"{quant}" if lm.quant.applied == quant else f"{quant}->{lm.quant.applied}"
@@ -186,6 +189,11 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
     if "fast" in todo:
         measure("fast W1", lambda: run_synth(fast, w1), lm, fast_label, rows, loop_stats(fast))
         measure("fast subset", lambda: run_synth(fast, sub), lm, fast_label, rows, loop_stats(fast))
+    if "profile" in todo and lm.device.startswith("cuda"):
+        from ops.orpheus_bench.profile import profile_kernels
+
+        mode["profile"] = profile_kernels(lambda: run_synth(fast, w1[: args.profile_jobs]))
+        print("profile", json.dumps(mode["profile"], indent=1), flush=True)
     if "sync" in todo:       # the same engine, one step at a time: what the overlap is worth
         fast.loop.overlap = False
         measure("fast W1, no overlap", lambda: run_synth(fast, w1), lm, fast_label, rows,
