@@ -108,6 +108,24 @@ def test_one_frame_of_first_lookahead_leaves_after_14_tokens_and_needs_half_real
     assert late_chunks(ramp=True, s=0.6, first_right=1) > 0
 
 
+def test_folding_the_weight_norms_leaves_the_audio_as_it_was(tiny_dir):
+    """The codec computes its weight-normed weights once at load: the audio equals SNAC's own,
+    which recomputes them every call."""
+    import torch
+    from snac import SNAC
+
+    from pipeline.engines.orpheus.codec import SnacCodec
+
+    folded = SnacCodec(SNAC.from_pretrained(str(tiny_dir / "snac")), "cpu")
+    assert folded.folded_weight_norms > 0
+    assert not any(torch.nn.utils.parametrize.is_parametrized(m) for m in folded.model.modules())
+    kept = SnacCodec(SNAC.from_pretrained(str(tiny_dir / "snac")), "cpu", fold=False)
+    assert kept.folded_weight_norms == 0
+    frames = random_frames(6)
+    np.testing.assert_array_equal(decode_frames(folded, frames, seed=3),
+                                  decode_frames(kept, frames, seed=3))
+
+
 def test_codec_noise_is_keyed_not_global(tiny):
     frames = random_frames(6)
     a = decode_frames(tiny.codec, frames, seed=1)
