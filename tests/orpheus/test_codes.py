@@ -53,3 +53,9 @@ def test_control_tokens_before_audio_are_skipped_and_eos_ends():
 def test_partial_last_frame_is_not_decoded():
     a = tokens_to_frames(frame_tokens([1] * 7) + frame_tokens([2] * 7)[:4])
     assert len(a.frames) == 1 and a.audio_tokens == 11
+
+
+def test_a_control_token_after_audio_began_spoils_its_frame():
+    a = tokens_to_frames(frame_tokens([1] * 7) + frame_tokens([2] * 3) + [START_OF_SPEECH]
+                         + frame_tokens([2] * 7)[4:] + frame_tokens([3] * 7))
+    assert [f[0] for f in a.frames] == [1, 3] and a.invalid_tokens == 1 and a.dropped_frames == 1

@@ -87,6 +87,27 @@ def test_sampled_tokens_equal_the_part_one_loop_whatever_the_neighbours(tiny):
         assert out[i] == [tok for s in steps for _k, tok in s.tokens], f"sequence {i}"
 
 
+def test_the_active_mask_follows_the_decoded_rows_through_its_cache(tiny):
+    """The runner copies the active mask only when the decoded rows change, from masks it keeps
+    for the last few row sets: whatever the order of the sets, the device mask is the plan's."""
+    from pipeline.engines.orpheus.runner import ACTIVE_MASKS
+    from pipeline.engines.orpheus.scheduler import Plan
+
+    rows = 6
+    runner = ModelRunner(tiny.model, rows, 256, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE,
+                         use_graphs=False)
+    seqs = [Seq(i, [1], 10, row=i) for i in range(rows)]
+    full, tier = [0, 1, 2, 3, 4, 5], [0, 1]
+    others = [[0, 2, 3, 4, 5], [1, 2], [5], [0, 1, 3], [2, 3, 4]]      # more sets than are kept
+    for decoded in [full, full, tier, full, tier, tier, *others, tier, full, others[0], full]:
+        launched = runner.launch(Plan(decode=[seqs[r] for r in decoded], rows=decoded[-1] + 1,
+                                      context=8))
+        assert runner.active.tolist() == [r in decoded for r in range(rows)], decoded
+        assert sorted(runner.collect(launched)) == decoded
+        assert len(runner._masks) <= ACTIVE_MASKS
+        assert all(m.tolist() == [r in key for r in range(rows)] for key, m in runner._masks.items())
+
+
 def test_continuous_engine_audio_equals_the_static_engine(tiny):
     requests = [SynthesisRequest(i, t, "tara", seed=7 + i, realtime=i == 1) for i, t in enumerate(TEXTS)]
 

@@ -40,25 +40,27 @@ class FrameAssembler:
         return len(self.frames) * SNAC_TOKENS_PER_FRAME + len(self._partial)
 
     def feed(self, token: int) -> None:
-        if self.ended:
-            return
-        if token == END_OF_SPEECH:
-            self.ended = True
-            return
-        if token in CONTROL_TOKENS and not self.frames and not self._partial:
-            return  # the model's own START_OF_AI / START_OF_SPEECH before audio: expected
-        position = len(self._partial)
-        code = token - AUDIO_TOKEN_BASE - position * SNAC_CODEBOOK_SIZE
-        if not 0 <= code < SNAC_CODEBOOK_SIZE:
+        partial = self._partial
+        code = token - AUDIO_TOKEN_BASE - len(partial) * SNAC_CODEBOOK_SIZE
+        # End-of-speech and the control tokens sit below the audio codes, so a code in its
+        # position's range (the common case, tested first) is none of them.
+        if self.ended or not 0 <= code < SNAC_CODEBOOK_SIZE:
+            if self.ended:
+                return
+            if token == END_OF_SPEECH:
+                self.ended = True
+                return
+            if token in CONTROL_TOKENS and not self.frames and not partial:
+                return  # the model's own START_OF_AI / START_OF_SPEECH before audio: expected
             self.invalid_tokens += 1
             self._spoiled = True
             code = 0
-        self._partial.append(code)
-        if len(self._partial) == SNAC_TOKENS_PER_FRAME:
+        partial.append(code)
+        if len(partial) == SNAC_TOKENS_PER_FRAME:
             if self._spoiled:
                 self.dropped_frames += 1
             else:
-                self.frames.append(np.asarray(self._partial, dtype=np.int64))
+                self.frames.append(np.asarray(partial, dtype=np.int64))
             self._partial, self._spoiled = [], False
 
     def feed_many(self, tokens) -> None:

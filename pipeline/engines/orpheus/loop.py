@@ -200,22 +200,26 @@ class EngineLoop:
             s.realtime_device_s += (device_ms or 0.0) / 1000
         else:
             s.full_device_s += (device_ms or 0.0) / 1000
-        before = {row: seq.generated for row, (seq, _) in plan.owners.items()}
+        owners, lives = plan.owners, self.live
+        before = {row: seq.generated for row, (seq, _) in owners.items()}
         finished = self.scheduler.postprocess(plan, tokens)
         for row, toks in tokens.items():
-            seq, _ = plan.owners[row]
+            seq = owners[row][0]
             # tokens drawn after the sequence ended, or before it was preempted, were dropped
             accepted = seq.generated - before[row]
-            live = self.live.get(id(seq))
+            live = lives.get(id(seq))
             if live is None or not accepted:
                 continue
             assembler, marks = live.stream.assembler, live.marks
             # Read the clock before the frames are fed: the codec thread may send the chunk at once
             # (the marks are read later, so a mark set just after it is still in order).
             now = time.monotonic() if marks.ready_at is None else None
-            for tok in toks[:accepted]:
-                assembler.feed(tok)
-            self.stats.tokens += accepted
+            if accepted == 1:           # the common case: one token a step
+                assembler.feed(toks[0])
+            else:
+                for tok in toks[:accepted]:
+                    assembler.feed(tok)
+            s.tokens += accepted
             if now is not None:
                 marks.first_token_at = marks.first_token_at or now
                 if len(assembler.frames) >= live.stream.first_ready_frames:
@@ -225,9 +229,10 @@ class EngineLoop:
             n, padded = len(plan.decode), self.runner.padded_batch(plan.rows)
             s.decode_rows += n
             s.padded_rows += padded
+            share, idle = padded / n, (padded - n) / n
             for seq in plan.decode:      # the idle rows of a step are shared by its sequences
-                seq.slot_steps += padded / n
-                seq.idle_slot_steps += (padded - n) / n
+                seq.slot_steps += share
+                seq.idle_slot_steps += idle
         s.prefill_tokens += sum(c.end - c.start for c in plan.prefill)
         for seq in finished:
             self.codec_worker.finish(self.live.pop(id(seq)))

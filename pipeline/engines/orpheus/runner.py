@@ -43,6 +43,7 @@ class _Launched:
 
 BATCH_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 LENGTH_STEP = 256          # attention lengths are multiples of this (and the full context)
+ACTIVE_MASKS = 4           # row sets whose active masks stay in host memory (ModelRunner._activate)
 
 
 def ladder(limit: int) -> list[int]:
@@ -74,6 +75,8 @@ class ModelRunner:
         self.keys = torch.zeros(rows, **i64)
         self.seen = torch.zeros(rows, width + 1, dtype=torch.bool, device=device)  # +1: idle rows
         self.active = torch.zeros(rows, dtype=torch.bool, device=device)
+        self._active_rows: tuple[int, ...] = ()     # the rows ``active`` marks (once queued)
+        self._masks: dict[tuple[int, ...], torch.Tensor] = {}   # row set -> its host mask, LRU
         self._cuda = str(device).startswith("cuda")
         self.batch_sizes = ladder(rows)
         self.lengths = length_ladder(context)
@@ -120,6 +123,7 @@ class ModelRunner:
         started = time.monotonic()
         pool = torch.cuda.graph_pool_handle()
         self.active.zero_()                      # capture with every row idle: no state changes
+        self._active_rows = ()
         try:
             with torch.inference_mode():
                 side = torch.cuda.Stream()
@@ -159,13 +163,11 @@ class ModelRunner:
             for src, dst, length in plan.moves:
                 self._move(src, dst, length)
             first_rows, first = self._prefill(plan) if plan.prefill else ([], None)
-            b = 0
-            if plan.decode:
+            b, rows = 0, [s.row for s in plan.decode]
+            if rows:
                 b = self.batch_sizes[bisect.bisect_left(self.batch_sizes, plan.rows)]
                 length = self._length(b, plan.context)
-                active = torch.zeros(self.rows, dtype=torch.bool)
-                active[[s.row for s in plan.decode]] = True
-                self.active.copy_(self._h2d(active), non_blocking=True)
+                self._activate(rows)
                 graph = self.graphs.get((b, length))
                 if graph is not None:
                     graph.replay()
@@ -176,7 +178,7 @@ class ModelRunner:
             done = torch.cuda.Event(enable_timing=True) if self._cuda else None
             if done is not None:
                 done.record()
-        return _Launched([s.row for s in plan.decode], decoded, first_rows, first_host, done, start)
+        return _Launched(rows, decoded, first_rows, first_host, done, start)
 
     def collect(self, launched: _Launched) -> dict[int, list[int]]:
         """Wait for a launched step; returns row -> tokens it produced."""
@@ -190,6 +192,28 @@ class ModelRunner:
             for row, tok in zip(launched.first_rows, launched.first.tolist()):
                 out.setdefault(row, []).append(tok)
         return out
+
+    def _activate(self, rows: list[int]) -> None:
+        """Mark ``rows`` as the ones that decode (``self.active``), without waiting for the device.
+
+        Most steps decode the rows of the step before, or alternate between all rows and the
+        realtime tier, so the mask is copied only when the set differs from the last one queued
+        (nothing else writes ``active`` after boot), from a mask kept for each of the last few
+        sets. A kept mask is never written again, so a copy still queued from it is never raced;
+        on the GPU it is pinned, and the caching host allocator holds a dropped one until its
+        copies have run."""
+        key = tuple(rows)
+        if key == self._active_rows:
+            return
+        mask = self._masks.pop(key, None)
+        if mask is None:
+            mask = torch.zeros(self.rows, dtype=torch.bool, pin_memory=self._cuda)
+            mask.numpy()[rows] = True
+            if len(self._masks) >= ACTIVE_MASKS - 1:
+                del self._masks[next(iter(self._masks))]        # the least recently used
+        self._masks[key] = mask
+        self.active.copy_(mask, non_blocking=True)
+        self._active_rows = key
 
     def _h2d(self, host):
         """A host tensor onto the device without waiting for the device: staged in pinned memory

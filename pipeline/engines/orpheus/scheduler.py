@@ -205,8 +205,9 @@ class Scheduler:
         self._steps += full
         self.realtime_steps += not full
         # Sequences part-way through their prompt go first: they already hold a row.
-        for seq in self.by_row:
-            if seq.state is SeqState.PREFILL and budget > 0 and (full or seq.realtime):
+        prefilling = SeqState.PREFILL
+        for seq in [s for s in self.by_row if s.state is prefilling]:
+            if budget > 0 and (full or seq.realtime):
                 budget -= self._prefill_chunk(plan, seq, budget)
         while budget > 0:
             seq = self._next_admission(batch_turn, realtime_only=not full)
@@ -215,16 +216,11 @@ class Scheduler:
             self._place(plan, seq)
             budget -= self._prefill_chunk(plan, seq, budget)
         if full:
-            plan.decode = [s for s in self.by_row if s.decodable]
             plan.rows = len(self.by_row)
         else:       # the realtime tier, rows 0 .. r-1
             plan.realtime_only = True
             plan.rows = self._r
-            plan.decode = [s for s in self.by_row[: plan.rows] if s.decodable]
-        plan.context = max((s.context for s in plan.decode), default=0)
-        for seq in plan.decode:
-            seq.inflight += 1
-            plan.owners[seq.row] = (seq, seq.epoch)
+        self._decode(plan, self.by_row if full else self.by_row[: plan.rows])
         for chunk in plan.prefill:
             seq = chunk.seq
             seq.prefilled = chunk.end
@@ -233,6 +229,24 @@ class Scheduler:
                 seq.inflight += 1
                 plan.owners[seq.row] = (seq, seq.epoch)
         return plan
+
+    def _decode(self, plan: Plan, rows: list[Seq]) -> None:
+        """Every ``decodable`` sequence of ``rows`` decodes one more token; the plan's context is
+        their longest ``context`` before it. One pass, the properties written out: it runs over
+        every row at every step, on the loop thread."""
+        decode, owners, context, running = plan.decode, plan.owners, 0, SeqState.RUNNING
+        for seq in rows:
+            if seq.state is running:
+                ahead = seq.generated + seq.inflight
+                if ahead < seq.budget:
+                    decode.append(seq)
+                    if len(seq.prompt) + ahead > context:
+                        context = len(seq.prompt) + ahead
+                    if seq.prefilled > context:
+                        context = seq.prefilled
+                    seq.inflight += 1
+                    owners[seq.row] = (seq, seq.epoch)
+        plan.context = context
 
     def _full_turn(self) -> bool:
         """Whether this step decodes every row, or the realtime rows alone (see the module)."""
@@ -255,13 +269,13 @@ class Scheduler:
         """``tokens``: row -> the tokens that row produced this step: one per decoded row, and one
         from the last prefill logits for a sequence whose prompt completed. Returns the sequences
         that finished."""
-        finished = []
+        finished, owners, running = [], plan.owners, SeqState.RUNNING
         for row, toks in tokens.items():
-            seq, epoch = plan.owners[row]
-            if seq.epoch != epoch or seq.state is not SeqState.RUNNING:
+            seq, epoch = owners[row]
+            if seq.epoch != epoch or seq.state is not running:
                 continue    # preempted since (it draws these again on resume), or already ended
             for tok in toks:
-                if seq.state is not SeqState.RUNNING:
+                if seq.state is not running:
                     break                   # it ended on an earlier token of this list
                 seq.inflight -= 1
                 seq.generated += 1
@@ -302,17 +316,21 @@ class Scheduler:
             return None
         return self.waiting_batch.popleft()
 
-    def _hole(self, i: int) -> bool:
-        seq = self.by_row[i]
-        return seq.state is SeqState.FINISHED or seq.row != i
+    def _live(self, upto: int | None = None) -> list[Seq]:
+        """The sequences of rows ``0 .. upto-1`` (all rows: None) that still hold their row; the
+        others are holes: finished, cancelled, or preempted (its ``row`` is no longer that row)."""
+        ended = SeqState.FINISHED
+        rows = self.by_row if upto is None else self.by_row[:upto]
+        return [s for i, s in enumerate(rows) if s.state is not ended and s.row == i]
 
     def _preempt_for_realtime(self) -> None:
         """Give rows back from batch work while realtime streams need them or the step is over
         the realtime cap: the youngest batch sequences go back to the head of the queue."""
         if not (self.waiting_rt or (self.by_row and self.by_row[0].realtime)):
             return                              # no stream: the realtime tier is empty
-        realtime = sum(1 for i, s in enumerate(self.by_row[: self._realtime_rows()])
-                       if not self._hole(i))
+        if self.running_rows + len(self.waiting_rt) <= min(self.capacity, self.realtime_max_rows):
+            return          # within the lowest limit below (which the count of streams only raises)
+        realtime = len(self._live(self._realtime_rows()))
         wanted = realtime + len(self.waiting_rt)
         if not wanted:
             return
@@ -320,7 +338,7 @@ class Scheduler:
         excess = self.running_rows + len(self.waiting_rt) - limit
         if excess <= 0:
             return
-        live = [s for i, s in enumerate(self.by_row) if not self._hole(i)]
+        live = self._live()
         batch = sorted((s for s in live if not s.realtime), key=lambda s: (s.generated, -s.order))
         for seq in batch[: max(0, min(excess, len(batch) - self.batch_floor))]:
             self._free_rows.append(seq.row)
@@ -336,10 +354,10 @@ class Scheduler:
 
     def _realtime_rows(self) -> int:
         """r: rows 0 .. r-1 hold the realtime tier (after ``_compact``)."""
-        r = 0
-        while r < len(self.by_row) and self.by_row[r].realtime:
-            r += 1
-        return r
+        for r, seq in enumerate(self.by_row):
+            if not seq.realtime:
+                return r
+        return len(self.by_row)
 
     def _place(self, plan: Plan, seq: Seq) -> None:
         """Give an admitted sequence a row: batch work the next one, a realtime stream row ``r``
@@ -365,7 +383,7 @@ class Scheduler:
         Realtime sequences at rows ``>= r`` move into the holes below ``r`` first; then batch
         sequences at rows ``>= n`` move into the holes of ``r .. n-1`` (which now include the rows
         those realtime ones left). Every move goes into a free row, so no swap is ever needed."""
-        live = [s for i, s in enumerate(self.by_row) if not self._hole(i)]
+        live = self._live()
         self._free_rows = []
         rt = [s for s in live if s.realtime]
         batch = [s for s in live if not s.realtime]
