@@ -5,20 +5,26 @@ from __future__ import annotations
 import json
 
 
-def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
+def bench(tiny_dir, tmp_path, lines: str, *args: str) -> dict:
+    """ops/bench_orpheus.py on the tiny model on the CPU over a corpus of ``lines``: its JSON."""
     from ops.bench_orpheus import main
 
     corpus = tmp_path / "bench.txt"
-    corpus.write_text("Hello there.\nA second line of the corpus.\nThird.\nFour is here.\n")
+    corpus.write_text(lines)
     out = tmp_path / "bench.json"
     rc = main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "float32",
                "--corpus", str(corpus), "--lines", "2", "--subset", "1", "--max-budget", "28",
-               "--streams", "2", "--spread", "0.1", "--w2-counts", "1", "--single-runs", "1", "--generate1-jobs", "1",
-               "--w2-configs", "2:4:0,1:1:3:0.5", "--lookaheads", "2,1",
-               "--quant", "none", "--max-batch", "4", "--rows", "4", "--context", "512",
-               "--json", str(out), "--markdown", str(tmp_path / "bench.md")])
+               "--rows", "4", "--context", "512", "--json", str(out), *args])
     assert rc == 0
-    data = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
+    data = bench(tiny_dir, tmp_path,
+                 "Hello there.\nA second line of the corpus.\nThird.\nFour is here.\n",
+                 "--streams", "2", "--spread", "0.1", "--w2-counts", "1", "--single-runs", "1",
+                 "--generate1-jobs", "1", "--w2-configs", "2:4:0,1:1:3:0.5", "--lookaheads", "2,1",
+                 "--quant", "none", "--max-batch", "4", "--markdown", str(tmp_path / "bench.md"))
     approaches = {r["approach"] for r in data["rows"]}
     assert approaches == {"fast W1", "fast subset", "part-1 engine subset",
                           "generate() static subset", "generate() 1-at-a-time"}
@@ -39,17 +45,8 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
 
 
 def test_bench_labels_the_fp8_kv_cache_runs(tiny_dir, tmp_path):
-    from ops.bench_orpheus import main
-
-    corpus = tmp_path / "bench.txt"
-    corpus.write_text("Hello there.\nA second line of the corpus.\n")
-    out = tmp_path / "bench.json"
-    rc = main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "float32",
-               "--corpus", str(corpus), "--lines", "2", "--subset", "1", "--max-budget", "28",
-               "--approaches", "logits,fast", "--quant", "none,none/kv8", "--rows", "4",
-               "--context", "512", "--json", str(out)])
-    assert rc == 0
-    data = json.loads(out.read_text())
+    data = bench(tiny_dir, tmp_path, "Hello there.\nA second line of the corpus.\n",
+                 "--approaches", "logits,fast", "--quant", "none,none/kv8")
     assert {(r["approach"], r["quant"]) for r in data["rows"]} == {
         ("fast W1", "none"), ("fast subset", "none"), ("fast W1", "none/kv8"),
         ("fast subset", "none/kv8")}

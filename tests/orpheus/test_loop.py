@@ -63,6 +63,11 @@ def test_sequences_ending_on_end_of_speech_under_overlap_finish_once(tiny):
     assert not loop.live and loop.stats.oom_events == 0
 
 
+def final_chunk(live, audio):
+    """The codec thread's ``on_final``: the stream's last audio (none: empty) as its final chunk."""
+    return AudioChunk(live.key, np.zeros(0, np.float32) if audio is None else audio, True)
+
+
 def test_the_codec_thread_sends_one_final_chunk_per_stream_whatever_the_slicing(tiny):
     """Batch streams that end on a batch turn are in both of the codec thread's lists; sliced
     renders once sent them two final chunks, and a caller counting finals stopped early."""
@@ -70,8 +75,7 @@ def test_the_codec_thread_sends_one_final_chunk_per_stream_whatever_the_slicing(
     from pipeline.engines.orpheus.loop import Live
     from pipeline.engines.orpheus.streaming import StreamState
 
-    worker = CodecWorker(tiny.codec, on_final=lambda live, audio: AudioChunk(
-        live.key, np.zeros(0, np.float32) if audio is None else audio, True),
+    worker = CodecWorker(tiny.codec, on_final=final_chunk,
         batch_interval_s=0.0, batch_slice=1)
     sink: queue.SimpleQueue = queue.SimpleQueue()
     rng = np.random.default_rng(0)
@@ -117,8 +121,7 @@ def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
                     raise RuntimeError("codec broke")
             return self.codec.decode_windows(frames, keys, urgent)
 
-    worker = CodecWorker(FailingSecondBatchCall(tiny.codec), on_final=lambda live, audio: AudioChunk(
-        live.key, np.zeros(0, np.float32) if audio is None else audio, True),
+    worker = CodecWorker(FailingSecondBatchCall(tiny.codec), on_final=final_chunk,
         batch_interval_s=1e9, batch_slice=1)
     sink: queue.SimpleQueue = queue.SimpleQueue()
     rng = np.random.default_rng(1)
