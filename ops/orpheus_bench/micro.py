@@ -21,6 +21,21 @@ def time_ms(fn, reps: int = 20) -> float:
     return start.elapsed_time(end) / reps
 
 
+def step_kernels(fn, reps: int = 20, top: int = 25) -> list[tuple[str, float, float]]:
+    """``fn``'s kernels under the profiler, per call of ``fn``: (name, launches, us), largest first,
+    the rest summed in one line, and the total."""
+    from ops.orpheus_bench.profile import profile_kernels
+
+    fn()
+    prof = profile_kernels(lambda: [fn() for _ in range(reps)], top=10_000)
+    rows = [(name, calls / reps, ms * 1000 / reps) for name, calls, ms in prof["top_kernels"]]
+    total = (f"total ({len(rows)} kernels)", sum(r[1] for r in rows), sum(r[2] for r in rows))
+    rest = rows[top:]
+    if rest:
+        rows = rows[:top] + [("the rest", sum(r[1] for r in rest), sum(r[2] for r in rest))]
+    return rows + [total]
+
+
 def check_attention() -> None:
     """The per-row Triton kernel against SDPA with a per-row mask, on random data."""
     import torch.nn.functional as F
@@ -60,14 +75,24 @@ def main(argv=None) -> int:
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048],
                     help="positions every row holds (each row at the length or up to 10%% less)")
     ap.add_argument("--no-codec", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="also each graph's kernels under the torch profiler, in us per step")
+    ap.add_argument("--min-batch", type=int, default=0,
+                    help="the smallest batch that runs the per-row attention kernel (0: "
+                         "attention.MIN_BATCH); below it a bf16 cache runs SDPA")
     args = ap.parse_args(argv)
     check_attention()
+    if args.min_batch:
+        from pipeline.engines.orpheus import attention
+
+        attention.MIN_BATCH = args.min_batch
     lm = load_model("random-3b", "auto", "auto", args.quant)
     runner = ModelRunner(lm.model, args.rows, 2048, SamplingParams(ignore_eos=True),
                          logits_lo=CUSTOM_TOKEN_BASE, kv_dtype=args.kv_dtype)
     print(f"decode graph, weights {args.quant}, KV cache {runner.cache.k[0].dtype}:", flush=True)
     runner.active.fill_(True)
     gen = torch.Generator().manual_seed(0)
+    profiles = []
     for b in args.batches:
         cells = []
         for length in args.lengths:
@@ -76,7 +101,13 @@ def main(argv=None) -> int:
             spread = torch.randint(0, max(1, length // 10), (args.rows,), generator=gen)
             runner.pos.copy_(torch.clamp(length - 30 - spread, min=1).to(runner.pos.device))
             cells.append(f"L{length}={time_ms(g.replay):.2f}")
+            if args.profile:
+                profiles.append((b, length, step_kernels(g.replay)))
         print(f"  B={b}: " + " ".join(cells) + " ms", flush=True)
+    for b, length, kernels in profiles:
+        print(f"kernels of one step, B={b}, L={length} (us; calls per step):", flush=True)
+        for name, calls, us in kernels:
+            print(f"  {us:8.1f} {calls:5.0f}  {name}", flush=True)
     if args.no_codec:
         return 0
     from pipeline.engines.orpheus.engine import common_windows
@@ -91,6 +122,11 @@ def main(argv=None) -> int:
             t = time_ms(lambda: lm.codec.decode_windows(frames, keys), reps=5)
             print(f"codec {label} {g} windows x {w} frames: {t:.2f} ms "
                   f"({t / (g * w):.3f} ms per frame)", flush=True)
+            if args.profile and label == "graphs" and (g, w) in ((64, 4), (32, 19)):
+                print(f"kernels of one codec call, {g} windows x {w} frames (us; calls):")
+                for name, calls, us in step_kernels(lambda: lm.codec.decode_windows(frames, keys),
+                                                    reps=5, top=15):
+                    print(f"  {us:8.1f} {calls:5.0f}  {name}", flush=True)
     return 0
 
 

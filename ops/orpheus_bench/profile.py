@@ -55,4 +55,4 @@ def profile_kernels(fn, top: int = 30) -> dict:
     return {"wall_ms": round(wall * 1000, 1),
             "device_ms_by_kind": {k: round(v, 1) for k, v in sorted(totals.items(),
                                                                     key=lambda kv: -kv[1])},
-            "top_kernels": [(name[:120], calls, round(ms, 1)) for name, calls, ms in kernels[:top]]}
+            "top_kernels": [(name[:120], calls, round(ms, 3)) for name, calls, ms in kernels[:top]]}

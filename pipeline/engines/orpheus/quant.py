@@ -48,6 +48,7 @@ def _float8_linear_class():
             self.out_dtype = out_dtype
             self.use_scaled_mm = use_scaled_mm
             self.quantize_rows = _quantize_rows() if use_scaled_mm else None
+            self.small_rows = _small_rows_kernel() if use_scaled_mm else None
 
         @classmethod
         def quantize(cls, linear, use_scaled_mm: bool):
@@ -66,6 +67,12 @@ def _float8_linear_class():
             lead, k = x.shape[:-1], x.shape[-1]
             x2 = x.reshape(-1, k)
             m = x2.shape[0]
+            if self.small_rows is not None and x.dtype in (torch.bfloat16, torch.float16):
+                launch = self.small_rows[0](m)
+                if launch is not None:       # few rows: the weight-only kernel (fp8_kernels.py)
+                    out = self.small_rows[1](x2, self.weight, self.scale, launch)
+                    out = out.to(self.out_dtype).reshape(*lead, -1)
+                    return out if self.bias is None else out + self.bias
             rows = m + (-m) % SCALED_MM_ALIGN
             xq, x_scale = self.quantize_rows(x2, rows)
             out = torch._scaled_mm(xq, self.weight.t(), scale_a=x_scale,
@@ -114,6 +121,29 @@ def _quantize_rows():
     except ImportError:         # no Triton (the CPU install)
         return quantize_rows_reference
     return quantize_rows
+
+
+def _small_rows_kernel():
+    """With ``SYNTH_FP8_SMALL_ROWS=w8a16``: (launch settings by rows, the kernel) of
+    fp8_kernels' weight-only GEMM for the few rows of a decode step; None (``_scaled_mm`` at every
+    batch, the default) otherwise or without Triton.
+
+    Opt-in because it has not yet won where measured: on the H200, without splitting K, it was
+    faster than ``_scaled_mm`` on the widest projection (gate/up) at 1-16 rows but slower on the
+    narrow ones, and bf16 weights beat both below 192 rows (ops/results, session 6). The K split
+    for the narrow projections is built and checked, not yet timed on a GPU."""
+    import os
+
+    choice = os.environ.get("SYNTH_FP8_SMALL_ROWS", "scaled_mm")
+    if choice not in ("scaled_mm", "w8a16"):
+        raise ValueError(f"SYNTH_FP8_SMALL_ROWS={choice!r}: choose scaled_mm or w8a16")
+    if choice == "scaled_mm":
+        return None
+    try:
+        from pipeline.engines.orpheus.fp8_kernels import linear_w8a16, w8a16_launch
+    except ImportError:         # no Triton (the CPU install)
+        return None
+    return w8a16_launch, linear_w8a16
 
 
 def _fp8_has_kernel(device: str) -> bool:
