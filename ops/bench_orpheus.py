@@ -63,9 +63,11 @@ def parse(argv=None):
     ap.add_argument("--w2-lines", type=int, default=150, help="W1 lines behind each W2 run")
     ap.add_argument("--realtime-max-rows", type=int, default=0)
     ap.add_argument("--w2-configs", default="",
-                    help="comma list of EVERY:STARTING:MAX_ROWS scheduler settings to run W2 under "
-                         "(realtime_batch_every, ..._starting, realtime_max_rows; 0 = the "
-                         "engine's default); empty: the engine's defaults only")
+                    help="comma list of EVERY:STARTING:MAX_ROWS[:SWITCH_MS[:STEADY]] scheduler "
+                         "settings to run W2 under (realtime_batch_every, ..._starting, "
+                         "realtime_max_rows; 0 = the engine's default; the GIL switch interval; "
+                         "the scheduler's steady_every, 1 = no starting-only steps); empty: the "
+                         "engine's defaults only")
     ap.add_argument("--lookaheads", default="2",
                     help="comma list of first-chunk lookaheads (frames) for the single stream")
     ap.add_argument("--single-runs", type=int, default=5)
@@ -217,18 +219,23 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
         configs = [c.split(":") for c in args.w2_configs.split(",") if c] or [[]]
         for config in configs:
             # EVERY:STARTING:MAX_ROWS[:SWITCH_MS]; 0 or absent: the engine's default
+            steady = int(config[4]) if len(config) > 4 else 1
             config = tuple(int(v) or d for v, d in zip(config[:3], defaults)) + \
                 defaults[len(config[:3]):] + (float(config[3]) if len(config) > 3 else 0.0,)
             sched.full_every, sched.full_every_starting, sched.realtime_max_rows = config[:3]
+            sched.steady_every = max(1, steady)
             sys.setswitchinterval(config[3] / 1000 or switch)
-            name = "w2" if config[:3] == defaults and not config[3] else \
+            name = "w2" if config[:3] == defaults and not config[3] and steady <= 1 else \
                 "w2_every{}_starting{}_max{}".format(*config) + \
-                (f"_switch{config[3]:g}ms" if config[3] else "")
+                (f"_switch{config[3]:g}ms" if config[3] else "") + \
+                (f"_steady{steady}" if steady > 1 else "")
             mode[name] = {"config": dict(zip(("batch_every", "batch_every_starting",
-                                             "realtime_max_rows", "switch_interval_ms"),
-                                            config[:3] + (config[3] or switch * 1000,)))}
+                                             "realtime_max_rows", "switch_interval_ms",
+                                             "steady_every"),
+                                            config[:3] + (config[3] or switch * 1000, steady)))}
             for count in map(int, args.w2_counts.split(",")):
                 st = fast.loop.stats
+                starting_before = sched.starting_steps
                 before = (sched.preempted, sched.realtime_steps, st.steps, st.realtime_steps,
                           st.realtime_device_s, st.full_device_s, st.realtime_launch_s, st.launch_s)
                 fast.loop.first_chunk_phases(clear=True)
@@ -236,6 +243,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
                 summary = mode[name][count] = r.summary()
                 summary["preempted"] = sched.preempted - before[0]
                 summary["realtime_only_steps"] = sched.realtime_steps - before[1]
+                summary["starting_only_steps"] = sched.starting_steps - starting_before
                 summary["steps"] = st.steps - before[2]
                 rt_steps, full_steps = st.realtime_steps - before[3], summary["steps"] - (
                     st.realtime_steps - before[3])
@@ -251,6 +259,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
                     summary["background_x_real_time"] = r.background.audio_s / r.background.wall_s
                 print(name, count, summary, flush=True)
         sched.full_every, sched.full_every_starting, sched.realtime_max_rows = defaults
+        sched.steady_every = 1
         sys.setswitchinterval(switch)
     fast.close()
     del fast

@@ -247,12 +247,13 @@ def test_a_realtime_arrival_takes_the_lowest_batch_row_which_moves_to_the_end():
     assert tiers_hold(s) == 1
 
 
-def test_tiers_hold_through_arrivals_finishes_and_preemptions():
+@pytest.mark.parametrize("steady_every", [1, 3])
+def test_tiers_hold_through_arrivals_finishes_and_preemptions(steady_every):
     import random
 
     rng = random.Random(7)
     s = Scheduler(rows=8, max_context=200, batch_floor=1, realtime_max_rows=6, admit_every=2,
-                  full_every=2, full_every_starting=3, first_tokens=4)
+                  full_every=2, full_every_starting=3, first_tokens=4, steady_every=steady_every)
     made = 0
     for step in range(300):
         if rng.random() < 0.3:
@@ -267,7 +268,10 @@ def test_tiers_hold_through_arrivals_finishes_and_preemptions():
         assert all(row < plan.rows for row in rows_decoded)
         if plan.rows < len(s.by_row):           # a realtime-only step: the bottom tier alone
             assert all(q.realtime for q in plan.decode) and plan.rows <= r
+        if plan.starting_only:      # streams short of their first 4 tokens (this step's included)
+            assert plan.decode and all(q.realtime and len(q.tokens) <= 4 for q in plan.decode)
     assert s.idle or made
+    assert (s.starting_steps > 0) == (steady_every > 1)
 
 
 def test_realtime_only_steps_between_full_ones_while_streams_run():
@@ -331,3 +335,54 @@ def test_batch_work_keeps_its_floor_under_a_steady_flood_of_streams():
         run_step(s, lambda q: 7)
         assert sum(1 for q in s.by_row if not q.realtime) <= max(2, 8 - sum(q.realtime for q in s.by_row))
     assert all(q.finish_reason == "budget" for q in jobs)
+
+
+def test_starting_only_steps_decode_the_new_stream_alone_between_the_others():
+    """With ``steady_every=2``, while a stream waits for its first chunk, every other step over the
+    realtime rows decodes it alone (at the realtime tier's batch, the playing stream's row idle);
+    once it has its first tokens, the steps are as before."""
+    s = Scheduler(rows=8, max_context=400, full_every=2, full_every_starting=4, first_tokens=6,
+                  steady_every=2)
+    s.add(Seq("b", [1, 2], budget=300))
+    s.add(Seq("old", [1], budget=300, realtime=True))
+    for _ in range(12):                              # "old" is past its first tokens
+        run_step(s, lambda q: 7)
+    new = Seq("new", [1], budget=300, realtime=True)
+    s.add(new)
+    kinds = []
+    while new.generated < 6:
+        plan, _ = run_step(s, lambda q: 7)
+        keys = sorted(q.key for q in plan.decode)
+        kinds.append("start" if plan.starting_only else "rt" if plan.realtime_only else "full")
+        if plan.starting_only:
+            assert keys == ["new"] and plan.realtime_only and plan.rows == 2
+        elif plan.realtime_only:
+            assert set(keys) <= {"new", "old"} and plan.rows == 2
+    # after the prompt's step (an ordinary one: the stream has no token yet), the steps over the
+    # realtime rows alternate between the starting stream alone and both, with a full step among
+    # every 4 (as without starting-only steps)
+    between = [k for k in kinds[1:] if k != "full"]
+    assert between == ["start", "rt"] * (len(between) // 2) + ["start"] * (len(between) % 2)
+    assert all("full" in kinds[i:i + 4] for i in range(len(kinds) - 3))
+    assert s.starting_steps == kinds.count("start") > 0
+    after = [run_step(s, lambda q: 7)[0] for _ in range(6)]
+    assert not any(p.starting_only for p in after)
+    assert [p.realtime_only for p in after] in ([True, False] * 3, [False, True] * 3)
+
+
+def test_starting_only_steps_without_batch_work():
+    """Streams alone: every step is a full one over the realtime rows, and with ``steady_every``
+    every other one decodes the starting stream alone."""
+    s = Scheduler(rows=4, max_context=200, full_every=2, full_every_starting=4, first_tokens=4,
+                  steady_every=2)
+    s.add(Seq("old", [1], budget=100, realtime=True))
+    for _ in range(8):
+        run_step(s, lambda q: 7)
+    new = Seq("new", [1], budget=100, realtime=True)
+    s.add(new)
+    plans = []
+    while new.generated < 4:
+        plans.append(run_step(s, lambda q: 7)[0])
+    starting = [p for p in plans if p.starting_only]
+    assert starting and all([q.key for q in p.decode] == ["new"] for p in starting)
+    assert all(len(p.decode) == 2 for p in plans[1:] if not p.starting_only)
