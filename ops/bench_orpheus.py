@@ -63,11 +63,12 @@ def parse(argv=None):
     ap.add_argument("--w2-lines", type=int, default=150, help="W1 lines behind each W2 run")
     ap.add_argument("--realtime-max-rows", type=int, default=0)
     ap.add_argument("--w2-configs", default="",
-                    help="comma list of EVERY:STARTING:MAX_ROWS[:SWITCH_MS[:STEADY]] scheduler "
-                         "settings to run W2 under (realtime_batch_every, ..._starting, "
+                    help="comma list of EVERY:STARTING:MAX_ROWS[:SWITCH_MS[:STEADY[:PAUSE]]] "
+                         "scheduler settings to run W2 under (realtime_batch_every, ..._starting, "
                          "realtime_max_rows; 0 = the engine's default; the GIL switch interval; "
-                         "the scheduler's steady_every, 1 = no starting-only steps); empty: the "
-                         "engine's defaults only")
+                         "the scheduler's steady_every, 1 = no starting-only steps; pause_batch, "
+                         "1 = pause batch rows over the cap instead of preempting them); empty: "
+                         "the engine's defaults only")
     ap.add_argument("--lookaheads", default="2",
                     help="comma list of first-chunk lookaheads (frames) for the single stream")
     ap.add_argument("--single-runs", type=int, default=5)
@@ -220,22 +221,25 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
         for config in configs:
             # EVERY:STARTING:MAX_ROWS[:SWITCH_MS]; 0 or absent: the engine's default
             steady = int(config[4]) if len(config) > 4 else 1
+            pause = len(config) > 5 and config[5] == "1"
             config = tuple(int(v) or d for v, d in zip(config[:3], defaults)) + \
                 defaults[len(config[:3]):] + (float(config[3]) if len(config) > 3 else 0.0,)
             sched.full_every, sched.full_every_starting, sched.realtime_max_rows = config[:3]
-            sched.steady_every = max(1, steady)
+            sched.steady_every, sched.pause_batch = max(1, steady), pause
             sys.setswitchinterval(config[3] / 1000 or switch)
-            name = "w2" if config[:3] == defaults and not config[3] and steady <= 1 else \
-                "w2_every{}_starting{}_max{}".format(*config) + \
+            name = "w2" if config[:3] == defaults and not config[3] and steady <= 1 \
+                and not pause else "w2_every{}_starting{}_max{}".format(*config) + \
                 (f"_switch{config[3]:g}ms" if config[3] else "") + \
-                (f"_steady{steady}" if steady > 1 else "")
+                (f"_steady{steady}" if steady > 1 else "") + ("_paused" if pause else "")
             mode[name] = {"config": dict(zip(("batch_every", "batch_every_starting",
                                              "realtime_max_rows", "switch_interval_ms",
-                                             "steady_every"),
-                                            config[:3] + (config[3] or switch * 1000, steady)))}
+                                             "steady_every", "pause_batch"),
+                                            config[:3] + (config[3] or switch * 1000, steady,
+                                                          pause)))}
             for count in map(int, args.w2_counts.split(",")):
                 st = fast.loop.stats
-                starting_before = sched.starting_steps
+                starting_before, prefill_before = sched.starting_steps, st.prefill_device_s
+                prefill_steps_before = st.prefill_steps
                 before = (sched.preempted, sched.realtime_steps, st.steps, st.realtime_steps,
                           st.realtime_device_s, st.full_device_s, st.realtime_launch_s, st.launch_s)
                 fast.loop.first_chunk_phases(clear=True)
@@ -250,6 +254,11 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
                 summary["device_ms_per_step"] = {
                     "realtime_only": round(1000 * (st.realtime_device_s - before[4]) / max(1, rt_steps), 2),
                     "full": round(1000 * (st.full_device_s - before[5]) / max(1, full_steps), 2)}
+                # device time before the decode step (moves, prefill), per step with a prefill
+                summary["prefill_device_ms_per_prefill_step"] = round(
+                    1000 * (st.prefill_device_s - prefill_before)
+                    / max(1, st.prefill_steps - prefill_steps_before), 2)
+                summary["prefill_steps"] = st.prefill_steps - prefill_steps_before
                 summary["launch_ms_per_step"] = {
                     "realtime_only": round(1000 * (st.realtime_launch_s - before[6]) / max(1, rt_steps), 2),
                     "full": round(1000 * ((st.launch_s - before[7]) - (st.realtime_launch_s - before[6]))
@@ -259,7 +268,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
                     summary["background_x_real_time"] = r.background.audio_s / r.background.wall_s
                 print(name, count, summary, flush=True)
         sched.full_every, sched.full_every_starting, sched.realtime_max_rows = defaults
-        sched.steady_every = 1
+        sched.steady_every, sched.pause_batch = 1, False
         sys.setswitchinterval(switch)
     fast.close()
     del fast

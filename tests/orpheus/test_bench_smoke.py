@@ -23,7 +23,7 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     data = bench(tiny_dir, tmp_path,
                  "Hello there.\nA second line of the corpus.\nThird.\nFour is here.\n",
                  "--streams", "2", "--spread", "0.1", "--w2-counts", "1", "--single-runs", "1",
-                 "--generate1-jobs", "1", "--w2-configs", "2:4:0,1:1:3:0.5,2:4:0:0:2", "--lookaheads", "2,1",
+                 "--generate1-jobs", "1", "--w2-configs", "2:4:0,1:1:3:0.5,2:4:0:0:2:1", "--lookaheads", "2,1",
                  "--quant", "none", "--max-batch", "4", "--markdown", str(tmp_path / "bench.md"))
     approaches = {r["approach"] for r in data["rows"]}
     assert approaches == {"fast W1", "fast subset", "part-1 engine subset",
@@ -35,12 +35,14 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     w2 = mode["w2"]["1"]
     assert w2["ok"] == w2["streams"] == 1 and w2["errors"] == []
     assert set(w2["first_chunk_ms"]) == {"queued", "prefill", "decode", "codec"}
+    assert w2["prefill_steps"] > 0 and w2["prefill_device_ms_per_prefill_step"] == 0   # no CUDA
     plain = mode["w2_every1_starting1_max3_switch0.5ms"]   # every step full: no realtime-only steps
     assert plain["config"] == {"batch_every": 1, "batch_every_starting": 1, "realtime_max_rows": 3,
-                               "switch_interval_ms": 0.5, "steady_every": 1}
+                               "switch_interval_ms": 0.5, "steady_every": 1, "pause_batch": False}
     assert plain["1"]["ok"] == 1 and plain["1"]["realtime_only_steps"] == 0
-    steady = next(v for k, v in mode.items() if k.endswith("_steady2"))
-    assert steady["config"]["steady_every"] == 2 and steady["1"]["ok"] == 1
+    steady = next(v for k, v in mode.items() if k.endswith("_steady2_paused"))
+    assert steady["config"]["steady_every"] == 2 and steady["config"]["pause_batch"]
+    assert steady["1"]["ok"] == 1
     assert "starting_only_steps" in steady["1"]
     assert len(mode["single_stream"]["ttfb_s"]) == 1
     assert len(mode["single_stream_lookahead1"]["ttfb_s"]) == 1

@@ -3,11 +3,7 @@ against the unfused one, transformers' forward and generate(), and a quantized m
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import weakref
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +19,7 @@ from transformers.models.llama.modeling_llama import (
 from pipeline.engines.orpheus import fused
 from pipeline.engines.orpheus.decoder import Decoder, KVCache, fuse_weights
 from pipeline.engines.orpheus.tiny import TINY_LLAMA
+from tests.orpheus.triton_checks import interpreted
 
 CONTEXT = 128
 
@@ -228,10 +225,4 @@ def test_greedy_tokens_of_the_fused_decoder_equal_generate():
 # The Triton kernels, where Triton is installed: its interpreter runs them on the CPU -----------
 
 def test_triton_kernels_match_the_references_in_the_interpreter():
-    pytest.importorskip("triton")
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-m", "ops.orpheus_bench.check_fused", "--device", "cpu",
-                           "--batches", "1", "5", "--dtype", "float32", "--no-time"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    interpreted("check_fused", "--batches", "1", "5", "--dtype", "float32", "--no-time", timeout=600)

@@ -9,11 +9,6 @@ model, Llama's init) stays under 4%; measured about 1.2-1.4% overall and at most
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -25,6 +20,7 @@ from pipeline.engines.orpheus import fused
 from pipeline.engines.orpheus.decoder import Decoder, KVCache, kv_storage_dtype
 from pipeline.engines.orpheus.engine import OrpheusEngine
 from pipeline.engines.orpheus.tiny import TINY_LLAMA
+from tests.orpheus.triton_checks import interpreted
 
 CONTEXT = 128
 FP8_LOGITS_BOUND = 0.04
@@ -194,12 +190,7 @@ def test_triton_kernels_over_an_fp8_cache_in_the_interpreter():
     fp32 -> e4m3 cast loses the carry of a rounding that overflows the mantissa (1.96 -> 1.0), so
     rope_store's fp8 write is checked on data exact in e4m3 (check_kv8.py says how); the GPU check
     covers random data."""
-    pytest.importorskip("triton")
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-m", "ops.orpheus_bench.check_kv8", "--device", "cpu"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout + done.stderr
+    out = interpreted("check_kv8")
     for check in ("fp8 kernel = kernel on fp8->float32", "rope_store fp8 k cache (grid)",
                   "logits fp8 vs float32 cache B=2 (per-row kernel", "fp16 dots = float32 dots"):
-        assert check in done.stdout, done.stdout
+        assert check in out, out

@@ -6,14 +6,11 @@ Bounds (relative L2 error of the logits over a prompt, tiny model with Llama's i
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from pipeline.engines.orpheus.prompt import prompt_ids
+
+from tests.orpheus.triton_checks import interpreted
 
 BOUNDS = {"int8": 0.03, "fp8": 0.06, "nf4": 0.20}
 
@@ -57,11 +54,6 @@ def test_fp8_weight_only_kernel_matches_float32_in_the_interpreter():
     within the output's rounding of float32 over the same e4m3 weights, masked and unmasked tiles,
     bf16 and fp16; and Float8Linear sends few rows to it (check_fp8.py; the GPU run checks the
     model's shapes)."""
-    pytest.importorskip("triton")
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-m", "ops.orpheus_bench.check_fp8", "--device", "cpu"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count(" ok\n") == 6 and "MISMATCH" not in done.stdout, done.stdout
-    assert "the weight-only kernel's output True" in done.stdout
+    out = interpreted("check_fp8", timeout=600)
+    assert out.count(" ok\n") == 6 and "MISMATCH" not in out, out
+    assert "the weight-only kernel's output True" in out

@@ -247,13 +247,14 @@ def test_a_realtime_arrival_takes_the_lowest_batch_row_which_moves_to_the_end():
     assert tiers_hold(s) == 1
 
 
-@pytest.mark.parametrize("steady_every", [1, 3])
-def test_tiers_hold_through_arrivals_finishes_and_preemptions(steady_every):
+@pytest.mark.parametrize("steady_every,pause", [(1, False), (3, False), (1, True), (3, True)])
+def test_tiers_hold_through_arrivals_finishes_and_preemptions(steady_every, pause):
     import random
 
     rng = random.Random(7)
     s = Scheduler(rows=8, max_context=200, batch_floor=1, realtime_max_rows=6, admit_every=2,
-                  full_every=2, full_every_starting=3, first_tokens=4, steady_every=steady_every)
+                  full_every=2, full_every_starting=3, first_tokens=4, steady_every=steady_every,
+                  pause_batch=pause)
     made = 0
     for step in range(300):
         if rng.random() < 0.3:
@@ -266,8 +267,10 @@ def test_tiers_hold_through_arrivals_finishes_and_preemptions(steady_every):
         rows_decoded = sorted(q.row for q in plan.decode)
         assert len(set(rows_decoded)) == len(rows_decoded)
         assert all(row < plan.rows for row in rows_decoded)
-        if plan.rows < len(s.by_row):           # a realtime-only step: the bottom tier alone
+        if plan.realtime_only:                  # the bottom tier alone
             assert all(q.realtime for q in plan.decode) and plan.rows <= r
+        elif plan.rows < len(s.by_row):         # batch rows over the cap wait (pause_batch)
+            assert pause and plan.rows <= 6 and r <= plan.rows
         if plan.starting_only:      # streams short of their first 4 tokens (this step's included)
             assert plan.decode and all(q.realtime and len(q.tokens) <= 4 for q in plan.decode)
     assert s.idle or made
@@ -386,3 +389,37 @@ def test_starting_only_steps_without_batch_work():
     starting = [p for p in plans if p.starting_only]
     assert starting and all([q.key for q in p.decode] == ["new"] for p in starting)
     assert all(len(p.decode) == 2 for p in plans[1:] if not p.starting_only)
+
+
+@pytest.mark.parametrize("pause", [False, True], ids=["preempt", "pause"])
+def test_the_realtime_cap_preempts_or_pauses_batch_work(pause):
+    """Six batch jobs run in eight rows; two streams arrive under a cap of four decoding rows.
+    Preempting gives the youngest batch rows back (they prefill again later); pausing keeps every
+    row (two are free for the streams) and full steps decode the streams and the two lowest batch
+    rows, the others waiting where they are, and finishing once the streams have."""
+    s = Scheduler(rows=8, max_context=200, realtime_max_rows=4, batch_floor=1, full_every=2,
+                  full_every_starting=2, first_tokens=2, pause_batch=pause)
+    jobs = [Seq(f"b{i}", [1, 2], budget=40) for i in range(6)]
+    for q in jobs:
+        s.add(q)
+    for _ in range(3):
+        run_step(s, lambda q: 7)
+    streams = [Seq(f"rt{i}", [1], budget=12, realtime=True) for i in range(2)]
+    for q in streams:
+        s.add(q)
+    held = {q.key: q.generated for q in jobs}
+    for _ in range(4):
+        plan, _ = run_step(s, lambda q: 7)
+        if not plan.realtime_only:
+            assert plan.rows == 4 and len(plan.decode) <= 4
+    if pause:
+        assert s.preempted == 0 and all(q.row >= 0 for q in jobs)
+        moved = [q for q in jobs if q.generated > held[q.key]]
+        assert len(moved) == 2 and all(q.row in (2, 3) for q in moved)   # the lowest batch rows
+    else:
+        assert s.preempted >= 4
+    while not s.idle:
+        run_step(s, lambda q: 7)
+    assert all(q.finish_reason == "budget" and len(q.tokens) == 40 for q in jobs)
+    assert all(q.finish_reason == "budget" for q in streams)
+    assert (s.preempted == 0) == pause

@@ -85,6 +85,7 @@ class LoopStats:
     realtime_device_s: float = 0.0
     realtime_launch_s: float = 0.0
     full_device_s: float = 0.0
+    prefill_device_s: float = 0.0   # of those, before the decode step: moves and prefill
     launch_s: float = 0.0
     wait_s: float = 0.0
     post_s: float = 0.0
@@ -195,6 +196,7 @@ class EngineLoop:
         t3 = time.perf_counter()
         s.wait_s += t3 - t1
         device_ms = getattr(launched, "device_ms", lambda: None)()
+        s.prefill_device_s += (getattr(launched, "prefill_ms", lambda: None)() or 0.0) / 1000
         if plan.realtime_only:
             s.realtime_steps += 1
             s.realtime_device_s += (device_ms or 0.0) / 1000

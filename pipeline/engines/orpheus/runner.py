@@ -35,11 +35,16 @@ class _Launched:
     first: object                         # host tensor of their first tokens
     done: object                          # CUDA event after the copies (None on the CPU)
     start: object = None                  # CUDA event before the step's work (timing)
+    prefilled: object = None              # CUDA event after its moves and prefill (if any)
 
     def device_ms(self) -> float | None:
         """Device time from the step's first work to its last copy (after ``collect``): with
         the overlap, the step starts when the one before it ends."""
         return self.start.elapsed_time(self.done) if self.start is not None else None
+
+    def prefill_ms(self) -> float | None:
+        """The part of ``device_ms`` before the decode step: moves and prefill."""
+        return self.start.elapsed_time(self.prefilled) if self.prefilled is not None else None
 
 BATCH_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 LENGTH_STEP = 256          # attention lengths are multiples of this (and the full context)
@@ -163,6 +168,10 @@ class ModelRunner:
             for src, dst, length in plan.moves:
                 self._move(src, dst, length)
             first_rows, first = self._prefill(plan) if plan.prefill else ([], None)
+            prefilled = None
+            if start is not None and (plan.prefill or plan.moves):
+                prefilled = torch.cuda.Event(enable_timing=True)
+                prefilled.record()
             b, rows = 0, [s.row for s in plan.decode]
             if rows:
                 b = self.batch_sizes[bisect.bisect_left(self.batch_sizes, plan.rows)]
@@ -178,7 +187,7 @@ class ModelRunner:
             done = torch.cuda.Event(enable_timing=True) if self._cuda else None
             if done is not None:
                 done.record()
-        return _Launched(rows, decoded, first_rows, first_host, done, start)
+        return _Launched(rows, decoded, first_rows, first_host, done, start, prefilled)
 
     def collect(self, launched: _Launched) -> dict[int, list[int]]:
         """Wait for a launched step; returns row -> tokens it produced."""

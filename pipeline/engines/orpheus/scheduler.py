@@ -39,6 +39,11 @@ batches is mostly the weights and the attention over the rows that decode, so it
 ms, extrapolated, with few rows attending), and the first chunk's tokens come faster at some cost
 to the steady streams.
 
+``pause_batch`` (off by default until measured on a GPU): the realtime cap pauses the batch rows
+over it (they keep their cache rows and resume where they were) instead of preempting them (they
+give their rows back and prefill again on resuming); rows are taken from batch work only when a
+stream needs one.
+
 Admission, highest first: realtime sequences, oldest first; then batch sequences, oldest first.
 ``reserved`` rows are kept free of batch work so a realtime arrival finds a row at the next step;
 realtime work may use every row, except ``batch_floor`` rows while batch work waits, so a flood of
@@ -129,7 +134,7 @@ class Scheduler:
     def __init__(self, rows: int, max_context: int, reserved: int = 0, batch_floor: int = 0,
                  prefill_tokens: int = 2048, admit_every: int = 1, realtime_max_rows: int = 0,
                  full_every: int = 1, full_every_starting: int = 1, first_tokens: int = 0,
-                 steady_every: int = 1):
+                 steady_every: int = 1, pause_batch: bool = False):
         if rows < 1 or max_context < 2:
             raise ValueError("need at least one row and a context of two tokens")
         self.capacity = rows
@@ -148,6 +153,8 @@ class Scheduler:
         self.full_every_starting = max(1, full_every_starting)
         self.first_tokens = first_tokens
         self.steady_every = max(1, steady_every)
+        self.pause_batch = pause_batch
+        self._decode_limit = rows      # full steps decode rows 0 .. this - 1 (pause_batch)
         self.preempted = 0
         self.realtime_steps = 0        # steps that decoded the realtime rows alone
         self.starting_steps = 0        # ... of which the starting streams alone
@@ -223,7 +230,7 @@ class Scheduler:
         # Sequences part-way through their prompt go first: they already hold a row.
         prefilling = SeqState.PREFILL
         for seq in [s for s in self.by_row if s.state is prefilling]:
-            if budget > 0 and (full or seq.realtime):
+            if budget > 0 and (full and seq.row < self._decode_limit or seq.realtime):
                 budget -= self._prefill_chunk(plan, seq, budget)
         while budget > 0:
             seq = self._next_admission(batch_turn, realtime_only=not full)
@@ -232,14 +239,14 @@ class Scheduler:
             self._place(plan, seq)
             budget -= self._prefill_chunk(plan, seq, budget)
         if full:
-            plan.rows = len(self.by_row)
+            plan.rows = min(len(self.by_row), self._decode_limit)
         else:       # the realtime tier, rows 0 .. r-1
             plan.realtime_only = True
             plan.rows = self._r
         if starting is not None:
             plan.starting_only = True
             self.starting_steps += 1
-        self._decode(plan, self.by_row if full else starting or self.by_row[: plan.rows])
+        self._decode(plan, starting or self.by_row[: plan.rows])
         for chunk in plan.prefill:
             seq = chunk.seq
             seq.prefilled = chunk.end
@@ -361,7 +368,13 @@ class Scheduler:
 
     def _preempt_for_realtime(self) -> None:
         """Give rows back from batch work while realtime streams need them or the step is over
-        the realtime cap: the youngest batch sequences go back to the head of the queue."""
+        the realtime cap: the youngest batch sequences go back to the head of the queue.
+
+        With ``pause_batch`` the cap pauses batch rows instead: full steps decode the lowest
+        ``limit`` rows (the streams, then the oldest batch rows), the batch rows above keep their
+        cache and decode again once the cap allows, with nothing to prefill again; a batch row is
+        given back only when a stream needs a row and none is free."""
+        self._decode_limit = self.capacity
         if not (self.waiting_rt or (self.by_row and self.by_row[0].realtime)):
             return                              # no stream: the realtime tier is empty
         if self.running_rows + len(self.waiting_rt) <= min(self.capacity, self.realtime_max_rows):
@@ -371,6 +384,8 @@ class Scheduler:
         if not wanted:
             return
         limit = min(self.capacity, max(self.realtime_max_rows, wanted + self.batch_floor))
+        if self.pause_batch:
+            self._decode_limit, limit = limit, self.capacity
         excess = self.running_rows + len(self.waiting_rt) - limit
         if excess <= 0:
             return
