@@ -239,6 +239,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
             for count in map(int, args.w2_counts.split(",")):
                 st = fast.loop.stats
                 starting_before, prefill_before = sched.starting_steps, st.prefill_device_s
+                host_before = dict(vars(fast.loop.runner.host))
                 prefill_steps_before = st.prefill_steps
                 before = (sched.preempted, sched.realtime_steps, st.steps, st.realtime_steps,
                           st.realtime_device_s, st.full_device_s, st.realtime_launch_s, st.launch_s)
@@ -259,6 +260,10 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
                     1000 * (st.prefill_device_s - prefill_before)
                     / max(1, st.prefill_steps - prefill_steps_before), 2)
                 summary["prefill_steps"] = st.prefill_steps - prefill_steps_before
+                # the runner's part of the launch time, by part, per step (realtime-only or not)
+                summary["runner_host_ms_per_step"] = {
+                    k: round(1000 * (v - host_before[k]) / max(1, summary["steps"]), 3)
+                    for k, v in vars(fast.loop.runner.host).items()}
                 summary["launch_ms_per_step"] = {
                     "realtime_only": round(1000 * (st.realtime_launch_s - before[6]) / max(1, rt_steps), 2),
                     "full": round(1000 * ((st.launch_s - before[7]) - (st.realtime_launch_s - before[6]))

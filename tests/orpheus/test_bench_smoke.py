@@ -36,6 +36,9 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     assert w2["ok"] == w2["streams"] == 1 and w2["errors"] == []
     assert set(w2["first_chunk_ms"]) == {"queued", "prefill", "decode", "codec"}
     assert w2["prefill_steps"] > 0 and w2["prefill_device_ms_per_prefill_step"] == 0   # no CUDA
+    host = w2["runner_host_ms_per_step"]
+    assert set(host) == {"moves", "prefill", "begin", "decode", "copies"}
+    assert host["decode"] > 0 and 0 < host["begin"] <= host["prefill"]
     plain = mode["w2_every1_starting1_max3_switch0.5ms"]   # every step full: no realtime-only steps
     assert plain["config"] == {"batch_every": 1, "batch_every_starting": 1, "realtime_max_rows": 3,
                                "switch_interval_ms": 0.5, "steady_every": 1, "pause_batch": False}
@@ -60,3 +63,14 @@ def test_bench_labels_the_fp8_kv_cache_runs(tiny_dir, tmp_path):
     assert kv8["kv_dtype"] == "fp8" and kv8["fast_info"]["kv_dtype"] == "float8_e4m3fn"
     # the fp8 cache's logits against transformers: quantization error, no more (tiny model)
     assert 0 < kv8["logits_vs_transformers"]["rel_l2_max"] < 0.04
+
+
+def test_the_contention_harness_runs_the_loop_with_its_threads():
+    """ops/orpheus_bench/contention.py: the real loop, codec thread and callers' threads over a
+    runner and a codec that wait out their device time; the device is busy, tokens flow."""
+    from ops.orpheus_bench.contention import run
+
+    for callers in (False, True):
+        r = run(streams=4, rows=16, seconds=0.5, callers=callers)
+        assert r["steps"] > 10 and r["tok_s"] > 0 and r["device_idle"] < 0.5
+        assert r["launch_ms_realtime_only"] > 0 and r["launch_ms_full"] > 0

@@ -46,6 +46,19 @@ class _Launched:
         """The part of ``device_ms`` before the decode step: moves and prefill."""
         return self.start.elapsed_time(self.prefilled) if self.prefilled is not None else None
 
+@dataclass
+class HostTimes:
+    """The runner's host seconds in ``launch``, by part (the loop's launch time, less the
+    scheduler's): where a slow launch goes. ``begin``: setting up the rows whose prompt completed
+    and drawing their first tokens (eager), inside ``prefill``."""
+
+    moves: float = 0.0           # with the step's start event
+    prefill: float = 0.0
+    begin: float = 0.0
+    decode: float = 0.0          # the active mask and the graph's replay (or the eager step)
+    copies: float = 0.0          # the tokens' device-to-host copies and the events
+
+
 BATCH_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 LENGTH_STEP = 256          # attention lengths are multiples of this (and the full context)
 ACTIVE_MASKS = 4           # row sets whose active masks stay in host memory (ModelRunner._activate)
@@ -90,6 +103,7 @@ class ModelRunner:
         self.graph_fallback: str | None = None
         self.codec_fallback: str | None = None
         self.capture_s = 0.0
+        self.host = HostTimes()
         self.prefill_graphs: PrefillGraphs | None = None
         self.prefill_fallback: str | None = None
         if use_graphs and str(device).startswith("cuda"):
@@ -161,17 +175,21 @@ class ModelRunner:
 
     def launch(self, plan: Plan) -> _Launched:
         """Queue one plan's device work (moves, prefill, the decode step) without waiting for it."""
+        host, clock = self.host, time.perf_counter
+        t0 = clock()
         start = torch.cuda.Event(enable_timing=True) if self._cuda else None
         if start is not None:
             start.record()
         with torch.inference_mode():
             for src, dst, length in plan.moves:
                 self._move(src, dst, length)
+            t1 = clock()
             first_rows, first = self._prefill(plan) if plan.prefill else ([], None)
             prefilled = None
             if start is not None and (plan.prefill or plan.moves):
                 prefilled = torch.cuda.Event(enable_timing=True)
                 prefilled.record()
+            t2 = clock()
             b, rows = 0, [s.row for s in plan.decode]
             if rows:
                 b = self.batch_sizes[bisect.bisect_left(self.batch_sizes, plan.rows)]
@@ -182,11 +200,17 @@ class ModelRunner:
                     graph.replay()
                 else:
                     self._step(b, length)
+            t3 = clock()
             decoded = self._d2h(self.tokens[:b]) if b else None
             first_host = self._d2h(first) if first is not None else None
             done = torch.cuda.Event(enable_timing=True) if self._cuda else None
             if done is not None:
                 done.record()
+        t4 = clock()
+        host.moves += t1 - t0
+        host.prefill += t2 - t1
+        host.decode += t3 - t2
+        host.copies += t4 - t3
         return _Launched(rows, decoded, first_rows, first_host, done, start, prefilled)
 
     def collect(self, launched: _Launched) -> dict[int, list[int]]:
@@ -259,10 +283,13 @@ class ModelRunner:
         done = [i for i, c in enumerate(chunks) if c.last]
         if not done:
             return [], None
+        t0 = time.perf_counter()
         seqs = [chunks[i].seq for i in done]
         if len(done) < n:
             logits = logits[self._h2d(torch.tensor(done))]
-        return [s.row for s in seqs], self._begin(seqs, logits)
+        first = self._begin(seqs, logits)
+        self.host.begin += time.perf_counter() - t0
+        return [s.row for s in seqs], first
 
     def _prefill_eager(self, chunks):
         """The chunks, right-padded to the longest, through ``decoder.prefill``: logits [N, Vs]."""
