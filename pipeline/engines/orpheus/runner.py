@@ -46,6 +46,7 @@ class _Launched:
         """The part of ``device_ms`` before the decode step: moves and prefill."""
         return self.start.elapsed_time(self.prefilled) if self.prefilled is not None else None
 
+
 @dataclass
 class HostTimes:
     """The runner's host seconds in ``launch``, by part (the loop's launch time, less the

@@ -371,7 +371,7 @@ class Scheduler:
         the realtime cap: the youngest batch sequences go back to the head of the queue.
 
         With ``pause_batch`` the cap pauses batch rows instead: full steps decode the lowest
-        ``limit`` rows (the streams, then the oldest batch rows), the batch rows above keep their
+        ``limit`` rows (the streams, then the lowest batch rows), the batch rows above keep their
         cache and decode again once the cap allows, with nothing to prefill again; a batch row is
         given back only when a stream needs a row and none is free."""
         self._decode_limit = self.capacity
