@@ -130,9 +130,25 @@ class RowSampler:
     (positions 1-6 have 4,096 and one padding entry that is masked out).
     """
 
-    def __init__(self, params: SamplingParams, width: int, lo: int, device):
+    def __init__(self, params: SamplingParams, width: int, lo: int, device,
+                 fused: bool | None = None):
+        """``fused``: draw with one Triton kernel (sample_kernel.py; with the code constraint and
+        no top-k); None: where ``SYNTH_FUSED_SAMPLER=1`` asks for it on CUDA (off by default until
+        timed on a GPU)."""
+        import os
+
         import torch
 
+        if fused is None:
+            fused = os.environ.get("SYNTH_FUSED_SAMPLER", "0") == "1" and \
+                str(device).startswith("cuda")
+        self.fused = None
+        if fused and params.top_k == 0 and params.constrain_codes:
+            try:
+                from pipeline.engines.orpheus.sample_kernel import fused_draw
+            except ImportError:      # no Triton
+                fused_draw = None
+            self.fused = fused_draw
         self.params, self.lo = params, lo
         if params.constrain_codes:
             cands = candidates("cpu")
@@ -152,6 +168,8 @@ class RowSampler:
         import torch
 
         p = self.params
+        if self.fused is not None:
+            return self.fused(p, self.table, self.valid, self.lo, self.eos, logits, seen, steps, keys)
         pos = steps % SNAC_TOKENS_PER_FRAME
         cand = self.table[pos]                                          # [B, C]
         scores = apply_penalty(logits.gather(1, cand), seen.gather(1, cand), p.repetition_penalty)
