@@ -134,3 +134,22 @@ def test_codec_noise_is_keyed_not_global(tiny):
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
     assert tiny.codec.keyed_noise_blocks == 4                      # one per decoder block
+
+
+def test_window_keys_are_the_device_hash_computed_on_the_host():
+    """mix_keys runs in plain Python (the codec thread keys every window); its value is the
+    device hash's, so keys stay what they were: the torch hash32 of the same words."""
+    import random
+
+    import torch
+
+    from pipeline.engines.orpheus import rng
+
+    r = random.Random(3)
+    for _ in range(300):
+        seed, salt = r.randrange(2**63), r.randrange(2**32)
+        words = torch.tensor([(seed & rng.MASK32) ^ ((seed >> 32) & rng.MASK32)])
+        x = rng.hash32(words)
+        want = rng.hash32((x + salt * rng._GOLDEN) & rng.MASK32)
+        assert rng.mix_keys(seed, salt) == int(want) == rng.hash32_int(
+            (rng.hash32_int(int(words)) + salt * rng._GOLDEN) & rng.MASK32)

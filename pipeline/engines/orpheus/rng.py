@@ -25,12 +25,21 @@ def hash32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
+def hash32_int(x: int) -> int:
+    """``hash32`` of one int in [0, 2**32), in plain Python (the same value)."""
+    x ^= x >> 16
+    x = (x * _MUL_A) & MASK32
+    x ^= x >> 15
+    x = (x * _MUL_B) & MASK32
+    return x ^ (x >> 16)
+
+
 def mix_keys(seed: int, salt: int) -> int:
-    """One int key from a job seed and a salt (a window start, a stream id), on the host."""
-    x = torch.tensor([(seed & MASK32) ^ ((seed >> 32) & MASK32)], dtype=torch.int64)
-    x = hash32(x)
-    x = hash32((x + (salt & MASK32) * _GOLDEN) & MASK32)
-    return int(x.item())
+    """One int key from a job seed and a salt (a window start, a stream id), on the host: in plain
+    Python, since the codec thread keys every window it renders (a tensor per call cost about 25
+    torch ops)."""
+    x = hash32_int((seed & MASK32) ^ ((seed >> 32) & MASK32))
+    return hash32_int((x + (salt & MASK32) * _GOLDEN) & MASK32)
 
 
 def uniform(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:

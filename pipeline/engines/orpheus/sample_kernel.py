@@ -101,5 +101,5 @@ def fused_draw(params: SamplingParams, table, valid, lo: int, eos: int, logits, 
         logits, seen, steps, keys, table, valid, out, logits.stride(0), seen.stride(0),
         params.repetition_penalty, max(params.temperature, 1e-6), params.top_p, eos, lo,
         C=c, BLOCK=block, GREEDY=params.greedy, PENALTY=params.repetition_penalty != 1.0,
-        TOP_P=params.top_p < 1.0, NO_EOS=params.ignore_eos, num_warps=8 if block >= 4096 else 4)
+        TOP_P=params.top_p < 1.0, NO_EOS=params.ignore_eos, num_warps=16 if block >= 8192 else 4)
     return out
