@@ -158,6 +158,42 @@ def parse_mode(item: str) -> tuple[str, str]:
     return quant, KV_SUFFIXES[kv]
 
 
+def w2_counters(fast) -> dict[str, float]:
+    """The loop's (``loop_stats``), scheduler's and runner's running totals, for a W2 run's
+    differences."""
+    sched = fast.loop.scheduler
+    out = loop_stats(fast)()
+    out.update(preempted=sched.preempted, realtime_only_steps=sched.realtime_steps,
+               starting_only_steps=sched.starting_steps)
+    out.update({f"host_{k}": v for k, v in vars(fast.loop.runner.host).items()})
+    return out
+
+
+def w2_step_figures(before: dict, after: dict) -> dict:
+    """Steps, preemptions, device and host time per step of a W2 run, from two ``w2_counters``."""
+    d = {k: after[k] - before[k] for k in after}
+    rt_steps, full_steps = d["realtime_steps"], d["steps"] - d["realtime_steps"]
+
+    def per(total: float, steps: float, digits: int = 2) -> float:
+        return round(1000 * total / max(1, steps), digits)
+
+    return {
+        "preempted": d["preempted"], "realtime_only_steps": d["realtime_only_steps"],
+        "starting_only_steps": d["starting_only_steps"], "steps": d["steps"],
+        "device_ms_per_step": {"realtime_only": per(d["realtime_device_s"], rt_steps),
+                               "full": per(d["full_device_s"], full_steps)},
+        # device time before the decode step (moves, prefill), per step with a prefill
+        "prefill_device_ms_per_prefill_step": per(d["prefill_device_s"], d["prefill_steps"]),
+        "prefill_steps": d["prefill_steps"],
+        # the runner's part of the launch time, by part, per step (realtime-only or not)
+        "runner_host_ms_per_step": {k[5:]: per(v, d["steps"], 3) for k, v in d.items()
+                                    if k.startswith("host_")},
+        "launch_ms_per_step": {
+            "realtime_only": per(d["realtime_launch_s"], rt_steps),
+            "full": per(d["launch_s"] - d["realtime_launch_s"], full_steps)},
+    }
+
+
 def bench_mode(args, item, jobs, rows, meta, first: bool):
     """Every approach for the first quantization mode; the fast engine's W1 for the others. The
     fast engine's rows are labelled ``MODE/kv8`` where it runs an fp8 KV cache; the other
@@ -237,37 +273,11 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
                                             config[:3] + (config[3] or switch * 1000, steady,
                                                           pause)))}
             for count in map(int, args.w2_counts.split(",")):
-                st = fast.loop.stats
-                starting_before, prefill_before = sched.starting_steps, st.prefill_device_s
-                host_before = dict(vars(fast.loop.runner.host))
-                prefill_steps_before = st.prefill_steps
-                before = (sched.preempted, sched.realtime_steps, st.steps, st.realtime_steps,
-                          st.realtime_device_s, st.full_device_s, st.realtime_launch_s, st.launch_s)
+                before = w2_counters(fast)
                 fast.loop.first_chunk_phases(clear=True)
                 r = run_streams(fast, background, rt[:count], args.spread, lead_s=3.0)
                 summary = mode[name][count] = r.summary()
-                summary["preempted"] = sched.preempted - before[0]
-                summary["realtime_only_steps"] = sched.realtime_steps - before[1]
-                summary["starting_only_steps"] = sched.starting_steps - starting_before
-                summary["steps"] = st.steps - before[2]
-                rt_steps, full_steps = st.realtime_steps - before[3], summary["steps"] - (
-                    st.realtime_steps - before[3])
-                summary["device_ms_per_step"] = {
-                    "realtime_only": round(1000 * (st.realtime_device_s - before[4]) / max(1, rt_steps), 2),
-                    "full": round(1000 * (st.full_device_s - before[5]) / max(1, full_steps), 2)}
-                # device time before the decode step (moves, prefill), per step with a prefill
-                summary["prefill_device_ms_per_prefill_step"] = round(
-                    1000 * (st.prefill_device_s - prefill_before)
-                    / max(1, st.prefill_steps - prefill_steps_before), 2)
-                summary["prefill_steps"] = st.prefill_steps - prefill_steps_before
-                # the runner's part of the launch time, by part, per step (realtime-only or not)
-                summary["runner_host_ms_per_step"] = {
-                    k: round(1000 * (v - host_before[k]) / max(1, summary["steps"]), 3)
-                    for k, v in vars(fast.loop.runner.host).items()}
-                summary["launch_ms_per_step"] = {
-                    "realtime_only": round(1000 * (st.realtime_launch_s - before[6]) / max(1, rt_steps), 2),
-                    "full": round(1000 * ((st.launch_s - before[7]) - (st.realtime_launch_s - before[6]))
-                                  / max(1, full_steps), 2)}
+                summary.update(w2_step_figures(before, w2_counters(fast)))
                 summary["first_chunk_ms"] = phases_ms(fast.loop.first_chunk_phases(clear=True))
                 if r.background is not None:
                     summary["background_x_real_time"] = r.background.audio_s / r.background.wall_s
@@ -329,7 +339,10 @@ def loop_stats(engine):
                 "codec_s": engine.loop.codec_worker.busy_s, "launch_s": s.launch_s,
                 "schedule_s": s.schedule_s, "wait_s": s.wait_s,
                 "post_s": s.post_s, "prefill_steps": s.prefill_steps,
-                "device_s": s.full_device_s + s.realtime_device_s}
+                "device_s": s.full_device_s + s.realtime_device_s,
+                "realtime_steps": s.realtime_steps, "realtime_device_s": s.realtime_device_s,
+                "full_device_s": s.full_device_s, "realtime_launch_s": s.realtime_launch_s,
+                "prefill_device_s": s.prefill_device_s}
     return snap
 
 
