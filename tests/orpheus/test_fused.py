@@ -3,6 +3,7 @@ against the unfused one, transformers' forward and generate(), and a quantized m
 
 from __future__ import annotations
 
+import os
 import weakref
 
 import pytest
@@ -235,3 +236,23 @@ def test_fused_draw_gives_the_torch_draws_tokens_in_the_interpreter():
     out = interpreted("check_sampler", timeout=600)
     assert out.count(" ok\n") == 4 and "MISMATCH" not in out, out
     assert "decode loop with the fused draw: tokens equal" in out, out
+
+
+def test_a_fused_sampler_that_cannot_run_falls_back_to_the_torch_draw():
+    """Asked for where its kernel cannot run (Triton with no GPU and no interpreter), the sampler
+    says why and draws with torch: the same tokens as one never asked."""
+    pytest.importorskip("triton")
+    from pipeline.engines.orpheus.sampling import RowSampler, SamplingParams
+    from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
+
+    if os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available():
+        pytest.skip("the kernel can run here")
+    width = 7 * 4096 + 10 + (END_OF_SPEECH - CUSTOM_TOKEN_BASE + 1)
+    asked = RowSampler(SamplingParams(), width, CUSTOM_TOKEN_BASE, "cpu", fused=True)
+    plain = RowSampler(SamplingParams(), width, CUSTOM_TOKEN_BASE, "cpu")
+    assert asked.fused is None and "fused sampler failed" in asked.fused_fallback
+    assert plain.fused is None and plain.fused_fallback is None
+    gen = torch.Generator().manual_seed(0)
+    args = (torch.randn(5, width, generator=gen), torch.zeros(5, width + 1, dtype=torch.bool),
+            torch.arange(5), torch.arange(5) * 1000)
+    assert torch.equal(asked(*args), plain(*args))

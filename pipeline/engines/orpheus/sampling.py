@@ -9,12 +9,15 @@ any audio. The order matches transformers' processors: penalty, constraint, temp
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from pipeline.constants import SNAC_TOKENS_PER_FRAME
 from pipeline.engines.orpheus.vocab import END_OF_SPEECH, audio_range
 
 _STEP_MUL = 0x632BE5AB
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,16 @@ class RowSampler:
             raise ValueError("the logits slice does not cover every candidate")
         self.table, self.valid = table.to(device), valid.to(device)     # [7, C]
         self.eos = END_OF_SPEECH - lo
+        self.fused_fallback: str | None = None
+        if self.fused is not None:      # one draw first: a kernel that fails is said, not used
+            try:
+                z = torch.zeros(1, dtype=torch.int64, device=device)
+                self(torch.zeros(1, width, device=device),
+                     torch.zeros(1, width + 1, dtype=torch.bool, device=device), z, z)
+            except Exception as e:  # noqa: BLE001 - any failure means "the torch draw, say why"
+                self.fused = None
+                self.fused_fallback = f"fused sampler failed ({type(e).__name__}: {e}); torch draw"
+                log.warning(self.fused_fallback)
 
     def __call__(self, logits, seen, steps, keys):
         """logits [B, Vs] fp32, seen [B, Vs+1] bool, steps [B] int64, keys [B] -> tokens [B]."""
