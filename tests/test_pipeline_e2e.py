@@ -41,10 +41,12 @@ def running_worker(store_settings, redis_url, piper_engine):
 
 
 def wait_finished(sessions, batch_id, timeout=120):
+    """Until the batch is closed: every job ended, then its manifest written and its key stored
+    (the worker does that just after the last job, so the jobs alone can end first)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with sessions() as s:
-            if db.batch_finished(s, batch_id):
+            if db.batch_finished(s, batch_id) and s.get(Batch, batch_id).manifest_key:
                 return
         time.sleep(0.2)
     raise AssertionError("batch did not finish")
