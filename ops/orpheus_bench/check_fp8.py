@@ -28,12 +28,13 @@ def check_w8a16(device: str) -> bool:
     the table's settings and with explicit ones (uneven shapes take the masked loads)."""
     ok = True
     big = device.startswith("cuda")
-    cases = ([(m, 5120, 3072, None) for m in (1, 16, 33, 64, 128)] + [(40, 3072, 8192, None), (16, 3072, 3000, (16, 64, 128, 4, 3, True, 4))]
-             if big else [(3, 64, 96, (16, 32, 32, 4, 2, True, 1)), (20, 48, 80, (16, 16, 32, 4, 2, True, 3)),
-                          (33, 64, 64, (32, 32, 32, 4, 2, True, 2)), (5, 32, 64, None),
-                          (7, 32, 64, "fp16")])
-    if big:
-        cases.append((16, 4096, 3072, (16, 32, 256, 4, 3, False, 1)))     # bf16 dots
+    if big:     # the model's shapes; an uneven K split; bf16 dots
+        cases = [(m, 5120, 3072, None) for m in (1, 16, 33, 64, 128)] + [
+            (40, 3072, 8192, None), (16, 3072, 3000, (16, 64, 128, 4, 3, True, 4)),
+            (16, 4096, 3072, (16, 32, 256, 4, 3, False, 1))]
+    else:       # small, masked tiles, uneven K splits; fp16 activations
+        cases = [(3, 64, 96, (16, 32, 32, 4, 2, True, 1)), (20, 48, 80, (16, 16, 32, 4, 2, True, 3)),
+                 (33, 64, 64, (32, 32, 32, 4, 2, True, 2)), (5, 32, 64, None), (7, 32, 64, "fp16")]
     gen = torch.Generator().manual_seed(0)
     for m, n, k, launch in cases:
         fp16 = launch == "fp16"
