@@ -305,7 +305,6 @@ class ModelRunner:
 
     def _begin(self, seqs, logits):
         """Set up the rows of sequences whose prompt is complete and draw their first tokens."""
-        dev = self.device
         # rows, tokens already generated (> 0 after a preemption), sampling key, next position
         meta = torch.tensor([[s.row, s.generated, mix_keys(s.seed, 0), len(s.prefix)] for s in seqs])
         rows, done, keys, pos = self._h2d(meta.T.contiguous())
@@ -316,7 +315,9 @@ class ModelRunner:
             seen[i, ids] = True
         seen = self._h2d(seen)
         first = self.sampler(logits, seen, done, keys)
-        seen[torch.arange(len(seqs), device=dev), first - self.lo] = True
+        # scatter_, not seen[arange, first - lo] = True: that index_put_ waits for the device
+        # (check_syncs.py found it), and this runs while the step before is still on it.
+        seen.scatter_(1, (first - self.lo).view(-1, 1), True)
         self.seen[rows] = seen
         self.tokens[rows] = first
         self.pos[rows] = pos
