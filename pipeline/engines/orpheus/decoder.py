@@ -20,10 +20,16 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from pipeline.engines.orpheus import attention, fused
 from pipeline.engines.orpheus.device import KV_DTYPES
 from pipeline.engines.orpheus.quant import fuse_float8
+
+
+# A prefill's attention on CUDA (Decoder._prefill_attention); math only where the efficient kernel
+# cannot run the shape.
+PREFILL_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 class KVCache:
@@ -193,6 +199,24 @@ class Decoder:
                                            scale=self.qk_scale, **kw)
         return o * self.cache.v_scale if self.cache.v_scale != 1.0 else o
 
+    def _prefill_attention(self, q, k, v, mask):
+        """A prefill's attention: q [N, Hq, S, D] over k, v [N, Hkv, L, D] with a per-row mask.
+
+        On CUDA, not cuDNN's SDPA (which torch picks first for a masked call on Hopper): it plans
+        each new shape on the host, and every eager prefill has a new (N, S, L). The H200 spent
+        3-10 ms of host time per layer call there (check_syncs.py), 100 ms and more a prefill,
+        while the loop could launch no decode step. The efficient (CUTLASS) kernel launches at
+        once; it has no grouped heads, so K and V are repeated to the query heads first (about
+        50 MB at 4 rows of 2,048), and ``prefill`` pads the length to the 16 it reads the mask in.
+        """
+        if not q.is_cuda:
+            return self._sdpa(q, k, v, mask, enable_gqa=True)
+        group = q.shape[1] // k.shape[1]
+        if group > 1:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        with sdpa_kernel(PREFILL_BACKENDS):
+            return self._sdpa(q, k, v, mask)
+
     def decode(self, tokens, wpos, length: int, per_row: bool = False):
         """One token for rows ``0 .. B-1``: tokens [B], write positions [B] (scratch for idle rows);
         attends over cache positions [0, length), or with ``per_row`` over each row's own
@@ -225,6 +249,8 @@ class Decoder:
         of each chunk's last valid position, [N, Vs] fp32."""
         n, s = ids.shape
         d = self.head_dim
+        if ids.is_cuda:     # the efficient kernel's mask rows are read 16-aligned (see below)
+            length = min(-(-length // 16) * 16, self.cache.context + 1)
         col = torch.arange(s, device=ids.device).view(1, -1)
         positions = start.view(-1, 1) + col                               # [N, S]
         wpos = torch.where(col < lens.view(-1, 1), positions, self.cache.scratch)
@@ -249,7 +275,7 @@ class Decoder:
                 kc[rows.view(-1, 1), :, wpos] = k.transpose(1, 2)          # [N, S, Hkv, D]
                 vc[rows.view(-1, 1), :, wpos] = v.transpose(1, 2)
                 kr, vr = kc[rows, :, :length], vc[rows, :, :length]
-            o = self._sdpa(q, kr, vr, mask, enable_gqa=True)
+            o = self._prefill_attention(q, kr, vr, mask)
             x, h = self._norm(x, attn.o_proj(o.transpose(1, 2).reshape(n, s, -1)),
                               layer.post_attention_layernorm)
             x, h = self._norm(x, self._mlp(i, h), self.after_mlp[i])
