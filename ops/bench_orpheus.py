@@ -63,12 +63,14 @@ def parse(argv=None):
     ap.add_argument("--w2-lines", type=int, default=150, help="W1 lines behind each W2 run")
     ap.add_argument("--realtime-max-rows", type=int, default=0)
     ap.add_argument("--w2-configs", default="",
-                    help="comma list of EVERY:STARTING:MAX_ROWS[:SWITCH_MS[:STEADY[:PAUSE]]] "
+                    help="comma list of "
+                         "EVERY:STARTING:MAX_ROWS[:SWITCH_MS[:STEADY[:PAUSE[:LOOKAHEAD]]]] "
                          "scheduler settings to run W2 under (realtime_batch_every, ..._starting, "
                          "realtime_max_rows; 0 = the engine's default; the GIL switch interval; "
-                         "the scheduler's steady_every, 1 = no starting-only steps; pause_batch, "
-                         "1 = pause batch rows over the cap instead of preempting them); empty: "
-                         "the engine's defaults only")
+                         "the scheduler's steady_every, 1 = no starting-only steps; pause_batch: "
+                         "1 pauses the batch rows over the cap, 0 preempts them, absent: the "
+                         "engine's default; then the first chunk's lookahead in frames, 1 or 2); "
+                         "empty: the engine's defaults only")
     ap.add_argument("--lookaheads", default="2",
                     help="comma list of first-chunk lookaheads (frames) for the single stream")
     ap.add_argument("--single-runs", type=int, default=5)
@@ -252,26 +254,32 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
         background = [j for j in w1 if int(j.key[3:].split(".")[0]) < args.w2_lines]
         sched = fast.loop.scheduler
         defaults = (sched.full_every, sched.full_every_starting, sched.realtime_max_rows)
+        base_steady, base_pause = sched.steady_every, sched.pause_batch
         switch = sys.getswitchinterval()
         configs = [c.split(":") for c in args.w2_configs.split(",") if c] or [[]]
         for config in configs:
             # EVERY:STARTING:MAX_ROWS[:SWITCH_MS]; 0 or absent: the engine's default
-            steady = int(config[4]) if len(config) > 4 else 1
-            pause = len(config) > 5 and config[5] == "1"
+            steady = int(config[4]) if len(config) > 4 and int(config[4]) else base_steady
+            pause = config[5] == "1" if len(config) > 5 else base_pause
+            lookahead = int(config[6]) if len(config) > 6 and int(config[6]) else 2
+            set_lookahead(fast, lookahead)
             config = tuple(int(v) or d for v, d in zip(config[:3], defaults)) + \
                 defaults[len(config[:3]):] + (float(config[3]) if len(config) > 3 else 0.0,)
             sched.full_every, sched.full_every_starting, sched.realtime_max_rows = config[:3]
             sched.steady_every, sched.pause_batch = max(1, steady), pause
             sys.setswitchinterval(config[3] / 1000 or switch)
-            name = "w2" if config[:3] == defaults and not config[3] and steady <= 1 \
-                and not pause else "w2_every{}_starting{}_max{}".format(*config) + \
+            name = "w2" if config[:3] == defaults and not config[3] and steady == base_steady \
+                and pause == base_pause and lookahead == 2 else \
+                "w2_every{}_starting{}_max{}".format(*config) + \
                 (f"_switch{config[3]:g}ms" if config[3] else "") + \
-                (f"_steady{steady}" if steady > 1 else "") + ("_paused" if pause else "")
+                (f"_steady{steady}" if steady > 1 else "") + \
+                ("_paused" if pause else "_preempting") + \
+                (f"_lookahead{lookahead}" if lookahead != 2 else "")
             mode[name] = {"config": dict(zip(("batch_every", "batch_every_starting",
                                              "realtime_max_rows", "switch_interval_ms",
-                                             "steady_every", "pause_batch"),
+                                             "steady_every", "pause_batch", "first_lookahead"),
                                             config[:3] + (config[3] or switch * 1000, steady,
-                                                          pause)))}
+                                                          pause, lookahead)))}
             for count in map(int, args.w2_counts.split(",")):
                 before = w2_counters(fast)
                 fast.loop.first_chunk_phases(clear=True)
@@ -283,7 +291,8 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
                     summary["background_x_real_time"] = r.background.audio_s / r.background.wall_s
                 print(name, count, summary, flush=True)
         sched.full_every, sched.full_every_starting, sched.realtime_max_rows = defaults
-        sched.steady_every, sched.pause_batch = 1, False
+        sched.steady_every, sched.pause_batch = base_steady, base_pause
+        set_lookahead(fast, 2)
         sys.setswitchinterval(switch)
     fast.close()
     del fast

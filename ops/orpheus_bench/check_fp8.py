@@ -55,14 +55,15 @@ def check_w8a16(device: str) -> bool:
 
 
 def check_routing(device: str) -> bool:
-    """Float8Linear (the ``_scaled_mm`` kind) uses ``_scaled_mm`` by default; with
-    ``SYNTH_FP8_SMALL_ROWS=w8a16`` it sends few rows to the weight-only kernel: its output is that
+    """Float8Linear (the ``_scaled_mm`` kind) sends few rows to the weight-only kernel by default
+    and uses ``_scaled_mm`` with ``SYNTH_FP8_SMALL_ROWS=scaled_mm``; the weight-only output is that
     kernel's, and within tolerance of the module's dequantized path. (Sets the variable.)"""
     from pipeline.engines.orpheus.quant import _float8_linear_class
 
-    default = _float8_linear_class()(torch.zeros(1, 1, dtype=torch.float8_e4m3fn), torch.ones(1),
-                                     None, torch.bfloat16, use_scaled_mm=True).small_rows
-    os.environ["SYNTH_FP8_SMALL_ROWS"] = "w8a16"
+    os.environ["SYNTH_FP8_SMALL_ROWS"] = "scaled_mm"
+    opted_out = _float8_linear_class()(torch.zeros(1, 1, dtype=torch.float8_e4m3fn), torch.ones(1),
+                                       None, torch.bfloat16, use_scaled_mm=True).small_rows
+    del os.environ["SYNTH_FP8_SMALL_ROWS"]
     cls = _float8_linear_class()
     gen = torch.Generator().manual_seed(1)
     linear = torch.nn.Linear(64, 32, bias=False)
@@ -75,8 +76,8 @@ def check_routing(device: str) -> bool:
     same = torch.equal(out, linear_w8a16(x.reshape(-1, 64), fast.weight, fast.scale).view(2, 3, 32))
     ref = slow(x).float()
     err = float((out.float() - ref).norm() / ref.norm())
-    good = default is None and fast.small_rows is not None and same and err < 2e-2
-    print(f"Float8Linear, 6 rows, SYNTH_FP8_SMALL_ROWS=w8a16 (default off: {default is None}): the "
+    good = opted_out is None and fast.small_rows is not None and same and err < 2e-2
+    print(f"Float8Linear, 6 rows, by default (scaled_mm when asked: {opted_out is None}): the "
           f"weight-only kernel's output {same}, rel L2 to the dequantized "
           f"path {err:.1e} {'ok' if good else 'MISMATCH'}", flush=True)
     return good

@@ -63,16 +63,18 @@ def quantize_rows(x: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tenso
 # Measured on the H200 (sweep_fp8.py, CUDA graphs; ops/results, session 6), before the K split:
 # per layer at 16 rows 73.5 us against 77.5 for ``_scaled_mm`` and 64.5 for bf16; gate/up (the
 # widest) reached 3.0 TB/s of fp8 weight, the narrow projections about 1 TB/s with too few
-# programs; from 32 rows on it was slower than both. Hence the K split, and Float8Linear uses this
-# kernel only when asked (quant.py, ``SYNTH_FP8_SMALL_ROWS=w8a16``).
+# programs; from 32 rows on it was slower than both. Hence the K split (split=0 below). With it
+# (session 7): 48-50 us a layer at 1-16 rows, 66 at 32 (``_scaled_mm`` 77), and the fp8 decode
+# graph at B=1 2.01 ms against 2.71 with ``_scaled_mm``; Float8Linear uses it up to 32 rows by
+# default (quant.py, ``SYNTH_FP8_SMALL_ROWS``).
 
 # Launch settings by rows: rows <= bound -> (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, f16, split).
 # f16: the dot in fp16 (the activations clamped to fp16's range, 10 mantissa bits to bf16's 7),
 # else in the activations' dtype; split: parts of K (linear_w8a16; 0: two programs per
-# multiprocessor). Provisional: the K split's settings are not yet swept on a GPU.
+# multiprocessor). From sweep_fp8.py on the H200 (the best single setting for all four shapes).
 W8A16_LAUNCH = (
-    (16, (16, 64, 128, 4, 4, True, 4)),
-    (32, (32, 64, 128, 4, 4, True, 4)),
+    (16, (16, 128, 128, 4, 3, True, 0)),
+    (32, (32, 128, 128, 4, 3, True, 0)),
 )
 
 

@@ -136,14 +136,15 @@ class RowSampler:
     def __init__(self, params: SamplingParams, width: int, lo: int, device,
                  fused: bool | None = None):
         """``fused``: draw with one Triton kernel (sample_kernel.py; with the code constraint and
-        no top-k); None: where ``SYNTH_FUSED_SAMPLER=1`` asks for it on CUDA (off by default until
-        timed on a GPU)."""
+        no top-k); None: on CUDA unless ``SYNTH_FUSED_SAMPLER=0``. On the H200 it draws the same
+        tokens as the torch draw and takes 0.14-0.24 ms off a decode step (B=1: 2.61 -> 2.47 ms,
+        B=128: 4.26 -> 4.02; ops/results, session 7)."""
         import os
 
         import torch
 
         if fused is None:
-            fused = os.environ.get("SYNTH_FUSED_SAMPLER", "0") == "1" and \
+            fused = os.environ.get("SYNTH_FUSED_SAMPLER", "1") == "1" and \
                 str(device).startswith("cuda")
         self.fused = None
         if fused and params.top_k == 0 and params.constrain_codes:
