@@ -83,13 +83,15 @@ def test_realtime_ramp_first_chunk_after_three_frames_then_growing(tiny):
 def late_chunks(ramp: bool, s: float, frames: int = 120, first_right: int = RIGHT_CONTEXT_FRAMES) -> int:
     """Chunks that leave after the listener ran out, generating at real-time factor ``s``: frame
     n exists at time n*s (in frame durations); playback starts when the first chunk leaves."""
-    st = StreamState(seed=0, chunk_frames=REALTIME_CHUNK_FRAMES, ramp=ramp)
-    ends, b = [], 0
-    while b < frames:
-        b = st._chunk_end(b)
-        ends.append(b)
-    start = (ends[0] + first_right) * s
-    return sum((b + RIGHT_CONTEXT_FRAMES) * s > start + before for before, b in zip(ends, ends[1:]))
+    st = StreamState(seed=0, chunk_frames=REALTIME_CHUNK_FRAMES, ramp=ramp, first_right=first_right)
+    chunks, a = [], 0
+    while a < frames:
+        b = st._chunk_end(a)
+        chunks.append((a, b, st._right(a)))      # a chunk leaves once frame b + right exists
+        a = b
+    (_, b0, r0), rest = chunks[0], chunks[1:]
+    start = (b0 + r0) * s
+    return sum((b + r) * s > start + a + 1e-9 for a, b, r in rest)
 
 
 def test_the_ramp_plays_without_underruns_up_to_a_real_time_factor_of_0_8():
@@ -98,14 +100,17 @@ def test_the_ramp_plays_without_underruns_up_to_a_real_time_factor_of_0_8():
     assert late_chunks(ramp=False, s=0.5) == 0
 
 
-def test_one_frame_of_first_lookahead_leaves_after_14_tokens_and_needs_half_real_time(tiny):
-    """The low-latency first chunk: out after 2 frames; the stream must then be generated at
-    0.5x real time or faster (a stream alone runs at about 0.26x) or the second chunk is late."""
+def test_one_frame_of_first_lookahead_leaves_after_14_tokens_and_plays_on_at_0_8(tiny):
+    """The low-latency first chunk: out after 2 frames. The chunks to frame 4 keep 1 frame of
+    right context, then 2 with chunks a frame smaller than the ramp's, so a stream generated at
+    0.8x real time never runs dry (with 2 frames from the second chunk on, it needed 0.5x)."""
     chunks = stream(tiny.codec, random_frames(30), ramp=True, first_right=1)
     assert chunks[0][0] == 2 and len(chunks[0][1]) == SNAC_SAMPLES_PER_FRAME
-    assert [seen for seen, _ in chunks[1:4]] == [4, 5, 6]       # then the usual grid
-    assert late_chunks(ramp=True, s=0.5, first_right=1) == 0
-    assert late_chunks(ramp=True, s=0.6, first_right=1) > 0
+    assert [seen for seen, _ in chunks[1:6]] == [3, 4, 5, 7, 8]
+    sizes = [len(c) // SNAC_SAMPLES_PER_FRAME for _, c in chunks[1:-1]]
+    assert sizes[:9] == [1, 1, 1, 1, 1, 1, 1, 2, 2]
+    assert late_chunks(ramp=True, s=0.8, first_right=1) == 0
+    assert late_chunks(ramp=True, s=0.85, first_right=1) > 0
 
 
 def test_folding_the_weight_norms_leaves_the_audio_as_it_was(tiny_dir):

@@ -23,7 +23,13 @@ duration), chunk k is on time while ``c_k <= b_0 + b_(k-1) * (1/s - 1)``; at s =
 A realtime stream may also take less right context for its first chunk (``first_right``: 1 frame
 instead of 2), so it leaves after 14 tokens instead of 21. The price: the end of that first frame is
 rendered without the codes two frames ahead, which SNAC's decoder convolutions reach, so its last
-samples differ a little from a decode that had them. The chunk grid after it is the same.
+samples differ a little from a decode that had them. Playback then starts a frame earlier, so the
+stream has one frame less in hand: with the ramp above, the second chunk would need frame 4 by the
+time frame 1 has played, which takes 0.5x real time or faster. So such a stream keeps 1 frame of
+right context for its chunks up to frame ``LOW_RIGHT_FRAMES`` (4), and from there takes 2 frames
+with chunks one frame smaller than the ramp's (``b // 4``, at least 1): chunk ``[a, a + c)`` with
+right context ``r`` is on time while ``(a + c + r - 2) * s <= a``, which holds at s = 0.8 for
+every chunk. The first 4 frames' ends differ a little, as the first one's does.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ REALTIME_CHUNK_FRAMES = 4  # 341 ms of audio per chunk
 BATCH_CHUNK_FRAMES = 16
 RAMP_FIRST_FRAMES = 1      # realtime: the first chunk, out after 3 frames (21 tokens)
 RAMP_DIVISOR = 4           # realtime: chunk size 1 + (frames sent) // 4, up to chunk_frames
+LOW_RIGHT_FRAMES = 4       # first_right < 2: chunks starting before this frame keep that context
 
 
 @dataclass
@@ -67,8 +74,21 @@ class StreamState:
         if self.ramp:
             if start == 0:
                 return RAMP_FIRST_FRAMES
-            return start + min(self.chunk_frames, 1 + start // RAMP_DIVISOR)
+            size = 1 + start // RAMP_DIVISOR
+            if self._low_start() and start >= LOW_RIGHT_FRAMES:   # a frame less in hand
+                size = max(1, size - 1)
+            return start + min(self.chunk_frames, size)
         return FIRST_CHUNK_FRAMES if start == 0 else start + self.chunk_frames
+
+    def _low_start(self) -> bool:
+        """A realtime stream whose first chunk took less right context (see the module's text)."""
+        return self.ramp and self.first_right < RIGHT_CONTEXT_FRAMES
+
+    def _right(self, start: int) -> int:
+        """Frames of right context of the chunk that starts at frame ``start``."""
+        if start == 0 or (self._low_start() and start < LOW_RIGHT_FRAMES):
+            return self.first_right
+        return RIGHT_CONTEXT_FRAMES
 
     def ready_chunks(self, finished: bool) -> list[tuple[int, int, int, int]]:
         """(first frame, end frame, window start, window end) of every chunk that can leave."""
@@ -76,7 +96,7 @@ class StreamState:
         out, a = [], self.emitted
         while a < n:
             b = self._chunk_end(a)
-            right = self.first_right if a == 0 else RIGHT_CONTEXT_FRAMES
+            right = self._right(a)
             if b + right <= n:
                 out.append((a, b, max(a - LEFT_CONTEXT_FRAMES, 0), b + right))
             elif finished:
