@@ -168,6 +168,7 @@ def w2_counters(fast) -> dict[str, float]:
     out.update(preempted=sched.preempted, realtime_only_steps=sched.realtime_steps,
                starting_only_steps=sched.starting_steps)
     out.update({f"host_{k}": v for k, v in vars(fast.loop.runner.host).items()})
+    out["clock_s"] = time.monotonic()
     return out
 
 
@@ -193,6 +194,11 @@ def w2_step_figures(before: dict, after: dict) -> dict:
         "launch_ms_per_step": {
             "realtime_only": per(d["realtime_launch_s"], rt_steps),
             "full": per(d["launch_s"] - d["realtime_launch_s"], full_steps)},
+        # the loop's wall time per step, and the shares of it the device had the steps' work and
+        # the loop waited for it (near 1: device-bound; low: the host holds the steps back)
+        "wall_ms_per_step": per(d["clock_s"], d["steps"]),
+        "device_share": round(d["device_s"] / max(d["clock_s"], 1e-9), 3),
+        "wait_share": round(d["wait_s"] / max(d["clock_s"], 1e-9), 3),
     }
 
 

@@ -40,6 +40,7 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     host = w2["runner_host_ms_per_step"]
     assert set(host) == {"moves", "prefill", "begin", "decode", "copies"}
     assert host["decode"] > 0 and 0 < host["begin"] <= host["prefill"]
+    assert w2["wall_ms_per_step"] > 0 and 0 <= w2["wait_share"] < 1    # CPU: launch does the work
     # every step full, so no realtime-only steps; batch rows over the cap preempted (PAUSE 0)
     plain = mode["w2_every1_starting1_max3_switch0.5ms_preempting"]
     assert plain["config"] == {"batch_every": 1, "batch_every_starting": 1, "realtime_max_rows": 3,
