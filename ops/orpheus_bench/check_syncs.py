@@ -117,7 +117,8 @@ def main(argv=None) -> int:
             continue
         kind = plan_kind(plan)
         runner.host = HostTimes()
-        torch.cuda._sleep(cycles)
+        with torch.cuda.stream(runner.stream or torch.cuda.current_stream()):
+            torch.cuda._sleep(cycles)        # on the stream the runner launches on
         t0 = time.perf_counter()
         launched = runner.launch(plan)
         ms = (time.perf_counter() - t0) * 1000

@@ -60,6 +60,19 @@ class HostTimes:
     copies: float = 0.0          # the tokens' device-to-host copies and the events
 
 
+# The CUDA stream priority of the language model's steps (lower is more urgent; 0: the default
+# stream, as the codec's batch windows). The codec renders realtime windows at the highest
+# priority and batch windows at 0; the decode step sits between, so batch windows fill the
+# step's gaps instead of slowing it. ``SYNTH_LM_STREAM_PRIORITY`` overrides it (benchmarks).
+LM_STREAM_PRIORITY = -1
+
+
+def lm_stream_priority() -> int:
+    import os
+
+    return int(os.environ.get("SYNTH_LM_STREAM_PRIORITY", LM_STREAM_PRIORITY))
+
+
 BATCH_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 LENGTH_STEP = 256          # attention lengths are multiples of this (and the full context)
 ACTIVE_MASKS = 4           # row sets whose active masks stay in host memory (ModelRunner._activate)
@@ -110,6 +123,9 @@ class ModelRunner:
         if use_graphs and str(device).startswith("cuda"):
             self._capture_all()
             self._capture_prefill()
+        priority = lm_stream_priority() if self._cuda else 0
+        # The steps' stream (None: the current one); launch() orders it after the current stream.
+        self.stream = torch.cuda.Stream(device, priority=priority) if priority else None
 
     def padded_batch(self, rows: int) -> int:
         """The graph batch size a step over ``rows`` rows runs at."""
@@ -175,7 +191,15 @@ class ModelRunner:
         return self.collect(self.launch(plan))
 
     def launch(self, plan: Plan) -> _Launched:
-        """Queue one plan's device work (moves, prefill, the decode step) without waiting for it."""
+        """Queue one plan's device work (moves, prefill, the decode step) without waiting for it,
+        on the runner's stream (after whatever the caller's stream has queued)."""
+        if self.stream is None:
+            return self._launch(plan)
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            return self._launch(plan)
+
+    def _launch(self, plan: Plan) -> _Launched:
         host, clock = self.host, time.perf_counter
         t0 = clock()
         start = torch.cuda.Event(enable_timing=True) if self._cuda else None
