@@ -115,6 +115,28 @@ def test_the_active_mask_follows_the_decoded_rows_through_its_cache(tiny):
         assert all(m.tolist() == [r in key for r in range(rows)] for key, m in runner._masks.items())
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_first_token_draws_get_aligned_per_row_tensors(tiny, n):
+    """``_begin`` hands the sampler per-row tensors that start 16-byte aligned for any count of
+    prompts: Triton specializes its kernels on pointer alignment, so an odd count would compile
+    another variant of the fused sampler mid-serving."""
+    import torch
+
+    runner = ModelRunner(tiny.model, 8, 256, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE,
+                         use_graphs=False)
+    seen = []
+
+    def sampler(logits, seen_rows, steps, keys):
+        seen.append([t.data_ptr() % 16 for t in (steps, keys)])
+        return torch.full((logits.shape[0],), CUSTOM_TOKEN_BASE, dtype=torch.int64)
+
+    runner.sampler = sampler
+    seqs = [Seq(i, [1, 2, 3], 10, row=i, seed=i) for i in range(n)]
+    first = runner._begin(seqs, torch.zeros(n, runner.width))
+    assert seen == [[0, 0]] and first.tolist() == [CUSTOM_TOKEN_BASE] * n
+    assert runner.pos[:n].tolist() == [3] * n and runner.steps[:n].tolist() == [1] * n
+
+
 def test_continuous_engine_audio_equals_the_static_engine(tiny):
     requests = [SynthesisRequest(i, t, "tara", seed=7 + i, realtime=i == 1) for i, t in enumerate(TEXTS)]
 
