@@ -30,7 +30,9 @@ are admitted and prefilled) only every ``full_every``-th step, every ``full_ever
 while a stream still waits for its first chunk; the steps between are short steps over the
 realtime rows alone. Batch work still gets every full step, so it is slowed, never starved.
 
-Starting-only steps (``steady_every`` > 1; off by default until measured on a GPU): while a stream
+Starting-only steps (``steady_every`` > 1; off by default: on the H200 they cut the first audio
+at 128 streams with lookahead 1, 144 -> 109 ms at the median with steady 3, but the streams ran dry 774
+times against 49; ops/results, session 7): while a stream
 waits for its first chunk, of the steps that decode the realtime rows alone, the streams already
 playing join only every ``steady_every``-th; the others decode the starting streams alone. Such a
 step still runs at the realtime tier's batch (the other rows idle), but a step's time at these
@@ -39,7 +41,8 @@ batches is mostly the weights and the attention over the rows that decode, so it
 ms, extrapolated, with few rows attending), and the first chunk's tokens come faster at some cost
 to the steady streams.
 
-``pause_batch`` (off by default until measured on a GPU): the realtime cap pauses the batch rows
+``pause_batch`` (the engine's default since the H200 showed it: at 128 streams, under RTF 0.8
+99 -> 125 of 128 and batch work 89x -> 132x real time): the realtime cap pauses the batch rows
 over it (they keep their cache rows and resume where they were) instead of preempting them (they
 give their rows back and prefill again on resuming); rows are taken from batch work only when a
 stream needs one.
@@ -146,8 +149,9 @@ class Scheduler:
         # at a time instead of one per step (each prefill is an eager pass); realtime: every step.
         self.admit_every = max(1, admit_every)
         # While realtime streams run, at most this many rows decode (0: no cap), so the step stays
-        # short enough for them to play in real time; batch sequences over it are preempted
-        # (youngest first, down to ``batch_floor``) and resume later by prefilling what they had.
+        # short enough for them to play in real time; batch sequences over it are paused
+        # (``pause_batch``) or preempted (youngest first, down to ``batch_floor``), resuming later
+        # by prefilling what they had.
         self.realtime_max_rows = realtime_max_rows or rows
         self.full_every = max(1, full_every)
         self.full_every_starting = max(1, full_every_starting)
