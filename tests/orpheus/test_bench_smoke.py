@@ -23,7 +23,7 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     data = bench(tiny_dir, tmp_path,
                  "Hello there.\nA second line of the corpus.\nThird.\nFour is here.\n",
                  "--streams", "2", "--spread", "0.1", "--w2-counts", "1", "--single-runs", "1",
-                 "--generate1-jobs", "1", "--w2-configs", "2:4:0,1:1:3:0.5:0:0,2:4:0:0:2:1:1", "--lookaheads", "2,1",
+                 "--generate1-jobs", "1", "--w2-configs", "0:0:0,1:1:3:0.5:0:0,2:4:0:0:2:1:1", "--lookaheads", "2,1",
                  "--quant", "none", "--max-batch", "4", "--markdown", str(tmp_path / "bench.md"))
     approaches = {r["approach"] for r in data["rows"]}
     assert approaches == {"fast W1", "fast subset", "part-1 engine subset",
