@@ -264,7 +264,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
         switch = sys.getswitchinterval()
         configs = [c.split(":") for c in args.w2_configs.split(",") if c] or [[]]
         for config in configs:
-            # EVERY:STARTING:MAX_ROWS[:SWITCH_MS]; 0 or absent: the engine's default
+            # EVERY:STARTING:MAX_ROWS[:SWITCH_MS[:STEADY[:PAUSE[:LOOKAHEAD]]]] (see --w2-configs)
             steady = int(config[4]) if len(config) > 4 and int(config[4]) else base_steady
             pause = config[5] == "1" if len(config) > 5 else base_pause
             lookahead = int(config[6]) if len(config) > 6 and int(config[6]) else 2
