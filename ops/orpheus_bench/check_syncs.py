@@ -2,8 +2,8 @@
 through the prefill graphs, batch prompts through the eager prefill, a chunked prompt, row moves) is
 launched behind a long ``torch.cuda._sleep`` already queued on the stream. A launch that queues its
 work without waiting returns while the device still sleeps; one that waits returns after it. Then
-each kind runs once more under ``torch.cuda.set_sync_debug_mode("error")``, which raises at the
-first synchronizing call: the traceback names the line.
+30 more steps of every kind run under ``torch.cuda.set_sync_debug_mode("error")``, which raises
+at the first synchronizing call: the traceback names the line.
 
     python -m ops.orpheus_bench.check_syncs [--kv-dtype fp8] [--layers 28] [--profile]   # CUDA
 
@@ -35,23 +35,13 @@ def sleep_cycles(ms: float) -> int:
     return int(n * ms / start.elapsed_time(end))
 
 
-BLOCKING = ("Synchronize", "cudaMemcpy", "cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaHostRegister",
-            "cudaEventSynchronize", "cudaStreamWaitEvent")
-
-
 def report_host(prof, top: int = 15) -> None:
-    """The host's largest self times over the launches (torch ops and CUDA runtime calls), then
-    where each runtime call that can wait for the device came from, with its total ms."""
-    events = prof.key_averages()
+    """The host's largest self times over the launches: torch ops and CUDA runtime calls (a
+    ``cudaStreamSynchronize`` or ``cudaMemcpy`` there is a wait; an op far above its launch cost is
+    host work, as cuDNN's planning of each new shape was)."""
     print(f"host self time over the launches, top {top} (ms, calls):")
-    for e in sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]:
+    for e in sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]:
         print(f"  {e.self_cpu_time_total / 1000:9.2f} {e.count:6d}  {e.key}")
-    for e in sorted(prof.key_averages(group_by_stack_n=8), key=lambda e: e.self_cpu_time_total,
-                    reverse=True):
-        if any(b in e.key for b in BLOCKING) and e.self_cpu_time_total > 1000:
-            stack = [f for f in e.stack if "pipeline/" in f or "ops/" in f][:4]
-            print(f"  {e.key} {e.self_cpu_time_total / 1000:.2f} ms in {e.count} calls from: "
-                  + " <- ".join(stack))
 
 
 def plan_kind(plan) -> str:
@@ -104,8 +94,8 @@ def main(argv=None) -> int:
     cycles = sleep_cycles(SLEEP_MS)
     waited = False
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                              torch.profiler.ProfilerActivity.CUDA],
-                                  with_stack=True) if args.profile else None
+                                              torch.profiler.ProfilerActivity.CUDA]) \
+        if args.profile else None
     if prof is not None:
         prof.start()
     for step in range(args.steps):
