@@ -276,7 +276,7 @@ def text_chars_for(context: int, slack: float = BUDGET_SLACK) -> int:
 
 
 # Batch rows decode every 2nd step beside realtime streams, every 8th while one waits for its
-# first chunk (scheduler.py). H200, W2 at 128 streams over W1, same boot (session 7): every 8th
+# first chunk (scheduler.py). H200, W2 at 128 streams over W1 (session 7, two boots): every 8th
 # rather than 4th while starting took the first audio from 186 to 173 ms at the median (p99 257
 # -> 244) with batch work at 138x real time instead of 141x.
 REALTIME_BATCH_EVERY = (2, 8)

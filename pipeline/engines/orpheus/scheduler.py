@@ -31,8 +31,8 @@ while a stream still waits for its first chunk; the steps between are short step
 realtime rows alone. Batch work still gets every full step, so it is slowed, never starved.
 
 Starting-only steps (``steady_every`` > 1; off by default: on the H200 they cut the first audio
-at 128 streams with lookahead 1, 144 -> 109 ms at the median with steady 3, but the streams ran dry 774
-times against 49; ops/results, session 7): while a stream
+at 128 streams with lookahead 1 from 144 to 109 ms at the median with steady 3, but the streams
+ran dry 774 times against 49; ops/results, session 7): while a stream
 waits for its first chunk, of the steps that decode the realtime rows alone, the streams already
 playing join only every ``steady_every``-th; the others decode the starting streams alone. Such a
 step still runs at the realtime tier's batch (the other rows idle), but a step's time at these
@@ -150,8 +150,8 @@ class Scheduler:
         self.admit_every = max(1, admit_every)
         # While realtime streams run, at most this many rows decode (0: no cap), so the step stays
         # short enough for them to play in real time; batch sequences over it are paused
-        # (``pause_batch``) or preempted (youngest first, down to ``batch_floor``), resuming later
-        # by prefilling what they had.
+        # (``pause_batch``: they keep their cache) or preempted (youngest first, down to
+        # ``batch_floor``: they resume later by prefilling what they had).
         self.realtime_max_rows = realtime_max_rows or rows
         self.full_every = max(1, full_every)
         self.full_every_starting = max(1, full_every_starting)
