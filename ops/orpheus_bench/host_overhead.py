@@ -115,10 +115,10 @@ def step(loop: EngineLoop, runner: InstantRunner, work: Workload) -> tuple[float
     loop._step()
     took = time.perf_counter() - t0 - (runner.launch_s - fake)
     worker = loop.codec_worker
-    while not worker.ended.empty():
-        live = worker.ended.get()
-        worker.drop(live)
-        loop.submit([(work.make(live.seq.realtime), None)], sink=None)
+    for lane in worker.lanes.values():
+        for live in lane.take_ended(0):
+            worker.drop(live)
+            loop.submit([(work.make(live.seq.realtime), None)], sink=None)
     return took, s.schedule_s - sched, loop.scheduler.realtime_steps != rt
 
 

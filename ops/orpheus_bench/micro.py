@@ -110,16 +110,17 @@ def main(argv=None) -> int:
             print(f"  {us:8.1f} {calls:5.0f}  {name}", flush=True)
     if args.no_codec:
         return 0
-    from pipeline.engines.orpheus.engine import common_windows
+    from pipeline.engines.orpheus.engine import batch_windows, realtime_windows
 
     rng = np.random.default_rng(0)
     for label in ("eager", "graphs"):
         if label == "graphs":
-            lm.codec.capture_graphs(common_windows())
+            lm.codec.capture_graphs(realtime_windows(), batch_windows())
         for g, w in ((64, 4), (32, 19), (64, 19), (16, 7)):
             frames = rng.integers(0, 4096, size=(g, w, 7))
             keys = np.arange(g)
-            t = time_ms(lambda: lm.codec.decode_windows(frames, keys), reps=5)
+            urgent = w in realtime_windows() and w not in batch_windows()     # that lane's graphs
+            t = time_ms(lambda: lm.codec.decode_windows(frames, keys, urgent), reps=5)
             print(f"codec {label} {g} windows x {w} frames: {t:.2f} ms "
                   f"({t / (g * w):.3f} ms per frame)", flush=True)
             if args.profile and label == "graphs" and (g, w) in ((64, 4), (32, 19)):

@@ -104,8 +104,9 @@ def test_the_codec_thread_sends_one_final_chunk_per_stream_whatever_the_slicing(
 
 
 def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
-    """The codec thread sends finals over several calls (realtime first, then batch slices); when
-    a later call fails, the streams finished before it must not get an error final as well."""
+    """The batch lane sends finals over several calls (one per slice); when a later call fails,
+    the streams finished before it must not get an error final as well, and the realtime lane's
+    stream is not touched by the batch lane's failure."""
     from pipeline.engines.orpheus.codec_worker import CodecWorker
     from pipeline.engines.orpheus.loop import Live
     from pipeline.engines.orpheus.streaming import StreamState
@@ -134,8 +135,8 @@ def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
             live.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(2))
             lives.append(live)
             worker.register(live)
-        for live in lives:                  # all end in the same tick
-            worker.ended.put(live)
+        for live in lives:                  # all end at once
+            worker.finish(live)
         finals: dict = {}
         while len(finals) < len(lives):
             chunk = sink.get(timeout=60)
@@ -153,3 +154,72 @@ def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
     assert all(len(f) == 1 for f in finals.values()), {k: len(f) for k, f in finals.items()}
     assert finals[0][0].error is None and finals[1][0].error is None     # sent before the failure
     assert all(finals[k][0].error is not None for k in (2, 3))
+
+
+def test_a_realtime_chunk_leaves_while_the_batch_lane_is_inside_a_codec_call(tiny):
+    """The realtime lane has its own thread: a stream's chunk goes out while a batch call is
+    still running (here: held until the test lets it go), not after it."""
+    import threading
+
+    from pipeline.engines.orpheus.codec_worker import CodecWorker
+    from pipeline.engines.orpheus.loop import Live
+    from pipeline.engines.orpheus.streaming import StreamState
+
+    class HeldBatchCalls:                   # the codec's interface: decode_windows
+        def __init__(self, codec):
+            self.codec, self.entered, self.release = codec, threading.Event(), threading.Event()
+
+        def decode_windows(self, frames, keys, urgent=False):
+            if not urgent:
+                self.entered.set()
+                assert self.release.wait(60), "the test never released the batch call"
+            return self.codec.decode_windows(frames, keys, urgent)
+
+    codec = HeldBatchCalls(tiny.codec)
+    worker = CodecWorker(codec, on_final=final_chunk, batch_interval_s=0.0)
+    sink: queue.SimpleQueue = queue.SimpleQueue()
+    rng = np.random.default_rng(2)
+    try:
+        batch = Live(Seq("batch", [1], budget=100), sink, StreamState(seed=1, chunk_frames=2),
+                     "batch")
+        batch.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(4))
+        worker.register(batch)
+        assert codec.entered.wait(60)       # the batch lane is now inside its call, held
+        stream = Live(Seq("rt", [1], budget=100, realtime=True), sink,
+                      StreamState(seed=2, ramp=True), "rt")
+        worker.register(stream)
+        stream.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(3))
+        worker.frames_fed()
+        chunk = sink.get(timeout=60)
+        assert chunk.key == "rt" and not chunk.final and len(chunk.audio) == 2048
+        assert not codec.release.is_set()   # it came while the batch call was held
+    finally:
+        codec.release.set()
+        worker.close()
+    assert worker.lanes[True].stats.calls >= 1 and worker.lanes[True].stats.frames == 3
+
+
+def test_the_lanes_decode_at_once_with_their_own_noise_keys(tiny):
+    """The two lanes call the codec from their own threads; the keyed noise of an eager decode
+    reads the keys of its own thread's call, so concurrent calls render what each renders alone."""
+    import threading
+
+    rng = np.random.default_rng(3)
+    calls = [(rng.integers(0, 4096, size=(2, 3, 7)), np.array([10 * i, 10 * i + 1]))
+             for i in range(6)]
+    alone = [tiny.codec.decode_windows(frames, keys) for frames, keys in calls]
+    got: dict[int, np.ndarray] = {}
+
+    def lane(indices):
+        for _ in range(3):
+            for i in indices:
+                got[i] = tiny.codec.decode_windows(*calls[i])
+
+    threads = [threading.Thread(target=lane, args=(range(k, 6, 2),)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(got) == list(range(6))
+    for i, audio in enumerate(alone):
+        np.testing.assert_array_equal(got[i], audio)

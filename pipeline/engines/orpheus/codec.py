@@ -10,7 +10,7 @@ reproducible and streamed chunks identical to a one-shot decode.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import threading
 
 import numpy as np
 
@@ -23,9 +23,11 @@ log = logging.getLogger(__name__)
 DEFAULT_CODEC = "hubertsiuzdak/snac_24khz"
 
 
-@dataclass
-class _NoiseKeys:
-    value: object = None    # torch int64 [B, 1, 1] while a decode runs
+class _NoiseKeys(threading.local):
+    """The keys of the windows an eager decode (or a graph capture) is running: torch int64
+    [B, 1, 1], None between calls. Per thread: the codec's two lanes decode at the same time."""
+
+    value: object = None
 
 
 def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
@@ -53,8 +55,15 @@ class SnacCodec:
         self.device = device
         self.model = model.eval().to(device)
         self._keys = _NoiseKeys()
-        self._cuda_stream = None
-        self.graphs = None
+        self._cuda_streams = None
+        if str(device).startswith("cuda"):
+            import torch
+
+            # The lanes' streams: normal priority, and the highest for the realtime lane (a
+            # priority below the device's range is mapped to its highest: torch's Stream docs).
+            self._cuda_streams = (torch.cuda.Stream(device),
+                                  torch.cuda.Stream(device, priority=-100))
+        self.graphs: dict = {}          # urgent (realtime lane) -> that lane's CodecGraphs
         self.keyed_noise_blocks = self._swap_noise_blocks()
         self.folded_weight_norms = fold_weight_norms(self.model) if fold else 0
         if self.model.sampling_rate != SNAC_SAMPLE_RATE:
@@ -75,8 +84,9 @@ class SnacCodec:
 
     def decode_windows(self, frames: np.ndarray, keys: np.ndarray, urgent: bool = False) -> np.ndarray:
         """frames [B, w, 7] int codes, keys [B] ints -> audio [B, w * 2048] float32. ``urgent``
-        (realtime chunks): on a high-priority stream, whose kernels the GPU schedules ahead of the
-        language model's step."""
+        (the realtime lane): on a high-priority stream, whose kernels the GPU schedules ahead of
+        the language model's step, with that lane's graphs. The two lanes may call at once, from
+        their own threads; calls of one lane never overlap."""
         import torch
 
         # On the GPU the codec has its own streams, so it runs beside the language model's step.
@@ -84,7 +94,8 @@ class SnacCodec:
             l0, l1, l2 = frames_to_levels(frames)
             codes = [torch.as_tensor(level, device=self.device) for level in (l0, l1, l2)]
             key_t = torch.as_tensor(np.asarray(keys, dtype=np.int64), device=self.device)
-            audio = self.graphs.decode(codes, key_t) if self.graphs else None
+            graphs = self.graphs.get(urgent)
+            audio = graphs.decode(codes, key_t) if graphs else None
             if audio is None:
                 self._keys.value = key_t.view(-1, 1, 1)
                 try:
@@ -95,31 +106,35 @@ class SnacCodec:
             expected = frames.shape[1] * SNAC_SAMPLES_PER_FRAME
             return audio[:, 0, :expected].float().cpu().numpy()
 
-    def capture_graphs(self, windows: tuple[int, ...]) -> str | None:
-        """Capture the decode for these window lengths (CUDA only); returns a fallback reason."""
+    def capture_graphs(self, realtime: tuple[int, ...], batch: tuple[int, ...]) -> str | None:
+        """Capture the decode for these window lengths of each lane (CUDA only): each lane its
+        own graphs, so their static buffers are never shared. Returns a fallback reason."""
         if not str(self.device).startswith("cuda"):
             return None
         from pipeline.engines.orpheus.codec_graphs import CodecGraphs
 
-        with self._stream():
-            graphs = CodecGraphs(self.model, self._keys, self.device, windows)
-        self.graphs = graphs if graphs.graphs else None
-        return graphs.fallback
+        self.graphs, reasons = {}, []
+        for urgent, windows in ((True, realtime), (False, batch)):
+            with self._stream(urgent):
+                graphs = CodecGraphs(self.model, self._keys, self.device, windows)
+            if graphs.graphs:
+                self.graphs[urgent] = graphs
+            reasons += [graphs.fallback] if graphs.fallback else []
+        return "; ".join(reasons) or None
+
+    @property
+    def graph_count(self) -> int:
+        return sum(len(g.graphs) for g in self.graphs.values())
 
     def _stream(self, urgent: bool = False):
-        """The codec's CUDA stream: normal priority, or the highest for ``urgent`` work. Calls
-        never overlap (each waits for its audio), so the graphs' static buffers are safe on both."""
+        """The codec's CUDA stream of a lane: normal priority, or the highest for ``urgent``."""
         import contextlib
 
         import torch
 
-        if not str(self.device).startswith("cuda"):
+        if self._cuda_streams is None:
             return contextlib.nullcontext()
-        if self._cuda_stream is None:
-            # a priority below the device's range is mapped to its highest (torch's Stream docs)
-            self._cuda_stream = (torch.cuda.Stream(self.device),
-                                 torch.cuda.Stream(self.device, priority=-100))
-        return torch.cuda.stream(self._cuda_stream[urgent])
+        return torch.cuda.stream(self._cuda_streams[urgent])
 
 
 def fold_weight_norms(model) -> int:

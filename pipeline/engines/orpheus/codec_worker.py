@@ -1,11 +1,19 @@
-"""The codec's own thread: turns the frames the loop produces into audio chunks for the callers.
+"""The codec's threads: they turn the frames the loop produces into audio chunks for the callers.
 
-The loop thread only appends frames and says when a sequence ended; this thread decodes what is
-ready (realtime streams at once on the codec's high-priority CUDA stream, batch streams every
-``batch_interval_s`` in calls of at most ``batch_slice`` streams, with the realtime streams looked at
-again between them) and hands chunks and final chunks to each caller's queue. So the language
-model's step never waits for the codec, the codec sees large batches, and a realtime chunk waits
-for at most one slice of batch work.
+The loop thread only appends frames and says when a sequence ended; two lanes, each a thread of
+its own, decode what is ready and hand chunks and final chunks to each caller's queue:
+
+- the realtime lane wakes as soon as the loop has fed a step's tokens (``frames_fed``), renders the
+  streams still waiting for their first chunk in one call per window length, then the others, on
+  the codec's high-priority CUDA stream;
+- the batch lane renders batch streams every ``batch_interval_s``, in calls of at most
+  ``batch_slice`` streams, on the codec's normal-priority stream (ended streams at once).
+
+So the language model's step never waits for the codec, batch windows come in large calls, and a
+realtime chunk never waits on the host for a batch slice to finish: on the H200, one thread for
+both made the median first chunk wait 16-24 ms in the codec at 128 streams once the decode steps
+ran above the batch windows (ops/results, session 7). Each lane replays its own codec graphs
+(codec.py), so the two never share static buffers.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import queue
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,87 +36,137 @@ log = logging.getLogger(__name__)
 TICK_S = 0.002
 
 
+@dataclass
+class LaneStats:
+    calls: int = 0          # codec calls that rendered audio
+    windows: int = 0        # windows rendered
+    frames: int = 0         # frames of those windows (context included)
+    busy_s: float = 0.0     # wall time in rendering (the device's time included)
+
+
+class _Lane:
+    """One thread's streams (id -> Live), its ended streams and its counters."""
+
+    def __init__(self, name: str, urgent: bool):
+        self.name, self.urgent = name, urgent
+        self.streams: dict[int, object] = {}
+        self.ended: queue.SimpleQueue = queue.SimpleQueue()
+        self.stats = LaneStats()
+        self.finalized: set[int] = set()    # streams sent their final chunk in this round
+
+    def take_ended(self, timeout: float) -> list:
+        final = []
+        try:
+            final.append(self.ended.get(timeout=timeout) if timeout else self.ended.get_nowait())
+            while True:
+                final.append(self.ended.get_nowait())
+        except queue.Empty:
+            pass
+        return final
+
+
 class CodecWorker:
     def __init__(self, codec, on_final, batch_interval_s: float = 0.05, batch_slice: int = 32):
         self.codec, self.on_final = codec, on_final
         self.batch_interval_s = batch_interval_s
         self.batch_slice = batch_slice
         self.first_chunks: deque = deque(maxlen=4096)   # realtime streams' FirstChunkMarks
-        self._finalized: set[int] = set()   # streams sent their final chunk in this _decode
-        # id -> Live, registered by the loop thread; realtime ones apart, so the ticks between
-        # batch turns look at them alone, not at every stream in flight.
-        self.realtime: dict[int, object] = {}
-        self.batch: dict[int, object] = {}
-        self.ended: queue.SimpleQueue = queue.SimpleQueue()
-        self.calls = 0
-        self.busy_s = 0.0
+        self.lanes = {True: _Lane("realtime", urgent=True), False: _Lane("batch", urgent=False)}
+        self._fed = threading.Event()       # the loop fed realtime frames (or one ended)
         self._last_batch = 0.0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="orpheus-codec", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, args=(lane,), daemon=True,
+                                          name=f"orpheus-codec-{lane.name}")
+                         for lane in self.lanes.values()]
+        for t in self._threads:
+            t.start()
+
+    # What the loop thread calls ---------------------------------------------------------------
+
+    @property
+    def realtime(self) -> dict:
+        return self.lanes[True].streams
+
+    @property
+    def batch(self) -> dict:
+        return self.lanes[False].streams
 
     def register(self, live) -> None:
-        (self.realtime if live.seq.realtime else self.batch)[id(live)] = live
+        self.lanes[live.seq.realtime].streams[id(live)] = live
+
+    def frames_fed(self) -> None:
+        """A step's tokens have been fed to the realtime streams' assemblers: render what is ready."""
+        self._fed.set()
 
     def finish(self, live) -> None:
         """The sequence ended (its frames are complete): flush it and send its final chunk."""
-        self.ended.put(live)
+        self.lanes[live.seq.realtime].ended.put(live)
+        if live.seq.realtime:
+            self._fed.set()
 
     def drop(self, live) -> None:
-        self.realtime.pop(id(live), None)
-        self.batch.pop(id(live), None)
+        for lane in self.lanes.values():
+            lane.streams.pop(id(live), None)
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
+        self._fed.set()
+        for t in self._threads:
+            t.join(timeout=30)
 
-    def _run(self) -> None:
+    @property
+    def calls(self) -> int:
+        return sum(lane.stats.calls for lane in self.lanes.values())
+
+    @property
+    def busy_s(self) -> float:
+        return sum(lane.stats.busy_s for lane in self.lanes.values())
+
+    # The threads --------------------------------------------------------------------------------
+
+    def _run(self, lane: _Lane) -> None:
         while not self._stop.is_set():
-            final = []
-            try:
-                final.append(self.ended.get(timeout=TICK_S))
-                while True:
-                    final.append(self.ended.get_nowait())
-            except queue.Empty:
-                pass
+            if lane.urgent:
+                self._fed.wait(TICK_S)      # woken by the loop; the tick is a backstop
+                self._fed.clear()           # before reading: frames fed from now on wake it again
+                final = lane.take_ended(0)
+            else:
+                final = lane.take_ended(TICK_S)
             started = time.perf_counter()
             try:
-                self._decode(final)
+                self._round(lane, final)
             except Exception as e:  # noqa: BLE001 - the streams in this call fail, loudly
-                log.exception("codec decode failed")
-                self._fail(final, e)
-            self.busy_s += time.perf_counter() - started
+                log.exception("codec decode failed (%s lane)", lane.name)
+                self._fail(lane, final, e)
+            lane.stats.busy_s += time.perf_counter() - started
 
-    def _decode(self, final: list) -> None:
-        self._finalized = set()
-        now = time.perf_counter()
-        batch_turn = now - self._last_batch >= self.batch_interval_s
-        if batch_turn:
-            self._last_batch = now
+    def _round(self, lane: _Lane, final: list) -> None:
+        lane.finalized = set()
         ended = {id(lv): lv for lv in final}
-        # Realtime streams first, in their own codec calls, and their chunks leave before the
-        # batch streams' (larger) windows are even started.
-        realtime = dict(self.realtime)
-        realtime.update({k: lv for k, lv in ended.items() if lv.seq.realtime})
-        # Streams still waiting for their first chunk go in the first call: a listener is waiting
-        # on them; the others have audio in hand.
-        first = {k: lv for k, lv in realtime.items() if lv.marks.first_chunk_at is None}
-        self._render(first, ended, urgent=True)
-        self._render({k: lv for k, lv in realtime.items() if k not in first}, ended, urgent=True)
-        batch = dict(self.batch) if batch_turn else {}
-        batch.update({k: lv for k, lv in ended.items() if not lv.seq.realtime})
-        batch = list(batch.items())     # each stream once: an ended one gets one final chunk
-        for i in range(0, len(batch), self.batch_slice):
-            self._render(dict(batch[i:i + self.batch_slice]), ended)
-            if self.realtime and i + self.batch_slice < len(batch):
-                self._render(dict(self.realtime), ended, urgent=True)
+        if lane.urgent:
+            # Streams still waiting for their first chunk go in the first call: a listener is
+            # waiting on them; the others have audio in hand.
+            streams = dict(lane.streams)
+            streams.update(ended)
+            first = {k: lv for k, lv in streams.items() if lv.marks.first_chunk_at is None}
+            self._render(lane, first, ended)
+            self._render(lane, {k: lv for k, lv in streams.items() if k not in first}, ended)
+            return
+        now = time.perf_counter()
+        streams = {}
+        if now - self._last_batch >= self.batch_interval_s:
+            self._last_batch = now
+            streams = dict(lane.streams)
+        streams.update(ended)
+        items = list(streams.items())     # each stream once: an ended one gets one final chunk
+        for i in range(0, len(items), self.batch_slice):
+            self._render(lane, dict(items[i:i + self.batch_slice]), ended)
 
-    def _render(self, todo: dict, ended: dict, urgent: bool = False) -> None:
+    def _render(self, lane: _Lane, todo: dict, ended: dict) -> None:
         if not todo:
             return
         audio = decode_ready(self.codec, {k: lv.stream for k, lv in todo.items()}, set(ended),
-                             urgent)
-        self.calls += bool(audio)
+                             lane.urgent, lane.stats)
         for k, pcm in audio.items():
             if k not in ended:
                 lv = todo[k]
@@ -117,16 +176,16 @@ class CodecWorker:
                         self.first_chunks.append(lv.marks)
                 lv.sink.put(AudioChunk(lv.key, pcm, False))
         for k, lv in todo.items():
-            if k in ended and k not in self._finalized:
+            if k in ended and k not in lane.finalized:
                 self.drop(lv)
-                self._finalized.add(k)
+                lane.finalized.add(k)
                 lv.sink.put(self.on_final(lv, audio.get(k)))
 
-    def _fail(self, final: list, error: Exception) -> None:
+    def _fail(self, lane: _Lane, final: list, error: Exception) -> None:
         err = EngineError(f"codec failed: {type(error).__name__}: {error}")
         err.__cause__ = error
         for lv in final:
-            if id(lv) in self._finalized:
+            if id(lv) in lane.finalized:
                 continue            # its final chunk went out before the failing call
             self.drop(lv)
             lv.sink.put(AudioChunk(lv.key, np.zeros(0, np.float32), True, err))

@@ -121,7 +121,7 @@ class OrpheusEngine(Engine):
                                  runner and runner.prefill_fallback,
                                  runner and runner.codec_fallback) if r]
         graphs = {"cuda_graphs": len(runner.graphs), "graph_capture_s": round(runner.capture_s, 2),
-                  "codec_graphs": len(self.lm.codec.graphs.graphs) if self.lm.codec.graphs else 0,
+                  "codec_graphs": self.lm.codec.graph_count,
                   "context": runner.context} if runner else {}
         kv = str(runner.cache.k.dtype).removeprefix("torch.") if runner else c.dtype_name
         return {"loop": loop, **graphs, "kv_dtype": kv, "device": c.device, "dtype": c.dtype_name,
@@ -250,14 +250,19 @@ class OrpheusEngine(Engine):
         return AudioChunk(key, audio, True, error)
 
 
-def common_windows() -> tuple[int, ...]:
-    """Codec window lengths of the first, realtime (the ramp's sizes too) and batch chunks
-    (streaming.py)."""
+def realtime_windows() -> tuple[int, ...]:
+    """Codec window lengths of realtime chunks: the ramp's sizes (with a first lookahead of one
+    frame too) and the full realtime chunk (streaming.py)."""
     edge = LEFT_CONTEXT_FRAMES + RIGHT_CONTEXT_FRAMES
     ramp = [RAMP_FIRST_FRAMES + RIGHT_CONTEXT_FRAMES, RAMP_FIRST_FRAMES + 1] + \
         [c + edge for c in range(1, REALTIME_CHUNK_FRAMES)]
-    return tuple(sorted({FIRST_CHUNK_FRAMES + RIGHT_CONTEXT_FRAMES, REALTIME_CHUNK_FRAMES + edge,
-                         BATCH_CHUNK_FRAMES + edge, *ramp}))
+    return tuple(sorted({REALTIME_CHUNK_FRAMES + edge, *ramp}))
+
+
+def batch_windows() -> tuple[int, ...]:
+    """Codec window lengths of batch chunks: the first, and every one after (streaming.py)."""
+    edge = LEFT_CONTEXT_FRAMES + RIGHT_CONTEXT_FRAMES
+    return (FIRST_CHUNK_FRAMES + RIGHT_CONTEXT_FRAMES, BATCH_CHUNK_FRAMES + edge)
 
 
 def stream_state(seed: int, realtime: bool, first_lookahead: int = RIGHT_CONTEXT_FRAMES) -> StreamState:
@@ -322,7 +327,7 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, conte
                           full_every=every, full_every_starting=starting, first_tokens=first,
                           pause_batch=PAUSE_BATCH)
     if cuda_graphs:
-        runner.codec_fallback = loaded.codec.capture_graphs(common_windows())
+        runner.codec_fallback = loaded.codec.capture_graphs(realtime_windows(), batch_windows())
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "
              "realtime", rows, context, rows * per_row / 2**30, store, reserved)
     return EngineLoop(runner, scheduler, loaded.codec, on_final,

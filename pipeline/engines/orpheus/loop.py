@@ -3,14 +3,15 @@
 ``synthesize()`` calls (one per Celery task in flight: the GPU worker runs a thread pool) put their
 sequences in the inbox and read their chunks from their own queue. The loop thread steps:
 
-    schedule N+1 -> launch N+1 (device) -> collect N -> postprocess N -> frames to the codec thread
+    schedule N+1 -> launch N+1 (device) -> collect N -> postprocess N -> frames to the codec
 
 so the host plans and queues a step while the device still runs the one before: the device never
 waits for the host's bookkeeping, and the host's time per step is hidden under the device's
-(``overlap=False`` does one step at a time). The codec works on its own thread
-(codec_worker.py), so the language model's step never waits for it either. A failed step fails the
-sequences in it, loudly, and the loop carries on; running out of
-device memory halves the rows and gives the sequences back as retryable, never lost.
+(``overlap=False`` does one step at a time). The codec works on threads of its own
+(codec_worker.py; its realtime lane is woken as soon as a step's frames are fed), so the language
+model's step never waits for it either. A failed step fails the sequences in it, loudly, and the
+loop carries on; running out of device memory halves the rows and gives the sequences back as
+retryable, never lost.
 """
 
 from __future__ import annotations
@@ -205,6 +206,7 @@ class EngineLoop:
         owners, lives = plan.owners, self.live
         before = {row: seq.generated for row, (seq, _) in owners.items()}
         finished = self.scheduler.postprocess(plan, tokens)
+        fed_realtime = False
         for row, toks in tokens.items():
             seq = owners[row][0]
             # tokens drawn after the sequence ended, or before it was preempted, were dropped
@@ -222,10 +224,13 @@ class EngineLoop:
                 for tok in toks[:accepted]:
                     assembler.feed(tok)
             s.tokens += accepted
+            fed_realtime = fed_realtime or seq.realtime
             if now is not None:
                 marks.first_token_at = marks.first_token_at or now
                 if len(assembler.frames) >= live.stream.first_ready_frames:
                     marks.ready_at = now
+        if fed_realtime:
+            self.codec_worker.frames_fed()
         s.steps += 1
         if plan.decode:
             n, padded = len(plan.decode), self.runner.padded_batch(plan.rows)

@@ -111,12 +111,13 @@ class StreamState:
         return mix_keys(self.seed, start)
 
 
-def decode_ready(codec, streams: dict, finished: set, urgent: bool = False) -> dict:
+def decode_ready(codec, streams: dict, finished: set, urgent: bool = False, stats=None) -> dict:
     """Render every ready chunk of every stream, in one codec call per window length.
 
     ``streams`` maps key -> StreamState; keys in ``finished`` are flushed. Returns key -> audio for
     streams that produced audio, and advances their ``emitted``/``chunks``. ``urgent``: the codec's
-    high-priority stream (realtime chunks).
+    realtime lane (its high-priority stream and graphs). ``stats`` (codec_worker.LaneStats):
+    counts the calls, windows and window frames.
     """
     plan: dict[int, list] = defaultdict(list)       # window length -> [(key, chunk)]
     for key, st in streams.items():
@@ -127,6 +128,10 @@ def decode_ready(codec, streams: dict, finished: set, urgent: bool = False) -> d
         frames = np.stack([np.stack(streams[k].assembler.frames[s:e]) for k, (_a, _b, s, e) in items])
         keys = np.array([streams[k].window_key(s) for k, (_a, _b, s, _e) in items], dtype=np.int64)
         audio = codec.decode_windows(frames, keys, urgent)    # [G, w * 2048]
+        if stats is not None:
+            stats.calls += 1
+            stats.windows += len(items)
+            stats.frames += len(items) * w
         for i, (key, (a, b, s, _e)) in enumerate(items):
             pieces[key].append((a, audio[i, (a - s) * SNAC_SAMPLES_PER_FRAME:(b - s) * SNAC_SAMPLES_PER_FRAME]))
     out = {}
