@@ -33,14 +33,18 @@ class _NoiseKeys(threading.local):
 def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
     import torch
 
-    from pipeline.engines.orpheus import rng
+    from pipeline.engines.orpheus import codec_kernels, rng
 
     class KeyedNoiseBlock(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.linear = block.linear
+            self.fused = False      # the noise in one kernel and one addcmul (fuse_kernels)
 
         def forward(self, x):                       # x: [B, C, T]
+            if self.fused:
+                noise = codec_kernels.keyed_normal(keys.value.view(-1), salt << 20, x.shape[-1])
+                return torch.addcmul(x, noise.to(x.dtype), self.linear(x))
             t = torch.arange(x.shape[-1], device=x.device, dtype=torch.int64) + (salt << 20)
             noise = rng.normal(keys.value, t.view(1, 1, -1)).to(x.dtype)  # [B, 1, T]
             return x + noise * self.linear(x)
@@ -51,7 +55,9 @@ def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
 class SnacCodec:
     """Decodes batches of equal-length windows of frames into audio on one device."""
 
-    def __init__(self, model, device: str, fold: bool = True):
+    def __init__(self, model, device: str, fold: bool = True, fuse: bool | None = None):
+        """``fuse``: the decoder's residual units and noise as Triton kernels (codec_kernels.py);
+        None: on CUDA where Triton runs, unless ``SYNTH_CODEC_FUSED=0``."""
         self.device = device
         self.model = model.eval().to(device)
         self._keys = _NoiseKeys()
@@ -66,10 +72,38 @@ class SnacCodec:
         self.graphs: dict = {}          # urgent (realtime lane) -> that lane's CodecGraphs
         self.keyed_noise_blocks = self._swap_noise_blocks()
         self.folded_weight_norms = fold_weight_norms(self.model) if fold else 0
+        self.fused_units, self.fused_fallback = 0, None
+        if fold and (fuse if fuse is not None else _fuse_by_default(device)):
+            self._fuse_kernels()
         if self.model.sampling_rate != SNAC_SAMPLE_RATE:
             raise EngineUnavailableError(
                 f"codec samples at {self.model.sampling_rate} Hz; Orpheus needs {SNAC_SAMPLE_RATE}"
             )
+
+    def _fuse_kernels(self) -> None:
+        """Swap in the fused residual units and noise; kernels that fail a first call on this
+        device are logged, and the module's own ops stay."""
+        import torch
+
+        from pipeline.engines.orpheus import codec_kernels
+
+        try:
+            with torch.inference_mode():
+                x = torch.ones((1, 2, 8), device=self.device)
+                one = torch.ones(2, device=self.device)
+                codec_kernels.snake_dw_snake(x, one, torch.ones(14, device=self.device), one,
+                                             one, one, 1)
+                codec_kernels.keyed_normal(torch.zeros(1, dtype=torch.int64,
+                                                       device=self.device), 0, 8)
+        except Exception as e:  # noqa: BLE001 - any failure means "the module's ops, say why"
+            self.fused_fallback = f"fused codec kernels failed ({type(e).__name__}: {e}); " \
+                "the codec runs its own ops"
+            log.warning(self.fused_fallback)
+            return
+        self.fused_units = codec_kernels.fuse_codec(self.model.decoder)
+        for module in self.model.decoder.modules():
+            if hasattr(module, "fused"):
+                module.fused = True
 
     def _swap_noise_blocks(self) -> int:
         from snac.layers import NoiseBlock
@@ -135,6 +169,14 @@ class SnacCodec:
         if self._cuda_streams is None:
             return contextlib.nullcontext()
         return torch.cuda.stream(self._cuda_streams[urgent])
+
+
+def _fuse_by_default(device: str) -> bool:
+    import os
+
+    from pipeline.engines.orpheus import codec_kernels
+
+    return os.environ.get("SYNTH_CODEC_FUSED", "1") == "1" and codec_kernels.available(device)
 
 
 def fold_weight_norms(model) -> int:

@@ -117,18 +117,21 @@ class OrpheusEngine(Engine):
     def _extra(self, loop: str) -> dict:
         c, q = self.lm.choice, self.lm.quant
         runner = self.loop.runner if self.loop else None
+        codec = self.lm.codec
         fallbacks = [r for r in (c.fallback, q.fallback, runner and runner.graph_fallback,
                                  runner and runner.prefill_fallback,
-                                 runner and runner.codec_fallback) if r]
+                                 runner and runner.codec_fallback,
+                                 getattr(codec, "fused_fallback", None)) if r]
         graphs = {"cuda_graphs": len(runner.graphs), "graph_capture_s": round(runner.capture_s, 2),
-                  "codec_graphs": self.lm.codec.graph_count,
+                  "codec_graphs": codec.graph_count,
                   "context": runner.context} if runner else {}
         kv = str(runner.cache.k.dtype).removeprefix("torch.") if runner else c.dtype_name
         return {"loop": loop, **graphs, "kv_dtype": kv, "device": c.device, "dtype": c.dtype_name,
                 "compute_capability": c.capability,
                 "quantization_requested": q.requested, "kernel": q.kernel, "fallbacks": fallbacks,
                 "random_weights": self.lm.random_weights, "budget_policy": self.budget_policy,
-                "codec_noise": "keyed per window"}
+                "codec_noise": "keyed per window",
+                "codec_fused_units": getattr(codec, "fused_units", 0)}
 
     @classmethod
     def from_settings(cls, settings) -> OrpheusEngine:

@@ -1,0 +1,215 @@
+"""SNAC's decoder in fewer passes: its residual units and keyed noise as Triton kernels.
+
+A SNAC 24 kHz decode is about 260 kernels, most of them elementwise over [windows, channels,
+samples] in fp32: each residual unit is Snake -> dilated depthwise convolution (7 taps) -> Snake
+-> pointwise convolution -> + the unit's input, five kernels and eleven passes over memory, and
+each noise block draws its noise through some thirty small integer kernels (rng.normal). On the
+H200 the codec took about a fifth of W1's device time (ops/results, session 5), and in W2 its
+realtime windows, many small calls at the highest priority, stretch every step of the language
+model beside them.
+
+Here a residual unit is two kernels: ``snake_dw_snake`` (one pass: it reads the input, applies the
+first Snake to each of the seven taps it needs, convolves, adds the bias and applies the second
+Snake; it also writes the input plus the pointwise bias, the residual), then the pointwise
+convolution as one batched GEMM that adds that residual in its epilogue (``baddbmm``). A noise
+block's noise is one kernel (``keyed_normal``). The arithmetic is the module's, in fp32: Snake
+as SNAC computes it (``x + 1/(alpha + 1e-9) * sin(alpha x)^2``, with libdevice's sine, not the
+approximate one), zero padding at the edges (Snake maps 0 to 0, so padding before it or after it
+is the same), the same counter-based noise (rng.py: the same integers; the floats to rounding).
+So a decode differs from the module's by the rounding of reordered sums: the GEMM runs in fp32
+where cuDNN's convolutions run TF32 (``check_codec.py``).
+
+``fuse_codec(decoder)`` swaps each ResidualUnit of a SNAC decoder for a ``FusedResidualUnit``,
+after the weight norms are folded (codec.py). On the CPU nothing is swapped: the module's own ops
+run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pipeline.engines.orpheus import rng
+
+try:
+    import triton
+    import triton.language as tl
+    from triton.language.extra import libdevice
+except ImportError:        # the CPU install has no Triton: the modules' own ops run
+    triton = None
+
+SNAKE_EPS = 1e-9            # snac.layers.snake: 1 / (alpha + 1e-9)
+
+
+def snake_ref(x, alpha):
+    """snac.layers.snake: x + 1/(alpha + 1e-9) * sin(alpha x)^2; alpha [1, C, 1]."""
+    return x + (alpha + SNAKE_EPS).reciprocal() * torch.sin(alpha * x).pow(2)
+
+
+def snake_dw_snake_ref(x, alpha1, dw_w, dw_b, alpha2, pw_b, dilation: int):
+    """The first three layers of a residual unit, and the residual with the pointwise bias:
+    x [B, C, T] -> (snake(dwconv(snake(x))) [B, C, T], x + pw_b)."""
+    k = dw_w.shape[-1]
+    h = torch.nn.functional.conv1d(snake_ref(x, alpha1), dw_w, dw_b, padding=(k - 1) * dilation // 2,
+                                   dilation=dilation, groups=x.shape[1])
+    return snake_ref(h, alpha2), x + pw_b.view(1, -1, 1)
+
+
+def keyed_normal_ref(keys, start: int, length: int):
+    """rng.normal for window keys [B] (int64) at counters start .. start + length - 1: [B, 1, T]."""
+    t = torch.arange(length, device=keys.device, dtype=torch.int64) + start
+    return rng.normal(keys.view(-1, 1, 1), t.view(1, 1, -1))
+
+
+if triton is not None:
+    # LIBDEVICE (a constexpr): libdevice's correctly range-reduced functions on the GPU; Triton's
+    # interpreter runs only triton.language's own (numpy's), so the tests take those.
+    @triton.jit
+    def _sin(x, LIBDEVICE: tl.constexpr):
+        if LIBDEVICE:
+            return libdevice.sin(x)
+        else:
+            return tl.sin(x)
+
+    @triton.jit
+    def _snake(x, alpha, inv, LIBDEVICE: tl.constexpr):
+        s = _sin(alpha * x, LIBDEVICE)
+        return x + inv * (s * s)
+
+    @triton.jit
+    def _snake_dw_snake_kernel(x_ptr, h_ptr, r_ptr, a1_ptr, w_ptr, wb_ptr, a2_ptr, pb_ptr, T, C,
+                               DIL: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
+                               LIBDEVICE: tl.constexpr):
+        """Program (row b * C + c, block of samples); x, h, r contiguous [B, C, T]."""
+        row = tl.program_id(0).to(tl.int64)
+        c = row % C
+        t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        live = t < T
+        base = row * T
+        a1 = tl.load(a1_ptr + c)
+        inv1 = 1.0 / (a1 + 1e-9)
+        acc = tl.zeros([BLOCK], tl.float32)
+        for k in tl.static_range(K):
+            tt = t + (k - K // 2) * DIL
+            inside = (tt >= 0) & (tt < T)
+            xv = tl.load(x_ptr + base + tt, mask=inside, other=0.0)
+            acc += tl.load(w_ptr + c * K + k) * _snake(xv, a1, inv1, LIBDEVICE)  # snake(0) = 0
+        acc += tl.load(wb_ptr + c)
+        a2 = tl.load(a2_ptr + c)
+        tl.store(h_ptr + base + t, _snake(acc, a2, 1.0 / (a2 + 1e-9), LIBDEVICE), mask=live)
+        xc = tl.load(x_ptr + base + t, mask=live, other=0.0)
+        tl.store(r_ptr + base + t, xc + tl.load(pb_ptr + c), mask=live)
+
+    @triton.jit
+    def _hash32(x):
+        # rng.hash32 on uint32 (its int64 products, masked to 32 bits, are these wrapping ones)
+        x = x ^ (x >> 16)
+        x = x * 0x7FEB352D
+        x = x ^ (x >> 15)
+        x = x * 0x2C1B3C6D
+        return x ^ (x >> 16)
+
+    @triton.jit
+    def _uniform(h, counter):
+        x = _hash32(h + counter * 0x9E3779B1)
+        return ((x >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
+
+    @triton.jit
+    def _keyed_normal_kernel(keys_ptr, out_ptr, start, T, BLOCK: tl.constexpr,
+                             LIBDEVICE: tl.constexpr):
+        """Program (window b, block of counters): out [B, T] fp32."""
+        b = tl.program_id(0).to(tl.int64)
+        t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        key = (tl.load(keys_ptr + b) & 0xFFFFFFFF).to(tl.uint32)
+        h = _hash32(key)
+        counter = (t + start).to(tl.uint32)
+        u1 = _uniform(h, counter * 2)
+        u2 = _uniform(h, counter * 2 + 1)
+        if LIBDEVICE:
+            n = libdevice.sqrt(-2.0 * libdevice.log(u1)) * libdevice.cos(6.283185307179586 * u2)
+        else:
+            n = tl.sqrt(-2.0 * tl.log(u1)) * tl.cos(6.283185307179586 * u2)
+        tl.store(out_ptr + b * T + t, n, mask=t < T)
+
+
+SNAKE_BLOCK = 512
+NOISE_BLOCK = 1024
+
+
+def available(device) -> bool:
+    return triton is not None and str(device).startswith("cuda")
+
+
+def _libdevice() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") != "1"
+
+
+def snake_dw_snake(x, alpha1, dw_w, dw_b, alpha2, pw_b, dilation: int):
+    """``snake_dw_snake_ref`` in one Triton pass. x [B, C, T] fp32 contiguous; alpha1, alpha2,
+    dw_b, pw_b [C]; dw_w [C * K] (the depthwise taps, channel-major)."""
+    b, c, t = x.shape
+    h, r = torch.empty_like(x), torch.empty_like(x)
+    k = dw_w.numel() // c
+    _snake_dw_snake_kernel[(b * c, triton.cdiv(t, SNAKE_BLOCK))](
+        x, h, r, alpha1, dw_w, dw_b, alpha2, pw_b, t, c, DIL=dilation, K=k, BLOCK=SNAKE_BLOCK,
+        LIBDEVICE=_libdevice(), num_warps=4)
+    return h, r
+
+
+def keyed_normal(keys, start: int, length: int):
+    """``keyed_normal_ref`` in one Triton kernel: [B, 1, T] fp32."""
+    b = keys.shape[0]
+    out = torch.empty((b, 1, length), dtype=torch.float32, device=keys.device)
+    _keyed_normal_kernel[(b, triton.cdiv(length, NOISE_BLOCK))](
+        keys, out, start, length, BLOCK=NOISE_BLOCK, LIBDEVICE=_libdevice(), num_warps=4)
+    return out
+
+
+class FusedResidualUnit(torch.nn.Module):
+    """A SNAC ResidualUnit (depthwise, weight norms folded) as two kernels: ``snake_dw_snake``
+    and the pointwise convolution as a GEMM adding the residual. ``triton=False`` runs the same
+    computation in torch ops (the reference the checks compare with)."""
+
+    def __init__(self, unit, use_triton: bool = True):
+        super().__init__()
+        snake1, dw, snake2, pw = unit.block
+        if dw.groups != dw.in_channels or pw.kernel_size != (1,) or dw.padding[0] * 2 != \
+                (dw.kernel_size[0] - 1) * dw.dilation[0]:
+            raise ValueError("not a depthwise SNAC residual unit with 'same' padding")
+        c = dw.in_channels
+        flat = lambda p: p.detach().reshape(-1).contiguous().float()  # noqa: E731
+        self.alpha1, self.alpha2 = flat(snake1.alpha), flat(snake2.alpha)
+        self.dw_w, self.dw_b = flat(dw.weight), flat(dw.bias)                # [C * K], [C]
+        self.pw_w = pw.weight.detach().reshape(c, c).float()                 # [C_out, C_in]
+        self.pw_b = flat(pw.bias)
+        self.dilation, self.kernel = dw.dilation[0], dw.kernel_size[0]
+        self.use_triton = use_triton
+
+    def forward(self, x):                                       # [B, C, T]
+        c = x.shape[1]
+        if self.use_triton:
+            h, r = snake_dw_snake(x.contiguous(), self.alpha1, self.dw_w, self.dw_b, self.alpha2,
+                                  self.pw_b, self.dilation)
+        else:
+            h, r = snake_dw_snake_ref(x, self.alpha1.view(1, -1, 1), self.dw_w.view(c, 1, -1),
+                                      self.dw_b, self.alpha2.view(1, -1, 1), self.pw_b,
+                                      self.dilation)
+        return torch.baddbmm(r, self.pw_w.expand(x.shape[0], c, c), h)    # r + W h
+
+
+def fuse_codec(model, use_triton: bool = True) -> int:
+    """Swap every depthwise ResidualUnit of ``model`` (a SNAC decoder) for a FusedResidualUnit;
+    returns how many. Run after the weight norms are folded (codec.fold_weight_norms)."""
+    from snac.layers import ResidualUnit
+
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, ResidualUnit):
+                try:
+                    parent._modules[name] = FusedResidualUnit(child, use_triton)
+                except ValueError:
+                    continue            # a unit of another shape keeps its own ops
+                swapped += 1
+    return swapped
