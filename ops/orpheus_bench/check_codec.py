@@ -9,8 +9,8 @@
    integers as rng.normal; the floats to rounding).
 2. A SNAC decoder with random weights and random Snake alphas (its weight norms folded, as
    codec.py loads it): one decode of random codes by the fused codec against the module's own
-   ops. On CUDA both are also compared with an exact fp32 decode (TF32 off), since cuDNN runs the
-   module's convolutions in TF32 and the fused pointwise GEMM runs in fp32.
+   ops. On CUDA both are also compared with an exact fp32 decode (TF32 off): cuDNN runs the
+   module's convolutions in TF32, and the fused pointwise GEMM takes TF32 products too.
 3. On CUDA: the wall time of a ``decode_windows`` call (codes in, audio on the host: what a
    codec lane waits for), median of ``--reps``, each lane's graphs replayed, for the window counts
    and lengths the lanes see in W2; then the kernels of one call, by name.
@@ -37,6 +37,7 @@ from ops.orpheus_bench.check_fused import Report
 
 KERNEL_TOL = (1e-5, 1e-6)          # fp32 against fp32: reordered sums
 NOISE_TOL = (1e-5, 1e-6)
+TF32_TOL = (5e-3, 2e-3)            # the pointwise GEMM's TF32 products against torch's (TF32 too)
 DECODE_TOL = {"cpu": (1e-4, 1e-5), "cuda": (2e-2, 1e-2)}   # cuda: TF32 convolutions in the module
 # (lane, windows, frames a window): the realtime lane's first chunks (3 frames; 2 with a
 # lookahead of 1) and ramp windows, the batch lane's slices of 16-frame chunks and first chunks
@@ -57,6 +58,7 @@ def runnable(device: str) -> bool:
 
 def check_kernels(report: Report, device: str, tiny: bool) -> None:
     channels = (16, 8) if tiny else (512, 64)
+    gemm_tol = KERNEL_TOL if not device.startswith("cuda") else TF32_TOL
     for c in channels:
         for dilation in (1, 3, 9):
             for t in ((5, 40) if tiny else (24, 1000)):      # 5: shorter than the taps' reach
@@ -64,11 +66,14 @@ def check_kernels(report: Report, device: str, tiny: bool) -> None:
                 a1, a2 = (torch.rand(c, device=device) * 1.7 + 0.3 for _ in range(2))
                 w = torch.randn(c * 7, device=device) * 0.3
                 wb, pb = torch.randn(c, device=device), torch.randn(c, device=device)
-                h, r = codec_kernels.snake_dw_snake(x, a1, w, wb, a2, pb, dilation)
-                h_ref, r_ref = codec_kernels.snake_dw_snake_ref(
-                    x, a1.view(1, -1, 1), w.view(c, 1, 7), wb, a2.view(1, -1, 1), pb, dilation)
+                h = codec_kernels.snake_dw_snake(x, a1, w, wb, a2, dilation)
+                h_ref = codec_kernels.snake_dw_snake_ref(
+                    x, a1.view(1, -1, 1), w.view(c, 1, 7), wb, a2.view(1, -1, 1), dilation)
                 report.error(f"snake_dw_snake C={c} d={dilation} T={t}", h, h_ref, KERNEL_TOL)
-                report.error(f"  residual + bias C={c} d={dilation} T={t}", r, r_ref, (0, 0))
+            pw = torch.randn(c, c, device=device) / c ** 0.5
+            out = codec_kernels.pointwise_residual(pw, h, pb, x)
+            report.error(f"pointwise_residual C={c} T={t}", out,
+                         codec_kernels.pointwise_residual_ref(pw, h, pb, x), gemm_tol)
     keys = torch.randint(0, 2**40, (3,), device=device)
     for start, length in ((0, 37), (3 << 20, 2000)):
         got = codec_kernels.keyed_normal(keys, start, length)

@@ -28,8 +28,8 @@ def snac_unit(channels: int, dilation: int, seed: int):
 @pytest.mark.parametrize("dilation", [1, 3, 9])
 def test_the_fused_residual_unit_computes_what_snacs_module_computes(dilation):
     """The two-kernel form's arithmetic (in torch ops): Snake, the dilated depthwise convolution,
-    Snake, then the pointwise convolution as a GEMM that adds the residual, for lengths longer and
-    shorter than the taps' reach (27 samples at dilation 9)."""
+    Snake, then the pointwise convolution with the bias and the residual added, for lengths longer
+    and shorter than the taps' reach (27 samples at dilation 9)."""
     unit = snac_unit(12, dilation, seed=dilation)
     fused = codec_kernels.FusedResidualUnit(unit, use_triton=False)
     with torch.inference_mode():

@@ -89,10 +89,12 @@ class SnacCodec:
 
         try:
             with torch.inference_mode():
-                x = torch.ones((1, 2, 8), device=self.device)
-                one = torch.ones(2, device=self.device)
-                codec_kernels.snake_dw_snake(x, one, torch.ones(14, device=self.device), one,
-                                             one, one, 1)
+                x = torch.ones((1, 64, 8), device=self.device)
+                one = torch.ones(64, device=self.device)
+                h = codec_kernels.snake_dw_snake(x, one, torch.ones(64 * 7, device=self.device),
+                                                 one, one, 1)
+                codec_kernels.pointwise_residual(torch.ones((64, 64), device=self.device), h,
+                                                 one, x)
                 codec_kernels.keyed_normal(torch.zeros(1, dtype=torch.int64,
                                                        device=self.device), 0, 8)
         except Exception as e:  # noqa: BLE001 - any failure means "the module's ops, say why"

@@ -10,14 +10,19 @@ model beside them.
 
 Here a residual unit is two kernels: ``snake_dw_snake`` (one pass: it reads the input, applies the
 first Snake to each of the seven taps it needs, convolves, adds the bias and applies the second
-Snake; it also writes the input plus the pointwise bias, the residual), then the pointwise
-convolution as one batched GEMM that adds that residual in its epilogue (``baddbmm``). A noise
-block's noise is one kernel (``keyed_normal``). The arithmetic is the module's, in fp32: Snake
-as SNAC computes it (``x + 1/(alpha + 1e-9) * sin(alpha x)^2``, with libdevice's sine, not the
-approximate one), zero padding at the edges (Snake maps 0 to 0, so padding before it or after it
-is the same), the same counter-based noise (rng.py: the same integers; the floats to rounding).
-So a decode differs from the module's by the rounding of reordered sums: the GEMM runs in fp32
-where cuDNN's convolutions run TF32 (``check_codec.py``).
+Snake), then ``pointwise_residual``, the pointwise convolution as a GEMM whose epilogue adds the
+bias and the unit's input. A noise block's noise is one kernel (``keyed_normal``). The arithmetic
+is the module's: Snake as SNAC computes it (``x + 1/(alpha + 1e-9) * sin(alpha x)^2``, with
+libdevice's sine, not the approximate one), zero padding at the edges (Snake maps 0 to 0, so
+padding before it or after it is the same), the pointwise GEMM in TF32 as cuDNN runs the module's
+convolutions, the same counter-based noise (rng.py: the same integers; the floats to rounding).
+
+Why our own GEMM and not cuBLAS (``torch.baddbmm``, the first version): PyTorch keys cuBLAS
+workspaces by (handle, stream), graphs are captured on pool streams that repeat after 32
+(pytorch#193402), and the codec's lanes replay their graphs beside the language model's. On the
+H200 the fp32 ``baddbmm`` hung the device during W1 at 500 lines in four runs of four (session
+8; SIMT kernels, presumably split-K over a shared workspace; the module's own TF32 GEMMs never
+did); with no cuBLAS call in the codec's graphs nothing is shared.
 
 ``fuse_codec(decoder)`` swaps each ResidualUnit of a SNAC decoder for a ``FusedResidualUnit``,
 after the weight norms are folded (codec.py). On the CPU nothing is swapped: the module's own ops
@@ -45,13 +50,18 @@ def snake_ref(x, alpha):
     return x + (alpha + SNAKE_EPS).reciprocal() * torch.sin(alpha * x).pow(2)
 
 
-def snake_dw_snake_ref(x, alpha1, dw_w, dw_b, alpha2, pw_b, dilation: int):
-    """The first three layers of a residual unit, and the residual with the pointwise bias:
-    x [B, C, T] -> (snake(dwconv(snake(x))) [B, C, T], x + pw_b)."""
+def snake_dw_snake_ref(x, alpha1, dw_w, dw_b, alpha2, dilation: int):
+    """The first three layers of a residual unit: x [B, C, T] -> snake(dwconv(snake(x)))."""
     k = dw_w.shape[-1]
     h = torch.nn.functional.conv1d(snake_ref(x, alpha1), dw_w, dw_b, padding=(k - 1) * dilation // 2,
                                    dilation=dilation, groups=x.shape[1])
-    return snake_ref(h, alpha2), x + pw_b.view(1, -1, 1)
+    return snake_ref(h, alpha2)
+
+
+def pointwise_residual_ref(w, h, bias, x):
+    """The last layer and the residual: x + conv1x1(h) = x + bias + W h; w [C, C], h, x
+    [B, C, T]."""
+    return x + torch.nn.functional.conv1d(h, w.unsqueeze(-1), bias)
 
 
 def keyed_normal_ref(keys, start: int, length: int):
@@ -76,10 +86,10 @@ if triton is not None:
         return x + inv * (s * s)
 
     @triton.jit
-    def _snake_dw_snake_kernel(x_ptr, h_ptr, r_ptr, a1_ptr, w_ptr, wb_ptr, a2_ptr, pb_ptr, T, C,
+    def _snake_dw_snake_kernel(x_ptr, h_ptr, a1_ptr, w_ptr, wb_ptr, a2_ptr, T, C,
                                DIL: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
                                LIBDEVICE: tl.constexpr):
-        """Program (row b * C + c, block of samples); x, h, r contiguous [B, C, T]."""
+        """Program (row b * C + c, block of samples); x, h contiguous [B, C, T]."""
         row = tl.program_id(0).to(tl.int64)
         c = row % C
         t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -96,8 +106,32 @@ if triton is not None:
         acc += tl.load(wb_ptr + c)
         a2 = tl.load(a2_ptr + c)
         tl.store(h_ptr + base + t, _snake(acc, a2, 1.0 / (a2 + 1e-9), LIBDEVICE), mask=live)
-        xc = tl.load(x_ptr + base + t, mask=live, other=0.0)
-        tl.store(r_ptr + base + t, xc + tl.load(pb_ptr + c), mask=live)
+
+    @triton.jit
+    def _pointwise_residual_kernel(w_ptr, h_ptr, b_ptr, x_ptr, o_ptr, C, T, BM: tl.constexpr,
+                                   BN: tl.constexpr, BK: tl.constexpr, TF32: tl.constexpr):
+        """Program (block of output channels, block of samples, window): o = x + bias + W h over
+        contiguous [B, C, T]; W [C, C] row-major."""
+        rm = tl.program_id(0) * BM + tl.arange(0, BM)
+        rn = tl.program_id(1) * BN + tl.arange(0, BN)
+        base = tl.program_id(2).to(tl.int64) * C * T
+        rk = tl.arange(0, BK)
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k0 in range(0, C, BK):
+            kk = k0 + rk
+            a = tl.load(w_ptr + rm[:, None] * C + kk[None, :],
+                        mask=(rm[:, None] < C) & (kk[None, :] < C), other=0.0)       # [BM, BK]
+            b = tl.load(h_ptr + base + kk[:, None] * T + rn[None, :],
+                        mask=(kk[:, None] < C) & (rn[None, :] < T), other=0.0)       # [BK, BN]
+            if TF32:
+                acc = tl.dot(a, b, acc, input_precision="tf32")
+            else:
+                acc = tl.dot(a, b, acc, input_precision="ieee")
+        out = base + rm[:, None] * T + rn[None, :]
+        live = (rm[:, None] < C) & (rn[None, :] < T)
+        x = tl.load(x_ptr + out, mask=live, other=0.0)
+        bias = tl.load(b_ptr + rm, mask=rm < C, other=0.0)
+        tl.store(o_ptr + out, x + bias[:, None] + acc, mask=live)
 
     @triton.jit
     def _hash32(x):
@@ -145,16 +179,32 @@ def _libdevice() -> bool:
     return os.environ.get("TRITON_INTERPRET") != "1"
 
 
-def snake_dw_snake(x, alpha1, dw_w, dw_b, alpha2, pw_b, dilation: int):
+def snake_dw_snake(x, alpha1, dw_w, dw_b, alpha2, dilation: int):
     """``snake_dw_snake_ref`` in one Triton pass. x [B, C, T] fp32 contiguous; alpha1, alpha2,
-    dw_b, pw_b [C]; dw_w [C * K] (the depthwise taps, channel-major)."""
+    dw_b [C]; dw_w [C * K] (the depthwise taps, channel-major)."""
     b, c, t = x.shape
-    h, r = torch.empty_like(x), torch.empty_like(x)
+    h = torch.empty_like(x)
     k = dw_w.numel() // c
     _snake_dw_snake_kernel[(b * c, triton.cdiv(t, SNAKE_BLOCK))](
-        x, h, r, alpha1, dw_w, dw_b, alpha2, pw_b, t, c, DIL=dilation, K=k, BLOCK=SNAKE_BLOCK,
+        x, h, alpha1, dw_w, dw_b, alpha2, t, c, DIL=dilation, K=k, BLOCK=SNAKE_BLOCK,
         LIBDEVICE=_libdevice(), num_warps=4)
-    return h, r
+    return h
+
+
+# (output channels, samples, reduction) per program; SNAC's widths (64 .. 512) are multiples of BK
+POINTWISE_TILE = (64, 128, 32)
+
+
+def pointwise_residual(w, h, bias, x, tf32: bool = True):
+    """``pointwise_residual_ref`` as one Triton GEMM with the bias and residual in its epilogue.
+    ``tf32``: the products in TF32, as cuDNN runs the module's convolutions; else in fp32."""
+    b, c, t = h.shape
+    out = torch.empty_like(x)
+    bm, bn, bk = POINTWISE_TILE
+    _pointwise_residual_kernel[(triton.cdiv(c, bm), triton.cdiv(t, bn), b)](
+        w, h, bias, x, out, c, t, BM=bm, BN=bn, BK=bk, TF32=tf32 and _libdevice(), num_warps=4,
+        num_stages=3)
+    return out
 
 
 def keyed_normal(keys, start: int, length: int):
@@ -167,9 +217,9 @@ def keyed_normal(keys, start: int, length: int):
 
 
 class FusedResidualUnit(torch.nn.Module):
-    """A SNAC ResidualUnit (depthwise, weight norms folded) as two kernels: ``snake_dw_snake``
-    and the pointwise convolution as a GEMM adding the residual. ``triton=False`` runs the same
-    computation in torch ops (the reference the checks compare with)."""
+    """A SNAC ResidualUnit (depthwise, weight norms folded) as two kernels: ``snake_dw_snake`` and
+    ``pointwise_residual``. ``use_triton=False`` runs the same computation in torch ops (the
+    reference the checks compare with)."""
 
     def __init__(self, unit, use_triton: bool = True):
         super().__init__()
@@ -181,7 +231,7 @@ class FusedResidualUnit(torch.nn.Module):
         flat = lambda p: p.detach().reshape(-1).contiguous().float()  # noqa: E731
         self.alpha1, self.alpha2 = flat(snake1.alpha), flat(snake2.alpha)
         self.dw_w, self.dw_b = flat(dw.weight), flat(dw.bias)                # [C * K], [C]
-        self.pw_w = pw.weight.detach().reshape(c, c).float()                 # [C_out, C_in]
+        self.pw_w = pw.weight.detach().reshape(c, c).float().contiguous()    # [C_out, C_in]
         self.pw_b = flat(pw.bias)
         self.dilation, self.kernel = dw.dilation[0], dw.kernel_size[0]
         self.use_triton = use_triton
@@ -189,13 +239,12 @@ class FusedResidualUnit(torch.nn.Module):
     def forward(self, x):                                       # [B, C, T]
         c = x.shape[1]
         if self.use_triton:
-            h, r = snake_dw_snake(x.contiguous(), self.alpha1, self.dw_w, self.dw_b, self.alpha2,
-                                  self.pw_b, self.dilation)
-        else:
-            h, r = snake_dw_snake_ref(x, self.alpha1.view(1, -1, 1), self.dw_w.view(c, 1, -1),
-                                      self.dw_b, self.alpha2.view(1, -1, 1), self.pw_b,
-                                      self.dilation)
-        return torch.baddbmm(r, self.pw_w.expand(x.shape[0], c, c), h)    # r + W h
+            x = x.contiguous()
+            h = snake_dw_snake(x, self.alpha1, self.dw_w, self.dw_b, self.alpha2, self.dilation)
+            return pointwise_residual(self.pw_w, h, self.pw_b, x)
+        h = snake_dw_snake_ref(x, self.alpha1.view(1, -1, 1), self.dw_w.view(c, 1, -1), self.dw_b,
+                               self.alpha2.view(1, -1, 1), self.dilation)
+        return pointwise_residual_ref(self.pw_w, h, self.pw_b, x)
 
 
 def fuse_codec(model, use_triton: bool = True) -> int:
