@@ -14,9 +14,12 @@ S - 1, and its logits are dropped. Attention runs over [0, S) from position 0: t
 prompt's end are masked for its real queries, as they are in the eager path for every chunk shorter
 than the longest.
 
-The ladder, N in (1, 2, 4) x S in (32, 64, 128, 256), 12 graphs: realtime prompts fit S <= 128 with
-at most 2x padding, 256 holds long texts. Up to a few hundred tokens a 3B prefill is bound by reading
-its weights (6 GB in bf16), not by its FLOPs, so padding to the next power of two costs little. Two
+The ladder, N in (1, 2, 4) x S in (32, 64, 96, 128, 192, 256), 18 graphs: realtime prompts fit
+S <= 192 with at most 1.5x padding past 64 tokens, 256 holds long texts. Up to about a hundred
+tokens a 3B prefill is bound by reading its weights (6 GB in bf16); past that its FLOPs count (256
+tokens are 1.7 TFLOP, some 2 ms on an H200), and in the benchmark (a byte-level tokenizer: prompts
+of 126 tokens at the median) half the streams padded 129-192 tokens up to 256 before 96 and 192
+were added. Two
 or three streams may arrive in the same step; batch prompts come in larger groups and longer, off
 the latency path, and stay eager. The graphs share one memory pool, captured largest first, so the
 pool holds about one prefill's activations at 4 x 256 tokens.
@@ -34,7 +37,7 @@ import torch
 log = logging.getLogger(__name__)
 
 BATCHES = (1, 2, 4)
-LENGTHS = (32, 64, 128, 256)
+LENGTHS = (32, 64, 96, 128, 192, 256)
 
 
 def shape_for(chunks, batches=BATCHES, lengths=LENGTHS) -> tuple[int, int] | None:
