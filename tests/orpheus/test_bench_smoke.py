@@ -79,3 +79,18 @@ def test_the_contention_harness_runs_the_loop_with_its_threads():
         r = run(streams=4, rows=16, seconds=0.5, callers=callers)
         assert r["steps"] > 10 and r["tok_s"] > 0 and r["device_idle"] < 0.5
         assert r["launch_ms_realtime_only"] > 0 and r["launch_ms_full"] > 0
+
+
+def test_the_w2_model_replays_the_scheduler_on_a_virtual_clock():
+    """ops/orpheus_bench/w2_model.py: the real scheduler and chunk grid under a cost model; every
+    stream gets its first chunk, and starting-only steps at the tier's batch (which cost a full
+    realtime step and serve only the starting streams) run the playing streams dry more often
+    than none (the H200 showed the same: session 7's steady 2 and 3)."""
+    from ops.orpheus_bench.w2_model import Costs, run
+
+    plain = run(Costs(), streams=24, spread=0.4)
+    steady = run(Costs(), steady=3, streams=24, spread=0.4)
+    assert plain["streams"] == steady["streams"] == 24 and plain["ttfb_p50"] > 0
+    assert set(plain["phases_ms"]) == {"queued", "prefill", "decode"}
+    assert steady["underruns"] > plain["underruns"]
+    assert steady["steps"].get("starting", 0) > 0 and "starting" not in plain["steps"]
