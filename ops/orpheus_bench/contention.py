@@ -2,8 +2,8 @@
 
 On the H200 a step over 128 realtime streams took 2.5-3.9 ms of host launch time, against about
 0.08 ms of the loop's own Python (host_overhead.py), and the device time of such a step exceeded
-its graph's by about 1 ms: the loop waits for the GIL while the codec thread and the callers'
-threads run. This runs the real ``EngineLoop`` on its own thread, the real codec thread, and a
+its graph's by about 1 ms: the loop waits for the GIL while the codec threads and the callers'
+threads run. This runs the real ``EngineLoop`` on its own thread, the real codec lanes, and a
 caller thread per realtime stream (as the GPU worker's thread pool has one per task), with a
 runner and a codec that spend their device time waiting (the GIL released, as a CUDA sync does):
 

@@ -1,7 +1,7 @@
 """The loop thread's host (Python) time per step, measured on the CPU.
 
 On the GPU a step over 128 streams takes about 6 ms of device time, and the loop thread must plan,
-launch and post-process each step in less, in Python, sharing the GIL with the codec thread and the
+launch and post-process each step in less, in Python, sharing the GIL with the codec lanes and the
 callers. This drives the real ``Scheduler`` and ``EngineLoop`` (schedule, collect, postprocess, the
 frame assemblers fed, the stats) with a runner that has a step's tokens at once (valid audio codes,
 so the assemblers build frames), at a steady mix: a third of the rows realtime streams, the rest

@@ -53,8 +53,9 @@ def snake_ref(x, alpha):
 def snake_dw_snake_ref(x, alpha1, dw_w, dw_b, alpha2, dilation: int):
     """The first three layers of a residual unit: x [B, C, T] -> snake(dwconv(snake(x)))."""
     k = dw_w.shape[-1]
-    h = torch.nn.functional.conv1d(snake_ref(x, alpha1), dw_w, dw_b, padding=(k - 1) * dilation // 2,
-                                   dilation=dilation, groups=x.shape[1])
+    h = torch.nn.functional.conv1d(snake_ref(x, alpha1), dw_w, dw_b,
+                                   padding=(k - 1) * dilation // 2, dilation=dilation,
+                                   groups=x.shape[1])
     return snake_ref(h, alpha2)
 
 

@@ -95,7 +95,7 @@ class CodecWorker:
         self.lanes[live.seq.realtime].streams[id(live)] = live
 
     def frames_fed(self) -> None:
-        """A step's tokens have been fed to the realtime streams' assemblers: render what is ready."""
+        """A step's tokens are in the realtime streams' assemblers: render what is ready."""
         self._fed.set()
 
     def finish(self, live) -> None:

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 class FirstChunkMarks:
     """On the way to a stream's first chunk (time.monotonic): submitted, its prompt's first
     prefill chunk launched, its first token back, the frames of its first chunk complete, the chunk
-    handed over. Small, so the codec thread keeps the last few thousand for the metrics."""
+    handed over. Small, so the codec's realtime lane keeps the last few thousand for the metrics."""
 
     submitted: float = field(default_factory=time.monotonic)
     admitted_at: float | None = None
@@ -115,7 +115,7 @@ class EngineLoop:
     def first_chunk_phases(self, clear: bool = False) -> list[dict]:
         """Where the time to the first chunk went, per realtime stream (the last 4096)."""
         marks, kept = [], self.codec_worker.first_chunks
-        if clear:       # popleft, not clear(): the codec thread may append meanwhile
+        if clear:       # popleft, not clear(): the realtime lane may append meanwhile
             while kept:
                 marks.append(kept.popleft())
         else:
@@ -215,7 +215,7 @@ class EngineLoop:
             if live is None or not accepted:
                 continue
             assembler, marks = live.stream.assembler, live.marks
-            # Read the clock before the frames are fed: the codec thread may send the chunk at once
+            # Read the clock before the frames are fed: the realtime lane may send the chunk at once
             # (the marks are read later, so a mark set just after it is still in order).
             now = time.monotonic() if marks.ready_at is None else None
             if accepted == 1:           # the common case: one token a step

@@ -36,7 +36,7 @@ def hash32_int(x: int) -> int:
 
 def mix_keys(seed: int, salt: int) -> int:
     """One int key from a job seed and a salt (a window start, a stream id), on the host: in plain
-    Python, since the codec thread keys every window it renders (a tensor per call cost about 25
+    Python, since the codec's lanes key every window it renders (a tensor per call cost about 25
     torch ops)."""
     x = hash32_int((seed & MASK32) ^ ((seed >> 32) & MASK32))
     return hash32_int((x + (salt & MASK32) * _GOLDEN) & MASK32)
