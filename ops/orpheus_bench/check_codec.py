@@ -21,9 +21,7 @@ Exits 1 when an error passes its tolerance, 2 when the kernels cannot run here.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -33,7 +31,7 @@ from pipeline.engines.orpheus import codec_kernels
 from pipeline.engines.orpheus.codec import SnacCodec
 from pipeline.engines.orpheus.tiny import SNAC_24KHZ, TINY_SNAC
 
-from ops.orpheus_bench.check_fused import Report
+from ops.orpheus_bench.check_fused import Report, kernels_runnable
 
 KERNEL_TOL = (1e-5, 1e-6)          # fp32 against fp32: reordered sums
 NOISE_TOL = (1e-5, 1e-6)
@@ -43,17 +41,6 @@ DECODE_TOL = {"cpu": (1e-4, 1e-5), "cuda": (2e-2, 1e-2)}   # cuda: TF32 convolut
 # lookahead of 1) and ramp windows, the batch lane's slices of 16-frame chunks and first chunks
 CELLS = ((True, 1, 3), (True, 4, 3), (True, 16, 5), (True, 32, 7), (True, 64, 7),
          (False, 32, 19), (False, 64, 19), (False, 64, 4))
-
-
-def runnable(device: str) -> bool:
-    if codec_kernels.triton is None:
-        print("Triton is not installed: nothing to check", file=sys.stderr)
-        return False
-    if not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
-        print("off CUDA the kernels run only in Triton's interpreter: set TRITON_INTERPRET=1",
-              file=sys.stderr)
-        return False
-    return True
 
 
 def check_kernels(report: Report, device: str, tiny: bool) -> None:
@@ -166,7 +153,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-time", action="store_true")
     args = ap.parse_args(argv)
-    if not runnable(args.device):
+    if not kernels_runnable(args.device):
         return 2
     on_cuda = args.device.startswith("cuda")
     if on_cuda:

@@ -1,7 +1,7 @@
 """SNAC's decoder in fewer passes: its residual units and keyed noise as Triton kernels.
 
-A SNAC 24 kHz decode is about 260 kernels, most of them elementwise over [windows, channels,
-samples] in fp32: each residual unit is Snake -> dilated depthwise convolution (7 taps) -> Snake
+A SNAC 24 kHz decode call is about 420 kernels (the H200's profile), most of them elementwise over
+[windows, channels, samples] in fp32: each residual unit is Snake -> dilated depthwise convolution (7 taps) -> Snake
 -> pointwise convolution -> + the unit's input, five kernels and eleven passes over memory, and
 each noise block draws its noise through some thirty small integer kernels (rng.normal). On the
 H200 the codec took about a fifth of W1's device time (ops/results, session 5), and in W2 its
@@ -11,7 +11,8 @@ model beside them.
 Here a residual unit is two kernels: ``snake_dw_snake`` (one pass: it reads the input, applies the
 first Snake to each of the seven taps it needs, convolves, adds the bias and applies the second
 Snake), then ``pointwise_residual``, the pointwise convolution as a GEMM whose epilogue adds the
-bias and the unit's input. A noise block's noise is one kernel (``keyed_normal``). The arithmetic
+bias and the unit's input. A noise block's noise is one kernel (``keyed_normal``): about 100
+kernels a call in all. The arithmetic
 is the module's: Snake as SNAC computes it (``x + 1/(alpha + 1e-9) * sin(alpha x)^2``, with
 libdevice's sine, not the approximate one), zero padding at the edges (Snake maps 0 to 0, so
 padding before it or after it is the same), the pointwise GEMM in TF32 as cuDNN runs the module's
@@ -234,7 +235,7 @@ class FusedResidualUnit(torch.nn.Module):
         self.dw_w, self.dw_b = flat(dw.weight), flat(dw.bias)                # [C * K], [C]
         self.pw_w = pw.weight.detach().reshape(c, c).float().contiguous()    # [C_out, C_in]
         self.pw_b = flat(pw.bias)
-        self.dilation, self.kernel = dw.dilation[0], dw.kernel_size[0]
+        self.dilation = dw.dilation[0]
         self.use_triton = use_triton
 
     def forward(self, x):                                       # [B, C, T]

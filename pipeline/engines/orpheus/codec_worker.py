@@ -83,14 +83,6 @@ class CodecWorker:
 
     # What the loop thread calls ---------------------------------------------------------------
 
-    @property
-    def realtime(self) -> dict:
-        return self.lanes[True].streams
-
-    @property
-    def batch(self) -> dict:
-        return self.lanes[False].streams
-
     def register(self, live) -> None:
         self.lanes[live.seq.realtime].streams[id(live)] = live
 
