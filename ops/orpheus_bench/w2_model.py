@@ -85,8 +85,12 @@ class Track:
     admitted: float | None = None                       # its prefill's step started
 
 
-def workload(lines_w1: int = 150, streams: int = 128, context: int = 2048):
-    lines = [ln.strip() for ln in CORPUS.read_text().splitlines() if ln.strip()]
+def workload(lines_w1: int = 150, streams: int = 128, context: int = 2048, corpus: Path = CORPUS):
+    """The bench's W2: the W1 background's chunks and the streams' texts, from ``corpus``."""
+    if not corpus.exists():
+        raise SystemExit(f"no corpus at {corpus}: copy shared/corpus/bench.txt there or pass "
+                         "--corpus")
+    lines = [ln.strip() for ln in corpus.read_text().splitlines() if ln.strip()]
     chars = text_chars_for(context)
 
     def chunks(picked):
@@ -104,8 +108,9 @@ def make_seq(key, text: str, realtime: bool) -> Seq:
 
 def run(costs: Costs, steady: int = 1, lane: bool = False, every: int = 2, starting_every: int = 8,
         first_lookahead: int = 2, streams: int = 128, spread: float = 2.0, lead: float = 3.0,
-        rows: int = 512, realtime_prefill_tokens: int = 0, fast_tokens: int = 0) -> dict:
-    background, rt = workload(streams=streams)
+        rows: int = 512, realtime_prefill_tokens: int = 0, fast_tokens: int = 0,
+        corpus: Path = CORPUS) -> dict:
+    background, rt = workload(streams=streams, corpus=corpus)
     first_tokens = StreamState(0, ramp=True, first_right=first_lookahead).first_ready_frames * 7
     sched = Scheduler(rows, 2048, reserved=rows // 8, batch_floor=rows // 8, admit_every=8,
                       realtime_max_rows=128, full_every=every, full_every_starting=starting_every,
@@ -230,6 +235,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fast-tokens", default="0")
     ap.add_argument("--streams", type=int, default=128)
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
     args = ap.parse_args(argv)
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     print(f"{'steady':>6} {'lane':>4} {'codec':>5} {'look':>4} {'st.ev':>5} {'ev':>3} {'rtpf':>5} "
@@ -244,7 +250,7 @@ def main(argv=None) -> int:
         costs = Costs(codec_ms=codec, contention_ms=args.contention_ms,
                       prefill_base_ms=args.prefill_base_ms)
         r = run(costs, steady, bool(lane), ev, sev, look, args.streams,
-                realtime_prefill_tokens=rtpf, fast_tokens=fast)
+                realtime_prefill_tokens=rtpf, fast_tokens=fast, corpus=args.corpus)
         print(f"{steady:>6} {lane:>4} {codec:>5.0f} {look:>4} {sev:>5} {ev:>3} {rtpf:>5} {fast:>4} | "
               f"{r['ttfb_p50']:>5.0f} {r['ttfb_p95']:>5.0f} {r['ttfb_p99']:>5.0f} "
               f"{r['rtf_max']:>7.2f} {r['rtf_lt_0_8']:>5} {r['underruns']:>5} "

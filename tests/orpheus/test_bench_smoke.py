@@ -81,15 +81,19 @@ def test_the_contention_harness_runs_the_loop_with_its_threads():
         assert r["launch_ms_realtime_only"] > 0 and r["launch_ms_full"] > 0
 
 
-def test_the_w2_model_replays_the_scheduler_on_a_virtual_clock():
+def test_the_w2_model_replays_the_scheduler_on_a_virtual_clock(tmp_path):
     """ops/orpheus_bench/w2_model.py: the real scheduler and chunk grid under a cost model; every
     stream gets its first chunk, and starting-only steps at the tier's batch (which cost a full
     realtime step and serve only the starting streams) run the playing streams dry more often
     than none (the H200 showed the same: session 7's steady 2 and 3)."""
     from ops.orpheus_bench.w2_model import Costs, run
 
-    plain = run(Costs(), streams=24, spread=0.4)
-    steady = run(Costs(), steady=3, streams=24, spread=0.4)
+    corpus = tmp_path / "corpus.txt"        # the shared benchmark corpus is not in a clone
+    words = "the quick brown fox jumps over a lazy dog while rain falls on quiet hills".split()
+    corpus.write_text("\n".join(" ".join(words[i % 7:] + words[: 3 + i % 11]).capitalize() + "."
+                                for i in range(160)))
+    plain = run(Costs(), streams=24, spread=0.4, corpus=corpus)
+    steady = run(Costs(), steady=3, streams=24, spread=0.4, corpus=corpus)
     assert plain["streams"] == steady["streams"] == 24 and plain["ttfb_p50"] > 0
     assert set(plain["phases_ms"]) == {"queued", "prefill", "decode"}
     assert steady["underruns"] > plain["underruns"]
