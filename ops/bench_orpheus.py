@@ -166,7 +166,8 @@ def w2_counters(fast) -> dict[str, float]:
     sched = fast.loop.scheduler
     out = loop_stats(fast)()
     out.update(preempted=sched.preempted, realtime_only_steps=sched.realtime_steps,
-               starting_only_steps=sched.starting_steps)
+               starting_only_steps=sched.starting_steps,
+               mixed_steps=fast.loop.runner.mixed_steps)
     out.update({f"host_{k}": v for k, v in vars(fast.loop.runner.host).items()})
     out["clock_s"] = time.monotonic()
     return out
@@ -188,6 +189,8 @@ def w2_step_figures(before: dict, after: dict) -> dict:
         # device time before the decode step (moves, prefill), per step with a prefill
         "prefill_device_ms_per_prefill_step": per(d["prefill_device_s"], d["prefill_steps"]),
         "prefill_steps": d["prefill_steps"],
+        # of those, steps that prefilled inside the decode pass (runner.py's mixed steps)
+        "mixed_steps": d["mixed_steps"],
         # the runner's part of the launch time, by part, per step (realtime-only or not)
         "runner_host_ms_per_step": {k[5:]: per(v, d["steps"], 3) for k, v in d.items()
                                     if k.startswith("host_")},

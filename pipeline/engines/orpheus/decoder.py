@@ -217,17 +217,30 @@ class Decoder:
         with sdpa_kernel(PREFILL_BACKENDS):
             return self._sdpa(q, k, v, mask)
 
-    def decode(self, tokens, wpos, length: int, per_row: bool = False):
-        """One token for rows ``0 .. B-1``: tokens [B], write positions [B] (scratch for idle rows);
-        attends over cache positions [0, length), or with ``per_row`` over each row's own
-        [0, wpos] (attention.py). Returns logits [B, Vs] fp32."""
-        b, d = tokens.shape[0], self.head_dim
+    def _layers(self, x, h, attend):
+        """The decoder layers over token rows: x [T, H] and h (x through the first layer's input
+        norm); ``attend(i, q, k, v)`` is layer i's attention, [T, Hq*D] from q, k, v [T, ..].
+        Returns the final norm's output [T, H]."""
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(i, h)
+            x, h = self._norm(x, layer.self_attn.o_proj(attend(i, q, k, v)),
+                              layer.post_attention_layernorm)
+            x, h = self._norm(x, self._mlp(i, h), self.after_mlp[i])
+        return h
+
+    def _embed(self, tokens):
+        """Token ids [T] -> (x, h) [T, H], as ``_layers`` takes them."""
+        return self._norm(self.embed(tokens), None, self.layers[0].input_layernorm)
+
+    def _decode_attention(self, wpos, length: int, per_row: bool):
+        """The attention of one-token rows ``0 .. B-1`` at write positions wpos [B] (scratch for
+        idle rows), as ``_layers``' ``attend``: over cache positions [0, length), or with
+        ``per_row`` over each row's own [0, wpos] (attention.py)."""
+        b, d = wpos.shape[0], self.head_dim
         lens = torch.where(wpos == self.cache.scratch, 1, wpos + 1) if per_row else None
         mask = (self.key_pos[:length].view(1, -1) <= wpos.view(-1, 1)).view(b, 1, 1, length)
-        x, h = self._norm(self.embed(tokens), None, self.layers[0].input_layernorm)  # [B, H]
-        for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            q, k, v = self._qkv(i, h)
+
+        def attend(i, q, k, v):
             kc, vc = self.cache.k[i], self.cache.v[i]                      # [R, Hkv, T+1, D]
             q = self.ops.rope_store(q.view(b, self.heads, d), k.view(b, self.kv_heads, d),
                                     v.view(b, self.kv_heads, d), self.cos, self.sin, wpos, kc, vc,
@@ -239,14 +252,12 @@ class Decoder:
                 o = attention.decode_attention(q, kc, vc, lens, self.qk_scale, self.cache.v_scale)
             else:
                 o = self._sdpa(q, kc[:b, :, :length], vc[:b, :, :length], mask)
-            x, h = self._norm(x, attn.o_proj(o.reshape(b, -1)), layer.post_attention_layernorm)
-            x, h = self._norm(x, self._mlp(i, h), self.after_mlp[i])
-        return F.linear(h, self.head_w).float()
+            return o.reshape(b, -1)
+        return attend
 
-    def prefill(self, ids, start, lens, rows, length: int):
-        """Prompt chunks into the cache: ids [N, S] (right-padded), start [N] (first position),
-        lens [N] (valid ids), rows [N] (cache rows); attends over [0, length). Returns the logits
-        of each chunk's last valid position, [N, Vs] fp32."""
+    def _prefill_attention_of(self, ids, start, lens, rows, length: int):
+        """The attention of prompt chunks ids [N, S] (see ``prefill``) as ``_layers``' ``attend``,
+        over their N * S token rows: their keys and values go into the cache first."""
         n, s = ids.shape
         d = self.head_dim
         if ids.is_cuda:     # the efficient kernel's mask rows are read 16-aligned (see below)
@@ -256,10 +267,8 @@ class Decoder:
         wpos = torch.where(col < lens.view(-1, 1), positions, self.cache.scratch)
         cos, sin = self.cos[wpos].unsqueeze(1), self.sin[wpos].unsqueeze(1)  # [N, 1, S, D]
         mask = (self.key_pos[:length].view(1, 1, -1) <= positions.unsqueeze(-1)).unsqueeze(1)
-        x, h = self._norm(self.embed(ids), None, self.layers[0].input_layernorm)   # [N, S, H]
-        for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            q, k, v = self._qkv(i, h)
+
+        def attend(i, q, k, v):
             q = q.view(n, s, self.heads, d).transpose(1, 2)                # [N, Hq, S, D]
             k = k.view(n, s, self.kv_heads, d).transpose(1, 2)             # [N, Hkv, S, D]
             v = v.view(n, s, self.kv_heads, d).transpose(1, 2)
@@ -276,8 +285,43 @@ class Decoder:
                 vc[rows.view(-1, 1), :, wpos] = v.transpose(1, 2)
                 kr, vr = kc[rows, :, :length], vc[rows, :, :length]
             o = self._prefill_attention(q, kr, vr, mask)
-            x, h = self._norm(x, attn.o_proj(o.transpose(1, 2).reshape(n, s, -1)),
-                              layer.post_attention_layernorm)
-            x, h = self._norm(x, self._mlp(i, h), self.after_mlp[i])
-        last = h[torch.arange(n, device=ids.device), lens - 1]             # [N, H]
+            return o.transpose(1, 2).reshape(n * s, -1)
+        return attend
+
+    def decode(self, tokens, wpos, length: int, per_row: bool = False):
+        """One token for rows ``0 .. B-1``: tokens [B], write positions [B] (scratch for idle rows);
+        attends over cache positions [0, length), or with ``per_row`` over each row's own
+        [0, wpos] (attention.py). Returns logits [B, Vs] fp32."""
+        h = self._layers(*self._embed(tokens), self._decode_attention(wpos, length, per_row))
+        return F.linear(h, self.head_w).float()
+
+    def prefill(self, ids, start, lens, rows, length: int):
+        """Prompt chunks into the cache: ids [N, S] (right-padded), start [N] (first position),
+        lens [N] (valid ids), rows [N] (cache rows); attends over [0, length). Returns the logits
+        of each chunk's last valid position, [N, Vs] fp32."""
+        n, s = ids.shape
+        h = self._layers(*self._embed(ids.reshape(-1)),
+                         self._prefill_attention_of(ids, start, lens, rows, length))
+        last = h.view(n, s, -1)[torch.arange(n, device=ids.device), lens - 1]   # [N, H]
         return F.linear(last, self.head_w).float()
+
+    def mixed(self, tokens, wpos, length: int, per_row: bool, ids, start, lens, rows,
+              prefill_length: int):
+        """``decode`` and ``prefill`` in one pass: the decode rows' B tokens and the chunks' N * S
+        go through each projection together, so the weights are read once for both (a step
+        over 128 rows is about as weight-bound as compute-bound on an H200, and a prefill of a
+        short prompt on its own reads every weight again, with all its small kernels). The rows
+        the chunks fill must not decode in this pass. Returns (decode logits [B, Vs], chunk
+        logits [N, Vs]), fp32, each what ``decode`` and ``prefill`` return."""
+        b = tokens.shape[0]
+        n, s = ids.shape
+        dec = self._decode_attention(wpos, length, per_row)
+        pre = self._prefill_attention_of(ids, start, lens, rows, prefill_length)
+
+        def attend(i, q, k, v):
+            return torch.cat([dec(i, q[:b], k[:b], v[:b]), pre(i, q[b:], k[b:], v[b:])])
+
+        h = self._layers(*self._embed(torch.cat([tokens, ids.reshape(-1)])), attend)
+        last = h[b:].view(n, s, -1)[torch.arange(n, device=ids.device), lens - 1]   # [N, H]
+        logits = F.linear(torch.cat([h[:b], last]), self.head_w).float()
+        return logits[:b], logits[b:]

@@ -6,6 +6,11 @@ last tokens, runs the decoder, samples, and advances the active rows, with no ho
 runner captures that step as a CUDA graph for every (batch size, attention length) of two ladders,
 largest first in one memory pool; a step replays the smallest graph that fits. On the CPU, or when
 capture fails (the reason is logged and kept), the same step runs eagerly.
+
+A step that completes one short prompt and decodes rows up to ``MIXED_BATCHES[-1]`` (a stream
+arriving beside the others) runs both in one pass (``Decoder.mixed``), replayed from a graph per
+(batch, prompt length) captured at boot: the prompt's tokens ride in the decode step's GEMMs
+instead of a prefill of their own. ``SYNTH_MIXED_STEPS=0`` prefills separately (benchmarks).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import torch
 
 from pipeline.engines.orpheus import attention
 from pipeline.engines.orpheus.decoder import Decoder, KVCache
-from pipeline.engines.orpheus.prefill_graphs import PrefillGraphs
+from pipeline.engines.orpheus.prefill_graphs import LENGTHS as PREFILL_LENGTHS
+from pipeline.engines.orpheus.prefill_graphs import PrefillGraphs, pack, shape_for
 from pipeline.engines.orpheus.rng import mix_keys
 from pipeline.engines.orpheus.sampling import RowSampler, SamplingParams
 from pipeline.engines.orpheus.scheduler import Plan
@@ -48,6 +54,13 @@ class _Launched:
 
 
 @dataclass
+class _MixedGraph:
+    graph: object                   # torch.cuda.CUDAGraph
+    packed: object                  # [1, S + 2] int64, the static input (prefill_graphs.pack)
+    logits: object                  # [1, Vs] fp32, the prompt's logits
+
+
+@dataclass
 class HostTimes:
     """The runner's host seconds in ``launch``, by part (the loop's launch time, less the
     scheduler's): where a slow launch goes. ``begin``: setting up the rows whose prompt completed
@@ -71,6 +84,18 @@ def lm_stream_priority() -> int:
     import os
 
     return int(os.environ.get("SYNTH_LM_STREAM_PRIORITY", LM_STREAM_PRIORITY))
+
+
+# Mixed steps (the module): the decode batches they run at (a step over fewer rows pads up: an
+# idle row costs about 0.012 ms of a 2.5-4 ms step on the H200) and, per batch, one graph for each
+# prompt length of the prefill graphs' ladder (prefill_graphs.LENGTHS): 36 graphs.
+MIXED_BATCHES = (8, 16, 32, 64, 96, 128)
+
+
+def mixed_steps_enabled() -> bool:
+    import os
+
+    return os.environ.get("SYNTH_MIXED_STEPS", "1") == "1"
 
 
 BATCH_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
@@ -120,9 +145,16 @@ class ModelRunner:
         self.host = HostTimes()
         self.prefill_graphs: PrefillGraphs | None = None
         self.prefill_fallback: str | None = None
+        # Mixed steps: on the CPU they run eagerly, on CUDA only from their graphs.
+        self.mixed_sizes = tuple(sorted({min(b, rows) for b in MIXED_BATCHES})) \
+            if mixed_steps_enabled() else ()
+        self.mixed_graphs: dict[tuple[int, int], _MixedGraph] = {}
+        self.mixed_fallback: str | None = None
+        self.mixed_steps = 0
         if use_graphs and str(device).startswith("cuda"):
             self._capture_all()
             self._capture_prefill()
+            self._capture_mixed()
         priority = lm_stream_priority() if self._cuda else 0
         # The steps' stream (None: the current one); launch() orders it after the current stream.
         self.stream = torch.cuda.Stream(device, priority=priority) if priority else None
@@ -148,6 +180,22 @@ class ModelRunner:
         act = self.active[:b]
         wpos = torch.where(act, self.pos[:b], self.cache.scratch)
         logits = self.decoder.decode(self.tokens[:b], wpos, length, self._per_row(b))  # [B, Vs]
+        self._advance(b, act, logits)
+
+    def _step_mixed(self, b: int, length: int, packed):
+        """``_step`` with one whole prompt, packed [1, S + 2] (prefill_graphs.pack), in the same
+        pass; returns the prompt's logits [1, Vs]. Its row must not be active."""
+        act = self.active[:b]
+        wpos = torch.where(act, self.pos[:b], self.cache.scratch)
+        s = packed.shape[1] - 2
+        ids, lens, rows = packed[:, :s], packed[:, s], packed[:, s + 1]
+        logits, first = self.decoder.mixed(self.tokens[:b], wpos, length, self._per_row(b), ids,
+                                           torch.zeros_like(lens), lens, rows, s)
+        self._advance(b, act, logits)
+        return first
+
+    def _advance(self, b: int, act, logits) -> None:
+        """Draw the active rows' next tokens from ``logits`` [B, Vs] and move them on a position."""
         new = self.sampler(logits, self.seen[:b], self.steps[:b], self.keys[:b])
         self.tokens[:b] = torch.where(act, new, self.tokens[:b])
         mark = torch.where(act, new - self.lo, self.width).view(-1, 1)
@@ -209,14 +257,20 @@ class ModelRunner:
             for src, dst, length in plan.moves:
                 self._move(src, dst, length)
             t1 = clock()
-            first_rows, first = self._prefill(plan) if plan.prefill else ([], None)
+            rows = [s.row for s in plan.decode]
+            mixed = self._mixed_shape(plan) if rows and plan.prefill else None
+            first_rows, first = self._prefill(plan) if plan.prefill and not mixed else ([], None)
             prefilled = None
-            if start is not None and (plan.prefill or plan.moves):
+            if start is not None and (plan.prefill or plan.moves) and not mixed:
                 prefilled = torch.cuda.Event(enable_timing=True)
                 prefilled.record()
             t2 = clock()
-            b, rows = 0, [s.row for s in plan.decode]
-            if rows:
+            b, begin = 0, host.begin
+            if mixed:
+                b, s = mixed
+                self._activate(rows)
+                first_rows, first = self._run_mixed(plan, b, s)
+            elif rows:
                 b = self.batch_sizes[bisect.bisect_left(self.batch_sizes, plan.rows)]
                 length = self._length(b, plan.context)
                 self._activate(rows)
@@ -232,9 +286,10 @@ class ModelRunner:
             if done is not None:
                 done.record()
         t4 = clock()
+        begin = host.begin - begin     # a mixed step's first tokens: counted as its prefill's
         host.moves += t1 - t0
-        host.prefill += t2 - t1
-        host.decode += t3 - t2
+        host.prefill += t2 - t1 + begin
+        host.decode += t3 - t2 - begin
         host.copies += t4 - t3
         return _Launched(rows, decoded, first_rows, first_host, done, start, prefilled)
 
@@ -300,11 +355,16 @@ class ModelRunner:
 
     def _prefill(self, plan: Plan):
         chunks = plan.prefill
-        n = len(chunks)
         # Whole short prompts replay a captured prefill (prefill_graphs.py); the rest runs eagerly.
         logits = self.prefill_graphs.run(chunks) if self.prefill_graphs is not None else None
         if logits is None:
             logits = self._prefill_eager(chunks)                                  # [N, Vs]
+        return self._first_tokens(chunks, logits)
+
+    def _first_tokens(self, chunks, logits):
+        """Set up the rows whose prompt a step completed and draw their first tokens from their
+        chunks' logits [N, Vs]: (rows, first tokens) or ([], None)."""
+        n = len(chunks)
         done = [i for i, c in enumerate(chunks) if c.last]
         if not done:
             return [], None
@@ -315,6 +375,69 @@ class ModelRunner:
         first = self._begin(seqs, logits)
         self.host.begin += time.perf_counter() - t0
         return [s.row for s in seqs], first
+
+    # Mixed steps ---------------------------------------------------------------------------------
+
+    def _mixed_shape(self, plan: Plan) -> tuple[int, int] | None:
+        """(decode batch, prompt length) of the mixed step a plan runs as, or None: not one whole
+        short prompt, too many rows, or (on CUDA) no graph for it."""
+        if not self.mixed_sizes or plan.rows > self.mixed_sizes[-1]:
+            return None
+        shape = shape_for(plan.prefill, (1,), PREFILL_LENGTHS)
+        if shape is None:
+            return None
+        b = self.mixed_sizes[bisect.bisect_left(self.mixed_sizes, plan.rows)]
+        if self._cuda and (b, shape[1]) not in self.mixed_graphs:
+            return None
+        return b, shape[1]
+
+    def _run_mixed(self, plan: Plan, b: int, s: int):
+        host = pack(plan.prefill, 1, s)
+        graph = self.mixed_graphs.get((b, s))
+        if graph is not None:
+            # The caching host allocator keeps the pinned block until this copy has run.
+            graph.packed.copy_(host.pin_memory(), non_blocking=True)
+            graph.graph.replay()
+            logits = graph.logits
+        else:
+            logits = self._step_mixed(b, self._length(b, plan.context), self._h2d(host))
+        self.mixed_steps += 1
+        return self._first_tokens(plan.prefill, logits)
+
+    def _capture_mixed(self) -> None:
+        """A graph per (mixed batch, prompt length), largest first in one pool; on CUDA, where the
+        decode graphs exist and every mixed batch attends per row (one attention length)."""
+        if not self.mixed_sizes or not self.graphs or \
+                not all(self._per_row(b) for b in self.mixed_sizes):
+            return
+        started = time.monotonic()
+        pool = torch.cuda.graph_pool_handle()
+        self.active.zero_()                  # every row idle, so capture changes no row's state
+        self._active_rows = ()
+        lengths = [s for s in PREFILL_LENGTHS if s <= self.context]
+        try:
+            with torch.inference_mode():
+                side = torch.cuda.Stream(self.device)
+                for b in reversed(self.mixed_sizes):
+                    for s in reversed(lengths):
+                        # Padding only: the prompt writes row 0's scratch slot (prefill_graphs.py).
+                        packed = torch.zeros((1, s + 2), dtype=torch.int64, device=self.device)
+                        side.wait_stream(torch.cuda.current_stream())
+                        with torch.cuda.stream(side):
+                            self._step_mixed(b, self.context, packed)
+                        torch.cuda.current_stream().wait_stream(side)
+                        graph = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(graph, pool=pool):
+                            logits = self._step_mixed(b, self.context, packed)
+                        self.mixed_graphs[(b, s)] = _MixedGraph(graph, packed, logits)
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - any capture failure: prefill separately, say why
+            self.mixed_graphs.clear()
+            self.mixed_fallback = (f"mixed step capture failed ({type(e).__name__}: {e}); "
+                                   "prefilling in steps of their own")
+            log.warning(self.mixed_fallback)
+        log.info("captured %d mixed graphs (batches %s x prompts %s) in %.1f s",
+                 len(self.mixed_graphs), self.mixed_sizes, lengths, time.monotonic() - started)
 
     def _prefill_eager(self, chunks):
         """The chunks, right-padded to the longest, through ``decoder.prefill``: logits [N, Vs]."""
