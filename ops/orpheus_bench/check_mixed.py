@@ -9,8 +9,8 @@ random values and the decoding rows sit at positions 250-450, as streams some se
 (rows decoding, prompt length), one plan (those rows decode, a fresh prompt takes the next row) runs
 both ways from the same state:
 
-- the prompt's logits, the tokens the decode rows draw (greedy) and the cache entries both passes
-  wrote are compared;
+- the prompt's logits and the cache entries both passes wrote are compared, within check_prefill's
+  tolerance for the same prefill at two shapes, and how many greedy tokens agree is printed;
 - each way's device time a step (CUDA events from its first to its last work; median of 20
   launches, each collected before the next) and wall time.
 """
@@ -141,11 +141,12 @@ def main(argv=None) -> int:
             for what, g, w in zip(("K decode rows", "K prompt", "V decode rows", "V prompt"),
                                   mixed_cache, written(runner, rows, pos, prompt_len)):
                 report.error(f"{name}: cache {what}", g, w, TOLERANCE)
+            # Not a pass mark: on random weights many rows' top two logits lie within the bf16
+            # rounding of two GEMM shapes (the errors above), so some greedy picks flip; the
+            # tokens' equality is the CPU's fp32 test (tests/orpheus/test_mixed_steps.py).
             same = sum(got[r] == want[r] for r in want)
             print(f"  greedy tokens equal in {same} of {len(want)} rows (the new row's first "
-                  f"token included; a differing one is a near-tie flip)", flush=True)
-            if same < 0.9 * len(want):
-                report.failures.append(f"{name}: tokens")
+                  f"token included)", flush=True)
             apart_ms, apart_wall = timed(runner, plan)
             runner.mixed_sizes = sizes
             mixed_ms, mixed_wall = timed(runner, plan)
