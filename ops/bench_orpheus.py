@@ -231,8 +231,8 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
     fast = make_engine(args, lm, "continuous", kv_dtype=kv_dtype)
     mode["fast_boot_s"] = time.perf_counter() - t
     mode["fast_info"] = {k: fast.info.extra.get(k) for k in
-                         ("cuda_graphs", "codec_graphs", "graph_capture_s", "context", "kv_dtype",
-                          "fallbacks")}
+                         ("cuda_graphs", "codec_graphs", "mixed_graphs", "graph_capture_s",
+                          "context", "kv_dtype", "fallbacks")}
     mode["fast_rows"] = fast.info.max_batch
     print("fast engine", mode["fast_rows"], "rows", mode["fast_info"], flush=True)
     run_synth(fast, [Job(j.key, j.text, WARM_TOKENS) for j in w1[:64]])     # warm the paths

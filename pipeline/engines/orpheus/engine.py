@@ -120,10 +120,11 @@ class OrpheusEngine(Engine):
         codec = self.lm.codec
         fallbacks = [r for r in (c.fallback, q.fallback, runner and runner.graph_fallback,
                                  runner and runner.prefill_fallback,
+                                 runner and runner.mixed_fallback,
                                  runner and runner.codec_fallback,
                                  getattr(codec, "fused_fallback", None)) if r]
         graphs = {"cuda_graphs": len(runner.graphs), "graph_capture_s": round(runner.capture_s, 2),
-                  "codec_graphs": codec.graph_count,
+                  "codec_graphs": codec.graph_count, "mixed_graphs": len(runner.mixed_graphs),
                   "context": runner.context} if runner else {}
         kv = str(runner.cache.k.dtype).removeprefix("torch.") if runner else c.dtype_name
         return {"loop": loop, **graphs, "kv_dtype": kv, "device": c.device, "dtype": c.dtype_name,
