@@ -3,6 +3,8 @@
 lengths, best first.
 
     python3 -m ops.orpheus_bench.sweep_attention        # on the GPU
+    python3 -m ops.orpheus_bench.sweep_attention --dtypes fp8 --cases 128x400 \
+        --blocks 32,64 --warps 2,4 --stages 3,4,5        # a narrower or wider sweep
 
 Each setting is timed inside a CUDA graph of 8 calls over 4 caches in turn (as the decoder's
 layers are), so neither the host's launch time nor the L2 cache flatters small cases. Prints one
@@ -46,22 +48,34 @@ def graph_us(fn, calls: int = CALLS) -> float:
     return ms * 1e3 / calls
 
 
-def settings(fp8: bool):
-    for block, warps, stages in itertools.product(BLOCKS, WARPS, STAGES):
+def settings(fp8: bool, blocks=BLOCKS, warps_=WARPS, stages_=STAGES):
+    for block, warps, stages in itertools.product(blocks, warps_, stages_):
         for f16 in ((False, True) if fp8 else (False,)):
             yield block, warps, stages, f16
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+
+    ints = lambda text: tuple(int(x) for x in text.split(","))  # noqa: E731
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dtypes", default="bf16,fp8")
+    ap.add_argument("--cases", default=",".join(f"{b}x{n}" for b, n in CASES),
+                    help="ROWSxPOSITIONS,...")
+    ap.add_argument("--blocks", type=ints, default=BLOCKS)
+    ap.add_argument("--warps", type=ints, default=WARPS)
+    ap.add_argument("--stages", type=ints, default=STAGES)
+    args = ap.parse_args(argv)
+    cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]
     if not torch.cuda.is_available() or not attention.available("cuda"):
         print("needs CUDA and Triton")
         return 2
     dev, dtype = "cuda", torch.bfloat16
     print("device:", torch.cuda.get_device_name(), flush=True)
     g, scale = HEADS // KV_HEADS, HEAD_DIM ** -0.5
-    for name in ("bf16", "fp8"):
+    for name in args.dtypes.split(","):
         per_batch: dict[int, dict] = defaultdict(lambda: defaultdict(float))
-        for b, length in CASES:
+        for b, length in cases:
             q = torch.randn(b, KV_HEADS, g, HEAD_DIM, dtype=dtype, device=dev)
             caches = []
             for _ in range(COPIES):
@@ -72,7 +86,9 @@ def main() -> int:
             lens = torch.randint(length * 9 // 10, length + 1, (b,), device=dev)
             read = 2 * lens.sum().item() * KV_HEADS * HEAD_DIM * caches[0][0].element_size()
             times = {}
-            for launch in settings(name == "fp8"):
+            current = attention.launch_for(caches[0][0].element_size(), b)
+            for launch in {current, *settings(name == "fp8", args.blocks, args.warps,
+                                              args.stages)}:
                 try:
                     times[launch] = graph_us(lambda i: attention.decode_attention(
                         q, *caches[i], lens, scale, launch=launch)) / 1e3
@@ -80,7 +96,6 @@ def main() -> int:
                     print(f"  {name} {launch}: {type(e).__name__}: {e}", file=sys.stderr)
             for launch, ms in times.items():
                 per_batch[b][launch] += ms
-            current = attention.launch_for(caches[0][0].element_size(), b)
             best = sorted(times, key=times.get)[:3]
             print(f"{name} B={b} L={length}: current {current} {times[current] * 1e3:.1f} us "
                   f"({read / times[current] / 1e6:.0f} GB/s); best " +

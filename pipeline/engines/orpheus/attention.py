@@ -80,16 +80,18 @@ if triton is not None:
 
 # Launch settings per cache item size and batch size: (keys per block, warps, pipeline stages, fp16
 # dots over an fp8 cache), the fastest of ops/orpheus_bench/sweep_attention.py on an H200, timed in
-# CUDA graphs (ops/results/orpheus_h200_s5_attention_sweep.txt); the first entry whose batch bound
-# is not below the batch applies. bf16 reads 4.0-4.5 TB/s from B=64 up, near the HBM's 4.8, so
-# flash-decoding's split over the keys was slower in every case swept; fp8 with fp16 dots reads
-# 2.6-3.3 TB/s of its half-size bytes, 1.3-1.5x faster than bf16 and 20-35% faster than with
-# bf16 dots.
+# CUDA graphs; the first entry whose batch bound is not below the batch applies. bf16 reads 4.0-4.5
+# TB/s from B=64 up, near the HBM's 4.8, so flash-decoding's split over the keys was slower in
+# every case swept (ops/results/orpheus_h200_s5_attention_sweep.txt). Over fp8 the kernel is bound
+# by its instructions (the conversions) at low occupancy, not by the reads: Nsight Compute at 128
+# rows of 400 positions with 4 warps showed 144 registers a thread, 3 blocks an SM, 2.6 waves and
+# 2.3 TB/s. With 2 warps (and fp16 dots: 20-35% faster than bf16 dots) it reads 2.4-3.6 TB/s of
+# its half-size bytes, 11-19% faster than 4 warps from 64 rows up (session 9:
+# ops/results/orpheus_h200_s9_sweep_fp8.txt).
 LAUNCH = {
     2: ((16, (128, 4, 3, False)), (64, (64, 4, 2, False)), (128, (64, 4, 3, False)),
         (1 << 30, (128, 4, 2, False))),
-    1: ((16, (128, 8, 3, True)), (64, (128, 4, 3, True)), (128, (64, 4, 3, True)),
-        (1 << 30, (128, 4, 3, True))),
+    1: ((16, (128, 8, 3, True)), (1 << 30, (64, 2, 3, True))),
 }
 LOG2E = 1.4426950408889634
 
