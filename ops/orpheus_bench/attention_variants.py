@@ -1,5 +1,5 @@
-"""An experiment on the decode-attention kernel over an fp8 cache (attention.py), which reads 2.2-2.6
-TB/s at 128 rows against 3.5-4.0 for the same kernel over bf16 (session 5's sweep; session 9's
+"""An experiment on the decode-attention kernel over an fp8 cache (attention.py), which reads
+2.2-2.6 TB/s at 128 rows against 3.5-4.0 for the same kernel over bf16 (session 5's sweep; session 9's
 profile: 1.17 of a 3.58 ms step). Hypothesis: the cost is in feeding converted fp8 tiles to the
 tensor cores (the P.V product needs V transposed, which the hardware's transposing load does only
 for 16-bit elements), not in the reads. With 3 query heads per KV head the dots are tiny, so this
@@ -20,10 +20,9 @@ import sys
 
 import torch
 
-from ops.orpheus_bench.check_fused import HEAD_DIM, HEADS, KV_HEADS
-from ops.orpheus_bench.sweep_attention import COPIES, CONTEXT, graph_us
+from ops.orpheus_bench.check_fused import HEAD_DIM
+from ops.orpheus_bench.sweep_attention import graph_us, random_case
 from pipeline.engines.orpheus import attention
-from pipeline.engines.orpheus.fused import to_cache
 
 try:
     import triton
@@ -95,22 +94,13 @@ def main() -> int:
     if not torch.cuda.is_available() or triton is None:
         print("needs CUDA and Triton")
         return 2
-    dev, dtype = "cuda", torch.bfloat16
     print("device:", torch.cuda.get_device_name(), flush=True)
-    g, scale = HEADS // KV_HEADS, HEAD_DIM ** -0.5
+    scale = HEAD_DIM ** -0.5
     variants = [(blk, w, st, qk) for qk in (False, True) for blk, w, st in
                 itertools.product((16, 32, 64), (4, 8), (2, 3))]
     for name, b, length in CASES:
         torch.manual_seed(0)
-        q = torch.randn(b, KV_HEADS, g, HEAD_DIM, dtype=dtype, device=dev)
-        caches = []
-        for _ in range(COPIES):
-            k, v = (torch.randn(b, KV_HEADS, CONTEXT + 1, HEAD_DIM, dtype=dtype, device=dev)
-                    for _ in range(2))
-            caches.append((to_cache(k, 1.0), to_cache(v, 1.0)) if name == "fp8" else (k, v))
-            del k, v
-        lens = torch.randint(length * 9 // 10, length + 1, (b,), device=dev)
-        read = 2 * lens.sum().item() * KV_HEADS * HEAD_DIM * caches[0][0].element_size()
+        q, caches, lens, read = random_case(name, b, length)
         ref = attention.decode_attention(q, *caches[0], lens, scale).float()
         times = {"engine": graph_us(lambda i: attention.decode_attention(q, *caches[i], lens,
                                                                         scale))}

@@ -48,6 +48,23 @@ def graph_us(fn, calls: int = CALLS) -> float:
     return ms * 1e3 / calls
 
 
+def random_case(name: str, b: int, length: int):
+    """Queries [B, Hkv, G, D] bf16, COPIES caches of (K, V) [B, Hkv, CONTEXT + 1, D] ("bf16"
+    or "fp8"), each row's length (``length`` or up to 10% less), the bytes of K and V a call
+    reads."""
+    dev, dtype = "cuda", torch.bfloat16
+    q = torch.randn(b, KV_HEADS, HEADS // KV_HEADS, HEAD_DIM, dtype=dtype, device=dev)
+    caches = []
+    for _ in range(COPIES):
+        k, v = (torch.randn(b, KV_HEADS, CONTEXT + 1, HEAD_DIM, dtype=dtype, device=dev)
+                for _ in range(2))
+        caches.append((to_cache(k, 1.0), to_cache(v, 1.0)) if name == "fp8" else (k, v))
+        del k, v
+    lens = torch.randint(length * 9 // 10, length + 1, (b,), device=dev)
+    read = 2 * lens.sum().item() * KV_HEADS * HEAD_DIM * caches[0][0].element_size()
+    return q, caches, lens, read
+
+
 def settings(fp8: bool, blocks=BLOCKS, warps_=WARPS, stages_=STAGES):
     for block, warps, stages in itertools.product(blocks, warps_, stages_):
         for f16 in ((False, True) if fp8 else (False,)):
@@ -70,21 +87,12 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available() or not attention.available("cuda"):
         print("needs CUDA and Triton")
         return 2
-    dev, dtype = "cuda", torch.bfloat16
     print("device:", torch.cuda.get_device_name(), flush=True)
-    g, scale = HEADS // KV_HEADS, HEAD_DIM ** -0.5
+    scale = HEAD_DIM ** -0.5
     for name in args.dtypes.split(","):
         per_batch: dict[int, dict] = defaultdict(lambda: defaultdict(float))
         for b, length in cases:
-            q = torch.randn(b, KV_HEADS, g, HEAD_DIM, dtype=dtype, device=dev)
-            caches = []
-            for _ in range(COPIES):
-                k, v = (torch.randn(b, KV_HEADS, CONTEXT + 1, HEAD_DIM, dtype=dtype, device=dev)
-                        for _ in range(2))
-                caches.append((to_cache(k, 1.0), to_cache(v, 1.0)) if name == "fp8" else (k, v))
-                del k, v
-            lens = torch.randint(length * 9 // 10, length + 1, (b,), device=dev)
-            read = 2 * lens.sum().item() * KV_HEADS * HEAD_DIM * caches[0][0].element_size()
+            q, caches, lens, read = random_case(name, b, length)
             times = {}
             current = attention.launch_for(caches[0][0].element_size(), b)
             for launch in {current, *settings(name == "fp8", args.blocks, args.warps,
