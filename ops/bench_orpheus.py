@@ -167,8 +167,7 @@ def w2_counters(fast) -> dict[str, float]:
     out = loop_stats(fast)()
     out.update(preempted=sched.preempted, realtime_only_steps=sched.realtime_steps,
                starting_only_steps=sched.starting_steps,
-               mixed_steps=fast.loop.runner.mixed_steps,
-               codec_held_s=fast.loop.codec_worker.held_s)
+               mixed_steps=fast.loop.runner.mixed_steps)
     out.update({f"host_{k}": v for k, v in vars(fast.loop.runner.host).items()})
     out["clock_s"] = time.monotonic()
     return out
@@ -192,8 +191,6 @@ def w2_step_figures(before: dict, after: dict) -> dict:
         "prefill_steps": d["prefill_steps"],
         # of those, steps that prefilled inside the decode pass (runner.py's mixed steps)
         "mixed_steps": d["mixed_steps"],
-        # the codec's batch lane held back for starting streams (SYNTH_CODEC_HOLD_BATCH_MS)
-        "codec_batch_held_s": round(d["codec_held_s"], 3),
         # the runner's part of the launch time, by part, per step (realtime-only or not)
         "runner_host_ms_per_step": {k[5:]: per(v, d["steps"], 3) for k, v in d.items()
                                     if k.startswith("host_")},

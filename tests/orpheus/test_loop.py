@@ -6,7 +6,6 @@ from __future__ import annotations
 import queue
 
 import numpy as np
-import pytest
 
 from pipeline.engines.base import AudioChunk
 from pipeline.engines.orpheus.loop import EngineLoop
@@ -224,38 +223,3 @@ def test_the_lanes_decode_at_once_with_their_own_noise_keys(tiny):
     assert sorted(got) == list(range(6))
     for i, audio in enumerate(alone):
         np.testing.assert_array_equal(got[i], audio)
-
-
-def test_the_batch_lane_holds_its_windows_while_a_stream_waits_for_its_first_chunk(tiny):
-    """With a hold set, batch audio waits while a realtime stream has no first chunk yet (here
-    the hold outlasts the test), and goes as soon as no stream is starting; a batch stream that
-    ends is flushed at once, held or not."""
-    import time
-
-    from pipeline.engines.orpheus.codec_worker import CodecWorker
-    from pipeline.engines.orpheus.loop import Live
-    from pipeline.engines.orpheus.streaming import StreamState
-
-    worker = CodecWorker(tiny.codec, on_final=final_chunk, batch_interval_s=0.0, hold_batch_s=600)
-    sink: queue.SimpleQueue = queue.SimpleQueue()
-    rng = np.random.default_rng(3)
-    try:
-        stream = Live(Seq("rt", [1], budget=100, realtime=True), sink,
-                      StreamState(seed=2, ramp=True), "rt")
-        worker.register(stream)                     # no frames yet: it is starting
-        batch, done = (Live(Seq(k, [1], budget=100), sink, StreamState(seed=i, chunk_frames=2), k)
-                       for i, k in enumerate(("batch", "done")))
-        for live in (batch, done):
-            live.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(4))
-            worker.register(live)
-        worker.finish(done)
-        final = sink.get(timeout=60)
-        assert final.key == "done" and final.final and len(final.audio) == 4 * 2048
-        with pytest.raises(queue.Empty):
-            sink.get(timeout=1.0)                   # the batch stream's chunks are held
-        stream.marks.first_chunk_at = time.monotonic()    # the stream is playing now
-        chunk = sink.get(timeout=60)
-        assert chunk.key == "batch" and not chunk.final
-    finally:
-        worker.close()
-    assert worker.held_s > 0.5

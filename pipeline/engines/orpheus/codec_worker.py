@@ -7,10 +7,7 @@ its own, decode what is ready and hand chunks and final chunks to each caller's 
   streams still waiting for their first chunk in one call per window length, then the others, on
   the codec's high-priority CUDA stream;
 - the batch lane renders batch streams every ``batch_interval_s``, in calls of at most
-  ``batch_slice`` streams, on the codec's normal-priority stream (ended streams at once). While a
-  realtime stream waits for its first chunk it holds that work back, for at most ``hold_batch_s``
-  at a time (ended streams still go at once): batch audio can wait, and its kernels share the
-  device with the decode steps that stream is waiting on.
+  ``batch_slice`` streams, on the codec's normal-priority stream (ended streams at once).
 
 So the language model's step never waits for the codec, batch windows come in large calls, and a
 realtime chunk never waits on the host for a batch slice to finish: on the H200, one thread for
@@ -22,7 +19,6 @@ ran above the batch windows (ops/results, session 7). Each lane replays its own 
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -38,13 +34,6 @@ from pipeline.errors import EngineError
 log = logging.getLogger(__name__)
 
 TICK_S = 0.002
-# How long the batch lane may hold its windows back while a realtime stream waits for its first
-# chunk (``SYNTH_CODEC_HOLD_BATCH_MS``); then it renders one round and may hold again.
-HOLD_BATCH_MS = 0.0
-
-
-def hold_batch_setting() -> float:
-    return float(os.environ.get("SYNTH_CODEC_HOLD_BATCH_MS", HOLD_BATCH_MS)) / 1000
 
 
 @dataclass
@@ -77,14 +66,10 @@ class _Lane:
 
 
 class CodecWorker:
-    def __init__(self, codec, on_final, batch_interval_s: float = 0.05, batch_slice: int = 32,
-                 hold_batch_s: float | None = None):
+    def __init__(self, codec, on_final, batch_interval_s: float = 0.05, batch_slice: int = 32):
         self.codec, self.on_final = codec, on_final
         self.batch_interval_s = batch_interval_s
         self.batch_slice = batch_slice
-        self.hold_batch_s = hold_batch_setting() if hold_batch_s is None else hold_batch_s
-        self._held_since: float | None = None
-        self.held_s = 0.0                   # batch-lane time held back for starting streams
         self.first_chunks: deque = deque(maxlen=4096)   # realtime streams' FirstChunkMarks
         self.lanes = {True: _Lane("realtime", urgent=True), False: _Lane("batch", urgent=False)}
         self._fed = threading.Event()       # the loop fed realtime frames (or one ended)
@@ -161,29 +146,13 @@ class CodecWorker:
             return
         now = time.perf_counter()
         streams = {}
-        if now - self._last_batch >= self.batch_interval_s and not self._hold(now):
+        if now - self._last_batch >= self.batch_interval_s:
             self._last_batch = now
             streams = dict(lane.streams)
         streams.update(ended)
         items = list(streams.items())     # each stream once: an ended one gets one final chunk
         for i in range(0, len(items), self.batch_slice):
             self._render(lane, dict(items[i:i + self.batch_slice]), ended)
-
-    def _hold(self, now: float) -> bool:
-        """Whether the batch lane holds this round back: a realtime stream waits for its first
-        chunk, and the hold has lasted less than ``hold_batch_s`` (then one round goes)."""
-        if self.hold_batch_s <= 0:
-            return False
-        starting = any(lv.marks.first_chunk_at is None
-                       for lv in list(self.lanes[True].streams.values()))
-        if starting and self._held_since is None:
-            self._held_since = now
-        if starting and now - self._held_since < self.hold_batch_s:
-            return True
-        if self._held_since is not None:
-            self.held_s += now - self._held_since
-            self._held_since = None
-        return False
 
     def _render(self, lane: _Lane, todo: dict, ended: dict) -> None:
         if not todo:
