@@ -186,8 +186,10 @@ def w2_step_figures(before: dict, after: dict) -> dict:
         "starting_only_steps": d["starting_only_steps"], "steps": d["steps"],
         "device_ms_per_step": {"realtime_only": per(d["realtime_device_s"], rt_steps),
                                "full": per(d["full_device_s"], full_steps)},
-        # device time before the decode step (moves, prefill), per step with a prefill
-        "prefill_device_ms_per_prefill_step": per(d["prefill_device_s"], d["prefill_steps"]),
+        # device time before the decode step (moves, prefill), per step that prefilled apart (a
+        # mixed step's prefill is inside its decode pass: not timed apart)
+        "prefill_device_ms_per_prefill_step": per(d["prefill_device_s"],
+                                                  d["prefill_steps"] - d["mixed_steps"]),
         "prefill_steps": d["prefill_steps"],
         # of those, steps that prefilled inside the decode pass (runner.py's mixed steps)
         "mixed_steps": d["mixed_steps"],

@@ -19,15 +19,17 @@ from tests.orpheus.test_prefill_graphs import (ATOL, CONTEXT, ROWS, RTOL, chunk,
                                                small_model)
 
 
-def test_mixed_pass_equals_decode_then_prefill():
-    """Rows 0, 1 and 3 decode at positions 20, 7 and 33 (row 2 idle), row 4 takes a prompt of 13
-    tokens padded to 32: the logits of both parts and every cache entry equal a decode step
-    followed by the padded prefill, over the same leftovers. (The per-row attention of the
+@pytest.mark.parametrize("prompt_row", [4, 2], ids=["row-past-the-batch", "idle-row-in-the-batch"])
+def test_mixed_pass_equals_decode_then_prefill(prompt_row):
+    """Rows 0, 1 and 3 decode at positions 20, 7 and 33 (row 2 idle), and a prompt of 13 tokens
+    padded to 32 goes into row 4 (a batch row past the step's) or the idle row 2 (a stream's new
+    row, as the runner places it): the logits of both parts (the idle row's too) and every cache
+    entry equal a decode step followed by the padded prefill, over the same leftovers. (The per-row attention of the
     GPU's graphs is a Triton kernel: ops/orpheus_bench/check_prefill.py compares it there.)"""
     model = small_model()
     torch.manual_seed(3)
     prompt = torch.randint(0, 512, (13,)).tolist()
-    packed = pack([chunk(prompt, 4)], 1, 32)
+    packed = pack([chunk(prompt, prompt_row)], 1, 32)
     s = packed.shape[1] - 2
     ids, lens, rows = packed[:, :s], packed[:, s], packed[:, s + 1]
     tokens = torch.tensor([5, 77, 0, 301])
@@ -104,3 +106,18 @@ def test_mixed_shape_refuses_what_a_mixed_step_cannot_hold(tiny, monkeypatch):
     assert runner._mixed_shape(plan_of(2, chunk([7] * 300, 2))) is None          # too long
     assert runner._mixed_shape(plan_of(2, chunk([7] * 20, 2), chunk([7] * 9, 3))) is None  # two
     assert runner._mixed_shape(plan_of(2, chunk([7] * 40, 2, end=30))) is None   # not whole
+
+
+def test_on_cuda_a_mixed_step_needs_its_graph(tiny, monkeypatch):
+    """On CUDA a mixed step runs only from a captured graph; a shape without one (its capture
+    failed, or it is off the grid) prefills apart."""
+    from pipeline.engines.orpheus.scheduler import Plan
+
+    monkeypatch.setattr(runner_mod, "MIXED_BATCHES", (2, 4))
+    runner = ModelRunner(tiny.model, 8, 512, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE,
+                         use_graphs=False)
+    plan = Plan(prefill=[chunk([7] * 20, 1)], decode=[Seq(0, [1], 5, row=0)], rows=2)
+    runner._cuda = True                     # as a CUDA runner decides; nothing runs here
+    assert runner._mixed_shape(plan) is None
+    runner.mixed_graphs[(2, 32)] = object()
+    assert runner._mixed_shape(plan) == (2, 32)

@@ -86,8 +86,8 @@ if triton is not None:
 # by its instructions (the conversions) at low occupancy, not by the reads: Nsight Compute at 128
 # rows of 400 positions with 4 warps showed 144 registers a thread, 3 blocks an SM, 2.6 waves and
 # 2.3 TB/s. With 2 warps (and fp16 dots: 20-35% faster than bf16 dots) it reads 2.4-3.6 TB/s of
-# its half-size bytes, 11-19% faster than 4 warps from 64 rows up (session 9:
-# ops/results/orpheus_h200_s9_sweep_fp8.txt).
+# its half-size bytes, 11-19% faster than 4 warps at 64 to 384 rows (session 9:
+# ops/results/orpheus_h200_s9_sweep_fp8.txt); 17-63 rows were not swept, and take it too.
 LAUNCH = {
     2: ((16, (128, 4, 3, False)), (64, (64, 4, 2, False)), (128, (64, 4, 3, False)),
         (1 << 30, (128, 4, 2, False))),

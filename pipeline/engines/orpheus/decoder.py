@@ -312,7 +312,10 @@ class Decoder:
         over 128 rows is about as weight-bound as compute-bound on an H200, and a prefill of a
         short prompt on its own reads every weight again, with all its small kernels). The rows
         the chunks fill must not decode in this pass. Returns (decode logits [B, Vs], chunk
-        logits [N, Vs]), fp32, each what ``decode`` and ``prefill`` return."""
+        logits [N, Vs]), fp32, each what ``decode`` and ``prefill`` return, up to the rounding of
+        GEMMs at another M. One exception: fp8 weights (quant.py) run their weight-only kernel
+        up to 32 rows and ``_scaled_mm`` (fp8 activations) above, and a mixed pass has B + N * S
+        rows, so its decode rows are rounded as a step over more than 32 rows is."""
         b = tokens.shape[0]
         n, s = ids.shape
         dec = self._decode_attention(wpos, length, per_row)

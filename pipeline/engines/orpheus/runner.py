@@ -148,6 +148,7 @@ class ModelRunner:
         # Mixed steps: on the CPU they run eagerly, on CUDA only from their graphs.
         self.mixed_sizes = tuple(sorted({min(b, rows) for b in MIXED_BATCHES})) \
             if mixed_steps_enabled() else ()
+        self.mixed_lengths = tuple(s for s in PREFILL_LENGTHS if s <= context)
         self.mixed_graphs: dict[tuple[int, int], _MixedGraph] = {}
         self.mixed_fallback: str | None = None
         self.mixed_steps = 0
@@ -192,7 +193,9 @@ class ModelRunner:
         logits, first = self.decoder.mixed(self.tokens[:b], wpos, length, self._per_row(b), ids,
                                            torch.zeros_like(lens), lens, rows, s)
         self._advance(b, act, logits)
-        return first
+        # A copy: a graph's output keeps its tensor alive, and the decode rows' logits need not
+        # stay (36 graphs of up to 129 rows of logits: about 240 MB for Orpheus).
+        return first.clone()
 
     def _advance(self, b: int, act, logits) -> None:
         """Draw the active rows' next tokens from ``logits`` [B, Vs] and move them on a position."""
@@ -383,7 +386,7 @@ class ModelRunner:
         short prompt, too many rows, or (on CUDA) no graph for it."""
         if not self.mixed_sizes or plan.rows > self.mixed_sizes[-1]:
             return None
-        shape = shape_for(plan.prefill, (1,), PREFILL_LENGTHS)
+        shape = shape_for(plan.prefill, (1,), self.mixed_lengths)
         if shape is None:
             return None
         b = self.mixed_sizes[bisect.bisect_left(self.mixed_sizes, plan.rows)]
@@ -414,7 +417,7 @@ class ModelRunner:
         pool = torch.cuda.graph_pool_handle()
         self.active.zero_()                  # every row idle, so capture changes no row's state
         self._active_rows = ()
-        lengths = [s for s in PREFILL_LENGTHS if s <= self.context]
+        lengths = self.mixed_lengths
         try:
             with torch.inference_mode():
                 side = torch.cuda.Stream(self.device)
@@ -436,8 +439,11 @@ class ModelRunner:
             self.mixed_fallback = (f"mixed step capture failed ({type(e).__name__}: {e}); "
                                    "prefilling in steps of their own")
             log.warning(self.mixed_fallback)
+        torch.cuda.empty_cache()          # the warm-ups' blocks; the pool stays with its graphs
+        took = time.monotonic() - started
+        self.capture_s += took
         log.info("captured %d mixed graphs (batches %s x prompts %s) in %.1f s",
-                 len(self.mixed_graphs), self.mixed_sizes, lengths, time.monotonic() - started)
+                 len(self.mixed_graphs), self.mixed_sizes, lengths, took)
 
     def _prefill_eager(self, chunks):
         """The chunks, right-padded to the longest, through ``decoder.prefill``: logits [N, Vs]."""
