@@ -10,7 +10,6 @@ reproducible and streamed chunks identical to a one-shot decode.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 import numpy as np
@@ -53,15 +52,6 @@ def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
     return KeyedNoiseBlock()
 
 
-# The realtime lane's CUDA stream priority: the highest (lower is more urgent; the decode steps
-# run at runner.LM_STREAM_PRIORITY, -1, the batch lane at 0).
-REALTIME_PRIORITY = -100
-
-
-def realtime_priority() -> int:
-    return int(os.environ.get("SYNTH_CODEC_REALTIME_PRIORITY", REALTIME_PRIORITY))
-
-
 class SnacCodec:
     """Decodes batches of equal-length windows of frames into audio on one device."""
 
@@ -76,10 +66,9 @@ class SnacCodec:
             import torch
 
             # The lanes' streams: normal priority, and the highest for the realtime lane (a
-            # priority below the device's range is mapped to its highest: torch's Stream docs);
-            # ``SYNTH_CODEC_REALTIME_PRIORITY`` overrides the realtime lane's (benchmarks).
+            # priority below the device's range is mapped to its highest: torch's Stream docs).
             self._cuda_streams = (torch.cuda.Stream(device),
-                                  torch.cuda.Stream(device, priority=realtime_priority()))
+                                  torch.cuda.Stream(device, priority=-100))
         self.graphs: dict = {}          # urgent (realtime lane) -> that lane's CodecGraphs
         self.keyed_noise_blocks = self._swap_noise_blocks()
         self.folded_weight_norms = fold_weight_norms(self.model) if fold else 0
@@ -185,6 +174,8 @@ class SnacCodec:
 
 
 def _fuse_by_default(device: str) -> bool:
+    import os
+
     from pipeline.engines.orpheus import codec_kernels
 
     return os.environ.get("SYNTH_CODEC_FUSED", "1") == "1" and codec_kernels.available(device)
