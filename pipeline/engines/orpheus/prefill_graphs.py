@@ -72,10 +72,19 @@ def padded_prefill(decoder, packed):
 
 
 @dataclass
-class _Graph:
+class StaticGraph:
+    """A captured prefill (or runner.py's mixed step) with its static input and output."""
+
     graph: torch.cuda.CUDAGraph
-    packed: torch.Tensor            # [N, S + 2] int64, the static input
+    packed: torch.Tensor            # [N, S + 2] int64, the static input (``pack``)
     logits: torch.Tensor            # [N, Vs] fp32, the static output
+
+    def replay(self, host: torch.Tensor) -> torch.Tensor:
+        """Copy ``host`` (``pack``'s output, this graph's shape) in, replay; the logits. Queues
+        device work only: the caching host allocator keeps the pinned block until the copy ran."""
+        self.packed.copy_(host.pin_memory(), non_blocking=True)
+        self.graph.replay()
+        return self.logits
 
 
 class PrefillGraphs:
@@ -88,7 +97,7 @@ class PrefillGraphs:
         self.decoder, self.device = decoder, cache.k.device
         self.batches = tuple(sorted({min(b, cache.k.shape[1]) for b in batches}))
         self.lengths = tuple(s for s in sorted(lengths) if s <= cache.context)
-        self.graphs: dict[tuple[int, int], _Graph] = {}
+        self.graphs: dict[tuple[int, int], StaticGraph] = {}
         self.fallback: str | None = None
         self.capture_s = 0.0
         self.bytes = 0                  # the pool and the static buffers
@@ -109,11 +118,7 @@ class PrefillGraphs:
         with torch.inference_mode():
             if not self.graphs:
                 return padded_prefill(self.decoder, self._h2d(host))[: len(chunks)]
-            g = self.graphs[shape]
-            # The caching host allocator keeps the pinned block until this copy has run.
-            g.packed.copy_(host.pin_memory(), non_blocking=True)
-            g.graph.replay()
-            return g.logits[: len(chunks)]
+            return self.graphs[shape].replay(host)[: len(chunks)]
 
     def _h2d(self, host):
         if self.device.type != "cuda":
@@ -140,7 +145,7 @@ class PrefillGraphs:
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph, pool=pool):
                         logits = padded_prefill(self.decoder, packed)
-                    self.graphs[(n, s)] = _Graph(graph, packed, logits)
+                    self.graphs[(n, s)] = StaticGraph(graph, packed, logits)
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - any capture failure means "prefill eagerly, say why"
             self.graphs.clear()

@@ -25,7 +25,7 @@ import torch
 from pipeline.engines.orpheus import attention
 from pipeline.engines.orpheus.decoder import Decoder, KVCache
 from pipeline.engines.orpheus.prefill_graphs import LENGTHS as PREFILL_LENGTHS
-from pipeline.engines.orpheus.prefill_graphs import PrefillGraphs, pack, shape_for
+from pipeline.engines.orpheus.prefill_graphs import PrefillGraphs, StaticGraph, pack, shape_for
 from pipeline.engines.orpheus.rng import mix_keys
 from pipeline.engines.orpheus.sampling import RowSampler, SamplingParams
 from pipeline.engines.orpheus.scheduler import Plan
@@ -51,13 +51,6 @@ class _Launched:
     def prefill_ms(self) -> float | None:
         """The part of ``device_ms`` before the decode step: moves and prefill."""
         return self.start.elapsed_time(self.prefilled) if self.prefilled is not None else None
-
-
-@dataclass
-class _MixedGraph:
-    graph: object                   # torch.cuda.CUDAGraph
-    packed: object                  # [1, S + 2] int64, the static input (prefill_graphs.pack)
-    logits: object                  # [1, Vs] fp32, the prompt's logits
 
 
 @dataclass
@@ -149,7 +142,7 @@ class ModelRunner:
         self.mixed_sizes = tuple(sorted({min(b, rows) for b in MIXED_BATCHES})) \
             if mixed_steps_enabled() else ()
         self.mixed_lengths = tuple(s for s in PREFILL_LENGTHS if s <= context)
-        self.mixed_graphs: dict[tuple[int, int], _MixedGraph] = {}
+        self.mixed_graphs: dict[tuple[int, int], StaticGraph] = {}   # the prompt's logits
         self.mixed_fallback: str | None = None
         self.mixed_steps = 0
         if use_graphs and str(device).startswith("cuda"):
@@ -398,10 +391,7 @@ class ModelRunner:
         host = pack(plan.prefill, 1, s)
         graph = self.mixed_graphs.get((b, s))
         if graph is not None:
-            # The caching host allocator keeps the pinned block until this copy has run.
-            graph.packed.copy_(host.pin_memory(), non_blocking=True)
-            graph.graph.replay()
-            logits = graph.logits
+            logits = graph.replay(host)
         else:
             logits = self._step_mixed(b, self._length(b, plan.context), self._h2d(host))
         self.mixed_steps += 1
@@ -432,7 +422,7 @@ class ModelRunner:
                         graph = torch.cuda.CUDAGraph()
                         with torch.cuda.graph(graph, pool=pool):
                             logits = self._step_mixed(b, self.context, packed)
-                        self.mixed_graphs[(b, s)] = _MixedGraph(graph, packed, logits)
+                        self.mixed_graphs[(b, s)] = StaticGraph(graph, packed, logits)
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - any capture failure: prefill separately, say why
             self.mixed_graphs.clear()
