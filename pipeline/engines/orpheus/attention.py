@@ -104,13 +104,14 @@ def launch_for(item_size: int, batch: int) -> tuple[int, int, int, bool]:
 
 
 def decode_attention(q, k_cache, v_cache, lens, scale: float, v_scale: float = 1.0,
-                     launch: tuple[int, int, int, bool] | None = None):
+                     launch: tuple[int, int, int, bool] | None = None, out=None):
     """q [B, Hkv, G, D] (contiguous), caches [R, Hkv, T, D] (rows 0..B-1 used; the query's dtype
     or fp8), lens [B] int (positions 0..lens-1 are attended) -> [B, Hkv, G, D]. ``scale``: the
     softmax scale times an fp8 cache's key scale; ``v_scale``: its value scale. ``launch``:
-    (block, warps, stages, fp16 dots), by default ``launch_for`` the cache's item size and B."""
+    (block, warps, stages, fp16 dots), by default ``launch_for`` the cache's item size and B.
+    ``out``: where to write (q's shape and strides); by default a new tensor."""
     b, hkv, g, d = q.shape
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if out is None else out
     block, warps, stages, f16 = launch or launch_for(k_cache.element_size(), b)
     _decode_kernel[(b, hkv)](
         q, k_cache, v_cache, out, lens, q.stride(0), q.stride(1), k_cache.stride(0),
@@ -118,4 +119,95 @@ def decode_attention(q, k_cache, v_cache, lens, scale: float, v_scale: float = 1
         v_scale, G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BLOCK=block,
         V_SCALED=v_scale != 1.0, F16=f16 and k_cache.element_size() == 1, num_warps=warps,
         num_stages=stages)
+    return out
+
+
+# Prefill attention ------------------------------------------------------------------------------
+#
+# A prompt chunk's causal attention, read straight from the cache (its own keys and values are
+# written there first, by fused.rope_store with each token's row), for every chunk of a prefill in
+# one launch. It replaces, per layer, the torch path's rotations, indexed cache writes and reads,
+# the conversion of an fp8 cache, K and V repeated to the query heads and SDPA over a mask: two
+# dozen small kernels, which in a 128-token prefill cost more than its GEMMs.
+#
+# Program (chunk n, block of tokens, KV head h): the tile's rows are its tokens' query heads of h,
+# token-major (row r: token r // G, head h * G + r % G), so the G heads share every key read.
+# Keys [0, start + tokens so far) of the chunk's cache row, each row masked to its own position.
+PREFILL_ROWS = 64           # query rows a program (tokens x G, padded to a power of 2)
+PREFILL_BLOCK = 64          # keys a block
+
+
+if triton is not None:
+    @triton.jit
+    def _prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, rows_ptr, start_ptr, lens_ptr, S, sq_t,
+                        sk_r, sk_h, sk_t, so_t, scale, v_scale, G: tl.constexpr,
+                        TPB: tl.constexpr, RT: tl.constexpr, D: tl.constexpr,
+                        BLOCK: tl.constexpr, V_SCALED: tl.constexpr, F16: tl.constexpr):
+        """Softmax in base 2 (``scale`` includes log2 e), as _decode_kernel."""
+        n = tl.program_id(0)
+        mb = tl.program_id(1)
+        h = tl.program_id(2)
+        row = tl.load(rows_ptr + n).to(tl.int64)
+        first = tl.load(start_ptr + n)
+        length = tl.load(lens_ptr + n)
+        r = tl.arange(0, RT)
+        tok = mb * TPB + r // G                                           # token in the chunk
+        head = h * G + r % G
+        live_q = (r < TPB * G) & (tok < S)
+        qpos = first + tok
+        d = tl.arange(0, D)
+        at = (n * S + tok).to(tl.int64)[:, None] * sq_t + head[:, None] * D + d[None, :]
+        q = tl.load(q_ptr + at, mask=live_q[:, None], other=0.0)          # [RT, D]
+        if F16:
+            q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
+        # keys up to this block's last valid token (padding tokens attend to those too: their
+        # outputs are never read, and key 0 keeps every row's softmax finite)
+        end = first + tl.minimum(length, (mb + 1) * TPB)
+        m = tl.full([RT], float("-inf"), tl.float32)
+        l_sum = tl.zeros([RT], tl.float32)
+        acc = tl.zeros([RT, D], tl.float32)
+        base = row * sk_r + h * sk_h
+        for s0 in range(0, end, BLOCK):
+            t = s0 + tl.arange(0, BLOCK)
+            live = t < end
+            offs = base + t[:, None] * sk_t + d[None, :]
+            k = tl.load(k_ptr + offs, mask=live[:, None], other=0.0).to(q.dtype)   # [BLOCK, D]
+            s = tl.dot(q, tl.trans(k)) * scale                               # [RT, BLOCK]
+            s = tl.where(live[None, :] & (t[None, :] <= qpos[:, None]), s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            v = tl.load(v_ptr + offs, mask=live[:, None], other=0.0).to(q.dtype)
+            l_sum = l_sum * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
+        out = acc / l_sum[:, None]
+        if V_SCALED:
+            out = out * v_scale
+        o_at = (n * S + tok).to(tl.int64)[:, None] * so_t + head[:, None] * D + d[None, :]
+        tl.store(o_ptr + o_at, out.to(o_ptr.dtype.element_ty), mask=live_q[:, None])
+
+
+def prefill_attention(q, k_cache, v_cache, rows, start, lens, scale: float, v_scale: float = 1.0,
+                      out=None):
+    """Causal attention of prompt chunks over the cache: q [N * S, Hq, D] (chunk n's token i at
+    row n * S + i, rotated, unit stride along D, heads packed), caches [R, Hkv, T, D] (the
+    query's dtype or fp8) already holding each chunk's keys and values at positions
+    [start, start + lens) of cache row ``rows[n]``; rows, start, lens [N] int. Token i of chunk
+    n attends to positions [0, start[n] + i]; tokens past lens[n] (padding) give unused rows.
+    ``scale``: the softmax scale times an fp8 cache's key scale; ``v_scale``: its value scale.
+    Returns ``out`` (or a new tensor) [N * S, Hq, D]."""
+    t, hq, d = q.shape
+    n = rows.shape[0]
+    s = t // n
+    hkv = k_cache.shape[1]
+    g = hq // hkv
+    assert q.stride(-1) == 1 and q.stride(-2) == d and s * n == t and g <= PREFILL_ROWS
+    out = torch.empty_like(q) if out is None else out
+    tpb = PREFILL_ROWS // g
+    _prefill_kernel[(n, triton.cdiv(s, tpb), hkv)](
+        q, k_cache, v_cache, out, rows, start, lens, s, q.stride(0), k_cache.stride(0),
+        k_cache.stride(1), k_cache.stride(2), out.stride(0), scale * LOG2E, v_scale, G=g, TPB=tpb,
+        RT=PREFILL_ROWS, D=d, BLOCK=PREFILL_BLOCK, V_SCALED=v_scale != 1.0,
+        F16=k_cache.element_size() == 1, num_warps=4, num_stages=2)
     return out

@@ -18,6 +18,8 @@ is 15% of Orpheus-3B's bytes, read every step.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -162,6 +164,12 @@ class Decoder:
         self.gate_up_fp8 = [fuse_float8([layer.mlp.gate_proj, layer.mlp.up_proj])
                             if fuse and silu and w is None else None
                             for layer, w in zip(self.layers, self.gate_up_w)]
+        # Prefill attention as two Triton kernels (rope_store with each token's row, then
+        # attention.prefill_attention over the cache) where the fused ops run on CUDA;
+        # ``SYNTH_PREFILL_ATTENTION=torch`` keeps the torch path (rotations, indexed cache writes
+        # and reads, SDPA), which the CPU runs.
+        self.prefill_kernel = self.ops is fused.TRITON and attention.available(device) and \
+            os.environ.get("SYNTH_PREFILL_ATTENTION", "auto") != "torch"
         if str(device).startswith("cuda"):
             torch.cuda.empty_cache()              # the unfused copies' blocks, for the sizing after
 
@@ -255,16 +263,33 @@ class Decoder:
             return o.reshape(b, -1)
         return attend
 
+    def _prefill_positions(self, ids, start, lens):
+        """Prompt chunks' positions [N, S], and where each token writes: its position, or the
+        scratch slot past its chunk's length."""
+        col = torch.arange(ids.shape[1], device=ids.device).view(1, -1)
+        positions = start.view(-1, 1) + col                               # [N, S]
+        return positions, torch.where(col < lens.view(-1, 1), positions, self.cache.scratch)
+
     def _prefill_attention_of(self, ids, start, lens, rows, length: int):
         """The attention of prompt chunks ids [N, S] (see ``prefill``) as ``_layers``' ``attend``,
         over their N * S token rows: their keys and values go into the cache first."""
         n, s = ids.shape
         d = self.head_dim
+        positions, wpos = self._prefill_positions(ids, start, lens)
+        if self.prefill_kernel:
+            token_rows = rows.view(-1, 1).expand(n, s).reshape(-1).contiguous()
+            wpos = wpos.reshape(-1)
+
+            def attend_kernel(i, q, k, v):
+                kc, vc = self.cache.k[i], self.cache.v[i]
+                q = self.ops.rope_store(q.view(n * s, self.heads, d), k.view(n * s, -1, d),
+                                        v.view(n * s, -1, d), self.cos, self.sin, wpos, kc, vc,
+                                        self.cache.k_scale, self.cache.v_scale, rows=token_rows)
+                return attention.prefill_attention(q, kc, vc, rows, start, lens, self.qk_scale,
+                                                   self.cache.v_scale).view(n * s, -1)
+            return attend_kernel
         if ids.is_cuda:     # the efficient kernel's mask rows are read 16-aligned (see below)
             length = min(-(-length // 16) * 16, self.cache.context + 1)
-        col = torch.arange(s, device=ids.device).view(1, -1)
-        positions = start.view(-1, 1) + col                               # [N, S]
-        wpos = torch.where(col < lens.view(-1, 1), positions, self.cache.scratch)
         cos, sin = self.cos[wpos].unsqueeze(1), self.sin[wpos].unsqueeze(1)  # [N, 1, S, D]
         mask = (self.key_pos[:length].view(1, 1, -1) <= positions.unsqueeze(-1)).unsqueeze(1)
 
@@ -318,13 +343,41 @@ class Decoder:
         rows, so its decode rows are rounded as a step over more than 32 rows is."""
         b = tokens.shape[0]
         n, s = ids.shape
-        dec = self._decode_attention(wpos, length, per_row)
-        pre = self._prefill_attention_of(ids, start, lens, rows, prefill_length)
+        if self.prefill_kernel and per_row:
+            attend = self._mixed_attention_kernel(wpos, ids, start, lens, rows)
+        else:
+            dec = self._decode_attention(wpos, length, per_row)
+            pre = self._prefill_attention_of(ids, start, lens, rows, prefill_length)
 
-        def attend(i, q, k, v):
-            return torch.cat([dec(i, q[:b], k[:b], v[:b]), pre(i, q[b:], k[b:], v[b:])])
+            def attend(i, q, k, v):
+                return torch.cat([dec(i, q[:b], k[:b], v[:b]), pre(i, q[b:], k[b:], v[b:])])
 
         h = self._layers(*self._embed(torch.cat([tokens, ids.reshape(-1)])), attend)
         last = h[b:].view(n, s, -1)[torch.arange(n, device=ids.device), lens - 1]   # [N, H]
         logits = F.linear(torch.cat([h[:b], last]), self.head_w).float()
         return logits[:b], logits[b:]
+
+    def _mixed_attention_kernel(self, wpos, ids, start, lens, rows):
+        """``mixed``'s attention with the kernels: one rope_store for the B decode rows' tokens
+        and the chunks' N * S (each to its own cache row), then the per-row decode kernel and the
+        prefill kernel, each writing its part of one output."""
+        b, (n, s), d = wpos.shape[0], ids.shape, self.head_dim
+        t = b + n * s
+        lens_b = torch.where(wpos == self.cache.scratch, 1, wpos + 1)
+        token_rows = torch.cat([torch.arange(b, device=ids.device),
+                                rows.view(-1, 1).expand(n, s).reshape(-1).contiguous()])
+        token_pos = torch.cat([wpos, self._prefill_positions(ids, start, lens)[1].reshape(-1)])
+
+        def attend(i, q, k, v):
+            kc, vc = self.cache.k[i], self.cache.v[i]
+            q = self.ops.rope_store(q.view(t, self.heads, d), k.view(t, -1, d),
+                                    v.view(t, -1, d), self.cos, self.sin, token_pos, kc, vc,
+                                    self.cache.k_scale, self.cache.v_scale, rows=token_rows)
+            out = torch.empty_like(q)                                     # [T, Hq, D]
+            attention.decode_attention(q[:b].view(b, self.kv_heads, -1, d), kc, vc, lens_b,
+                                       self.qk_scale, self.cache.v_scale,
+                                       out=out[:b].view(b, self.kv_heads, -1, d))
+            attention.prefill_attention(q[b:], kc, vc, rows, start, lens, self.qk_scale,
+                                        self.cache.v_scale, out=out[b:])
+            return out.view(t, -1)
+        return attend

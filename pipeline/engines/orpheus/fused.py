@@ -9,10 +9,12 @@ references to a rounding difference of the fp32 reductions. ``ops_for(device)`` 
 
 - ``add_rms_norm(x, delta, w, eps)``: ``x = x + delta`` (skipped when ``delta`` is None), then
   LlamaRMSNorm: ``w * (x_fp32 * rsqrt(mean(x_fp32^2) + eps)).to(x.dtype)``; returns ``(x, h)``.
-- ``rope_store(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale=1.0, v_scale=1.0)``: one token
-  per row; rotates q and k (rotate_half, cos/sin rows ``wpos`` of the tables), writes rotated k and
-  v at ``[row, :, wpos[row]]`` of the layer's caches, and returns rotated q. An fp8 cache
-  (decoder.KVCache) gets ``to_cache(x, scale)`` of each: the scales apply to fp8 caches only.
+- ``rope_store(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale=1.0, v_scale=1.0, rows=None)``:
+  token ``i`` (of B) rotates its q and k (rotate_half, cos/sin row ``wpos[i]`` of the tables),
+  writes rotated k and v at ``[rows[i], :, wpos[i]]`` of the layer's caches (cache row ``i``
+  where ``rows`` is None: the decode step's one token per row; a prefill passes each token's
+  row), and returns rotated q. An fp8 cache (decoder.KVCache) gets ``to_cache(x, scale)`` of each:
+  the scales apply to fp8 caches only.
 - ``silu_mul(gate_up)``: ``silu(gate) * up`` from the fused gate/up projection ``[.., 2F]``.
 """
 
@@ -77,11 +79,12 @@ def gather_fp8(cache, index, dtype):
 
 
 def rope_store_ref(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale: float = 1.0,
-                   v_scale: float = 1.0):
+                   v_scale: float = 1.0, rows=None):
     """q [B, Hq, D], k and v [B, Hkv, D], cos/sin tables [T+1, D], wpos [B], caches
-    [R, Hkv, T+1, D] -> rotated q [B, Hq, D]."""
+    [R, Hkv, T+1, D], rows [B] or None (0 .. B-1) -> rotated q [B, Hq, D]."""
     c, s = cos[wpos].unsqueeze(1), sin[wpos].unsqueeze(1)                # [B, 1, D]
-    rows = torch.arange(q.shape[0], device=q.device)
+    if rows is None:
+        rows = torch.arange(q.shape[0], device=q.device)
     if k_cache.dtype == FP8:
         at = (rows, slice(None), wpos)
         store_fp8(k_cache, at, rotate(k, c, s), k_scale)
@@ -136,10 +139,10 @@ if triton is not None:
         return x.to(ty)
 
     @triton.jit
-    def _rope_store_kernel(q_ptr, k_ptr, v_ptr, qo_ptr, cos_ptr, sin_ptr, wpos_ptr, kc_ptr, vc_ptr,
-                           sq_b, sk_b, sv_b, sqo_b, sc_t, skc_r, skc_h, skc_t, k_scale, v_scale,
-                           HQ: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
-                           FP8_CACHE: tl.constexpr):
+    def _rope_store_kernel(q_ptr, k_ptr, v_ptr, qo_ptr, cos_ptr, sin_ptr, wpos_ptr, rows_ptr,
+                           kc_ptr, vc_ptr, sq_b, sk_b, sv_b, sqo_b, sc_t, skc_r, skc_h, skc_t,
+                           k_scale, v_scale, HQ: tl.constexpr, D: tl.constexpr,
+                           HALF: tl.constexpr, FP8_CACHE: tl.constexpr, ROWS: tl.constexpr):
         b = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)                       # 0..HQ-1: a query head; then the KV heads
         ty = qo_ptr.dtype.element_ty
@@ -161,7 +164,10 @@ if triton is not None:
             src = k_ptr + b * sk_b + j * D
             x1, x2 = tl.load(src + i).to(tl.float32), tl.load(src + HALF + i).to(tl.float32)
             o1, o2 = _rot_half(x1, x2, c1, c2, s1, s2, ty)
-            at = b * skc_r + j * skc_h + p * skc_t
+            row = b
+            if ROWS:
+                row = tl.load(rows_ptr + b).to(tl.int64)
+            at = row * skc_r + j * skc_h + p * skc_t
             cty = kc_ptr.dtype.element_ty
             tl.store(kc_ptr + at + i, _to_cache(o1, k_scale, FP8_CACHE, cty))
             tl.store(kc_ptr + at + HALF + i, _to_cache(o2, k_scale, FP8_CACHE, cty))
@@ -204,18 +210,20 @@ def add_rms_norm_triton(x, delta, w, eps: float):
 
 
 def rope_store_triton(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale: float = 1.0,
-                      v_scale: float = 1.0):
+                      v_scale: float = 1.0, rows=None):
     b, hq, d = q.shape
     hkv = k.shape[1]
     heads_packed = all(t.stride(-1) == 1 and t.stride(-2) == d for t in (q, k, v))
     same_layout = k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
     if d & (d - 1) or not heads_packed or not same_layout or cos.stride(-1) != 1:
-        return rope_store_ref(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale, v_scale)
+        return rope_store_ref(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale, v_scale, rows)
+    rows = None if rows is None else rows.contiguous()
     out = torch.empty((b, hq, d), dtype=q.dtype, device=q.device)
     _rope_store_kernel[(b, hq + hkv)](
-        q, k, v, out, cos, sin, wpos, k_cache, v_cache, q.stride(0), k.stride(0), v.stride(0),
-        out.stride(0), cos.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        k_scale, v_scale, HQ=hq, D=d, HALF=d // 2, FP8_CACHE=k_cache.dtype == FP8, num_warps=1)
+        q, k, v, out, cos, sin, wpos, wpos if rows is None else rows, k_cache, v_cache,
+        q.stride(0), k.stride(0), v.stride(0), out.stride(0), cos.stride(0), k_cache.stride(0),
+        k_cache.stride(1), k_cache.stride(2), k_scale, v_scale, HQ=hq, D=d, HALF=d // 2,
+        FP8_CACHE=k_cache.dtype == FP8, ROWS=rows is not None, num_warps=1)
     return out
 
 
