@@ -46,8 +46,9 @@ from pipeline.engines.orpheus.decoder import Decoder, KVCache
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
 # (start, valid tokens) per chunk, S = the longest: fresh prompts, a one-token chunk, chunks that
-# continue a row (a long prompt's later chunk, a resumed sequence), a padding-heavy one.
-CHUNKS = [(0, 70), (0, 1), (37, 70), (100, 23), (0, 64)]
+# continue a row (a long prompt's later chunk, a resumed sequence), a padding-heavy one, and a
+# graph's padding chunk (length 0).
+CHUNKS = [(0, 70), (0, 1), (37, 70), (100, 23), (0, 64), (0, 0)]
 SCALES = [(1.0, 1.0), (0.5, 2.0)]
 
 
@@ -97,15 +98,20 @@ def check_rope_rows(report: Report, dtype, device) -> None:
 def check_attention(report: Report, dtype, device) -> None:
     s = max(length for _, length in CHUNKS)
     n = len(CHUNKS)
-    rows = torch.tensor([3, 0, 5, 1, 6], device=device)
-    start = torch.tensor([c[0] for c in CHUNKS], device=device)
-    lens = torch.tensor([c[1] for c in CHUNKS], device=device)
+    # columns of one packed tensor, strided as the graphs' inputs are (prefill_graphs.pack)
+    meta = torch.tensor([[row, first, length] for row, (first, length) in
+                         zip((3, 0, 5, 1, 6, 0), CHUNKS)], device=device)
+    rows, start, lens = meta[:, 0], meta[:, 1], meta[:, 2]
     scale = HEAD_DIM ** -0.5
     q = torch.randn(n * s, HEADS, HEAD_DIM, dtype=dtype, device=device)
     k, v = (torch.randn(7, KV_HEADS, 256 + 1, HEAD_DIM, dtype=dtype, device=device)
             for _ in range(2))
     keep = valid_rows(lens, s).to(device)
     got = attention.prefill_attention(q, k, v, rows, start, lens, scale)
+    finite = bool(torch.isfinite(got).all())
+    print(f"  prefill_attention: every row finite (padding too): {finite}", flush=True)
+    if not finite:
+        report.failures.append("prefill_attention: non-finite rows")
     want = reference_attention(q, k, v, rows, start, lens, s, scale, 1.0)
     report.error(f"prefill_attention {str(dtype)[6:]} cache", got[keep], want[keep],
                  TOLERANCE[dtype])
@@ -132,11 +138,21 @@ def decoder_pair(model, rows: int, context: int, kv_dtype):
     return out
 
 
+# An fp8 cache after the first layer: the two paths' inputs to a layer differ by bf16 rounding,
+# and where an entry lies near an e4m3 rounding boundary that flips it by a step (2^-3 of it at
+# most); the H200 measured 1.9% relative L2 over the cache and logits off by 1.5-2.1% (session 10).
+KV8_DECODER_TOLERANCE = (2 ** -3, 4e-2)
+# The first layer over an fp8 cache: the Triton rotation differs from torch's by a bf16 ulp in some
+# entries (check_fused on the H200: rel L2 1.9e-3), and an ulp can flip an entry's e4m3 rounding.
+KV8_FIRST_LAYER_TOLERANCE = (2 ** -3, 1e-2)
+
+
 def check_decoder(report: Report, layers: int, dtype, device, kv_dtype) -> None:
     """prefill (two chunks of one prompt, then fresh prompts with padding) and a mixed step, the
-    kernels against the torch path, each decoder with its own cache."""
+    kernels against the torch path, each decoder with its own cache. The first layer's cache
+    entries come from the same inputs on both paths: they must agree to a rounding."""
     name = f"decoder ({layers} layers, {kv_dtype or 'model dtype'} cache)"
-    tol = DECODER_TOLERANCE[dtype]
+    tol = KV8_DECODER_TOLERANCE if kv_dtype == "fp8" else DECODER_TOLERANCE[dtype]
     model = random_model(layers, dtype, device)
     torch_path, kernel = decoder_pair(model, 8, 512, kv_dtype)
     gen = torch.Generator(device="cpu").manual_seed(1)
@@ -147,11 +163,18 @@ def check_decoder(report: Report, layers: int, dtype, device, kv_dtype) -> None:
     def t(values):
         return torch.tensor(values, device=device)
 
+    def packed(x, starts, lens, rows):
+        """(ids, start, lens, rows), the last three columns of one tensor as the graphs take
+        them (prefill_graphs.pack)."""
+        p = torch.cat([x, t([starts, lens, rows]).T], 1)
+        s = x.shape[1]
+        return p[:, :s], p[:, s], p[:, s + 1], p[:, s + 2]
+
     with torch.inference_mode():
         steps = [  # (ids, start, lens, rows): a prompt in two chunks, then three with padding
-            (ids(1, 48), t([0]), t([48]), t([2])),
-            (ids(1, 48), t([48]), t([30]), t([2])),
-            (ids(3, 40), t([0, 0, 0]), t([40, 17, 1]), t([0, 5, 1])),
+            packed(ids(1, 48), [0], [48], [2]),
+            packed(ids(1, 48), [48], [30], [2]),
+            packed(ids(3, 40), [0, 0, 0], [40, 17, 1], [0, 5, 1]),
         ]
         for i, (x, start, lens, rows) in enumerate(steps):
             length = int((start + lens).max())
@@ -162,7 +185,7 @@ def check_decoder(report: Report, layers: int, dtype, device, kv_dtype) -> None:
         # a mixed step: rows 0..2 decode (row 1 idle: the scratch slot), a prompt fills row 3
         tokens = ids(1, 3)[0]
         wpos = t([40, kernel.cache.scratch, 78])
-        x, start, lens, rows = ids(1, 64), t([0]), t([50]), t([3])
+        x, start, lens, rows = packed(ids(1, 64), [0], [50], [3])
         want = torch_path.mixed(tokens, wpos, 79, True, x, start, lens, rows, 64)
         got = kernel.mixed(tokens, wpos, 79, True, x, start, lens, rows, 64)
         report.error(f"{name}: mixed decode logits", got[0], want[0], tol)
@@ -171,10 +194,14 @@ def check_decoder(report: Report, layers: int, dtype, device, kv_dtype) -> None:
 
 
 def cache_close(report: Report, name: str, a: Decoder, b: Decoder, rows, tol) -> None:
-    """The caches' rows (positions before the scratch slot), as values."""
+    """The caches' rows (positions before the scratch slot), as values: the first layer's within
+    a rounding (TOLERANCE), every layer's within ``tol``."""
     idx = torch.tensor(rows, device=a.cache.k.device)
+    first = KV8_FIRST_LAYER_TOLERANCE if a.cache.fp8 else TOLERANCE[a.embed.weight.dtype]
     for what, x, y in (("K", a.cache.k, b.cache.k), ("V", a.cache.v, b.cache.v)):
-        report.error(f"{name} {what}", x[:, idx, :, :-1].float(), y[:, idx, :, :-1].float(), tol)
+        x, y = x[:, idx, :, :-1].float(), y[:, idx, :, :-1].float()
+        report.error(f"{name} {what} layer 0", x[0], y[0], first)
+        report.error(f"{name} {what}", x, y, tol)
 
 
 def time_steps(layers: int, kv_dtype) -> None:

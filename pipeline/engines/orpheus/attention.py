@@ -139,17 +139,18 @@ PREFILL_BLOCK = 64          # keys a block
 
 if triton is not None:
     @triton.jit
-    def _prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, rows_ptr, start_ptr, lens_ptr, S, sq_t,
-                        sk_r, sk_h, sk_t, so_t, scale, v_scale, G: tl.constexpr,
+    def _prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, rows_ptr, start_ptr, lens_ptr, s_rows,
+                        s_start, s_lens, S, sq_t, sk_r, sk_h, sk_t, so_t, scale, v_scale,
+                        G: tl.constexpr,
                         TPB: tl.constexpr, RT: tl.constexpr, D: tl.constexpr,
                         BLOCK: tl.constexpr, V_SCALED: tl.constexpr, F16: tl.constexpr):
         """Softmax in base 2 (``scale`` includes log2 e), as _decode_kernel."""
         n = tl.program_id(0)
         mb = tl.program_id(1)
         h = tl.program_id(2)
-        row = tl.load(rows_ptr + n).to(tl.int64)
-        first = tl.load(start_ptr + n)
-        length = tl.load(lens_ptr + n)
+        row = tl.load(rows_ptr + n * s_rows).to(tl.int64)
+        first = tl.load(start_ptr + n * s_start)
+        length = tl.load(lens_ptr + n * s_lens)
         r = tl.arange(0, RT)
         tok = mb * TPB + r // G                                           # token in the chunk
         head = h * G + r % G
@@ -161,8 +162,9 @@ if triton is not None:
         if F16:
             q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
         # keys up to this block's last valid token (padding tokens attend to those too: their
-        # outputs are never read, and key 0 keeps every row's softmax finite)
-        end = first + tl.minimum(length, (mb + 1) * TPB)
+        # outputs are never read), and at least key 0, which keeps every row's softmax finite
+        # (a graph's padding chunk has length 0)
+        end = tl.maximum(first + tl.minimum(length, (mb + 1) * TPB), 1)
         m = tl.full([RT], float("-inf"), tl.float32)
         l_sum = tl.zeros([RT], tl.float32)
         acc = tl.zeros([RT, D], tl.float32)
@@ -193,7 +195,8 @@ def prefill_attention(q, k_cache, v_cache, rows, start, lens, scale: float, v_sc
     """Causal attention of prompt chunks over the cache: q [N * S, Hq, D] (chunk n's token i at
     row n * S + i, rotated, unit stride along D, heads packed), caches [R, Hkv, T, D] (the
     query's dtype or fp8) already holding each chunk's keys and values at positions
-    [start, start + lens) of cache row ``rows[n]``; rows, start, lens [N] int. Token i of chunk
+    [start, start + lens) of cache row ``rows[n]``; rows, start, lens [N] int (any stride: the
+    graphs pass columns of one packed input). Token i of chunk
     n attends to positions [0, start[n] + i]; tokens past lens[n] (padding) give unused rows.
     ``scale``: the softmax scale times an fp8 cache's key scale; ``v_scale``: its value scale.
     Returns ``out`` (or a new tensor) [N * S, Hq, D]."""
@@ -206,7 +209,8 @@ def prefill_attention(q, k_cache, v_cache, rows, start, lens, scale: float, v_sc
     out = torch.empty_like(q) if out is None else out
     tpb = PREFILL_ROWS // g
     _prefill_kernel[(n, triton.cdiv(s, tpb), hkv)](
-        q, k_cache, v_cache, out, rows, start, lens, s, q.stride(0), k_cache.stride(0),
+        q, k_cache, v_cache, out, rows, start, lens, rows.stride(0), start.stride(0),
+        lens.stride(0), s, q.stride(0), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2), out.stride(0), scale * LOG2E, v_scale, G=g, TPB=tpb,
         RT=PREFILL_ROWS, D=d, BLOCK=PREFILL_BLOCK, V_SCALED=v_scale != 1.0,
         F16=k_cache.element_size() == 1, num_warps=4, num_stages=2)
