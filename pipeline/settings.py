@@ -50,6 +50,7 @@ class EngineSettings:
     realtime_batch_every_starting: int = 0
     realtime_first_lookahead: int = 2
     kv_dtype: str = "auto"      # orpheus: KV cache storage, "auto" (the model dtype) or "fp8"
+    realtime_steady_every: int = 0
 
 
 class Settings(BaseSettings):
@@ -85,11 +86,15 @@ class Settings(BaseSettings):
     cuda_graphs: bool = True          # capture the decode step at boot (False: eager, for debugging)
     realtime_rows: int = 0            # KV-cache rows kept free for realtime streams (0: an eighth)
     realtime_max_rows: int = 0        # rows decoding while realtime streams run (0: a third);
-                                      # batch work over it is preempted and resumed later
+                                      # batch work over it pauses (keeping its cache) and resumes
     # While realtime streams run, batch rows decode every Nth step (every Nth while a stream waits
-    # for its first chunk); the steps between run the realtime rows alone. 0: 2 and 4.
+    # for its first chunk); the steps between run the realtime rows alone. 0: 2 and 16.
     realtime_batch_every: int = Field(default=0, ge=0)
     realtime_batch_every_starting: int = Field(default=0, ge=0)
+    # While a stream waits for its first chunk, the streams already playing join every Nth of the
+    # realtime-only steps, and the steps between decode the starting streams alone: a lower first
+    # audio for less headroom in the playing streams. 1: off; 0: 2.
+    realtime_steady_every: int = Field(default=0, ge=0)
     # Frames of lookahead for a realtime stream's first chunk: 2 (out after 21 tokens) or 1 (after
     # 14: lower TTFB, slightly rougher end of the first frame, and gap-free only while the stream
     # is generated at 0.5x real time or faster).
@@ -209,6 +214,7 @@ class Settings(BaseSettings):
             realtime_batch_every_starting=self.realtime_batch_every_starting,
             realtime_first_lookahead=self.realtime_first_lookahead,
             kv_dtype=self.orpheus_kv_dtype,
+            realtime_steady_every=self.realtime_steady_every,
         )
 
     def with_overrides(self, **overrides: Any) -> Settings:

@@ -76,7 +76,7 @@ class OrpheusEngine(Engine):
                  context: int = 2048, cuda_graphs: bool = True, realtime_rows: int = 0,
                  realtime_max_rows: int = 0, realtime_batch_every: int = 0,
                  realtime_batch_every_starting: int = 0, realtime_first_lookahead: int = 2,
-                 kv_dtype: str = "auto"):
+                 kv_dtype: str = "auto", realtime_steady_every: int = 0):
         self.lm = loaded
         self.params = params
         self.budget = (budget_slack, budget_min, budget_max)
@@ -102,7 +102,7 @@ class OrpheusEngine(Engine):
             self.loop = build_loop(loaded, params, max_batch, context, cuda_graphs, realtime_rows,
                                    realtime_max_rows, self._final_live,
                                    (realtime_batch_every, realtime_batch_every_starting),
-                                   realtime_first_lookahead, kv_dtype)
+                                   realtime_first_lookahead, kv_dtype, realtime_steady_every)
             batch = self.loop.scheduler.capacity
             max_chars = text_chars_for(context, budget_slack)
         else:
@@ -149,7 +149,8 @@ class OrpheusEngine(Engine):
                    realtime_batch_every=settings.realtime_batch_every,
                    realtime_batch_every_starting=settings.realtime_batch_every_starting,
                    realtime_first_lookahead=settings.realtime_first_lookahead,
-                   kv_dtype=settings.kv_dtype)
+                   kv_dtype=settings.kv_dtype,
+                   realtime_steady_every=settings.realtime_steady_every)
 
     # The Engine interface ---------------------------------------------------------------------
 
@@ -284,11 +285,19 @@ def text_chars_for(context: int, slack: float = BUDGET_SLACK) -> int:
     return max(20, int((context - PROMPT_OVERHEAD_TOKENS) / per_char))
 
 
-# Batch rows decode every 2nd step beside realtime streams, every 8th while one waits for its
+# Batch rows decode every 2nd step beside realtime streams, every 16th while one waits for its
 # first chunk (scheduler.py). H200, W2 at 128 streams over W1 (session 7, two boots): every 8th
 # rather than 4th while starting took the first audio from 186 to 173 ms at the median (p99 257
-# -> 244) with batch work at 138x real time instead of 141x.
-REALTIME_BATCH_EVERY = (2, 8)
+# -> 244) with batch work at 138x real time instead of 141x. Session 10 (with starting-only steps,
+# below; two boots): every 16th rather than 8th, 97 -> 92-95 ms at the median, p99 122-134 ->
+# 120, batch work 134-154x -> 153-154x.
+REALTIME_BATCH_EVERY = (2, 16)
+# While a stream waits for its first chunk, the streams already playing join every 2nd of the
+# realtime-only steps; the others decode the starting streams alone (scheduler ``steady_every``).
+# H200, W2 at 128 streams over W1, lookahead 2 (session 10, two boots, with every 16th above):
+# first audio 110-114 -> 92-95 ms at the median, p99 151-157 -> 120 ms, no underruns in either,
+# the slowest stream's RTF 0.50 -> 0.63. (Session 7 measured every 3rd: 120-774 underruns.)
+STEADY_EVERY = 2
 # Batch rows over the realtime cap wait with their cache (scheduler ``pause_batch``) rather than
 # being preempted and prefilled again. H200, W2 at 128 streams over W1 (session 7): streams under
 # RTF 0.8 99 -> 125 of 128, underruns 183 -> 157, batch work 89x -> 132x real time.
@@ -298,7 +307,7 @@ PAUSE_BATCH = True
 def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, context: int,
                cuda_graphs: bool, realtime_rows: int, realtime_max_rows: int, on_final,
                batch_every: tuple[int, int] = (0, 0), first_lookahead: int = RIGHT_CONTEXT_FRAMES,
-               kv_dtype: str = "auto"):
+               kv_dtype: str = "auto", steady_every: int = 0):
     """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
     graphs, start the loop thread."""
     from pipeline.engines.orpheus.decoder import KVCache, kv_storage_dtype
@@ -329,7 +338,7 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, conte
                           admit_every=ADMIT_EVERY if on_gpu else 1,
                           realtime_max_rows=realtime_max_rows or max(1, rows // 3),
                           full_every=every, full_every_starting=starting, first_tokens=first,
-                          pause_batch=PAUSE_BATCH)
+                          steady_every=steady_every or STEADY_EVERY, pause_batch=PAUSE_BATCH)
     if cuda_graphs:
         runner.codec_fallback = loaded.codec.capture_graphs(realtime_windows(), batch_windows())
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "

@@ -30,9 +30,9 @@ are admitted and prefilled) only every ``full_every``-th step, every ``full_ever
 while a stream still waits for its first chunk; the steps between are short steps over the
 realtime rows alone. Batch work still gets every full step, so it is slowed, never starved.
 
-Starting-only steps (``steady_every`` > 1; off by default: on the H200 they cut the first audio
-at 128 streams with lookahead 1 from 144 to 109 ms at the median with steady 3, but the streams
-ran dry 774 times against 49; ops/results, session 7): while a stream
+Starting-only steps (``steady_every`` > 1; 1 here, 2 in the engine since session 10: on the H200
+at 128 streams, lookahead 2, the median first audio 110-114 -> 92-95 ms with no underruns; every
+3rd ran the streams dry 120-774 times, sessions 7 and 10; ops/results): while a stream
 waits for its first chunk, of the steps that decode the realtime rows alone, the streams already
 playing join only every ``steady_every``-th; the others decode the starting streams alone. Such a
 step still runs at the realtime tier's batch (the other rows idle), but a step's time at these
