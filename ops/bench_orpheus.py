@@ -64,12 +64,13 @@ def parse(argv=None):
     ap.add_argument("--realtime-max-rows", type=int, default=0)
     ap.add_argument("--w2-configs", default="",
                     help="comma list of "
-                         "EVERY:STARTING:MAX_ROWS[:SWITCH_MS[:STEADY[:PAUSE[:LOOKAHEAD]]]] "
+                         "EVERY:STARTING:MAX_ROWS[:SWITCH_MS[:STEADY[:PAUSE[:LOOKAHEAD[:RAMP]]]]] "
                          "scheduler settings to run W2 under (realtime_batch_every, ..._starting, "
                          "realtime_max_rows; 0 = the engine's default; the GIL switch interval; "
                          "the scheduler's steady_every, 1 = no starting-only steps; pause_batch: "
                          "1 pauses the batch rows over the cap, 0 preempts them, absent: the "
-                         "engine's default; then the first chunk's lookahead in frames, 1 or 2); "
+                         "engine's default; then the first chunk's lookahead in frames, 1 or 2; "
+                         "then ramp_tokens, absent: the engine's default, 0: none); "
                          "empty: the engine's defaults only")
     ap.add_argument("--lookaheads", default="2",
                     help="comma list of first-chunk lookaheads (frames) for the single stream")
@@ -265,32 +266,37 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
         background = [j for j in w1 if int(j.key[3:].split(".")[0]) < args.w2_lines]
         sched = fast.loop.scheduler
         defaults = (sched.full_every, sched.full_every_starting, sched.realtime_max_rows)
-        base_steady, base_pause = sched.steady_every, sched.pause_batch
+        base_steady, base_pause, base_ramp = sched.steady_every, sched.pause_batch, \
+            sched.ramp_tokens
         switch = sys.getswitchinterval()
         configs = [c.split(":") for c in args.w2_configs.split(",") if c] or [[]]
         for config in configs:
-            # EVERY:STARTING:MAX_ROWS[:SWITCH_MS[:STEADY[:PAUSE[:LOOKAHEAD]]]] (see --w2-configs)
+            # EVERY:STARTING:MAX_ROWS[:SWITCH_MS[:STEADY[:PAUSE[:LOOKAHEAD[:RAMP]]]]]
+            # (see --w2-configs)
             steady = int(config[4]) if len(config) > 4 and int(config[4]) else base_steady
+            ramp = int(config[7]) if len(config) > 7 else base_ramp
             pause = config[5] == "1" if len(config) > 5 else base_pause
             lookahead = int(config[6]) if len(config) > 6 and int(config[6]) else 2
             set_lookahead(fast, lookahead)
             config = tuple(int(v) or d for v, d in zip(config[:3], defaults)) + \
                 defaults[len(config[:3]):] + (float(config[3]) if len(config) > 3 else 0.0,)
             sched.full_every, sched.full_every_starting, sched.realtime_max_rows = config[:3]
-            sched.steady_every, sched.pause_batch = max(1, steady), pause
+            sched.steady_every, sched.pause_batch, sched.ramp_tokens = max(1, steady), pause, ramp
             sys.setswitchinterval(config[3] / 1000 or switch)
             name = "w2" if config[:3] == defaults and not config[3] and steady == base_steady \
-                and pause == base_pause and lookahead == 2 else \
+                and pause == base_pause and lookahead == 2 and ramp == base_ramp else \
                 "w2_every{}_starting{}_max{}".format(*config) + \
                 (f"_switch{config[3]:g}ms" if config[3] else "") + \
                 (f"_steady{steady}" if steady > 1 else "") + \
                 ("_paused" if pause else "_preempting") + \
-                (f"_lookahead{lookahead}" if lookahead != 2 else "")
+                (f"_lookahead{lookahead}" if lookahead != 2 else "") + \
+                (f"_ramp{ramp}" if ramp != base_ramp else "")
             mode[name] = {"config": dict(zip(("batch_every", "batch_every_starting",
                                              "realtime_max_rows", "switch_interval_ms",
-                                             "steady_every", "pause_batch", "first_lookahead"),
+                                             "steady_every", "pause_batch", "first_lookahead",
+                                             "ramp_tokens"),
                                             config[:3] + (config[3] or switch * 1000, steady,
-                                                          pause, lookahead)))}
+                                                          pause, lookahead, ramp)))}
             for count in map(int, args.w2_counts.split(",")):
                 before = w2_counters(fast)
                 fast.loop.first_chunk_phases(clear=True)
@@ -302,7 +308,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
                     summary["background_x_real_time"] = r.background.audio_s / r.background.wall_s
                 print(name, count, summary, flush=True)
         sched.full_every, sched.full_every_starting, sched.realtime_max_rows = defaults
-        sched.steady_every, sched.pause_batch = base_steady, base_pause
+        sched.steady_every, sched.pause_batch, sched.ramp_tokens = base_steady, base_pause, base_ramp
         set_lookahead(fast, 2)
         sys.setswitchinterval(switch)
     fast.close()

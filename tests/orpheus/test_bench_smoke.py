@@ -23,7 +23,8 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     data = bench(tiny_dir, tmp_path,
                  "Hello there.\nA second line of the corpus.\nThird.\nFour is here.\n",
                  "--streams", "2", "--spread", "0.1", "--w2-counts", "1", "--single-runs", "1",
-                 "--generate1-jobs", "1", "--w2-configs", "0:0:0,1:1:3:0.5:0:0,2:4:0:0:2:1:1", "--lookaheads", "2,1",
+                 "--generate1-jobs", "1", "--w2-configs", "0:0:0,1:1:3:0.5:1:0,2:4:0:0:2:1:1:0",
+                 "--lookaheads", "2,1",
                  "--quant", "none", "--max-batch", "4", "--markdown", str(tmp_path / "bench.md"))
     approaches = {r["approach"] for r in data["rows"]}
     assert approaches == {"fast W1", "fast subset", "part-1 engine subset",
@@ -45,11 +46,11 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     plain = mode["w2_every1_starting1_max3_switch0.5ms_preempting"]
     assert plain["config"] == {"batch_every": 1, "batch_every_starting": 1, "realtime_max_rows": 3,
                                "switch_interval_ms": 0.5, "steady_every": 1, "pause_batch": False,
-                               "first_lookahead": 2}
+                               "first_lookahead": 2, "ramp_tokens": 14}
     assert plain["1"]["ok"] == 1 and plain["1"]["realtime_only_steps"] == 0
-    steady = next(v for k, v in mode.items() if k.endswith("_steady2_paused_lookahead1"))
+    steady = next(v for k, v in mode.items() if k.endswith("_steady2_paused_lookahead1_ramp0"))
     assert steady["config"]["steady_every"] == 2 and steady["config"]["pause_batch"]
-    assert steady["config"]["first_lookahead"] == 1
+    assert steady["config"]["first_lookahead"] == 1 and steady["config"]["ramp_tokens"] == 0
     assert steady["1"]["ok"] == 1
     assert "starting_only_steps" in steady["1"]
     assert len(mode["single_stream"]["ttfb_s"]) == 1

@@ -391,6 +391,33 @@ def test_starting_only_steps_without_batch_work():
     assert all(len(p.decode) == 2 for p in plans[1:] if not p.starting_only)
 
 
+def test_a_stream_just_past_its_first_chunk_keeps_the_starting_pace_for_ramp_tokens():
+    """With ``ramp_tokens``, a stream that has its first tokens decodes in the starting-only steps
+    for that many more while another stream still waits for its first chunk; the streams
+    playing longer join every other step as before, and past its ramp the stream does too."""
+    s = Scheduler(rows=8, max_context=400, first_tokens=4, steady_every=2, ramp_tokens=3)
+    s.add(Seq("old", [1], budget=300, realtime=True))
+    for _ in range(10):                              # "old" is past its first tokens and ramp
+        run_step(s, lambda q: 7)
+    ramping = Seq("ramping", [1], budget=300, realtime=True)
+    s.add(ramping)
+    while ramping.generated < 4:                     # its first chunk's tokens
+        run_step(s, lambda q: 7)
+    new = Seq("new", [1], budget=300, realtime=True)
+    s.add(new)
+    seen = []
+    while new.generated < 4:
+        before = ramping.generated
+        plan, _ = run_step(s, lambda q: 7)
+        if plan.starting_only:
+            seen.append((before, sorted(q.key for q in plan.decode)))
+    assert seen
+    for generated, keys in seen:
+        assert keys == (["new", "ramping"] if generated < 4 + 3 else ["new"])
+    assert ["new", "ramping"] in [k for _, k in seen] and ["new"] in [k for _, k in seen]
+    assert all("old" not in k for _, k in seen)
+
+
 @pytest.mark.parametrize("pause", [False, True], ids=["preempt", "pause"])
 def test_the_realtime_cap_preempts_or_pauses_batch_work(pause):
     """Six batch jobs run in eight rows; two streams arrive under a cap of four decoding rows.

@@ -298,6 +298,11 @@ REALTIME_BATCH_EVERY = (2, 16)
 # first audio 110-114 -> 92-95 ms at the median, p99 151-157 -> 120 ms, no underruns in either,
 # the slowest stream's RTF 0.50 -> 0.63. (Session 7 measured every 3rd: 120-774 underruns.)
 STEADY_EVERY = 2
+# ... and a stream that has just sent its first chunk stays in those steps for 2 more frames of
+# tokens: its buffer then holds a single frame (85 ms), and at the playing streams' pace (RTF
+# about 0.63 while others start) its next frame is due with some 25 ms to spare, which a mixed
+# step or a codec round can take: at the settings above 2 of 5 runs had one underrun each.
+RAMP_TOKENS = 2 * SNAC_TOKENS_PER_FRAME
 # Batch rows over the realtime cap wait with their cache (scheduler ``pause_batch``) rather than
 # being preempted and prefilled again. H200, W2 at 128 streams over W1 (session 7): streams under
 # RTF 0.8 99 -> 125 of 128, underruns 183 -> 157, batch work 89x -> 132x real time.
@@ -338,7 +343,8 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, conte
                           admit_every=ADMIT_EVERY if on_gpu else 1,
                           realtime_max_rows=realtime_max_rows or max(1, rows // 3),
                           full_every=every, full_every_starting=starting, first_tokens=first,
-                          steady_every=steady_every or STEADY_EVERY, pause_batch=PAUSE_BATCH)
+                          steady_every=steady_every or STEADY_EVERY, ramp_tokens=RAMP_TOKENS,
+                          pause_batch=PAUSE_BATCH)
     if cuda_graphs:
         runner.codec_fallback = loaded.codec.capture_graphs(realtime_windows(), batch_windows())
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "

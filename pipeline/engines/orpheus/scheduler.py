@@ -34,7 +34,9 @@ Starting-only steps (``steady_every`` > 1; 1 here, 2 in the engine since session
 at 128 streams, lookahead 2, the median first audio 110-114 -> 92-95 ms with no underruns; every
 3rd ran the streams dry 120-774 times, sessions 7 and 10; ops/results): while a stream
 waits for its first chunk, of the steps that decode the realtime rows alone, the streams already
-playing join only every ``steady_every``-th; the others decode the starting streams alone. Such a
+playing join only every ``steady_every``-th; the others decode the starting streams alone, with
+those that sent their first chunk less than ``ramp_tokens`` ago (a stream's buffer is smallest
+just after its first chunk: it holds one frame, 85 ms, until the next comes). Such a
 step still runs at the realtime tier's batch (the other rows idle), but a step's time at these
 batches is mostly the weights and the attention over the rows that decode, so it is shorter
 (at 128 rows the H200's decode graph took 3.90 ms at 300 tokens a row and 4.82 at 600: about 3
@@ -137,7 +139,7 @@ class Scheduler:
     def __init__(self, rows: int, max_context: int, reserved: int = 0, batch_floor: int = 0,
                  prefill_tokens: int = 2048, admit_every: int = 1, realtime_max_rows: int = 0,
                  full_every: int = 1, full_every_starting: int = 1, first_tokens: int = 0,
-                 steady_every: int = 1, pause_batch: bool = False):
+                 steady_every: int = 1, pause_batch: bool = False, ramp_tokens: int = 0):
         if rows < 1 or max_context < 2:
             raise ValueError("need at least one row and a context of two tokens")
         self.capacity = rows
@@ -157,6 +159,7 @@ class Scheduler:
         self.full_every_starting = max(1, full_every_starting)
         self.first_tokens = first_tokens
         self.steady_every = max(1, steady_every)
+        self.ramp_tokens = max(0, ramp_tokens)
         self.pause_batch = pause_batch
         self._decode_limit = rows      # full steps decode rows 0 .. this - 1 (pause_batch)
         self.preempted = 0
@@ -296,15 +299,19 @@ class Scheduler:
         return False
 
     def _starting_turn(self) -> list[Seq] | None:
-        """On a step over the realtime rows alone: the streams waiting for their first chunk, if
-        this is a step for them alone (see the module); else None."""
+        """On a step over the realtime rows alone: the streams waiting for their first chunk, and
+        those within ``ramp_tokens`` after it, if this is a step for them alone (see the module);
+        else None."""
         if self.steady_every == 1:
             return None
         running, first = SeqState.RUNNING, self.first_tokens
-        starting = [s for s in self.by_row[: self._r]
-                    if s.state is running and s.generated + s.inflight < first]
-        if not starting or len(starting) == sum(s.state is running for s in self.by_row[: self._r]):
-            self._steady_turn = 0       # none starting, or none playing: an ordinary step
+        rt = [s for s in self.by_row[: self._r] if s.state is running]
+        if not any(s.generated + s.inflight < first for s in rt):
+            self._steady_turn = 0       # none waits for its first chunk: an ordinary step
+            return None
+        starting = [s for s in rt if s.generated + s.inflight < first + self.ramp_tokens]
+        if len(starting) == len(rt):
+            self._steady_turn = 0       # none playing yet: an ordinary step
             return None
         self._steady_turn += 1
         if self._steady_turn >= self.steady_every:
