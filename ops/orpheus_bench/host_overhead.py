@@ -24,7 +24,14 @@ import time
 import torch
 
 from pipeline.constants import SNAC_TOKENS_PER_FRAME
-from pipeline.engines.orpheus.engine import ADMIT_EVERY, REALTIME_BATCH_EVERY, stream_state
+from pipeline.engines.orpheus.engine import (
+    ADMIT_EVERY,
+    PAUSE_BATCH,
+    RAMP_TOKENS,
+    REALTIME_BATCH_EVERY,
+    STEADY_EVERY,
+    stream_state,
+)
 from pipeline.engines.orpheus.loop import EngineLoop
 from pipeline.engines.orpheus.runner import ModelRunner, _Launched, ladder
 from pipeline.engines.orpheus.sampling import SamplingParams
@@ -90,7 +97,8 @@ def scheduler_for(rows: int) -> Scheduler:
     first = stream_state(0, True).first_ready_frames * SNAC_TOKENS_PER_FRAME
     return Scheduler(rows, CONTEXT, reserved=max(1, rows // 8), batch_floor=rows // 8,
                      admit_every=ADMIT_EVERY, realtime_max_rows=rows, full_every=every,
-                     full_every_starting=starting, first_tokens=first)
+                     full_every_starting=starting, first_tokens=first,
+                     steady_every=STEADY_EVERY, ramp_tokens=RAMP_TOKENS, pause_batch=PAUSE_BATCH)
 
 
 def steady_loop(rows: int, seed: int = 0) -> tuple[EngineLoop, InstantRunner, Workload]:

@@ -56,18 +56,21 @@ if triton is not None:
         m = tl.full([GP], float("-inf"), tl.float32)
         l_sum = tl.zeros([GP], tl.float32)
         acc = tl.zeros([GP, D], tl.float32)
-        base = b * sk_b + h * sk_h
+        # the row's start in 64 bits (a layer's cache passes 2^31 entries at 512 rows of 4,096),
+        # folded into the pointers once, so the loop's offsets stay 32-bit
+        base = b.to(tl.int64) * sk_b + h * sk_h
+        k_row, v_row = k_ptr + base, v_ptr + base
         for start in range(0, n, BLOCK):
             t = start + tl.arange(0, BLOCK)
             live = t < n
-            offs = base + t[:, None] * sk_t + d[None, :]
-            k = tl.load(k_ptr + offs, mask=live[:, None], other=0.0).to(q.dtype)   # [BLOCK, D]
+            offs = t[:, None] * sk_t + d[None, :]
+            k = tl.load(k_row + offs, mask=live[:, None], other=0.0).to(q.dtype)   # [BLOCK, D]
             s = tl.dot(q, tl.trans(k)) * scale                              # [GP, BLOCK]
             s = tl.where(live[None, :], s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, 1))
             p = tl.exp2(s - m_new[:, None])
             alpha = tl.exp2(m - m_new)
-            v = tl.load(v_ptr + offs, mask=live[:, None], other=0.0).to(q.dtype)
+            v = tl.load(v_row + offs, mask=live[:, None], other=0.0).to(q.dtype)
             l_sum = l_sum * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m = m_new
@@ -138,7 +141,11 @@ PREFILL_BLOCK = 64          # keys a block
 
 
 if triton is not None:
-    @triton.jit
+    # Not specialized on the values of S and of the per-chunk tensors' strides and addresses: they
+    # vary with each eager prefill's shape, and a new specialization is a JIT compile (0.1-1.5 s)
+    # on the loop thread while streams wait (session 9's trace_compiles found none left).
+    @triton.jit(do_not_specialize=["rows_ptr", "start_ptr", "lens_ptr", "s_rows", "s_start",
+                                   "s_lens", "S"])
     def _prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, rows_ptr, start_ptr, lens_ptr, s_rows,
                         s_start, s_lens, S, sq_t, sk_r, sk_h, sk_t, so_t, scale, v_scale,
                         G: tl.constexpr,
@@ -168,18 +175,19 @@ if triton is not None:
         m = tl.full([RT], float("-inf"), tl.float32)
         l_sum = tl.zeros([RT], tl.float32)
         acc = tl.zeros([RT, D], tl.float32)
-        base = row * sk_r + h * sk_h
+        base = row * sk_r + h * sk_h                                      # 64-bit, as the decode's
+        k_row, v_row = k_ptr + base, v_ptr + base
         for s0 in range(0, end, BLOCK):
             t = s0 + tl.arange(0, BLOCK)
             live = t < end
-            offs = base + t[:, None] * sk_t + d[None, :]
-            k = tl.load(k_ptr + offs, mask=live[:, None], other=0.0).to(q.dtype)   # [BLOCK, D]
+            offs = t[:, None] * sk_t + d[None, :]
+            k = tl.load(k_row + offs, mask=live[:, None], other=0.0).to(q.dtype)   # [BLOCK, D]
             s = tl.dot(q, tl.trans(k)) * scale                               # [RT, BLOCK]
             s = tl.where(live[None, :] & (t[None, :] <= qpos[:, None]), s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, 1))
             p = tl.exp2(s - m_new[:, None])
             alpha = tl.exp2(m - m_new)
-            v = tl.load(v_ptr + offs, mask=live[:, None], other=0.0).to(q.dtype)
+            v = tl.load(v_row + offs, mask=live[:, None], other=0.0).to(q.dtype)
             l_sum = l_sum * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m = m_new
@@ -206,7 +214,9 @@ def prefill_attention(q, k_cache, v_cache, rows, start, lens, scale: float, v_sc
     hkv = k_cache.shape[1]
     g = hq // hkv
     assert q.stride(-1) == 1 and q.stride(-2) == d and s * n == t and g <= PREFILL_ROWS
+    assert d & (d - 1) == 0 and k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
     out = torch.empty_like(q) if out is None else out
+    assert out.shape == q.shape and out.stride()[1:] == (d, 1)
     tpb = PREFILL_ROWS // g
     _prefill_kernel[(n, triton.cdiv(s, tpb), hkv)](
         q, k_cache, v_cache, out, rows, start, lens, rows.stride(0), start.stride(0),

@@ -10,9 +10,10 @@ resumed prompt, a longer one, more rows) runs the eager prefill as before.
 Padding is harmless by construction, through ``Decoder.prefill``'s own rules: ids past a prompt's
 length write to the cache's scratch slot, and a padding row has length 0 and row 0, so it writes
 only row 0's scratch slot (never attended to); its ``lens - 1`` index is -1, which indexes column
-S - 1, and its logits are dropped. Attention runs over [0, S) from position 0: the positions past a
-prompt's end are masked for its real queries, as they are in the eager path for every chunk shorter
-than the longest.
+S - 1, and its logits are dropped. On the torch path attention runs over [0, S) from position 0: the
+positions past a prompt's end are masked for its real queries, as they are in the eager path for
+every chunk shorter than the longest. The Triton path (attention.prefill_attention) reads each
+chunk's own [0, start + length) and a padding row's position 0 only.
 
 The ladder, N in (1, 2, 4) x S in (32, 64, 96, 128, 192, 256), 18 graphs: realtime prompts fit
 S <= 192 with at most 1.5x padding past 64 tokens, 256 holds long texts. Up to about a hundred

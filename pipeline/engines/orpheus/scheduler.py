@@ -35,8 +35,8 @@ at 128 streams, lookahead 2, the median first audio 110-114 -> 92-95 ms with no 
 3rd ran the streams dry 120-774 times, sessions 7 and 10; ops/results): while a stream
 waits for its first chunk, of the steps that decode the realtime rows alone, the streams already
 playing join only every ``steady_every``-th; the others decode the starting streams alone, with
-those that sent their first chunk less than ``ramp_tokens`` ago (a stream's buffer is smallest
-just after its first chunk: it holds one frame, 85 ms, until the next comes). Such a
+those that sent their first chunk less than ``ramp_tokens`` ago (0 here, 2 frames in the engine:
+a stream's buffer is smallest just after its first chunk, one frame, 85 ms, until the next). Such a
 step still runs at the realtime tier's batch (the other rows idle), but a step's time at these
 batches is mostly the weights and the attention over the rows that decode, so it is shorter
 (at 128 rows the H200's decode graph took 3.90 ms at 300 tokens a row and 4.82 at 600: about 3
