@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ops.orpheus_bench import report  # noqa: E402
 from ops.orpheus_bench.models import load_model  # noqa: E402
 from ops.orpheus_bench.runs import PARAMS, Job, run_generate, run_synth  # noqa: E402
-from ops.orpheus_bench.streams import logits_check, run_streams  # noqa: E402
+from ops.orpheus_bench.streams import gc_pauses, logits_check, run_streams  # noqa: E402
 from pipeline import text as texts  # noqa: E402
 from pipeline.engines.orpheus.engine import OrpheusEngine, text_chars_for, token_budget  # noqa: E402
 
@@ -300,8 +300,10 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
             for count in map(int, args.w2_counts.split(",")):
                 before = w2_counters(fast)
                 fast.loop.first_chunk_phases(clear=True)
-                r = run_streams(fast, background, rt[:count], args.spread, lead_s=3.0)
+                with gc_pauses() as pauses:
+                    r = run_streams(fast, background, rt[:count], args.spread, lead_s=3.0)
                 summary = mode[name][count] = r.summary()
+                summary["gc"] = {f"gen{g}": v for g, v in pauses.items()}
                 summary.update(w2_step_figures(before, w2_counters(fast)))
                 summary["first_chunk_ms"] = phases_ms(fast.loop.first_chunk_phases(clear=True))
                 if r.background is not None:

@@ -8,8 +8,10 @@ audio seconds, and underruns: a chunk that arrives after the audio before it has
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from pipeline.constants import SNAC_SAMPLE_RATE
@@ -74,6 +76,35 @@ def one_stream(engine, job: Job, seed: int, out: Stream) -> None:
             out.audio_s += seconds
         if chunk.final:
             out.done = now
+
+
+@contextmanager
+def gc_pauses():
+    """The garbage collector's collections while the block runs, per generation: how many, and
+    their longest and total wall time in ms (a collection holds the GIL, so every thread,
+    the engine's loop among them, waits it out). Yields the dict it fills."""
+    out = {g: {"count": 0, "max_ms": 0.0, "total_ms": 0.0} for g in (0, 1, 2)}
+    began = {}
+
+    def timer(phase, info):
+        if phase == "start":
+            began[threading.get_ident()] = time.perf_counter()
+            return
+        t0 = began.pop(threading.get_ident(), None)
+        if t0 is not None:
+            ms = (time.perf_counter() - t0) * 1e3
+            g = out[info["generation"]]
+            g["count"] += 1
+            g["total_ms"] += ms
+            g["max_ms"] = max(g["max_ms"], ms)
+
+    gc.callbacks.append(timer)
+    try:
+        yield out
+    finally:
+        gc.callbacks.remove(timer)
+        for g in out.values():
+            g["max_ms"], g["total_ms"] = round(g["max_ms"], 2), round(g["total_ms"], 1)
 
 
 def run_streams(engine, background: list[Job], streams: list[Job], spread_s: float,

@@ -37,6 +37,8 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     w2 = mode["w2"]["1"]
     assert w2["ok"] == w2["streams"] == 1 and w2["errors"] == []
     assert set(w2["first_chunk_ms"]) == {"queued", "prefill", "decode", "codec"}
+    assert set(w2["gc"]) == {"gen0", "gen1", "gen2"}       # a short run may collect nothing
+    assert set(w2["gc"]["gen2"]) == {"count", "max_ms", "total_ms"}
     assert w2["prefill_steps"] > 0 and w2["prefill_device_ms_per_prefill_step"] == 0   # no CUDA
     host = w2["runner_host_ms_per_step"]
     assert set(host) == {"moves", "prefill", "begin", "decode", "copies"}
