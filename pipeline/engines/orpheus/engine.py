@@ -265,12 +265,17 @@ def freeze_boot_objects() -> None:
 
     A full collection holds the GIL, and with torch and transformers loaded it scans some 360,000
     objects: 146 ms on the CI machine, 0.4 ms after the freeze. Every thread waits it out, the
-    loop among them, and W2 on the H200 stalled in 3 of some 40 runs (sessions 9-10) with that
-    signature: one pause of a few hundred ms, the arrivals behind it prefilled late, p99 at
-    300-460 ms with 18-75 underruns. Frozen objects are still freed by reference counting; only
-    cycles among them are no longer collected, which for the model, its graphs and the loop (alive
-    until the worker exits) costs nothing. On CUDA only: a GPU worker holds one engine for its
-    life, while a CPU test session builds many. ``SYNTH_GC_FREEZE=0`` turns it off."""
+    loop among them. W2 on the H200 stalled in 3 of some 40 runs (sessions 9-10): one pause of a
+    few hundred ms, the arrivals behind it prefilled late, p99 at 300-460 ms with 18-75
+    underruns. A W2 run there makes 10-13 young collections and one of the middle generation, so
+    by the collector's thresholds a full one comes about every 10 runs, near the stalls' rate.
+    The 6 runs measured with the bench's GC record (session 10) had neither a full collection
+    nor a stall: the cause is plausible, not shown.
+
+    Frozen objects are still freed by reference counting; only cycles among them are no longer
+    collected, which for the model, its graphs and the loop (alive until the worker exits) costs
+    nothing. On CUDA only: a GPU worker holds one engine for its life, while a CPU test session
+    builds many. ``SYNTH_GC_FREEZE=0`` turns it off."""
     if os.environ.get("SYNTH_GC_FREEZE", "1") == "0":
         return
     gc.collect()
