@@ -263,6 +263,12 @@ class Decoder:
             return o.reshape(b, -1)
         return attend
 
+    @staticmethod
+    def _token_rows(rows, s: int):
+        """Each of N chunks' S tokens' cache row, [N * S], contiguous (an expanded view of one
+        row would have stride 0, and the kernels read it with stride 1)."""
+        return rows.view(-1, 1).expand(-1, s).reshape(-1).contiguous()
+
     def _prefill_positions(self, ids, start, lens):
         """Prompt chunks' positions [N, S], and where each token writes: its position, or the
         scratch slot past its chunk's length."""
@@ -277,7 +283,7 @@ class Decoder:
         d = self.head_dim
         positions, wpos = self._prefill_positions(ids, start, lens)
         if self.prefill_kernel:
-            token_rows = rows.view(-1, 1).expand(n, s).reshape(-1).contiguous()
+            token_rows = self._token_rows(rows, s)
             wpos = wpos.reshape(-1)
 
             def attend_kernel(i, q, k, v):
@@ -365,7 +371,7 @@ class Decoder:
         t = b + n * s
         lens_b = torch.where(wpos == self.cache.scratch, 1, wpos + 1)
         token_rows = torch.cat([torch.arange(b, device=ids.device),
-                                rows.view(-1, 1).expand(n, s).reshape(-1).contiguous()])
+                                self._token_rows(rows, s)])
         token_pos = torch.cat([wpos, self._prefill_positions(ids, start, lens)[1].reshape(-1)])
 
         def attend(i, q, k, v):
