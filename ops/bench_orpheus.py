@@ -174,6 +174,38 @@ def w2_counters(fast) -> dict[str, float]:
     return out
 
 
+def allocator_counts() -> dict[str, int]:
+    """The CUDA caching allocator's running counts that a stall could come from: cudaMalloc calls,
+    and retries (a failed cudaMalloc: the cache freed, with a device sync, and tried again)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    m = torch.cuda.memory_stats()
+    return {k: m.get(k, 0) for k in ("num_alloc_retries", "num_device_alloc", "num_sync_all_streams",
+                                     "num_device_free")}
+
+
+def stall_record(fast, since: float, alloc_before: dict) -> dict:
+    """Where a W2 run's stalls were: the loop's slow steps and the codec lanes' slow rounds that
+    began after ``since`` (time.monotonic), in ms from it, and the allocator's counts in the run."""
+    def ms(v: float) -> float:
+        return round(1000 * v, 1)
+
+    steps = [s for s in fast.loop.stats.slow_steps if s[0] >= since]
+    out = {"slow_steps": len(steps),
+           # (at, gap before, launch, wait, post; ms) and the sequences live, the 12 longest
+           "slowest_steps": [[ms(s[0] - since), *map(ms, s[1:5]), s[5]] for s in
+                             sorted(steps, key=lambda s: -(s[1] + s[2] + s[3] + s[4]))[:12]]}
+    for lane in fast.loop.codec_worker.lanes.values():
+        rounds = [r for r in lane.stats.slow_rounds if r[0] >= since]
+        out[f"codec_{lane.name}_slow_rounds"] = [[ms(r[0] - since), ms(r[1]), r[2]] for r in
+                                                 sorted(rounds, key=lambda r: -r[1])[:8]]
+    after = allocator_counts()
+    out["allocator"] = {k: after[k] - alloc_before.get(k, 0) for k in after}
+    return out
+
+
 def w2_step_figures(before: dict, after: dict) -> dict:
     """Steps, preemptions, device and host time per step of a W2 run, from two ``w2_counters``."""
     d = {k: after[k] - before[k] for k in after}
@@ -298,12 +330,15 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
                                             config[:3] + (config[3] or switch * 1000, steady,
                                                           pause, lookahead, ramp)))}
             for count in map(int, args.w2_counts.split(",")):
-                before = w2_counters(fast)
+                before, alloc, since = w2_counters(fast), allocator_counts(), time.monotonic()
                 fast.loop.first_chunk_phases(clear=True)
                 with gc_pauses() as pauses:
                     r = run_streams(fast, background, rt[:count], args.spread, lead_s=3.0)
                 summary = mode[name][count] = r.summary()
                 summary["gc"] = {f"gen{g}": v for g, v in pauses.items()}
+                summary["stalls"] = stall_record(fast, since, alloc)
+                summary["stalls"]["underrun_at_ms"] = sorted(
+                    round(1000 * (t - since), 1) for st in r.streams for t in st.underrun_at)[:24]
                 summary.update(w2_step_figures(before, w2_counters(fast)))
                 summary["first_chunk_ms"] = phases_ms(fast.loop.first_chunk_phases(clear=True))
                 if r.background is not None:

@@ -28,6 +28,7 @@ class Stream:
     done: float | None = None
     audio_s: float = 0.0
     underruns: int = 0
+    underrun_at: list[float] = field(default_factory=list)     # time.monotonic of each
     error: str | None = None
 
     @property
@@ -71,6 +72,7 @@ def one_stream(engine, job: Job, seed: int, out: Stream) -> None:
                 out.first, played_until = now, now
             elif now > played_until + 1e-3:
                 out.underruns += 1
+                out.underrun_at.append(time.monotonic())
                 played_until = now
             played_until += seconds
             out.audio_s += seconds

@@ -39,6 +39,12 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     assert set(w2["first_chunk_ms"]) == {"queued", "prefill", "decode", "codec"}
     assert set(w2["gc"]) == {"gen0", "gen1", "gen2"}       # a short run may collect nothing
     assert set(w2["gc"]["gen2"]) == {"count", "max_ms", "total_ms"}
+    stalls = w2["stalls"]
+    assert set(stalls) == {"slow_steps", "slowest_steps", "codec_realtime_slow_rounds",
+                           "codec_batch_slow_rounds", "allocator", "underrun_at_ms"}
+    assert len(stalls["slowest_steps"]) == min(12, stalls["slow_steps"])
+    assert all(len(s) == 6 and s[0] >= 0 for s in stalls["slowest_steps"])
+    assert stalls["allocator"] == {}                        # no CUDA: no caching allocator
     assert w2["prefill_steps"] > 0 and w2["prefill_device_ms_per_prefill_step"] == 0   # no CUDA
     host = w2["runner_host_ms_per_step"]
     assert set(host) == {"moves", "prefill", "begin", "decode", "copies"}

@@ -23,7 +23,7 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from pipeline.errors import EngineError
 log = logging.getLogger(__name__)
 
 TICK_S = 0.002
+SLOW_ROUND_S = 0.03     # a round longer than this is kept in LaneStats.slow_rounds
 
 
 @dataclass
@@ -42,6 +43,8 @@ class LaneStats:
     windows: int = 0        # windows rendered
     frames: int = 0         # frames of those windows (context included)
     busy_s: float = 0.0     # wall time in rendering (the device's time included)
+    # the slow rounds, newest last: (time.monotonic at the start, seconds, windows rendered)
+    slow_rounds: deque = field(default_factory=lambda: deque(maxlen=256))
 
 
 class _Lane:
@@ -124,13 +127,16 @@ class CodecWorker:
                 final = lane.take_ended(0)
             else:
                 final = lane.take_ended(TICK_S)
-            started = time.perf_counter()
+            started, windows = time.monotonic(), lane.stats.windows
             try:
                 self._round(lane, final)
             except Exception as e:  # noqa: BLE001 - the streams in this call fail, loudly
                 log.exception("codec decode failed (%s lane)", lane.name)
                 self._fail(lane, final, e)
-            lane.stats.busy_s += time.perf_counter() - started
+            took = time.monotonic() - started
+            lane.stats.busy_s += took
+            if took > SLOW_ROUND_S:
+                lane.stats.slow_rounds.append((started, took, lane.stats.windows - windows))
 
     def _round(self, lane: _Lane, final: list) -> None:
         lane.finalized = set()

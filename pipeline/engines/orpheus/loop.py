@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
@@ -32,6 +33,10 @@ from pipeline.engines.orpheus.streaming import StreamState
 from pipeline.errors import EngineError, EngineOverloadedError
 
 log = logging.getLogger(__name__)
+
+# A step (with the host's gap before it) longer than this is kept in LoopStats.slow_steps: a
+# realtime stream's chunk is due every ~85 ms, so a stall of this size already eats its margin.
+SLOW_STEP_S = 0.03
 
 
 @dataclass
@@ -90,6 +95,9 @@ class LoopStats:
     launch_s: float = 0.0
     wait_s: float = 0.0
     post_s: float = 0.0
+    # The slow steps, newest last: (time.monotonic at the step's start, the host's gap before it,
+    # the step's launch, wait and post-processing time; then the sequences live). Where a stall was.
+    slow_steps: deque = field(default_factory=lambda: deque(maxlen=256))
 
 
 class EngineLoop:
@@ -131,16 +139,25 @@ class EngineLoop:
     # The thread ---------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        s, last = self.stats, None
         while not self._stop.is_set():
-            if not self._admit(block=self.scheduler.idle and self._pending is None):
+            block = self.scheduler.idle and self._pending is None
+            if not self._admit(block=block):
                 continue
             started = time.monotonic()
+            parts = (s.launch_s, s.wait_s, s.post_s)
             try:
                 self._step()
             except Exception as e:  # noqa: BLE001 - the step's sequences fail or retry; loop lives on
                 self._pending = None
                 self._fail_all(e)
-            self.stats.busy_s += time.monotonic() - started
+            ended = time.monotonic()
+            s.busy_s += ended - started
+            gap = 0.0 if block or last is None else started - last
+            if ended - started + gap > SLOW_STEP_S:
+                s.slow_steps.append((started, gap, s.launch_s - parts[0], s.wait_s - parts[1],
+                                     s.post_s - parts[2], len(self.live)))
+            last = ended
 
     def _admit(self, block: bool) -> bool:
         try:
