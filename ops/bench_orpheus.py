@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -72,6 +75,9 @@ def parse(argv=None):
                          "engine's default; then the first chunk's lookahead in frames, 1 or 2; "
                          "then ramp_tokens, absent: the engine's default, 0: none); "
                          "empty: the engine's defaults only")
+    ap.add_argument("--w2-collect-at", type=float, default=0.0,
+                    help="force a full GC collection this many s into each W2 run (the streams "
+                         "arrive from 3 s on), and record how long it held the GIL; 0: none")
     ap.add_argument("--lookaheads", default="2",
                     help="comma list of first-chunk lookaheads (frames) for the single stream")
     ap.add_argument("--single-runs", type=int, default=5)
@@ -184,6 +190,32 @@ def allocator_counts() -> dict[str, int]:
     m = torch.cuda.memory_stats()
     return {k: m.get(k, 0) for k in ("num_alloc_retries", "num_device_alloc", "num_sync_all_streams",
                                      "num_device_free")}
+
+
+@contextmanager
+def forced_collection(at_s: float):
+    """A full GC collection ``at_s`` seconds into the block (none if 0), on a timer thread: the
+    collector's worst case, on purpose. Yields a dict: when it ran and how long it took (ms), and
+    the objects frozen out of its reach (engine.freeze_boot_objects)."""
+    out: dict = {}
+    if not at_s:
+        yield out
+        return
+    began = time.perf_counter()
+
+    def collect():
+        out["frozen_objects"] = gc.get_freeze_count()
+        t = time.perf_counter()
+        gc.collect()
+        out["at_ms"] = round(1000 * (t - began), 1)
+        out["took_ms"] = round(1000 * (time.perf_counter() - t), 2)
+
+    timer = threading.Timer(at_s, collect)
+    timer.start()
+    try:
+        yield out
+    finally:
+        timer.join()
 
 
 def stall_record(fast, since: float, alloc_before: dict) -> dict:
@@ -332,11 +364,13 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
             for count in map(int, args.w2_counts.split(",")):
                 before, alloc, since = w2_counters(fast), allocator_counts(), time.monotonic()
                 fast.loop.first_chunk_phases(clear=True)
-                with gc_pauses() as pauses:
+                with gc_pauses() as pauses, forced_collection(args.w2_collect_at) as forced:
                     r = run_streams(fast, background, rt[:count], args.spread, lead_s=3.0)
                 summary = mode[name][count] = r.summary()
                 summary["gc"] = {f"gen{g}": v for g, v in pauses.items()}
                 summary["stalls"] = stall_record(fast, since, alloc)
+                if forced:
+                    summary["stalls"]["forced_collection"] = forced
                 summary["stalls"]["underrun_at_ms"] = sorted(
                     round(1000 * (t - since), 1) for st in r.streams for t in st.underrun_at)[:24]
                 summary.update(w2_step_figures(before, w2_counters(fast)))

@@ -24,7 +24,7 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
                  "Hello there.\nA second line of the corpus.\nThird.\nFour is here.\n",
                  "--streams", "2", "--spread", "0.1", "--w2-counts", "1", "--single-runs", "1",
                  "--generate1-jobs", "1", "--w2-configs", "0:0:0,1:1:3:0.5:1:0,2:4:0:0:2:1:1:0",
-                 "--lookaheads", "2,1",
+                 "--lookaheads", "2,1", "--w2-collect-at", "0.2",
                  "--quant", "none", "--max-batch", "4", "--markdown", str(tmp_path / "bench.md"))
     approaches = {r["approach"] for r in data["rows"]}
     assert approaches == {"fast W1", "fast subset", "part-1 engine subset",
@@ -41,7 +41,10 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     assert set(w2["gc"]["gen2"]) == {"count", "max_ms", "total_ms"}
     stalls = w2["stalls"]
     assert set(stalls) == {"slow_steps", "slowest_steps", "codec_realtime_slow_rounds",
-                           "codec_batch_slow_rounds", "allocator", "underrun_at_ms"}
+                           "codec_batch_slow_rounds", "allocator", "underrun_at_ms",
+                           "forced_collection"}
+    forced = stalls["forced_collection"]                    # a full collection, 0.2 s in
+    assert forced["at_ms"] >= 200 and forced["took_ms"] > 0 and forced["frozen_objects"] == 0
     assert len(stalls["slowest_steps"]) == min(12, stalls["slow_steps"])
     assert all(len(s) == 6 and s[0] >= 0 for s in stalls["slowest_steps"])
     assert stalls["allocator"] == {}                        # no CUDA: no caching allocator
