@@ -75,9 +75,12 @@ def parse(argv=None):
                          "engine's default; then the first chunk's lookahead in frames, 1 or 2; "
                          "then ramp_tokens, absent: the engine's default, 0: none); "
                          "empty: the engine's defaults only")
+    ap.add_argument("--w2-lead", type=float, default=3.0,
+                    help="s the W2 background batch runs before the first stream arrives")
     ap.add_argument("--w2-collect-at", type=float, default=0.0,
                     help="force a full GC collection this many s into each W2 run (the streams "
-                         "arrive from 3 s on), and record how long it held the GIL; 0: none")
+                         "arrive from --w2-lead s on), and record how long it held the GIL; "
+                         "0: none")
     ap.add_argument("--lookaheads", default="2",
                     help="comma list of first-chunk lookaheads (frames) for the single stream")
     ap.add_argument("--single-runs", type=int, default=5)
@@ -188,8 +191,8 @@ def allocator_counts() -> dict[str, int]:
     if not torch.cuda.is_available():
         return {}
     m = torch.cuda.memory_stats()
-    return {k: m.get(k, 0) for k in ("num_alloc_retries", "num_device_alloc", "num_sync_all_streams",
-                                     "num_device_free")}
+    return {k: m.get(k, 0) for k in ("num_alloc_retries", "num_device_alloc",
+                                     "num_sync_all_streams", "num_device_free")}
 
 
 @contextmanager
@@ -366,7 +369,8 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
                 before, alloc, since = w2_counters(fast), allocator_counts(), time.monotonic()
                 fast.loop.first_chunk_phases(clear=True)
                 with gc_pauses() as pauses, forced_collection(args.w2_collect_at) as forced:
-                    r = run_streams(fast, background, rt[:count], args.spread, lead_s=3.0)
+                    r = run_streams(fast, background, rt[:count], args.spread,
+                                    lead_s=args.w2_lead)
                 summary = mode[name][count] = r.summary()
                 summary["gc"] = {f"gen{g}": v for g, v in pauses.items()}
                 summary["stalls"] = stall_record(fast, since, alloc)
