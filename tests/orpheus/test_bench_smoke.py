@@ -19,7 +19,7 @@ def bench(tiny_dir, tmp_path, lines: str, *args: str) -> dict:
     return json.loads(out.read_text())
 
 
-def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
+def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path, capsys):
     data = bench(tiny_dir, tmp_path,
                  "Hello there.\nA second line of the corpus.\nThird.\nFour is here.\n",
                  "--streams", "2", "--spread", "0.1", "--w2-counts", "1", "--single-runs", "1",
@@ -67,6 +67,15 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     assert len(mode["single_stream"]["ttfb_s"]) == 1
     assert len(mode["single_stream_lookahead1"]["ttfb_s"]) == 1
     assert data["meta"]["device"] and data["meta"]["commit"]
+    # the W2 lines it printed (what comes back from a device call) read back as a table
+    from ops.orpheus_bench.w2_lines import parse, table
+
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("w2")]
+    assert len(printed) == 3                                # one per config, one count each
+    label, summary = parse(printed[0])
+    assert label == "w2" and summary["underruns"] == w2["underruns"]
+    rows = table(printed).splitlines()
+    assert len(rows) == 2 + 3 and rows[2].startswith("| w2 | 1 | ")
 
 
 def test_bench_labels_the_fp8_kv_cache_runs(tiny_dir, tmp_path):

@@ -265,12 +265,12 @@ def freeze_boot_objects() -> None:
 
     A full collection holds the GIL, and with torch and transformers loaded it scans some 360,000
     objects: 146 ms on the CI machine, 0.4 ms after the freeze. Every thread waits it out, the
-    loop among them. W2 on the H200 stalled in 3 of some 40 runs (sessions 9-10): one pause of a
-    few hundred ms, the arrivals behind it prefilled late, p99 at 300-460 ms with 18-75
-    underruns. A W2 run there makes 10-13 young collections and one of the middle generation, so
-    by the collector's thresholds a full one comes about every 10 runs, near the stalls' rate.
-    The 6 runs measured with the bench's GC record (session 10) had neither a full collection
-    nor a stall: the cause is plausible, not shown.
+    loop and the codec lanes among them. On the H200 (W2, 128 streams; session 11) one of 24
+    unfrozen runs stalled: a full collection of 279 ms, a loop step and a realtime codec round
+    held as long, 72 underruns just after. A collection forced into the streams' arrival took
+    240-301 ms and made 52-73 underruns in each of 4 runs unfrozen, 3.5-6.6 ms and none in 6 runs
+    frozen; 22 runs at the defaults, frozen, had no stall
+    (ops/results/orpheus_h200_part2_session11.md).
 
     Frozen objects are still freed by reference counting; only cycles among them are no longer
     collected, which for the model, its graphs and the loop (alive until the worker exits) costs
