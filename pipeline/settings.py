@@ -88,7 +88,7 @@ class Settings(BaseSettings):
     realtime_max_rows: int = 0        # rows decoding while realtime streams run (0: a third);
                                       # batch work over it pauses (keeping its cache) and resumes
     # While realtime streams run, batch rows decode every Nth step (every Nth while a stream waits
-    # for its first chunk); the steps between run the realtime rows alone. 0: 2 and 16.
+    # for its first chunk); the steps between run the realtime rows alone. 0: 2 and 32.
     realtime_batch_every: int = Field(default=0, ge=0)
     realtime_batch_every_starting: int = Field(default=0, ge=0)
     # While a stream waits for its first chunk, the streams already playing join every Nth of the

@@ -313,13 +313,16 @@ def text_chars_for(context: int, slack: float = BUDGET_SLACK) -> int:
     return max(20, int((context - PROMPT_OVERHEAD_TOKENS) / per_char))
 
 
-# Batch rows decode every 2nd step beside realtime streams, every 16th while one waits for its
+# Batch rows decode every 2nd step beside realtime streams, every 32nd while one waits for its
 # first chunk (scheduler.py). H200, W2 at 128 streams over W1 (session 7, two boots): every 8th
 # rather than 4th while starting took the first audio from 186 to 173 ms at the median (p99 257
 # -> 244) with batch work at 138x real time instead of 141x. Session 10 (with starting-only steps,
 # below; two boots): every 16th rather than 8th, 97 -> 92-95 ms at the median, p99 122-134 ->
-# 120, batch work 134-154x -> 153-154x.
-REALTIME_BATCH_EVERY = (2, 16)
+# 120, batch work 134-154x -> 153-154x. Session 11 (one boot each, runs alternating): every 32nd
+# rather than 16th, medians 93-104 (mean 96.7) -> 89-95 (92.5) ms over 150 corpus lines, 98-106
+# (101.1) -> 94-99 (96.4) ms over the whole corpus, where a full step takes 8.9 ms; no underruns,
+# batch work the same (151-153x; 236-247x).
+REALTIME_BATCH_EVERY = (2, 32)
 # While a stream waits for its first chunk, the streams already playing join every 2nd of the
 # realtime-only steps; the others decode the starting streams alone (scheduler ``steady_every``).
 # H200, W2 at 128 streams over W1, lookahead 2 (session 10, two boots, with every 16th above):
