@@ -225,12 +225,13 @@ def test_the_lanes_decode_at_once_with_their_own_noise_keys(tiny):
         np.testing.assert_array_equal(got[i], audio)
 
 
-def test_a_stalled_step_is_kept_with_where_its_time_went(tiny):
-    """A step whose device work stalls (here: collect held 80 ms) is kept in ``slow_steps`` with
-    the time in its wait part, so a W2 run can show where an underrun's stall was."""
+def test_a_stalled_step_is_kept_with_where_its_time_went(tiny, caplog):
+    """A step whose device work stalls (here: collect held 200 ms) is kept in ``slow_steps`` with
+    the time in its wait part, so a W2 run can show where an underrun's stall was, and logged."""
+    import logging
     import time
 
-    from pipeline.engines.orpheus.loop import SLOW_STEP_S
+    from pipeline.engines.orpheus.loop import SLOW_STEP_S, STALL_S
 
     class StallingRunner(ScriptedRunner):
         def __init__(self, ends, stall_at: int):
@@ -240,13 +241,14 @@ def test_a_stalled_step_is_kept_with_where_its_time_went(tiny):
         def collect(self, launched):
             self.collected += 1
             if self.collected == self.stall_at:
-                time.sleep(0.08)
+                time.sleep(0.2)
             return launched
 
     ends = {"a": 40}
     loop = EngineLoop(StallingRunner(ends, stall_at=20), Scheduler(rows=2, max_context=256),
                       tiny.codec, on_final=final_chunk)
     sink: queue.SimpleQueue = queue.SimpleQueue()
+    caplog.set_level(logging.WARNING, logger="pipeline.engines.orpheus.loop")
     try:
         began = time.monotonic()
         loop.submit([(Seq("a", [1, 2, 3], budget=100, stop_token=END_OF_SPEECH), "a")], sink)
@@ -254,8 +256,10 @@ def test_a_stalled_step_is_kept_with_where_its_time_went(tiny):
             pass
     finally:
         loop.close()
-    stalled = [s for s in loop.stats.slow_steps if s[3] >= 0.08]
+    stalled = [s for s in loop.stats.slow_steps if s[3] >= 0.2]
     assert len(stalled) == 1
     at, gap, launch, wait, post, live = stalled[0]
     assert began <= at and gap >= 0 and launch >= 0 and post >= 0 and live == 1
-    assert gap + launch + wait + post > SLOW_STEP_S
+    assert gap + launch + wait + post > STALL_S > SLOW_STEP_S
+    warned = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
+    assert len(warned) == 1 and "wait for the device 2" in warned[0]     # 200-odd ms

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 # A step (with the host's gap before it) longer than this is kept in LoopStats.slow_steps: a
 # realtime stream's chunk is due every ~85 ms, so a stall of this size already eats its margin.
 SLOW_STEP_S = 0.03
+# ... and one this long is logged as a stall: a listener hears it (a batch admission step, the
+# longest ordinary one, takes about 60 ms on the H200; a full GC collection unfrozen, 240-300 ms).
+STALL_S = 0.15
 
 
 @dataclass
@@ -155,8 +158,15 @@ class EngineLoop:
             s.busy_s += ended - started
             gap = 0.0 if block or last is None else started - last
             if ended - started + gap > SLOW_STEP_S:
-                s.slow_steps.append((started, gap, s.launch_s - parts[0], s.wait_s - parts[1],
-                                     s.post_s - parts[2], len(self.live)))
+                slow = (started, gap, s.launch_s - parts[0], s.wait_s - parts[1],
+                        s.post_s - parts[2], len(self.live))
+                s.slow_steps.append(slow)
+                if ended - started + gap > STALL_S:
+                    log.warning("engine loop stalled %.0f ms (gap before the step %.0f, launch "
+                                "%.0f, wait for the device %.0f, post-processing %.0f; %d "
+                                "sequences live): realtime streams may run dry",
+                                1000 * (ended - started + gap), *(1000 * v for v in slow[1:5]),
+                                slow[5])
             last = ended
 
     def _admit(self, block: bool) -> bool:
