@@ -31,7 +31,7 @@ from pipeline.engines.orpheus import codec_kernels
 from pipeline.engines.orpheus.codec import SnacCodec
 from pipeline.engines.orpheus.tiny import SNAC_24KHZ, TINY_SNAC
 
-from ops.orpheus_bench.check_fused import Report, kernels_runnable
+from ops.orpheus_bench.check_fused import Report, kernels_runnable, start
 
 KERNEL_TOL = (1e-5, 1e-6)          # fp32 against fp32: reordered sums
 NOISE_TOL = (1e-5, 1e-6)
@@ -155,10 +155,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not kernels_runnable(args.device):
         return 2
-    on_cuda = args.device.startswith("cuda")
-    if on_cuda:
-        print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
-    torch.manual_seed(0)
+    on_cuda = start(args.device)
     report = Report()
     with torch.inference_mode():
         check_kernels(report, args.device, args.tiny)

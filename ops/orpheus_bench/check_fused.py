@@ -87,6 +87,16 @@ def kernels_runnable(device: str) -> bool:
     return True
 
 
+def start(device: str) -> bool:
+    """A check's start, once ``kernels_runnable``: names a CUDA device and torch's version, seeds
+    torch. Returns whether ``device`` is CUDA."""
+    on_cuda = device.startswith("cuda")
+    if on_cuda:
+        print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
+    torch.manual_seed(0)
+    return on_cuda
+
+
 def median_ms(fn, reps: int = REPS) -> float:
     for _ in range(3):
         fn()
@@ -260,11 +270,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not kernels_runnable(args.device):
         return 2
-    on_cuda = args.device.startswith("cuda")
+    on_cuda = start(args.device)
     timed = on_cuda and not args.no_time
-    if on_cuda:
-        print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
-    torch.manual_seed(0)
     report = Report()
     dtype = getattr(torch, args.dtype or ("bfloat16" if on_cuda else "float32"))
     for b in args.batches:

@@ -43,6 +43,7 @@ from ops.orpheus_bench.check_fused import (
     median_ms,
     random_model,
     rope_tables,
+    start,
 )
 from pipeline.engines.orpheus import attention, fused
 from pipeline.engines.orpheus.decoder import Decoder, KVCache
@@ -272,10 +273,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not kernels_runnable(args.device):
         return 2
-    on_cuda = args.device.startswith("cuda")
-    if on_cuda:
-        print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
-    torch.manual_seed(0)
+    on_cuda = start(args.device)
     report = Report()
     dtype = torch.bfloat16 if on_cuda else torch.float32
     length = TIMED_LEN if on_cuda else 100

@@ -39,6 +39,7 @@ from ops.orpheus_bench.check_fused import (
     median_ms,
     random_model,
     rope_tables,
+    start,
 )
 from ops.orpheus_bench.check_kv8 import F16_TOLERANCE, quantized
 from pipeline.engines.orpheus import attention, fused
@@ -248,10 +249,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not kernels_runnable(args.device):
         return 2
-    on_cuda = args.device.startswith("cuda")
-    if on_cuda:
-        print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
-    torch.manual_seed(0)
+    on_cuda = start(args.device)
     dtype = torch.bfloat16 if on_cuda else torch.float32
     report = Report()
     check_rope_rows(report, dtype, args.device)
