@@ -5,12 +5,15 @@ import os
 import signal
 import time
 
+import redis
 from sqlalchemy import select
 
 from pipeline.db.models import Job, JobStatus
+from pipeline.live import redis_client_url
 from pipeline.settings import Settings
 from pipeline.storage import make_store
 from tests.cli_helpers import start_synth, synth, synth_env
+from worker.app import make_app
 
 SENTENCE = "The committee reviewed every proposal carefully before the final vote was taken. "
 
@@ -50,6 +53,12 @@ def test_kill_9_mid_job_then_a_new_worker_finishes_each_job_once(tmp_path, redis
         first.wait()
     before = {j.id: j.status for j in jobs(sessions, batch_id)}
     assert JobStatus.RUNNING in before.values()
+    # The worst case of a kill: the worker died inside its sweep for expired messages, holding the
+    # sweep's Redis lock (kombu's ``unacked_mutex``) for as long as the app lets it live.
+    expire = make_app(Settings(visibility_timeout=4), redis_url).conf.broker_transport_options[
+        "unacked_mutex_expire"]
+    redis.Redis.from_url(redis_client_url(redis_url)).lock("unacked_mutex", timeout=expire).acquire(
+        blocking=False)
 
     second = start_synth("worker", env=env, log=tmp_path / "worker2.log")
     try:

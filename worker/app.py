@@ -21,6 +21,11 @@ def default_queues(settings: Settings) -> list[str]:
     return [realtime, CALLBACK_QUEUE, *buckets]
 
 
+def restore_interval(settings: Settings) -> int:
+    """Seconds between a worker's sweeps for messages whose visibility timeout ran out."""
+    return max(1, min(60, settings.visibility_timeout // 6))
+
+
 def make_app(settings: Settings, broker_url: str) -> Celery:
     app = Celery("synth", broker=broker_url, set_as_current=False)
     from worker import callbacks  # noqa: PLC0415 — callback delivery: its queue, tasks and render hook
@@ -50,8 +55,12 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
             "visibility_timeout": settings.visibility_timeout,
             # How often a worker sweeps for messages whose visibility ran out (a dead worker's), so
             # recovery time follows the timeout instead of kombu's fixed 100 s sweep.
-            "unacked_restore_interval": max(1, min(60, settings.visibility_timeout // 6)),
+            "unacked_restore_interval": restore_interval(settings),
             "unacked_restore_throttle": 1,
+            # A sweep holds a Redis lock for its few milliseconds; kombu lets it expire after
+            # 300 s. A worker killed inside a sweep (kill -9) leaves the lock held, and no worker
+            # could restore its messages for those 5 minutes.
+            "unacked_mutex_expire": max(5, restore_interval(settings)),
             # Poll queues in the listed order, realtime first, instead of round-robin.
             "queue_order_strategy": "priority",
         },
