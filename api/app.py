@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.limits import BodyLimitMiddleware
+from api.livehub import LiveCapacityError, LiveHub
 from api.metrics import Metrics, MetricsMiddleware
 from api.routes import ROUTERS
 from pipeline.db.session import make_engine, make_sessionmaker
@@ -25,6 +26,12 @@ from pipeline.live import redis_client_url
 from pipeline.settings import Settings
 from pipeline.storage import ObjectStore, make_store
 from worker.app import make_app
+
+# Redis connections per pool. Requests take one for a command or two and give it back; the live
+# streams share the hub's one. A request that finds the pool empty waits up to REDIS_WAIT_S for a
+# connection rather than failing, and past that gets a 503.
+REDIS_CONNECTIONS = 64
+REDIS_WAIT_S = 5.0
 
 
 @dataclass
@@ -36,8 +43,9 @@ class ApiState:
     sessions: sessionmaker[Session]
     store: ObjectStore
     celery: Celery
-    redis: redis.Redis          # rate limits, readiness
-    aredis: aioredis.Redis      # live audio streams (XREAD BLOCK without holding a thread)
+    redis: redis.Redis          # rate limits, readiness (a bounded pool, shared by the request threads)
+    aredis: aioredis.Redis      # small async checks beside the live streams (a bounded pool)
+    live: LiveHub               # every live stream, read over one connection (api/livehub.py)
     metrics: Metrics
 
 
@@ -51,15 +59,22 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.sqlalchemy_url)
+        client_url = redis_client_url(url)
         state = ApiState(
             settings=settings, db=engine, sessions=make_sessionmaker(engine), store=make_store(settings),
-            celery=make_app(settings, url), redis=redis.Redis.from_url(redis_client_url(url)),
-            aredis=aioredis.Redis.from_url(redis_client_url(url)), metrics=metrics,
+            celery=make_app(settings, url),
+            redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+                client_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S)),
+            aredis=aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+                client_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S)),
+            live=LiveHub(client_url, settings.api_max_live_streams), metrics=metrics,
         )
+        await state.live.start()
         app.state.synth = state
         try:
             yield
         finally:
+            await state.live.close()
             await state.aredis.aclose()
             state.redis.close()
             engine.dispose()
@@ -83,5 +98,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ServiceUnavailableError)
     @app.exception_handler(StorageError)
+    @app.exception_handler(redis.RedisError)
     async def _unavailable(_: Request, e: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(e)}, status_code=503, headers={"Retry-After": "5"})
+        return JSONResponse({"detail": str(e) or type(e).__name__}, status_code=503, headers={"Retry-After": "5"})
+
+    @app.exception_handler(LiveCapacityError)
+    async def _full(_: Request, e: LiveCapacityError) -> JSONResponse:
+        return JSONResponse({"detail": f"{e}; try again shortly"}, status_code=503, headers={"Retry-After": "1"})

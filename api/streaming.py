@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from api.livehub import LiveHub, Listener
 from pipeline.audio import ffmpeg_exe
-from pipeline.live import END, PCM, START, stream_key
+from pipeline.live import END, PCM, START, alive_key, stream_key
 
 STREAM_FORMATS = ("wav", "pcm")
 SPEECH_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
@@ -27,7 +28,7 @@ CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "
                  "wav": "audio/wav", "pcm": "audio/pcm"}
 OPENAI_PCM_RATE = 24_000     # OpenAI's `pcm` is 24 kHz 16-bit mono
 IDLE_S = 120.0               # longest silence between two chunks of a running job
-_POLL_MS = 1000
+_POLL_S = 1.0            # a quiet stream is checked this often
 _FFMPEG_ARGS = {
     "mp3": ["-c:a", "libmp3lame", "-b:a", "64k", "-f", "mp3"],
     "opus": ["-ar", "48000", "-c:a", "libopus", "-b:a", "32k", "-f", "ogg"],
@@ -45,50 +46,58 @@ class LiveStartTimeout(LiveStreamError):
     """No worker started the job in time (it stays queued)."""
 
 
+class WorkerLostError(LiveStreamError):
+    """The worker publishing the stream is gone (killed, or cut off from Redis) mid-stream."""
+
+
 @dataclass
 class LiveStream:
     sample_rate: int
     pcm: AsyncIterator[bytes]   # little-endian int16 mono
 
 
-async def open_live(client: aioredis.Redis, job_id: str, job_finished: Callable[[], Awaitable[bool]],
-                    wait_s: float) -> LiveStream | None:
+async def open_live(hub: LiveHub, client: aioredis.Redis, job_id: str,
+                    job_finished: Callable[[], Awaitable[bool]], wait_s: float) -> LiveStream | None:
     """Wait for the job's live audio to start. None when the job finished without one (a batch job,
     or its live copy expired): the caller falls back to the stored file. LiveStreamError when the
-    job failed before its first audio, or did not start within ``wait_s``."""
-    key, last = stream_key(job_id), "0"
-    deadline = time.monotonic() + wait_s
-    while True:
-        reply = await client.xread({key: last}, count=1, block=_POLL_MS)
-        if reply:
-            entry_id, fields = reply[0][1][0]
-            last = entry_id
-            if fields[b"kind"] == START:
-                return LiveStream(int(fields[b"rate"]), _pcm(client, key, entry_id))
-            if fields[b"kind"] == END and fields.get(b"error"):
-                raise LiveStreamError(fields[b"error"].decode(errors="replace"))
-            continue
-        if await job_finished():
-            return None
-        if time.monotonic() > deadline:
-            raise LiveStartTimeout(f"no worker started job {job_id} within {wait_s:g} s; it stays queued: "
-                                   f"GET /v1/jobs/{job_id}/stream later")
+    job failed before its first audio, or did not start within ``wait_s``; LiveCapacityError when
+    the API serves as many streams as it may."""
+    listener = await hub.listen(stream_key(job_id))
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            entry = await listener.get(_POLL_S)
+            if entry is not None:
+                fields = entry[1]
+                if fields[b"kind"] == START:
+                    owner = fields.get(b"owner", b"").decode()
+                    return LiveStream(int(fields[b"rate"]), _pcm(hub, client, listener, owner))
+                if fields[b"kind"] == END and fields.get(b"error"):
+                    raise LiveStreamError(fields[b"error"].decode(errors="replace"))
+                continue
+            if await job_finished():
+                hub.close_listener(listener)
+                return None
+            if time.monotonic() > deadline:
+                raise LiveStartTimeout(f"no worker started job {job_id} within {wait_s:g} s; it stays queued: "
+                                       f"GET /v1/jobs/{job_id}/stream later")
+    except BaseException:
+        hub.close_listener(listener)
+        raise
 
 
-async def _pcm(client: aioredis.Redis, key: str, last: bytes) -> AsyncIterator[bytes]:
+async def _pcm(hub: LiveHub, client: aioredis.Redis, listener: Listener, owner: str) -> AsyncIterator[bytes]:
+    """The stream's PCM from its first chunk. A quiet stream is checked: expired, or its worker
+    gone (its alive key lapsed), it is cut rather than left hanging."""
     idle_since = time.monotonic()
-    while True:
-        reply = await client.xread({key: last}, count=64, block=_POLL_MS)
-        if not reply:
-            if not await client.exists(key):
-                raise LiveStreamError("the live audio expired before it ended")
-            if time.monotonic() - idle_since > IDLE_S:
-                raise LiveStreamError(f"no audio for {IDLE_S:.0f} s")
-            continue
-        idle_since = time.monotonic()
-        for entry_id, fields in reply[0][1]:
-            last = entry_id
-            kind = fields[b"kind"]
+    try:
+        while True:
+            entry = await listener.get(_POLL_S)
+            if entry is None:
+                await _check_quiet(client, listener.key, owner, time.monotonic() - idle_since)
+                continue
+            idle_since = time.monotonic()
+            kind, fields = entry[1][b"kind"], entry[1]
             if kind == PCM:
                 yield fields[b"data"]
             elif kind == END:
@@ -97,6 +106,21 @@ async def _pcm(client: aioredis.Redis, key: str, last: bytes) -> AsyncIterator[b
                 return
             elif kind == START:
                 raise LiveStreamError("the job was restarted by a retry; request the stream again")
+    finally:
+        hub.close_listener(listener)
+
+
+async def _check_quiet(client: aioredis.Redis, key: str, owner: str, quiet_s: float) -> None:
+    pipe = client.pipeline(transaction=False)
+    pipe.exists(key)
+    pipe.exists(alive_key(owner) if owner else key)
+    exists, alive = await pipe.execute()
+    if not exists:
+        raise LiveStreamError("the live audio expired before it ended")
+    if not alive:
+        raise WorkerLostError(f"the worker rendering this job stopped ({quiet_s:.1f} s without audio)")
+    if quiet_s > IDLE_S:
+        raise LiveStreamError(f"no audio for {IDLE_S:.0f} s")
 
 
 def wav_header(sample_rate: int) -> bytes:

@@ -11,7 +11,8 @@ import click
 @click.option("--gpu", type=int, help="Pin this worker to GPU N (sets CUDA_VISIBLE_DEVICES before torch loads).")
 @click.option("--cpu", "cpu_only", is_flag=True, help="Hide all GPUs from this worker.")
 @click.option("-Q", "--queues", help="Comma-separated queues [default: realtime, callbacks and every length bucket].")
-@click.option("-c", "--concurrency", type=int, help="Tasks in flight [default: SYNTH_WORKER_CONCURRENCY].")
+@click.option("-c", "--concurrency", type=int,
+              help="Batch tasks in flight [default: SYNTH_WORKER_CONCURRENCY, else derived from the engine's rows].")
 @click.option("--loglevel", default="INFO", show_default=True)
 @click.option("-n", "--hostname", help="Celery node name [default: synth-gpuN@host or synth-cpu@host].")
 def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
@@ -19,6 +20,10 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
 
     One worker per GPU: `synth worker --gpu 0`, `synth worker --gpu 1`, ... With no SYNTH_REDIS_URL
     it serves the embedded Redis of the data folder, finishing jobs queued there earlier.
+
+    Realtime jobs have a consumer of their own beside the batch tasks' slots, so they reach the
+    engine as soon as they arrive, however much batch work is running or queued. The batch slots
+    follow the engine's rows: nothing needs tuning per GPU.
     """
     if gpu is not None and cpu_only:
         raise click.UsageError("--gpu and --cpu exclude each other")
@@ -26,10 +31,14 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
 
     pin_gpu(gpu, cpu_only)  # before anything imports torch
 
+    from celery.signals import worker_shutdown
+
     from cli.context import broker, open_database
+    from pipeline.routing import REALTIME_QUEUE
     from pipeline.settings import Settings
     from worker.app import default_queues, make_app
-    from worker.boot import boot
+    from worker.boot import batch_slots, boot
+    from worker.realtime import RealtimeConsumer, realtime_slots
 
     settings = Settings()
     if gpu is not None and settings.worker_name is None:  # workers sharing a host, told apart
@@ -39,14 +48,21 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     open_database(settings)
     with broker(settings) as broker_url:
         app = make_app(settings, broker_url)
-        boot(app)
+        runtime = boot(app)
         from worker.metrics import install as install_metrics
 
         install_metrics(app, broker_url)  # Prometheus (SYNTH_WORKER_METRICS_PORT) + Redis heartbeat
+        wanted = queues.split(",") if queues else default_queues(settings)
+        batch_queues = [q for q in wanted if q != REALTIME_QUEUE]
+        if REALTIME_QUEUE in wanted and batch_queues:  # a realtime-only worker needs no second consumer
+            consumer = RealtimeConsumer(app, realtime_slots(runtime.engine.info.max_batch)).start()
+            worker_shutdown.connect(lambda **_: consumer.stop(), weak=False)
+        else:
+            batch_queues = wanted
+        slots = concurrency or batch_slots(settings, runtime.engine)
         name = hostname or f"synth-{'gpu' + str(gpu) if gpu is not None else 'cpu'}-{os.getpid()}@%h"
         app.worker_main([
-            "worker", "--pool", "threads",
-            "--concurrency", str(concurrency or settings.worker_concurrency),
-            "--queues", queues or ",".join(default_queues(settings)),
+            "worker", "--pool", "threads", "--concurrency", str(slots),
+            "--queues", ",".join(batch_queues),
             "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle",
         ])

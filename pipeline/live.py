@@ -2,14 +2,24 @@
 ``synth:audio:<job_id>``; a reader (the API) reads it from the start, so a late joiner gets what was
 already produced and then blocks for the rest.
 
-Entries, in order: ``start`` (sample rate), ``pcm`` (little-endian int16 mono bytes) ..., ``end``
-(empty ``error`` on success). The key expires ``ttl`` seconds after its last write. The stored file
-stays the source of truth: a failure to publish is logged and ends the live copy, never the job.
+Entries, in order: ``start`` (sample rate, and the publishing worker's ``owner`` id), ``pcm``
+(little-endian int16 mono bytes) ..., ``end`` (empty ``error`` on success). The key expires ``ttl``
+seconds after its last write. The stored file stays the source of truth: a failure to publish is
+logged and ends the live copy, never the job.
+
+While a worker publishes, it keeps ``synth:alive:<owner>`` alive (``ALIVE_TTL_S``, refreshed every
+second by a thread of its own): a reader whose stream goes quiet checks that key, so a worker
+killed mid-stream cuts its listeners' streams within seconds instead of leaving them hanging.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
+import uuid
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,11 +30,18 @@ from pipeline import audio
 log = logging.getLogger(__name__)
 
 STREAM_PREFIX = "synth:audio:"
+ALIVE_PREFIX = "synth:alive:"
+ALIVE_TTL_S = 3          # a publisher gone this long is dead to its readers
+_ALIVE_EVERY_S = 1.0
 START, PCM, END = b"start", b"pcm", b"end"
 
 
 def stream_key(job_id: str) -> str:
     return f"{STREAM_PREFIX}{job_id}"
+
+
+def alive_key(owner: str) -> str:
+    return f"{ALIVE_PREFIX}{owner}"
 
 
 def redis_client_url(url: str) -> str:
@@ -35,9 +52,12 @@ def redis_client_url(url: str) -> str:
 class LiveAudio:
     """The publishing side, one per worker process."""
 
-    def __init__(self, client: redis.Redis, ttl: int) -> None:
+    def __init__(self, client: redis.Redis, ttl: int, owner: str | None = None) -> None:
         self.client = client
         self.ttl = ttl
+        self.owner = owner or f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._keepalive: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, ttl: int) -> LiveAudio:
@@ -58,13 +78,42 @@ class LiveAudio:
             return False
 
     def start(self, job_id: str, sample_rate: int) -> bool:
-        return self._add(job_id, {"kind": START, "rate": sample_rate}, reset=True)
+        self._keep_alive()
+        return self._add(job_id, {"kind": START, "rate": sample_rate, "owner": self.owner}, reset=True)
 
     def pcm(self, job_id: str, samples: np.ndarray) -> bool:
         return self._add(job_id, {"kind": PCM, "data": audio.to_int16(samples).astype("<i2").tobytes()})
 
     def end(self, job_id: str, error: str | None = None) -> None:
         self._add(job_id, {"kind": END, "error": (error or "")[:500]})
+
+    def _keep_alive(self) -> None:
+        """Start the thread that keeps this publisher's alive key (once, on the first stream)."""
+        if self._keepalive is not None:
+            return
+        with self._lock:
+            if self._keepalive is None:
+                self._beat()
+                self._keepalive = threading.Thread(target=_beat_while_alive, args=(weakref.ref(self),),
+                                                   name="synth-live-alive", daemon=True)
+                self._keepalive.start()
+
+    def _beat(self) -> None:
+        try:
+            self.client.set(alive_key(self.owner), b"1", ex=ALIVE_TTL_S)
+        except redis.RedisError as e:
+            log.warning("live audio keepalive not written: %s", e)
+
+
+def _beat_while_alive(ref: weakref.ref[LiveAudio]) -> None:
+    """Refresh the alive key while its publisher exists (the thread ends with it)."""
+    while True:
+        time.sleep(_ALIVE_EVERY_S)
+        live = ref()
+        if live is None:
+            return
+        live._beat()
+        del live
 
 
 @dataclass

@@ -119,7 +119,10 @@ class Settings(BaseSettings):
     visibility_timeout: int = 3600
     max_retries: int = 5
     retry_backoff_max: int = 600
-    worker_concurrency: int = 2
+    # Batch tasks a worker works at once (threads). 0: derived from the engine, enough messages
+    # in hand to fill its rows twice over (worker/boot.py ``batch_slots``), so nothing needs tuning
+    # per GPU. Realtime jobs never take these slots: they have a consumer of their own.
+    worker_concurrency: int = Field(default=0, ge=0)
 
     # Reports and operations (pipeline/reports/, worker/beat.py, worker/metrics.py).
     report_cron: str = "0 6 * * *"      # nightly report, crontab in UTC
@@ -150,6 +153,9 @@ class Settings(BaseSettings):
     presign_seconds: int = 900              # lifetime of the S3 URL GET /v1/jobs/{id}/audio redirects to
     live_start_timeout: float = 300.0       # how long a live reader waits for a queued realtime job to start
     live_stream_ttl: int = 900              # seconds a job's live audio stays in Redis after its last chunk
+    # Live streams one API process serves at once (all read over one Redis connection); past it,
+    # new ones get 503 with Retry-After.
+    api_max_live_streams: int = Field(default=1024, ge=1)
     # POST /v1/audio/speech: OpenAI voice names (alloy, nova ...) speak with the default voice;
     # false: they are refused with the list of voices.
     api_map_openai_voices: bool = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -57,3 +58,17 @@ def boot(app: Celery, engine: Engine | None = None) -> Runtime:
 def runtime_for(app: Celery) -> Runtime:
     runtime = getattr(app, "synth_runtime", None)
     return runtime if runtime is not None else boot(app)
+
+
+MIN_BATCH_SLOTS = 2
+
+
+def batch_slots(settings: Settings, engine: Engine) -> int:
+    """Batch tasks in flight: ``settings.worker_concurrency``, or enough messages to fill the
+    engine's rows twice over. An engine batches every job it is handed, so the worker's slots, not
+    the engine, would otherwise cap the batch (2 slots of 8 jobs: 16 of 512 rows). Twice over,
+    because a message holds its slot until its last job ends: the jobs waiting in the engine's
+    own queue take the rows the finished ones free."""
+    if settings.worker_concurrency:
+        return settings.worker_concurrency
+    return max(MIN_BATCH_SLOTS, math.ceil(2 * engine.info.max_batch / max(1, settings.jobs_per_task)))

@@ -35,7 +35,7 @@ def register(app: Celery) -> None:
             # The whole message could not be worked (database or storage down): try it all again.
             raise _retry_or_fail(self, runtime, job_ids, e) from e
         except Exception as e:
-            _fail_all(runtime, job_ids, f"internal error: {type(e).__name__}: {e}")
+            fail_all(runtime, job_ids, f"internal error: {type(e).__name__}: {e}")
             raise
         if outcome.retry:
             raise _retry_or_fail(self, runtime, outcome.retry, RetryableError("; ".join(outcome.retry)))
@@ -49,13 +49,13 @@ def register(app: Celery) -> None:
 def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception) -> Exception:
     """The exception the task raises: a Retry, or ``error`` once retries are used up (jobs failed)."""
     if task.request.retries >= task.max_retries:
-        _fail_all(runtime, job_ids, f"gave up after {task.request.retries} retries: {error}")
+        fail_all(runtime, job_ids, f"gave up after {task.request.retries} retries: {error}")
         return error
     return task.retry(args=[job_ids], exc=error,
                      countdown=backoff(task.request.retries, runtime.settings.retry_backoff_max), throw=False)
 
 
-def _fail_all(runtime, job_ids: list[str], reason: str) -> None:
+def fail_all(runtime, job_ids: list[str], reason: str) -> None:
     try:
         with runtime.renderer.sessions() as session:
             for job_id in job_ids:

@@ -112,7 +112,7 @@ async def open_live_or_fail(state, job_id: str):
     async def finished() -> bool:
         return await run_in_threadpool(_finished, state, job_id)
     try:
-        return await open_live(state.aredis, job_id, finished, state.settings.live_start_timeout)
+        return await open_live(state.live, state.aredis, job_id, finished, state.settings.live_start_timeout)
     except LiveStartTimeout as e:
         raise HTTPException(503, detail=str(e), headers={"Retry-After": "10"}) from e
     except LiveStreamError as e:

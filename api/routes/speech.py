@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api import creating, idempotency
 from api.deps import CurrentKey, State
+from api.livehub import LiveCapacityError
 from api.routes.jobs import open_live_or_fail
 from api.schemas import SpeechCreate
 from api.streaming import CONTENT_TYPES, OPENAI_PCM_RATE, SPEECH_FORMATS, encode, once, wav_pcm
@@ -55,7 +56,8 @@ def pick_voice(settings: Settings, voice: str) -> str | None:
 @router.post("/speech", response_class=StreamingResponse,
              responses={200: {"content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))},
                               "description": "audio, streamed as it is synthesized"},
-                        400: {"description": "unknown voice or format"}})
+                        400: {"description": "unknown voice or format"},
+                        503: {"description": "the API serves as many live streams as it may (Retry-After)"}})
 async def speech(body: SpeechCreate, key: CurrentKey, state: State,
                  idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> Response:
     try:
@@ -65,6 +67,8 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State,
         voice = pick_voice(state.settings, body.voice)
     except OpenAIError as e:
         return e.response()
+    if not state.live.has_room():  # refused before a job is made that nobody would hear
+        raise LiveCapacityError(f"this API process serves {state.live.max_streams} live streams already")
     job_id = await run_in_threadpool(_create, state, key, body, voice, idempotency_key)
     live = await open_live_or_fail(state, job_id)
     if live is None:  # an Idempotency-Key replay after the live copy expired: the stored WAV

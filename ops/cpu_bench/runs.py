@@ -26,6 +26,7 @@ from pipeline.settings import Settings
 from pipeline.submit import BatchOptions, create_batch, resolve_options
 from pipeline.summary import percentile
 from worker.app import make_app
+from worker.boot import batch_slots
 from worker.enqueue import check_broker, enqueue_batch
 
 POLL_S = 0.1                # how often the full path polls the database for the batch's end
@@ -153,7 +154,7 @@ def bench_pipeline(corpus: Path, lines: int, formats: tuple[str, ...], repeat: i
             with running_worker(app, settings, workdir) as worker:
                 # Warm both sides on the same throwaway lines first: the worker's whole path (DB pool,
                 # encoders) and onnxruntime's buffers for these input sizes in both processes.
-                warm_data = read_slice(corpus, min(lines, settings.jobs_per_task * settings.worker_concurrency))
+                warm_data = read_slice(corpus, min(lines, settings.jobs_per_task * batch_slots(settings, engine)))
                 run_bare(engine, renderer_requests(settings, warm_data, voice), 0)
                 with stopwatch() as warm:
                     for fmt in formats:
@@ -170,7 +171,7 @@ def bench_pipeline(corpus: Path, lines: int, formats: tuple[str, ...], repeat: i
             drop_queues(app)
     return {"lines": lines, "corpus": str(corpus), "chunks": len(requests),
             "engine_threads": settings.engine_settings().threads,
-            "worker_concurrency": settings.worker_concurrency, "jobs_per_task": settings.jobs_per_task,
+            "worker_concurrency": batch_slots(settings, engine), "jobs_per_task": settings.jobs_per_task,
             "engine_load_s": load.s, "worker_boot_s": worker.boot_s, "worker_warm_s": warm.s,
             "results": results}
 

@@ -4,17 +4,21 @@ Each ONNX run is single-threaded (intra_op_num_threads=1) and onnxruntime releas
 threads keep N cores busy on N different requests: better throughput on short texts than one
 request using all cores. espeak-ng (phonemization) is not thread-safe, so it runs under a lock; it
 costs a few percent of the synthesis time.
+
+The pool works one sentence at a time, most urgent first: realtime requests before batch ones, then
+requests in arrival order (a request's next sentence keeps its place). A realtime request therefore
+waits for at most one sentence per thread, never for the batch work queued before it.
 """
 
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +65,7 @@ class PiperEngine(Engine):
             self._voices[name] = PiperVoice(session=session, config=PiperConfig.from_dict(config))
         self._syn_config = SynthesisConfig(normalize_audio=False)
         self._phonemize_lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="piper")
+        self._pool = _UrgentFirstPool(threads)
         rates = {v.config.sample_rate for v in self._voices.values()}
         if len(rates) != 1:
             raise EngineUnavailableError(f"Piper voices with different sample rates: {sorted(rates)}")
@@ -86,7 +90,7 @@ class PiperEngine(Engine):
     def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
         out: queue.Queue[AudioChunk] = queue.Queue()
         for request in requests:
-            self._pool.submit(self._render, request, out)
+            self._pool.submit(request.realtime, self._start, request, out)
         remaining = len(requests)
         while remaining:
             chunk = out.get()
@@ -94,8 +98,8 @@ class PiperEngine(Engine):
                 remaining -= 1
             yield chunk
 
-    def _render(self, request: SynthesisRequest, out: queue.Queue[AudioChunk]) -> None:
-        """Runs on a pool thread: one chunk per sentence, then a final (possibly empty) chunk."""
+    def _start(self, place, request: SynthesisRequest, out: queue.Queue[AudioChunk]) -> None:
+        """Runs on a pool thread: phonemize, then queue the first sentence in this request's place."""
         try:
             voice = self._voices.get(request.voice)
             if voice is None:
@@ -104,20 +108,68 @@ class PiperEngine(Engine):
                 sentences = [p for p in voice.phonemize(request.text) if p]
             if not sentences:
                 raise EngineError(f"nothing speakable in {request.text[:60]!r}")
-            for i, phonemes in enumerate(sentences):
-                ids = voice.phonemes_to_ids(phonemes)
-                audio = np.asarray(voice.phoneme_ids_to_audio(ids, self._syn_config), dtype=np.float32)
-                peak = float(np.max(np.abs(audio))) if audio.size else 0.0
-                if peak > 1e-8:
-                    audio = audio * (PEAK / peak)
-                out.put(AudioChunk(request.key, audio, final=i == len(sentences) - 1))
-        except EngineError as e:
-            out.put(AudioChunk(request.key, np.zeros(0, np.float32), final=True, error=e))
-        except Exception as e:  # an onnxruntime or espeak failure on this input: fail this request only
-            log.exception("piper failed on request %r", request.key)
+        except Exception as e:  # noqa: BLE001 - this request fails, the others carry on
+            self._failed(request, out, e)
+            return
+        self._pool.resubmit(place, self._sentence, request, voice, sentences, 0, out)
+
+    def _sentence(self, place, request: SynthesisRequest, voice, sentences: list, i: int,
+                  out: queue.Queue[AudioChunk]) -> None:
+        """Runs on a pool thread: one sentence's chunk, then the next sentence in the same place."""
+        try:
+            ids = voice.phonemes_to_ids(sentences[i])
+            audio = np.asarray(voice.phoneme_ids_to_audio(ids, self._syn_config), dtype=np.float32)
+        except Exception as e:  # noqa: BLE001 - an onnxruntime failure on this input fails this request only
+            self._failed(request, out, e)
+            return
+        peak = float(np.max(np.abs(audio))) if audio.size else 0.0
+        if peak > 1e-8:
+            audio = audio * (PEAK / peak)
+        last = i == len(sentences) - 1
+        out.put(AudioChunk(request.key, audio, final=last))
+        if not last:
+            self._pool.resubmit(place, self._sentence, request, voice, sentences, i + 1, out)
+
+    @staticmethod
+    def _failed(request: SynthesisRequest, out: queue.Queue[AudioChunk], e: Exception) -> None:
+        if not isinstance(e, EngineError):
+            log.error("piper failed on request %r", request.key, exc_info=e)
             err = EngineError(f"piper failed: {type(e).__name__}: {e}")
             err.__cause__ = e
-            out.put(AudioChunk(request.key, np.zeros(0, np.float32), final=True, error=err))
+            e = err
+        out.put(AudioChunk(request.key, np.zeros(0, np.float32), final=True, error=e))
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.close()
+
+
+class _UrgentFirstPool:
+    """Threads that take the most urgent item first: (0 realtime / 1 batch, arrival order).
+    ``fn(place, *args)`` gets its place, so a continuation can keep it (``resubmit``)."""
+
+    def __init__(self, threads: int) -> None:
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._threads = [threading.Thread(target=self._work, name=f"piper-{i}", daemon=True)
+                         for i in range(max(1, threads))]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, urgent: bool, fn: Callable, *args) -> None:
+        self.resubmit((0 if urgent else 1, next(self._order)), fn, *args)
+
+    def resubmit(self, place: tuple[int, int], fn: Callable, *args) -> None:
+        self._queue.put((place, next(self._order), fn, args))
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._queue.put(((2, 0), next(self._order), None, ()))  # after every queued item
+        for thread in self._threads:
+            thread.join()
+
+    def _work(self) -> None:
+        while True:
+            place, _, fn, args = self._queue.get()
+            if fn is None:
+                return
+            fn(place, *args)
