@@ -1,0 +1,152 @@
+"""Realtime work never waits behind batch work, the API holds many live streams, and a worker that
+dies mid-stream cuts its listeners' streams: `synth worker` subprocesses with Piper, the API on a
+loopback port, real Redis and both databases."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from pipeline.db.models import Job, JobStatus
+from tests.api.conftest import client_for, serve
+from tests.cli_helpers import start_synth, synth, synth_env
+
+LONG = "The committee reviewed every proposal carefully before the final vote was taken. " * 5
+SPEECH = "/v1/audio/speech"
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def jobs_of(sessions, batch_id: str) -> list[Job]:
+    with sessions() as s:
+        return s.scalars(select(Job).where(Job.batch_id == batch_id).order_by(Job.line_no)).all()
+
+
+@pytest.fixture
+def worker_env(tmp_path, redis_url, database_url):
+    """A user's worker on the test services: one batch slot of one job, one Piper thread."""
+    return synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
+                     SYNTH_DATABASE_URL=database_url, SYNTH_JOBS_PER_TASK="1", SYNTH_ENGINE_THREADS="1",
+                     SYNTH_WORKER_CONCURRENCY="1")
+
+
+@pytest.fixture
+def worker(worker_env, tmp_path):
+    process = start_synth("worker", env=worker_env, log=tmp_path / "worker.log")
+    yield process
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except Exception:  # noqa: BLE001 - a worker that will not stop is killed
+            process.kill()
+
+
+def submit(env, path, *extra: str) -> str:
+    done = synth("submit", str(path), "--no-wait", *extra, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode().strip()
+
+
+def test_a_realtime_job_starts_before_batch_work_queued_ahead_of_it_while_every_slot_is_busy(
+        tmp_path, worker_env, worker, sessions):
+    corpus = tmp_path / "batch.txt"
+    corpus.write_text("\n".join([LONG] * 6) + "\n")
+    batch_id = submit(worker_env, corpus)
+    wait_for(lambda: any(j.status == JobStatus.RUNNING for j in jobs_of(sessions, batch_id)), 120,
+             "the only batch slot to be busy")
+
+    line = tmp_path / "realtime.txt"
+    line.write_text("Realtime goes first.\n")
+    realtime_id = submit(worker_env, line, "--priority", "realtime")
+    submitted = time.monotonic()
+    (job,) = wait_for(lambda: [j for j in jobs_of(sessions, realtime_id) if j.status.terminal], 120,
+                      "the realtime job to finish")
+    waited = time.monotonic() - submitted
+
+    assert job.status == JobStatus.DONE, job.error
+    batch = jobs_of(sessions, batch_id)
+    queued_before = [j for j in batch if j.status == JobStatus.QUEUED]
+    # The batch slot still holds its message and the rest of the batch is still queued: the
+    # realtime job went past them, not through a freed slot.
+    assert len(queued_before) >= 3, [j.status for j in batch]
+    assert waited < 60
+
+
+@pytest.fixture
+def api_settings(settings):
+    return settings.with_overrides(api_rate_limit=0, api_max_live_streams=12)
+
+
+async def _speak(base: str, key: str, text: str) -> tuple[int, dict, bytes]:
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"},
+                                 timeout=120) as c:
+        async with c.stream("POST", SPEECH, json={"model": "tts-1", "input": text, "voice": "alloy",
+                                                   "response_format": "pcm"}) as r:
+            body = b"".join([chunk async for chunk in r.aiter_bytes()])
+            return r.status_code, dict(r.headers), body
+
+
+def test_the_api_under_more_live_streams_than_it_serves_answers_503_with_retry_after_and_never_500(
+        api_settings, redis_url, worker, new_key):
+    key = new_key("load")
+    with serve(api_settings, redis_url) as server:
+        async def burst():
+            return await asyncio.gather(*[_speak(server.url, key, f"Stream number {i} says hello.")
+                                          for i in range(30)])
+        results = asyncio.run(burst())
+        hub = server.server.config.app.state.synth.live
+        wait_for(lambda: hub.streams == 0, 10, "every listener to be closed")
+
+    statuses = [status for status, _, _ in results]
+    assert 500 not in statuses and set(statuses) <= {200, 503}, statuses
+    assert 503 in statuses  # 30 at once against room for 12: the capacity answer was exercised
+    served = [body for status, _, body in results if status == 200]
+    assert len(served) >= api_settings.api_max_live_streams // 2
+    assert all(len(body) > 24_000 for body in served)  # at least half a second of 24 kHz PCM16
+    for status, headers, _ in results:
+        if status == 503:
+            assert int(headers["retry-after"]) >= 1
+
+
+def test_a_client_that_goes_away_frees_its_live_stream_at_once(api_settings, redis_url, worker, new_key):
+    with serve(api_settings, redis_url) as server, client_for(server, new_key("gone")) as client:
+        hub = server.server.config.app.state.synth.live
+        with client.stream("POST", SPEECH, json={"model": "tts-1", "input": LONG, "voice": "alloy",
+                                                 "response_format": "pcm"}) as r:
+            assert r.status_code == 200
+            next(r.iter_bytes())
+            assert hub.streams == 1
+        wait_for(lambda: hub.streams == 0, 5, "the listener to be closed after the client left")
+
+
+def test_a_worker_killed_mid_stream_cuts_the_clients_stream_within_seconds(
+        api_settings, redis_url, worker, new_key):
+    with serve(api_settings, redis_url) as server, client_for(server, new_key("crash")) as client:
+        with client.stream("POST", SPEECH, json={"model": "tts-1", "input": LONG * 3, "voice": "alloy",
+                                                 "response_format": "pcm"}) as r:
+            assert r.status_code == 200
+            chunks = r.iter_bytes()
+            received = len(next(chunks))
+            os.killpg(worker.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            with pytest.raises(httpx.RemoteProtocolError):  # cut off: an incomplete transfer
+                for chunk in chunks:
+                    received += len(chunk)
+            cut_after = time.monotonic() - killed
+    assert received > 0
+    assert cut_after < 15, f"the stream hung {cut_after:.1f} s after its worker died"
