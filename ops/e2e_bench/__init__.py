@@ -1,0 +1,1 @@
+"""The end-to-end benchmark's client side (ops/bench_e2e.py)."""
