@@ -3,7 +3,9 @@ encode it, store it, and record the outcome and metrics. The worker's task is a 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +38,12 @@ class Renderer:
     crossfade_ms: int = 30
     live: LiveAudio | None = None       # publishes realtime jobs' audio as it is made (pipeline/live.py)
     worker_host: str | None = None      # recorded per job; None: the host name
+    # Batch jobs' host work (claim, split, encode, store, record) runs this many threads at a time.
+    # A GPU worker has a task thread per message in hand, and the engine's loop thread shares the
+    # GIL with all of them: a hundred threads claiming and encoding at once keep the loop from
+    # launching its next step. Threads waiting here sleep instead of competing. Realtime jobs
+    # never wait here.
+    batch_gate: threading.Semaphore = field(default_factory=lambda: threading.BoundedSemaphore(2))
 
 
 @dataclass
@@ -57,19 +65,24 @@ class _JobState:
     first_audio: float | None = None    # monotonic time of its first audio
     live: LiveJob | None = None
     stats: dict = field(default_factory=dict)   # the engine's counters, summed over pieces
+    gate: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
 
 
-def render_jobs(r: Renderer, job_ids: Sequence[str]) -> Outcome:
+def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) -> Outcome:
+    """``realtime``: the realtime consumer's call, which never waits at the batch gate."""
     outcome = Outcome()
-    try:
-        with r.sessions() as session:
-            jobs = db.claim(session, list(job_ids))
-    except OperationalError as e:
-        raise ServiceUnavailableError(f"database unreachable while claiming jobs: {e.orig}") from e
-    claimed = {j.id for j in jobs}
-    outcome.skipped = [jid for jid in job_ids if jid not in claimed]
-
-    states, requests = _plan(r, jobs, outcome)
+    gate = contextlib.nullcontext() if realtime else r.batch_gate
+    with gate:
+        try:
+            with r.sessions() as session:
+                jobs = db.claim(session, list(job_ids))
+        except OperationalError as e:
+            raise ServiceUnavailableError(f"database unreachable while claiming jobs: {e.orig}") from e
+        claimed = {j.id for j in jobs}
+        outcome.skipped = [jid for jid in job_ids if jid not in claimed]
+        states, requests = _plan(r, jobs, outcome)
+    for state in states.values():
+        state.gate = gate
     for chunk in r.engine.synthesize(requests) if requests else ():
         _take(r, states, chunk, outcome)
     if states:  # an engine that ended without a final chunk for every request is a bug: say so
@@ -139,7 +152,8 @@ def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome:
             states.pop(job_id)
             if state.live is not None:
                 state.live.close()
-            _finish(r, state, outcome)
+            with state.gate:
+                _finish(r, state, outcome)
 
 
 def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:

@@ -151,7 +151,7 @@ class RealtimeConsumer:
         totals = {"done": 0, "failed": 0, "skipped": 0}
         while True:
             try:
-                outcome = render_jobs(runtime.renderer, pending)
+                outcome = render_jobs(runtime.renderer, pending, realtime=True)
             except (RetryableError, OperationalError) as e:
                 error, again = e, pending
             else:

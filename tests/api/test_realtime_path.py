@@ -131,7 +131,7 @@ def test_a_client_that_goes_away_frees_its_live_stream_at_once(api_settings, red
             assert r.status_code == 200
             next(r.iter_bytes())
             assert hub.streams == 1
-        wait_for(lambda: hub.streams == 0, 5, "the listener to be closed after the client left")
+        wait_for(lambda: hub.streams == 0, 15, "the listener to be closed after the client left")
 
 
 def test_a_worker_killed_mid_stream_cuts_the_clients_stream_within_seconds(

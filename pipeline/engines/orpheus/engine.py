@@ -7,11 +7,13 @@ that ends is flushed and gets its final chunk at once, while the others continue
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import math
 import os
 import queue
+import threading
 import zlib
 from collections.abc import Iterator, Sequence
 
@@ -95,6 +97,7 @@ class OrpheusEngine(Engine):
             raise ValueError(f"kv_dtype {kv_dtype!r} is our KV cache's: it needs the continuous "
                              "loop (the static loop runs transformers' cache)")
         self.stats = {"tokens": 0, "invalid_tokens": 0, "dropped_frames": 0, "budget_stops": 0}
+        self._prepare_lock = threading.Lock()
         self.loop = None
         max_chars = None
         if realtime_first_lookahead not in (1, 2):
@@ -159,17 +162,22 @@ class OrpheusEngine(Engine):
     # The Engine interface ---------------------------------------------------------------------
 
     def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
-        jobs = []
-        for req in requests:
-            problem = self._check(req)
-            if problem:
-                yield AudioChunk(req.key, np.zeros(0, np.float32), True, EngineError(problem))
-                continue
-            prompt = prompt_ids(self.lm.tokenizer, req.text, req.voice)
-            seed = req.seed if req.seed is not None else default_seed(req)
-            jobs.append((req.realtime, GenJob(req.key, prompt,
-                                              token_budget(req.text, *self.budget), seed,
-                                              req.realtime)))
+        jobs, refused = [], []
+        # Batch callers tokenize one at a time: many task threads tokenizing at once would keep the
+        # loop thread from the GIL. Realtime requests never wait for this lock.
+        urgent = any(req.realtime for req in requests)
+        with contextlib.nullcontext() if urgent else self._prepare_lock:
+            for req in requests:
+                problem = self._check(req)
+                if problem:
+                    refused.append(AudioChunk(req.key, np.zeros(0, np.float32), True, EngineError(problem)))
+                    continue
+                prompt = prompt_ids(self.lm.tokenizer, req.text, req.voice)
+                seed = req.seed if req.seed is not None else default_seed(req)
+                jobs.append((req.realtime, GenJob(req.key, prompt,
+                                                  token_budget(req.text, *self.budget), seed,
+                                                  req.realtime)))
+        yield from refused
         if self.loop is not None:
             yield from self._run_continuous(jobs)
             return
