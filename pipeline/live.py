@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 STREAM_PREFIX = "synth:audio:"
 ALIVE_PREFIX = "synth:alive:"
-ALIVE_TTL_S = 3          # a publisher gone this long is dead to its readers
+ALIVE_TTL_S = 10         # a publisher silent this long is dead to its readers (a busy host can
+                         # hold a thread off the GIL for seconds: no false cuts)
 _ALIVE_EVERY_S = 1.0
 START, PCM, END = b"start", b"pcm", b"end"
 

@@ -149,4 +149,4 @@ def test_a_worker_killed_mid_stream_cuts_the_clients_stream_within_seconds(
                     received += len(chunk)
             cut_after = time.monotonic() - killed
     assert received > 0
-    assert cut_after < 15, f"the stream hung {cut_after:.1f} s after its worker died"
+    assert cut_after < 20, f"the stream hung {cut_after:.1f} s after its worker died"
