@@ -106,6 +106,8 @@ class Settings(BaseSettings):
     max_line_chars: int = 20_000
     max_chunk_chars: int = 400
     crossfade_ms: int = 30
+    # Emoji and pictographs are silent; true reads them out (as the engine names them).
+    read_emoji: bool = False
     # Upper bounds of the batch length buckets, in estimated seconds of speech; one more bucket
     # takes everything longer.
     bucket_seconds: tuple[float, ...] = (10.0, 30.0, 120.0)

@@ -42,6 +42,11 @@ def _voice_model_path(name: str) -> Path:
         ) from e
 
 
+def voice_language(config: dict) -> str:
+    """A Piper voice's language as its config names it (en_US), else its espeak voice (en-us)."""
+    return (config.get("language") or {}).get("code") or config["espeak"]["voice"]
+
+
 class PiperEngine(Engine):
     def __init__(self, models: dict[str, Path], threads: int) -> None:
         try:
@@ -54,12 +59,14 @@ class PiperEngine(Engine):
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         self._voices = {}
+        languages = {}
         for name, path in models.items():
             config = json.loads(Path(f"{path}.json").read_text(encoding="utf-8"))
+            languages[name] = (voice_language(config),)
             session = onnxruntime.InferenceSession(str(path), sess_options=options,
                                                    providers=["CPUExecutionProvider"])
             self._voices[name] = PiperVoice(session=session, config=PiperConfig.from_dict(config))
-        self._syn_config = SynthesisConfig(normalize_audio=False)
+        self._synthesis_config = SynthesisConfig   # built per request, with its rate
         self._phonemize_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="piper")
         rates = {v.config.sample_rate for v in self._voices.values()}
@@ -69,6 +76,7 @@ class PiperEngine(Engine):
         self.info = EngineInfo(
             name="piper", model=first.stem, quantization="none", device_type=cpu_name(),
             sample_rate=rates.pop(), voices=tuple(models), max_batch=threads,
+            languages=languages, rate_control=True,
         )
 
     @classmethod
@@ -104,9 +112,12 @@ class PiperEngine(Engine):
                 sentences = [p for p in voice.phonemize(request.text) if p]
             if not sentences:
                 raise EngineError(f"nothing speakable in {request.text[:60]!r}")
+            # A faster rate is a shorter phoneme length (SSML prosody rate).
+            syn = self._synthesis_config(normalize_audio=False,
+                                   length_scale=voice.config.length_scale / request.rate)
             for i, phonemes in enumerate(sentences):
                 ids = voice.phonemes_to_ids(phonemes)
-                audio = np.asarray(voice.phoneme_ids_to_audio(ids, self._syn_config), dtype=np.float32)
+                audio = np.asarray(voice.phoneme_ids_to_audio(ids, syn), dtype=np.float32)
                 peak = float(np.max(np.abs(audio))) if audio.size else 0.0
                 if peak > 1e-8:
                     audio = audio * (PEAK / peak)
