@@ -93,7 +93,8 @@ class JobOut(BaseModel):
     stream_url: str
     text_notes: dict[str, int] | None = Field(
         None, description="What the text front end changed, when it changed anything: "
-        "foreign_chars_dropped, emoji_dropped, tags_removed, ssml_breaks, ssml_say_as, rate_ignored")
+        "foreign_chars_dropped, emoji_dropped, tags_removed, readings_expanded, ssml_breaks, "
+        "ssml_say_as, rate_ignored")
 
 
 class BatchOut(BaseModel):

@@ -85,6 +85,7 @@ TEXT_NOTE_WORDS = {
     "foreign_chars_dropped": "characters of other scripts dropped",
     "emoji_dropped": "emoji silent",
     "tags_removed": "tags removed",
+    "readings_expanded": "amounts, URLs or e-mail addresses in words",
     "ssml_breaks": "SSML breaks",
     "ssml_say_as": "SSML say-as",
     "rate_ignored": "prosody rates the engine cannot honour",

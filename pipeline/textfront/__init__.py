@@ -6,10 +6,11 @@ One pass, shared by every engine (pipeline/render.py calls ``prepare``):
    but HTML-like tags (``<b>``, ``<br/>``, ``<!-- -->``) are removed, never read aloud, and HTML
    entities are decoded. The engine's own inline tags (Orpheus: ``<laugh>`` ...) are kept for it;
    any other engine loses them with the rest of the markup.
-2. Characters. Emoji are silent unless the settings say to read them, and characters of scripts
+2. Readings. Money, web addresses and e-mail addresses become words (readings.py).
+3. Characters. Emoji are silent unless the settings say to read them, and characters of scripts
    the voice's languages do not use are dropped (scripts.py): a voice that spells out foreign
    letters by name is worse than silence.
-3. What happened is counted (``Prepared.notes``), recorded with the job and shown by
+4. What happened is counted (``Prepared.notes``), recorded with the job and shown by
    ``synth status`` and the API.
 """
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from pipeline import text as plain
 from pipeline.constants import CHARS_PER_SECOND
-from pipeline.textfront import scripts, ssml
+from pipeline.textfront import readings, scripts, ssml
 from pipeline.textfront.ssml import Pause, Speech
 
 # Seconds of audio an engine's inline tag (a laugh, a sigh) is allowed in a token budget: it is
@@ -84,8 +85,10 @@ def prepare(text: str, voice: VoiceProfile, read_emoji: bool = False) -> Prepare
     dropped = scripts.Dropped()
     for part in parts:
         if isinstance(part, Speech):
+            expanded, n = readings.expand(plain.normalize(part.text))
+            _count(counts, "readings_expanded", n)
             part.text = plain.normalize(
-                scripts.keep_speakable(plain.normalize(part.text), allowed, read_emoji, dropped))
+                scripts.keep_speakable(expanded, allowed, read_emoji, dropped))
     _count(counts, "foreign_chars_dropped", dropped.foreign)
     _count(counts, "emoji_dropped", dropped.emoji)
     return Prepared(parts, counts)
