@@ -17,13 +17,7 @@ from pipeline import audio, textfront
 from pipeline.db import jobs as db
 from pipeline.db.models import Job, as_utc, utcnow
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
-from pipeline.errors import (
-    EngineError,
-    MarkupError,
-    PermanentError,
-    RetryableError,
-    ServiceUnavailableError,
-)
+from pipeline.errors import EngineError, MarkupError, PermanentError, RetryableError, ServiceUnavailableError
 from pipeline.hostinfo import hostname
 from pipeline.live import LiveAudio, LiveJob
 from pipeline.manifest import write_manifest
