@@ -115,6 +115,12 @@ def test_html_like_tags_outside_speak_are_never_read_aloud_but_other_angle_brack
     assert prepare("<i>x</i>", JOE).notes == {"tags_removed": 2}
 
 
+def test_only_a_speak_element_makes_a_document_ssml():
+    assert said("<speaker>Bob</speaker> says hi") == "Bob says hi"
+    assert said("  <speak >Hi</speak>") == "Hi"
+    assert said("<?xml version='1.0'?>\n<speak>Hi</speak>") == "Hi"
+
+
 def test_an_engines_inline_tags_pass_through_to_it_and_are_dropped_for_others():
     line = "Well <laugh> that was funny <sigh/> ok </laugh>"
     assert said(line, TARA) == "Well <laugh> that was funny <sigh> ok"
@@ -164,9 +170,22 @@ def test_a_line_with_nothing_left_to_say_names_the_voice_language_and_what_was_d
 
 
 def test_plain_text_passes_through_with_no_notes():
-    prepared = prepare("  Dr. Smith paid $1,250.50 on 3/4 at 5 p.m.  ", JOE)
-    assert prepared.parts == [Speech("Dr. Smith paid $1,250.50 on 3/4 at 5 p.m.")]
+    prepared = prepare("  Dr. Smith paid 1,250 on 3/4 at 5 p.m.  ", JOE)
+    assert prepared.parts == [Speech("Dr. Smith paid 1,250 on 3/4 at 5 p.m.")]
     assert prepared.notes == {}
+
+
+@pytest.mark.parametrize("text, words", [
+    ("It cost $1,250.50 today.", "It cost 1,250 dollars and 50 cents today."),
+    ("$1 or $5.01 or €20 or £3.99", "1 dollar or 5 dollars and 1 cent or 20 euros or 3 pounds and 99 pence"),
+    ("a $1.5 million deal, ¥500", "a 1.5 million dollars deal, 500 yen"),
+    ("Visit https://example.com/help?x=1.", "Visit example dot com slash help."),
+    ("See www.python.org/downloads/ now", "See python dot org slash downloads now"),
+    ("Mail first.last@mail.example.co.uk today", "Mail first dot last at mail dot example dot co dot uk today"),
+])
+def test_money_web_and_email_addresses_become_words(text, words):
+    prepared = prepare(text, JOE)
+    assert said(text) == words and prepared.notes["readings_expanded"] >= 1
 
 
 def test_pieces_split_long_text_and_drop_pieces_with_nothing_to_say():

@@ -33,6 +33,7 @@ RATES = {"x-slow": 0.5, "slow": 0.75, "medium": 1.0, "default": 1.0, "fast": 1.2
 RATE_RANGE = (0.5, 2.0)
 _TIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
 _SENTENCE_END = ".!?…:;"
+_SPEAK_START = re.compile(r"\s*(?:<\?xml[^>]*\?>\s*)?<speak[\s/>]")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
 
 
@@ -57,8 +58,8 @@ class Notes:
 
 
 def is_ssml(text: str) -> bool:
-    head = text.lstrip()
-    return head.startswith("<speak") or (head.startswith("<?xml") and "<speak" in head)
+    """A document whose first element is ``<speak>`` (after an XML declaration, if any)."""
+    return _SPEAK_START.match(text) is not None
 
 
 def parse(text: str, emotive_tags: frozenset[str], rate_control: bool,
