@@ -92,3 +92,17 @@ def test_a_batch_with_nothing_changed_shows_no_text_line(settings, sessions, red
         summary = summarize(s, s.get(Batch, batch.id))
     assert job.status == JobStatus.DONE and "text" not in (m.extra or {})
     assert summary.text_notes == {} and describe_text_notes(summary.text_notes) == ""
+
+
+def test_a_worker_set_to_read_emoji_keeps_them(settings, sessions, redis_url, piper_engine):
+    settings = settings.with_overrides(read_emoji=True)
+    corpus = parse_corpus("Party 🎉 time.".encode(), source="c.txt", max_line_chars=500)
+    with sessions() as s:
+        batch = create_batch(s, settings, corpus, BatchOptions(format="wav"), source="c.txt")
+        s.commit()
+    with app_with_worker(settings, redis_url, piper_engine) as app:
+        enqueue_batch(app, sessions, batch.id, settings.jobs_per_task)
+        wait_finished(sessions, batch.id)
+    with sessions() as s:
+        (job, m), = db.jobs_with_metrics(s, batch.id)
+    assert job.status == JobStatus.DONE and "text" not in (m.extra or {})
