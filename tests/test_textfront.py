@@ -42,6 +42,8 @@ def test_breaks_at_the_edges_are_kept_but_a_paragraphs_pause_is_only_between_par
     assert pauses == [1.0, 2.0]
     chunks, pauses = prepare("<speak><p>One</p><p>Two</p></speak>", JOE).pieces(400)
     assert [c.text for c in chunks] == ["One.", "Two."] and pauses == [0.0, 0.75, 0.0]
+    _, pauses = prepare('<speak><p>One<break time="1s"/></p></speak>', JOE).pieces(400)
+    assert pauses == [0.0, 1.0]         # an asked break at the end stays
 
 
 def test_sentences_end_sub_says_its_alias_and_unknown_tags_keep_their_text():

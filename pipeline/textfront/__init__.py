@@ -55,17 +55,20 @@ class Prepared:
         them: ``pauses[i]`` before chunk ``i``, ``pauses[-1]`` after the last one."""
         chunks: list[Speech] = []
         pauses = [0.0]
+        between = 0.0           # paragraph pauses: kept only where speech follows
         for part in self.parts:
             if isinstance(part, Pause):
-                if not part.soft or chunks:
+                if part.soft:
+                    between += part.seconds if chunks else 0.0
+                else:
                     pauses[-1] += part.seconds
                 continue
             for chunk in plain.split_chunks(part.text, max_chars):
                 if plain.has_speakable_content(chunk):
+                    pauses[-1] += between
+                    between = 0.0
                     chunks.append(Speech(chunk, part.rate))
                     pauses.append(0.0)
-        if self.parts and isinstance(self.parts[-1], Pause) and self.parts[-1].soft:
-            pauses[-1] = 0.0
         return chunks, pauses
 
 
