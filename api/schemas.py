@@ -91,6 +91,10 @@ class JobOut(BaseModel):
     finished_at: datetime | None
     audio_url: str | None = Field(description="GET it for the audio once status is done")
     stream_url: str
+    text_notes: dict[str, int] | None = Field(
+        None, description="What the text front end changed, when it changed anything: "
+        "foreign_chars_dropped, emoji_dropped, tags_removed, readings_expanded, ssml_breaks, "
+        "ssml_say_as, rate_ignored")
 
 
 class BatchOut(BaseModel):

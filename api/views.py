@@ -22,6 +22,7 @@ def job_out(job: Job, metrics: JobMetrics | None) -> JobOut:
         created_at=_utc(job.created_at), finished_at=_utc(job.finished_at),
         audio_url=f"/v1/jobs/{job.id}/audio" if job.status == JobStatus.DONE else None,
         stream_url=f"/v1/jobs/{job.id}/stream",
+        text_notes=((metrics.extra or {}).get("text") or None) if metrics else None,
     )
 
 

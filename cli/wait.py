@@ -17,7 +17,7 @@ from pipeline.db import jobs as db
 from pipeline.db.models import Batch, JobStatus
 from pipeline.errors import ServiceUnavailableError
 from pipeline.settings import Settings
-from pipeline.summary import BatchSummary, summarize
+from pipeline.summary import BatchSummary, describe_text_notes, summarize
 
 POLL_S = 0.5
 
@@ -85,6 +85,8 @@ def print_summary(s: BatchSummary) -> None:
         echo(f"audio {s.audio_s:,.1f} s in {s.wall_s:,.1f} s: {s.x_real_time:,.1f}x real time")
     if s.ttfb_p50 is not None:
         echo(f"TTFB p50 {s.ttfb_p50 * 1000:,.0f} ms, p95 {s.ttfb_p95 * 1000:,.0f} ms")
+    if s.text_notes:
+        echo(describe_text_notes(s.text_notes))
     for client_id, reason in s.failures[:10]:
         echo(f"  failed {client_id}: {reason}")
     if len(s.failures) > 10:

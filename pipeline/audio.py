@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -57,22 +58,40 @@ def ffmpeg_exe() -> str:
     return imageio_ffmpeg.get_ffmpeg_exe()
 
 
-def join(chunks: list[np.ndarray], sample_rate: int, crossfade_ms: int) -> np.ndarray:
-    """Concatenate float32 chunks, overlapping each boundary by a linear crossfade."""
-    chunks = [c for c in chunks if c.size]
-    if not chunks:
+def join(chunks: list[np.ndarray], sample_rate: int, crossfade_ms: int,
+         pauses: Sequence[float] | None = None) -> np.ndarray:
+    """Concatenate float32 chunks, overlapping each boundary by a linear crossfade.
+
+    ``pauses`` (seconds, one more than the chunks): silence before chunk ``i``, and after the last
+    at ``pauses[-1]``. A boundary with a pause is not crossfaded: the silence is exactly as long as
+    asked (an SSML break). The pause of an empty chunk moves to the next one. No audio at all gives
+    an empty array, whatever the pauses."""
+    pauses = [0.0] * (len(chunks) + 1) if pauses is None else list(pauses)
+    if len(pauses) != len(chunks) + 1:
+        raise ValueError(f"{len(chunks)} chunks need {len(chunks) + 1} pauses, not {len(pauses)}")
+    if not any(c.size for c in chunks):
         return np.zeros(0, dtype=np.float32)
-    out = chunks[0].astype(np.float32, copy=True)
     fade = int(sample_rate * crossfade_ms / 1000)
-    for chunk in chunks[1:]:
-        n = min(fade, out.size, chunk.size)
-        if n == 0:
-            out = np.concatenate([out, chunk])
+    out = np.zeros(0, dtype=np.float32)
+    gap = 0.0
+    for chunk, before in zip(chunks, pauses):
+        gap += before
+        if not chunk.size:
             continue
-        ramp = np.linspace(0.0, 1.0, n, dtype=np.float32)
-        mixed = out[-n:] * (1.0 - ramp) + chunk[:n] * ramp
-        out = np.concatenate([out[:-n], mixed, chunk[n:]])
-    return out
+        chunk = chunk.astype(np.float32, copy=False)
+        n = min(fade, out.size, chunk.size)
+        if gap > 0 or n == 0:
+            out = np.concatenate([out, silence(gap, sample_rate), chunk])
+        else:
+            ramp = np.linspace(0.0, 1.0, n, dtype=np.float32)
+            mixed = out[-n:] * (1.0 - ramp) + chunk[:n] * ramp
+            out = np.concatenate([out[:-n], mixed, chunk[n:]])
+        gap = 0.0
+    return np.concatenate([out, silence(gap + pauses[-1], sample_rate)])
+
+
+def silence(seconds: float, sample_rate: int) -> np.ndarray:
+    return np.zeros(round(seconds * sample_rate), dtype=np.float32)
 
 
 def to_int16(audio: np.ndarray) -> np.ndarray:

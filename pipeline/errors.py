@@ -47,3 +47,7 @@ class IllegalTransitionError(PermanentError):
 
 class EngineOverloadedError(RetryableError):
     """The engine dropped work it could not hold (out of device memory); the job is run again."""
+
+
+class MarkupError(InputError):
+    """A ``<speak>`` document that is not well-formed, or an SSML value outside the subset."""

@@ -15,11 +15,11 @@ import numpy as np
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline import audio, text
+from pipeline import audio, textfront
 from pipeline.db import jobs as db
 from pipeline.db.models import Job, as_utc, utcnow
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
-from pipeline.errors import EngineError, PermanentError, RetryableError, ServiceUnavailableError
+from pipeline.errors import EngineError, MarkupError, PermanentError, RetryableError, ServiceUnavailableError
 from pipeline.hostinfo import hostname
 from pipeline.live import LiveAudio, LiveJob
 from pipeline.manifest import write_manifest
@@ -44,6 +44,7 @@ class Renderer:
     # launching its next step. Threads waiting here sleep instead of competing. Realtime jobs
     # never wait here.
     batch_gate: threading.Semaphore = field(default_factory=lambda: threading.BoundedSemaphore(2))
+    read_emoji: bool = False            # the text front end reads emoji out instead of dropping them
 
 
 @dataclass
@@ -66,6 +67,8 @@ class _JobState:
     live: LiveJob | None = None
     stats: dict = field(default_factory=dict)   # the engine's counters, summed over pieces
     gate: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
+    pauses: list[float] | None = None   # seconds of silence around the pieces (audio.join)
+    text_notes: dict = field(default_factory=dict)  # what the text front end changed
 
 
 def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) -> Outcome:
@@ -96,27 +99,45 @@ def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) 
 
 def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
     states: dict[str, _JobState] = {}
-    per_job: list[tuple[str, list[str], Job]] = []
+    per_job: list[tuple[str, list[textfront.Speech], Job]] = []
     now, wall = time.monotonic(), utcnow()
+    max_chars = min(r.max_chunk_chars, r.engine.info.max_text_chars or r.max_chunk_chars)
     for job in jobs:
-        clean = text.normalize(job.text)
-        if not text.has_speakable_content(clean):
-            _fail(r, job.id, f"nothing speakable in line: {job.text[:60]!r}", outcome)
-            continue
         if job.voice not in r.engine.info.voices:
             _fail(r, job.id, f"voice {job.voice!r} is not served by engine {r.engine.info.name!r}", outcome)
             continue
-        chunks = text.split_chunks(clean, min(r.max_chunk_chars, r.engine.info.max_text_chars or r.max_chunk_chars))
+        planned = _front(r, job, max_chars, outcome)
+        if planned is None:
+            continue
+        chunks, pauses, notes = planned
         states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
-                                   live=_live_job(r, job, len(chunks)))
+                                   live=_live_job(r, job, len(chunks)), pauses=pauses,
+                                   text_notes=notes)
         per_job.append((job.id, chunks, job))
     # First chunks of every job first, so each job's first audio comes early.
     requests = [
-        SynthesisRequest((job_id, i), chunks[i], job.voice, seed=None, realtime=job.priority == "realtime")
+        SynthesisRequest((job_id, i), chunks[i].text, job.voice, seed=None,
+                         realtime=job.priority == "realtime", rate=chunks[i].rate)
         for i in range(max((len(c) for _, c, _ in per_job), default=0))
         for job_id, chunks, job in per_job if i < len(chunks)
     ]
     return states, requests
+
+
+def _front(r: Renderer, job: Job, max_chars: int, outcome: Outcome):
+    """The text front end (pipeline/textfront) over one job: its chunks, the pauses around them,
+    and what was changed; None when the job failed here (malformed SSML, nothing to say)."""
+    voice = r.engine.info.profile(job.voice)
+    try:
+        prepared = textfront.prepare(job.text, voice, read_emoji=r.read_emoji)
+    except MarkupError as e:
+        _fail(r, job.id, str(e), outcome)
+        return None
+    chunks, pauses = prepared.pieces(max_chars)
+    if not chunks:
+        _fail(r, job.id, textfront.unspeakable_reason(job.text, voice, prepared.notes), outcome)
+        return None
+    return chunks, pauses, prepared.notes
 
 
 def _live_job(r: Renderer, job: Job, pieces: int) -> LiveJob | None:
@@ -159,7 +180,7 @@ def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome:
 def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
     job, info = state.job, r.engine.info
     pieces = [np.concatenate(p) if p else np.zeros(0, np.float32) for p in state.pieces]
-    samples = audio.join(pieces, info.sample_rate, r.crossfade_ms)
+    samples = audio.join(pieces, info.sample_rate, r.crossfade_ms, state.pauses)
     synth_s = time.monotonic() - state.admitted
     if samples.size == 0:
         _fail(r, job.id, "engine produced no audio", outcome)
@@ -178,7 +199,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
             synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
             engine=info.name, model=info.model, quantization=info.quantization,
             device_type=info.device_type, worker_host=r.worker_host or hostname(),
-            batch_size=state.batch_size, extra=state.stats or None,
+            batch_size=state.batch_size, extra=_extra(state),
         )
         with r.sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)
@@ -189,6 +210,12 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
     except (RetryableError, OperationalError) as e:
         log.warning("job %s will be retried: %s", job.id, e)
         _requeue(r, job.id, str(e), outcome)
+
+
+def _extra(state: _JobState) -> dict | None:
+    """job_metrics.extra: the engine's counters, and under "text" what the front end changed."""
+    extra = {**state.stats, **({"text": state.text_notes} if state.text_notes else {})}
+    return extra or None
 
 
 def _add_stats(total: dict, piece: dict) -> None:

@@ -80,8 +80,9 @@ class Settings(BaseSettings):
     engine_threads: int = 0     # 0: one per core
     orpheus_loop: str = "continuous"  # "static": part 1's length-bucketed batches (a baseline)
     orpheus_context: int = 2048       # tokens per KV-cache row; long texts are split to fit
-    # KV-cache storage: "auto" = the model dtype; "fp8" = e4m3 with a fixed scale of 1, half the
-    # bytes, so twice the rows fit and attention reads half as much (continuous loop, sm_89+).
+    # KV-cache storage: "auto" = the model dtype; "fp8" (opt-in, unvalidated on real weights) =
+    # e4m3 with a fixed, uncalibrated scale of 1, half the bytes, so twice the rows fit and
+    # attention reads half as much (continuous loop, sm_89+).
     orpheus_kv_dtype: Literal["auto", "fp8"] = "auto"
     cuda_graphs: bool = True          # capture the decode step at boot (False: eager, for debugging)
     realtime_rows: int = 0            # KV-cache rows kept free for realtime streams (0: an eighth)
@@ -106,6 +107,8 @@ class Settings(BaseSettings):
     max_line_chars: int = 20_000
     max_chunk_chars: int = 400
     crossfade_ms: int = 30
+    # Emoji and pictographs are silent; true reads them out (as the engine names them).
+    read_emoji: bool = False
     # Upper bounds of the batch length buckets, in estimated seconds of speech; one more bucket
     # takes everything longer.
     bucket_seconds: tuple[float, ...] = (10.0, 30.0, 120.0)

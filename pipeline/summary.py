@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
@@ -33,6 +33,9 @@ class BatchSummary:
     ttfb_p50: float | None
     ttfb_p95: float | None
     failures: list[tuple[str, str]]   # (client id, reason)
+    # What the text front end changed, summed over the done jobs (job_metrics.extra["text"]), with
+    # "jobs": how many jobs had anything changed; empty when nothing was.
+    text_notes: dict[str, int] = field(default_factory=dict)
 
     @property
     def x_real_time(self) -> float | None:
@@ -48,11 +51,13 @@ def summarize(session: Session, batch: Batch) -> BatchSummary:
     counts = {s.value: 0 for s in JobStatus}
     ttfbs, audio_s, last = [], 0.0, None
     failures = []
+    text_notes: dict[str, int] = {}
     for job, m in rows:
         counts[job.status.value] += 1
         if job.status == JobStatus.FAILED:
             failures.append((job.client_id, job.error or "unknown"))
         if m is not None and job.status == JobStatus.DONE:
+            _add_text_notes(text_notes, (m.extra or {}).get("text"))
             audio_s += m.audio_s or 0.0
             if m.ttfb_s is not None:
                 ttfbs.append(m.ttfb_s)
@@ -63,4 +68,34 @@ def summarize(session: Session, batch: Batch) -> BatchSummary:
         batch_id=batch.id, name=batch.name, total=len(rows), counts=counts,
         skipped_lines=batch.skipped_lines, audio_s=audio_s, wall_s=wall,
         ttfb_p50=percentile(ttfbs, 50), ttfb_p95=percentile(ttfbs, 95), failures=failures,
+        text_notes=text_notes,
     )
+
+
+def _add_text_notes(total: dict[str, int], notes: dict | None) -> None:
+    if not notes:
+        return
+    total["jobs"] = total.get("jobs", 0) + 1
+    for key, n in notes.items():
+        total[key] = total.get(key, 0) + n
+
+
+# How `synth status` names each count of the text front end (pipeline/textfront).
+TEXT_NOTE_WORDS = {
+    "foreign_chars_dropped": "characters of other scripts dropped",
+    "emoji_dropped": "emoji silent",
+    "tags_removed": "tags removed",
+    "readings_expanded": "amounts, URLs or e-mail addresses in words",
+    "ssml_breaks": "SSML breaks",
+    "ssml_say_as": "SSML say-as",
+    "rate_ignored": "prosody rates the engine cannot honour",
+}
+
+
+def describe_text_notes(notes: dict[str, int]) -> str:
+    """'text: 3 emoji silent, 12 characters of other scripts dropped (in 2 jobs)'; '' for none."""
+    parts = [f"{notes[k]} {words}" for k, words in TEXT_NOTE_WORDS.items() if notes.get(k)]
+    if not parts:
+        return ""
+    jobs = notes.get("jobs", 0)
+    return f"text: {', '.join(parts)} (in {jobs} job{'s' if jobs != 1 else ''})"

@@ -11,6 +11,7 @@ _SPACE = re.compile(r"\s+")
 # Sentence ends: . ! ? … followed by space, optionally closed by quotes/brackets. Abbreviations are
 # not worth a dictionary here: a split inside "Dr. Smith" costs one short pause.
 _SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+")
+_MARKUP = re.compile(r"<[^<>]*>")
 _CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+")
 _REPLACEMENTS = {
     "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"',
@@ -27,8 +28,9 @@ def normalize(text: str) -> str:
 
 
 def estimate_seconds(text: str) -> float:
-    """Expected speech length, used for routing into length buckets and for token budgets."""
-    return len(text) / CHARS_PER_SECOND
+    """Expected speech length, used for routing into length buckets: markup (an SSML document's
+    tags) is not counted as speech."""
+    return len(_MARKUP.sub("", text)) / CHARS_PER_SECOND
 
 
 def has_speakable_content(text: str) -> bool:

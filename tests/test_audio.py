@@ -52,3 +52,21 @@ def test_sample_rate_option_resamples():
 def test_unknown_format():
     with pytest.raises(UnknownFormatError, match="choose one of wav, mp3, ogg, flac"):
         audio.get_format("aiff")
+
+
+def test_a_pause_is_exact_silence_between_chunks_with_no_crossfade():
+    rate = 1000
+    a, b, c = (np.full(100, v, np.float32) for v in (0.5, -0.5, 0.25))
+    out = audio.join([a, b, c], rate, crossfade_ms=30, pauses=[0.0, 0.25, 0.0, 0.0])
+    assert out.size == 100 + 250 + 100 + 100 - 30      # the b|c boundary is still crossfaded
+    assert np.all(out[:100] == 0.5) and not out[100:350].any() and np.all(out[350:420] == -0.5)
+
+
+def test_pauses_before_the_first_and_after_the_last_chunk_and_of_empty_chunks():
+    rate = 1000
+    a, empty = np.ones(10, np.float32), np.zeros(0, np.float32)
+    out = audio.join([empty, a, empty], rate, 30, pauses=[0.1, 0.2, 0.3, 0.4])
+    assert out.size == 300 + 10 + 700 and not out[:300].any() and not out[310:].any()
+    assert audio.join([empty], rate, 30, pauses=[1.0, 1.0]).size == 0   # no audio: no silence
+    with pytest.raises(ValueError, match="2 chunks need 3 pauses"):
+        audio.join([a, a], rate, 30, pauses=[0.0])

@@ -36,3 +36,7 @@ def test_speakable(text, expected):
 
 def test_estimate_seconds_is_linear_in_length():
     assert estimate_seconds("x" * 150) == pytest.approx(10.0)
+
+
+def test_estimate_seconds_leaves_markup_out():
+    assert estimate_seconds("<speak>" + "x" * 150 + "<break time='1s'/></speak>") == pytest.approx(10.0)

@@ -41,7 +41,7 @@ def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: 
     renderer = Renderer(engine=engine, store=store,
                         sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),
                         max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms,
-                        worker_host=settings.worker_name,
+                        worker_host=settings.worker_name, read_emoji=settings.read_emoji,
                         live=LiveAudio.from_url(broker_url, settings.live_stream_ttl) if broker_url else None)
     return Runtime(settings=settings, engine=engine, renderer=renderer)
 

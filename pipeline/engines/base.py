@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.errors import EngineError, RetryableError
+from pipeline.textfront import VoiceProfile
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class SynthesisRequest:
     voice: str
     seed: int | None = None
     realtime: bool = False  # admitted ahead of batch work where the engine schedules
+    rate: float = 1.0       # speaking rate (SSML prosody); honoured where EngineInfo.rate_control
 
 
 @dataclass
@@ -47,6 +49,17 @@ class EngineInfo:
     max_batch: int = 1
     max_text_chars: int | None = None   # longest text one request may carry; callers split longer
     extra: dict = field(default_factory=dict)
+    # What the text front end (pipeline/textfront) needs to know: each voice's languages (their
+    # scripts are kept, others dropped; a voice not listed keeps every script), the inline tags
+    # the engine performs (Orpheus: laugh, sigh ...; others lose them), and whether
+    # SynthesisRequest.rate changes the speaking rate.
+    languages: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    inline_tags: tuple[str, ...] = ()
+    rate_control: bool = False
+
+    def profile(self, voice: str) -> VoiceProfile:
+        return VoiceProfile(voice, self.languages.get(voice, ()), frozenset(self.inline_tags),
+                            self.rate_control)
 
 
 class Engine(abc.ABC):

@@ -42,8 +42,15 @@ from pipeline.engines.orpheus.streaming import (
     decode_ready,
 )
 from pipeline.engines.orpheus.scheduler import Seq
-from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH, VOICES
+from pipeline.engines.orpheus.vocab import (
+    CUSTOM_TOKEN_BASE,
+    END_OF_SPEECH,
+    INLINE_TAGS,
+    LANGUAGE,
+    VOICES,
+)
 from pipeline.errors import EngineError, EngineUnavailableError
+from pipeline.textfront import speech_seconds
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +67,9 @@ ADMIT_EVERY = 8   # GPU: batch prompts are prefilled together every 8 steps (rea
 
 def token_budget(text: str, slack: float = BUDGET_SLACK, minimum: int = BUDGET_MIN_TOKENS,
                  maximum: int = BUDGET_MAX_TOKENS) -> int:
-    """LM tokens a text may take: expected seconds of speech x 82.03 tokens/s x slack, whole frames."""
-    seconds = len(text) / CHARS_PER_SECOND
+    """LM tokens a text may take: expected seconds of speech x 82.03 tokens/s x slack, whole frames
+    (an inline tag such as <laugh> counts as a second of audio, not as its characters)."""
+    seconds = speech_seconds(text)
     tokens = max(minimum, math.ceil(seconds * LM_TOKENS_PER_AUDIO_SECOND * slack))
     frames = math.ceil(tokens / SNAC_TOKENS_PER_FRAME)
     return min(maximum // SNAC_TOKENS_PER_FRAME, frames) * SNAC_TOKENS_PER_FRAME
@@ -119,7 +127,8 @@ class OrpheusEngine(Engine):
         self.info = EngineInfo(
             name="orpheus", model=loaded.source, quantization=loaded.quant.applied,
             device_type=loaded.choice.name, sample_rate=SNAC_SAMPLE_RATE, voices=tuple(voices),
-            max_batch=batch, max_text_chars=max_chars, extra=self._extra(loop))
+            max_batch=batch, max_text_chars=max_chars, extra=self._extra(loop),
+            languages={v: (LANGUAGE,) for v in voices}, inline_tags=INLINE_TAGS)
 
     def _extra(self, loop: str) -> dict:
         c, q = self.lm.choice, self.lm.quant

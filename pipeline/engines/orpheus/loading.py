@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pipeline.engines.orpheus import device as devices
 from pipeline.engines.orpheus.codec import DEFAULT_CODEC, SnacCodec, load_codec
+from pipeline.engines.orpheus.prompt import check_prompt_start
 from pipeline.engines.orpheus.quant import QuantReport, quantize
 from pipeline.engines.orpheus.vocab import VOCAB_SIZE
 from pipeline.errors import EngineUnavailableError
@@ -51,6 +52,7 @@ def load_lm(source: str, dtype_name: str, device: str):
         raise EngineUnavailableError("the Orpheus engine needs transformers") from e
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
+        check_prompt_start(tokenizer, source)       # before the weights: a wrong one fails fast
         model = AutoModelForCausalLM.from_pretrained(source, dtype=devices.torch_dtype(dtype_name))
     except (OSError, ValueError) as e:
         raise EngineUnavailableError(f"cannot load the Orpheus model {source!r}: {e}") from e

@@ -23,6 +23,16 @@ from pipeline.engines.orpheus.vocab import (
     VOCAB_SIZE,
 )
 
+# What the released checkpoint's config.json says about positions and norms (Llama-3.2-3B's):
+# llama3 RoPE scaling changes the low-frequency rotations, so a decoder that builds its tables
+# without it is wrong only past a few hundred positions, which the tests must reach.
+LLAMA3_ROPE = dict(
+    rope_theta=500_000.0,
+    rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    max_position_embeddings=131_072,
+    rms_norm_eps=1e-5,
+)
 TINY_LLAMA = dict(
     hidden_size=64,
     intermediate_size=128,
@@ -30,8 +40,7 @@ TINY_LLAMA = dict(
     num_attention_heads=4,
     num_key_value_heads=2,
     head_dim=16,
-    max_position_embeddings=4096,
-    rope_theta=500_000.0,
+    **LLAMA3_ROPE,
     tie_word_embeddings=True,
     initializer_range=0.02,     # Llama's own; quantization errors then look like a real model's
 )
@@ -95,7 +104,7 @@ def tiny_llama_config(**overrides):
 # random weights at full size, for speed work on a GPU with nothing downloaded.
 ORPHEUS_3B = dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
                   num_attention_heads=24, num_key_value_heads=8, head_dim=128,
-                  max_position_embeddings=8192, rope_theta=500_000.0, tie_word_embeddings=True,
+                  **LLAMA3_ROPE, tie_word_embeddings=True,
                   initializer_range=0.02)
 SNAC_24KHZ = dict(sampling_rate=24_000, encoder_dim=48, encoder_rates=[2, 4, 8, 8],
                   decoder_dim=1024, decoder_rates=[8, 8, 4, 2], attn_window_size=None,

@@ -29,6 +29,9 @@ VOCAB_SIZE = 156_940          # the released checkpoints' embedding rows
 CONTROL_TOKENS = frozenset({START_OF_SPEECH, START_OF_AI, END_OF_HUMAN, END_OF_AI, PAD})
 
 VOICES = ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe")
+LANGUAGE = "en"     # the released voices speak English
+# Inline tags the finetuned model performs (canopyai's README); they stay in the prompt's text.
+INLINE_TAGS = ("laugh", "chuckle", "sigh", "cough", "sniffle", "groan", "yawn", "gasp")
 
 
 def audio_range(position: int) -> tuple[int, int]:

@@ -46,6 +46,11 @@ def _voice_model_path(name: str) -> Path:
         ) from e
 
 
+def voice_language(config: dict) -> str:
+    """A Piper voice's language as its config names it (en_US), else its espeak voice (en-us)."""
+    return (config.get("language") or {}).get("code") or config["espeak"]["voice"]
+
+
 class PiperEngine(Engine):
     def __init__(self, models: dict[str, Path], threads: int) -> None:
         try:
@@ -58,12 +63,14 @@ class PiperEngine(Engine):
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         self._voices = {}
+        languages = {}
         for name, path in models.items():
             config = json.loads(Path(f"{path}.json").read_text(encoding="utf-8"))
+            languages[name] = (voice_language(config),)
             session = onnxruntime.InferenceSession(str(path), sess_options=options,
                                                    providers=["CPUExecutionProvider"])
             self._voices[name] = PiperVoice(session=session, config=PiperConfig.from_dict(config))
-        self._syn_config = SynthesisConfig(normalize_audio=False)
+        self._synthesis_config = SynthesisConfig   # built per request, with its rate
         self._phonemize_lock = threading.Lock()
         self._pool = _UrgentFirstPool(threads)
         rates = {v.config.sample_rate for v in self._voices.values()}
@@ -73,6 +80,7 @@ class PiperEngine(Engine):
         self.info = EngineInfo(
             name="piper", model=first.stem, quantization="none", device_type=cpu_name(),
             sample_rate=rates.pop(), voices=tuple(models), max_batch=threads,
+            languages=languages, rate_control=True,
         )
 
     @classmethod
@@ -108,6 +116,7 @@ class PiperEngine(Engine):
                 sentences = [p for p in voice.phonemize(request.text) if p]
             if not sentences:
                 raise EngineError(f"nothing speakable in {request.text[:60]!r}")
+<<<<<<< HEAD
         except Exception as e:  # noqa: BLE001 - this request fails, the others carry on
             self._failed(request, out, e)
             return
@@ -134,6 +143,22 @@ class PiperEngine(Engine):
     def _failed(request: SynthesisRequest, out: queue.Queue[AudioChunk], e: Exception) -> None:
         if not isinstance(e, EngineError):
             log.error("piper failed on request %r", request.key, exc_info=e)
+=======
+            # A faster rate is a shorter phoneme length (SSML prosody rate).
+            syn = self._synthesis_config(normalize_audio=False,
+                                   length_scale=voice.config.length_scale / request.rate)
+            for i, phonemes in enumerate(sentences):
+                ids = voice.phonemes_to_ids(phonemes)
+                audio = np.asarray(voice.phoneme_ids_to_audio(ids, syn), dtype=np.float32)
+                peak = float(np.max(np.abs(audio))) if audio.size else 0.0
+                if peak > 1e-8:
+                    audio = audio * (PEAK / peak)
+                out.put(AudioChunk(request.key, audio, final=i == len(sentences) - 1))
+        except EngineError as e:
+            out.put(AudioChunk(request.key, np.zeros(0, np.float32), final=True, error=e))
+        except Exception as e:  # an onnxruntime or espeak failure on this input: fail this request only
+            log.exception("piper failed on request %r", request.key)
+>>>>>>> issue-22
             err = EngineError(f"piper failed: {type(e).__name__}: {e}")
             err.__cause__ = e
             e = err
