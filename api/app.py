@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from celery import Celery
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,6 +21,7 @@ from api.limits import BodyLimitMiddleware
 from api.livehub import LiveCapacityError, LiveHub
 from api.metrics import Metrics, MetricsMiddleware
 from api.routes import ROUTERS
+from pipeline import api_keys
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.errors import InputError, ServiceUnavailableError, StorageError
 from pipeline.live import redis_client_url
@@ -70,6 +72,7 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> FastAPI:
             live=LiveHub(client_url, settings.api_max_live_streams), metrics=metrics,
         )
         await state.live.start()
+        await run_in_threadpool(_warm, state)
         app.state.synth = state
         try:
             yield
@@ -87,6 +90,14 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> FastAPI:
     for name in ROUTERS:
         app.include_router(importlib.import_module(f"api.routes.{name}").router)
     return app
+
+
+def _warm(state: ApiState) -> None:
+    """First-use costs at start, not on the first request: a database connection and the key
+    lookup's compiled SQL, and a Redis connection of the shared pool."""
+    with state.sessions() as session:
+        api_keys.authenticate(session, api_keys.KEY_PREFIX + "warm-up")
+    state.redis.ping()
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -77,7 +77,9 @@ class LiveHub:
         self._wake_key = f"synth:api:wake:{uuid.uuid4().hex}"
         self._wake_last = b"0"
         self._listeners: dict[str, set[Listener]] = {}
+        self._cursor: dict[str, bytes] = {}      # the next XREAD's id per key, kept as entries come
         self._count = 0
+        self._swept = time.monotonic()
         self._task: asyncio.Task | None = None
         self._idle = asyncio.Event()
 
@@ -111,6 +113,7 @@ class LiveHub:
             raise LiveCapacityError(f"this API process serves {self.max_streams} live streams already")
         listener = Listener(key)
         self._listeners.setdefault(key, set()).add(listener)
+        self._cursor[key] = b"0"   # a key already read re-reads from its start for the newcomer
         self._count += 1
         await self._wake()
         return listener
@@ -123,6 +126,7 @@ class LiveHub:
         self._count -= 1
         if not listeners:
             del self._listeners[listener.key]
+            del self._cursor[listener.key]
 
     async def _wake(self) -> None:
         self._idle.set()
@@ -142,8 +146,9 @@ class LiveHub:
                 self._idle.clear()
                 await self._idle.wait()
                 continue
-            self._drop_stale()
-            streams = {key: min((x.last for x in ls), key=_id) for key, ls in self._listeners.items()}
+            if time.monotonic() - self._swept > 1.0:
+                self._drop_stale()
+            streams = dict(self._cursor)
             streams[self._wake_key] = self._wake_last
             try:
                 reply = await self._reader.xread(streams, count=READ_COUNT, block=BLOCK_MS)
@@ -158,7 +163,17 @@ class LiveHub:
         if key == self._wake_key:
             self._wake_last = entries[-1][0]
             return
-        for listener in self._listeners.get(key, ()):
+        listeners = self._listeners.get(key)
+        if not listeners:
+            return
+        self._cursor[key] = entries[-1][0]
+        if len(listeners) == 1:  # the usual case: one client per stream, entries in order
+            (listener,) = listeners
+            for entry in entries:
+                listener.queue.put_nowait(entry)
+            listener.last = entries[-1][0]
+            return
+        for listener in listeners:  # a late joiner re-reads from the start: skip what each has seen
             last = _id(listener.last)
             for entry_id, fields in entries:
                 if _id(entry_id) > last:
@@ -171,7 +186,8 @@ class LiveHub:
                 listener.queue.put_nowait(error)
 
     def _drop_stale(self) -> None:
-        cutoff = time.monotonic() - STALE_S
+        self._swept = time.monotonic()
+        cutoff = self._swept - STALE_S
         for listeners in list(self._listeners.values()):
             for listener in [x for x in listeners if x.read_at < cutoff and not x.waiting]:
                 log.info("live listener of %s unread for %.0f s: dropped", listener.key, STALE_S)

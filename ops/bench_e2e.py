@@ -139,9 +139,10 @@ def batch_figures(db_url: str, name: str, wall_s: float) -> dict:
         batch_id = s.scalar(select(Batch.id).where(Batch.name == name))
         audio, jobs = s.execute(select(func.sum(JobMetrics.audio_s), func.count()).join(
             Job, Job.id == JobMetrics.job_id).where(Job.batch_id == batch_id)).one()
-        failed = s.scalar(select(func.count()).where(Job.batch_id == batch_id, Job.status == "failed"))
+        errors = s.scalars(select(Job.error).where(Job.batch_id == batch_id, Job.status == "failed")).all()
     audio = float(audio or 0)
-    return {"jobs_done": jobs, "jobs_failed": failed, "audio_s": round(audio, 1),
+    return {"jobs_done": jobs, "jobs_failed": len(errors), "failures": sorted(set(errors))[:3],
+            "audio_s": round(audio, 1),
             "wall_s": round(wall_s, 2), "x_real_time": round(audio / wall_s, 1) if wall_s else None}
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
@@ -57,47 +58,56 @@ class LiveAudio:
         self.client = client
         self.ttl = ttl
         self.owner = owner or f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self._keepalive: threading.Thread | None = None
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._lost: set[str] = set()         # jobs whose live copy failed to publish
+        self._publisher: threading.Thread | None = None
         self._lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, ttl: int) -> LiveAudio:
         return cls(redis.Redis.from_url(redis_client_url(url)), ttl)
 
-    def _add(self, job_id: str, fields: dict, *, reset: bool = False) -> bool:
+    def start(self, job_id: str, sample_rate: int) -> bool:
+        """Begin (or, for a retried job, begin again) a job's live copy; False if Redis refused."""
+        self._start_publisher()
+        self._lost.discard(job_id)
         key = stream_key(job_id)
         try:
             pipe = self.client.pipeline(transaction=False)
-            if reset:  # a retried job starts its live copy over
-                pipe.delete(key)
-            pipe.xadd(key, fields)
+            pipe.delete(key)
+            pipe.xadd(key, {"kind": START, "rate": sample_rate, "owner": self.owner})
             pipe.expire(key, self.ttl)
             pipe.execute()
             return True
         except redis.RedisError as e:
-            log.warning("live audio of job %s stopped: %s", job_id, e)
+            log.warning("live audio of job %s not started: %s", job_id, e)
             return False
 
-    def start(self, job_id: str, sample_rate: int) -> bool:
-        self._keep_alive()
-        return self._add(job_id, {"kind": START, "rate": sample_rate, "owner": self.owner}, reset=True)
-
     def pcm(self, job_id: str, samples: np.ndarray) -> bool:
-        return self._add(job_id, {"kind": PCM, "data": audio.to_int16(samples).astype("<i2").tobytes()})
+        """Queue a chunk; the publisher thread writes it. False once the job's live copy is lost."""
+        if job_id in self._lost:
+            return False
+        self._outbox.put((job_id, {"kind": PCM, "data": audio.to_int16(samples).astype("<i2").tobytes()}))
+        return True
 
     def end(self, job_id: str, error: str | None = None) -> None:
-        self._add(job_id, {"kind": END, "error": (error or "")[:500]})
+        self._start_publisher()
+        self._outbox.put((job_id, {"kind": END, "error": (error or "")[:500]}))
 
-    def _keep_alive(self) -> None:
-        """Start the thread that keeps this publisher's alive key (once, on the first stream)."""
-        if self._keepalive is not None:
+    def connect(self) -> None:
+        """Connect and start the publisher thread now rather than on the first stream."""
+        self._start_publisher()
+
+    def _start_publisher(self) -> None:
+        """Start the thread that writes every stream's chunks and keeps this publisher alive."""
+        if self._publisher is not None:
             return
         with self._lock:
-            if self._keepalive is None:
+            if self._publisher is None:
                 self._beat()
-                self._keepalive = threading.Thread(target=_beat_while_alive, args=(weakref.ref(self),),
-                                                   name="synth-live-alive", daemon=True)
-                self._keepalive.start()
+                self._publisher = threading.Thread(target=_publish, args=(weakref.ref(self), self._outbox),
+                                                   name="synth-live-publisher", daemon=True)
+                self._publisher.start()
 
     def _beat(self) -> None:
         try:
@@ -105,15 +115,51 @@ class LiveAudio:
         except redis.RedisError as e:
             log.warning("live audio keepalive not written: %s", e)
 
+    def _write(self, entries: list[tuple[str, dict]]) -> None:
+        """One round trip for every chunk waiting, in order; a failed write loses those jobs' copies."""
+        pipe = self.client.pipeline(transaction=False)
+        ended = []
+        for job_id, fields in entries:
+            if fields["kind"] == END:
+                ended.append(job_id)
+                if job_id in self._lost:
+                    fields = {"kind": END, "error": fields["error"] or "live copy lost"}
+            elif job_id in self._lost:
+                continue
+            pipe.xadd(stream_key(job_id), fields)
+        for job_id in ended:
+            pipe.expire(stream_key(job_id), self.ttl)
+        try:
+            pipe.execute()
+        except redis.RedisError as e:
+            log.warning("live audio of %d jobs stopped: %s", len({j for j, _ in entries}), e)
+            self._lost.update(j for j, _ in entries)
+        for job_id in ended:
+            self._lost.discard(job_id)
 
-def _beat_while_alive(ref: weakref.ref[LiveAudio]) -> None:
-    """Refresh the alive key while its publisher exists (the thread ends with it)."""
+
+def _publish(ref: weakref.ref[LiveAudio], outbox: queue.SimpleQueue) -> None:
+    """The publisher thread: drain the outbox into one pipeline per wake-up, and refresh the alive
+    key every second; ends when its LiveAudio is gone."""
+    next_beat = time.monotonic() + _ALIVE_EVERY_S
     while True:
-        time.sleep(_ALIVE_EVERY_S)
+        try:
+            entries = [outbox.get(timeout=_ALIVE_EVERY_S)]
+        except queue.Empty:
+            entries = []
+        while True:
+            try:
+                entries.append(outbox.get_nowait())
+            except queue.Empty:
+                break
         live = ref()
         if live is None:
             return
-        live._beat()
+        if entries:
+            live._write(entries)
+        if time.monotonic() >= next_beat:
+            live._beat()
+            next_beat = time.monotonic() + _ALIVE_EVERY_S
         del live
 
 

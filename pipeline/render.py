@@ -71,6 +71,18 @@ class _JobState:
     text_notes: dict = field(default_factory=dict)  # what the text front end changed
 
 
+def warm(r: Renderer) -> None:
+    """Pay the render path's first-use costs at boot, with no job: the SQL statements' compiles,
+    the live publisher's connection and thread, the text front end. The first job after boot, a
+    realtime stream's above all, then pays none of them."""
+    with r.sessions() as session:
+        db.claim(session, ["warm-up"])   # no such job: compiles the claim, changes nothing
+    info = r.engine.info
+    textfront.prepare("Warm up.", info.profile(info.voices[0]), read_emoji=r.read_emoji)
+    if r.live is not None:
+        r.live.connect()
+
+
 def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) -> Outcome:
     """``realtime``: the realtime consumer's call, which never waits at the batch gate."""
     outcome = Outcome()

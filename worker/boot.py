@@ -14,7 +14,7 @@ from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.engines.base import Engine
 from pipeline.engines.registry import load_engine
 from pipeline.live import LiveAudio
-from pipeline.render import Renderer
+from pipeline.render import Renderer, warm
 from pipeline.settings import Settings
 from pipeline.storage import make_store
 
@@ -43,6 +43,7 @@ def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: 
                         max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms,
                         worker_host=settings.worker_name, read_emoji=settings.read_emoji,
                         live=LiveAudio.from_url(broker_url, settings.live_stream_ttl) if broker_url else None)
+    warm(renderer)
     return Runtime(settings=settings, engine=engine, renderer=renderer)
 
 

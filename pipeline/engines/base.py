@@ -66,9 +66,12 @@ class Engine(abc.ABC):
     info: EngineInfo
 
     def warmup(self) -> None:
-        """Run a short synthesis so the first job sees no load or compile time."""
-        for _ in self.synthesize([SynthesisRequest("warmup", "Warm up.", self.info.voices[0])]):
-            pass
+        """Run a short synthesis, as batch work and as a realtime stream (which an engine may run
+        on paths of its own), so the first job of either kind sees no load or compile time."""
+        for realtime in (False, True):
+            request = SynthesisRequest("warmup", "Warm up.", self.info.voices[0], realtime=realtime)
+            for _ in self.synthesize([request]):
+                pass
 
     @abc.abstractmethod
     def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:

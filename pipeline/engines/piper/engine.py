@@ -116,18 +116,19 @@ class PiperEngine(Engine):
                 sentences = [p for p in voice.phonemize(request.text) if p]
             if not sentences:
                 raise EngineError(f"nothing speakable in {request.text[:60]!r}")
-<<<<<<< HEAD
         except Exception as e:  # noqa: BLE001 - this request fails, the others carry on
             self._failed(request, out, e)
             return
-        self._pool.resubmit(place, self._sentence, request, voice, sentences, 0, out)
+        # A faster rate is a shorter phoneme length (SSML prosody rate).
+        syn = self._synthesis_config(normalize_audio=False, length_scale=voice.config.length_scale / request.rate)
+        self._pool.resubmit(place, self._sentence, request, voice, syn, sentences, 0, out)
 
-    def _sentence(self, place, request: SynthesisRequest, voice, sentences: list, i: int,
+    def _sentence(self, place, request: SynthesisRequest, voice, syn, sentences: list, i: int,
                   out: queue.Queue[AudioChunk]) -> None:
         """Runs on a pool thread: one sentence's chunk, then the next sentence in the same place."""
         try:
             ids = voice.phonemes_to_ids(sentences[i])
-            audio = np.asarray(voice.phoneme_ids_to_audio(ids, self._syn_config), dtype=np.float32)
+            audio = np.asarray(voice.phoneme_ids_to_audio(ids, syn), dtype=np.float32)
         except Exception as e:  # noqa: BLE001 - an onnxruntime failure on this input fails this request only
             self._failed(request, out, e)
             return
@@ -137,28 +138,12 @@ class PiperEngine(Engine):
         last = i == len(sentences) - 1
         out.put(AudioChunk(request.key, audio, final=last))
         if not last:
-            self._pool.resubmit(place, self._sentence, request, voice, sentences, i + 1, out)
+            self._pool.resubmit(place, self._sentence, request, voice, syn, sentences, i + 1, out)
 
     @staticmethod
     def _failed(request: SynthesisRequest, out: queue.Queue[AudioChunk], e: Exception) -> None:
         if not isinstance(e, EngineError):
             log.error("piper failed on request %r", request.key, exc_info=e)
-=======
-            # A faster rate is a shorter phoneme length (SSML prosody rate).
-            syn = self._synthesis_config(normalize_audio=False,
-                                   length_scale=voice.config.length_scale / request.rate)
-            for i, phonemes in enumerate(sentences):
-                ids = voice.phonemes_to_ids(phonemes)
-                audio = np.asarray(voice.phoneme_ids_to_audio(ids, syn), dtype=np.float32)
-                peak = float(np.max(np.abs(audio))) if audio.size else 0.0
-                if peak > 1e-8:
-                    audio = audio * (PEAK / peak)
-                out.put(AudioChunk(request.key, audio, final=i == len(sentences) - 1))
-        except EngineError as e:
-            out.put(AudioChunk(request.key, np.zeros(0, np.float32), final=True, error=e))
-        except Exception as e:  # an onnxruntime or espeak failure on this input: fail this request only
-            log.exception("piper failed on request %r", request.key)
->>>>>>> issue-22
             err = EngineError(f"piper failed: {type(e).__name__}: {e}")
             err.__cause__ = e
             e = err
