@@ -104,6 +104,9 @@ class Installed:
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
 
+    # The heartbeat is written on its timer only (``_beat_loop``), not per task: a GPU worker starts
+    # a hundred tasks at once when a batch lands, and a Redis write from each would keep its engine
+    # loop from the GIL just then.
     def heartbeat(self) -> None:
         with self.lock:
             in_flight = self.in_flight
@@ -138,7 +141,6 @@ class Installed:
             self.in_flight += len(ids)
             self.tasks[task_id] = _Task(ids, time.monotonic(), time.time(), _engine_tokens(self.app))
         self.metrics.in_flight.inc(len(ids))
-        self._safe_heartbeat()
 
     def _postrun(self, sender=None, task_id=None, retval=None, **_):
         if not self._mine(sender):
@@ -158,7 +160,6 @@ class Installed:
         if tokens > 0:
             self.metrics.tokens.inc(tokens)
             self.metrics.tokens_per_s.set(tokens / max(1e-6, time.monotonic() - task.started))
-        self._safe_heartbeat()
 
     def _observe_jobs(self, task: _Task) -> None:
         since = datetime.fromtimestamp(task.started_wall - 1, UTC)
