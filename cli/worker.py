@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -28,8 +29,9 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
 
     from cli.context import broker, open_database
     from pipeline.settings import Settings
-    from worker.app import default_queues, make_app
+    from worker.app import default_queues, make_app, run_worker
     from worker.boot import boot
+    from worker.maintenance import reconcile_at_start
 
     settings = Settings()
     if gpu is not None and settings.worker_name is None:  # workers sharing a host, told apart
@@ -43,10 +45,11 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
         from worker.metrics import install as install_metrics
 
         install_metrics(app, broker_url)  # Prometheus (SYNTH_WORKER_METRICS_PORT) + Redis heartbeat
+        reconcile_at_start(app)
         name = hostname or f"synth-{'gpu' + str(gpu) if gpu is not None else 'cpu'}-{os.getpid()}@%h"
-        app.worker_main([
+        sys.exit(run_worker(app, [
             "worker", "--pool", "threads",
             "--concurrency", str(concurrency or settings.worker_concurrency),
             "--queues", queues or ",".join(default_queues(settings)),
             "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle",
-        ])
+        ]))
