@@ -21,6 +21,7 @@ if any failed.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import random
 import signal
@@ -45,7 +46,7 @@ from pipeline.storage.s3 import S3Store
 
 FAULTS = ("kill-worker", "redis", "database", "s3")
 REPO = Path(__file__).resolve().parents[1]
-WORDS = ("the committee reviewed every proposal carefully before the final vote was taken and then "
+WORDS = ("the committee reviewed every proposal carefully before the final vote was taken and then "  # noqa: SIM905
          "adjourned for lunch while the rain kept falling on the quiet harbour town").split()
 
 
@@ -287,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--visibility-timeout", type=int, default=Options.visibility_timeout)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs every request
     faults = tuple(f for f in a.faults.split(",") if f)
     if unknown := set(faults) - set(FAULTS):
         p.error(f"unknown faults: {', '.join(sorted(unknown))}")
