@@ -22,6 +22,7 @@ from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch
 from tests.workers import app_with_worker
 from worker.app import make_app
+from worker.beat import beat_schedule
 from worker.maintenance import RECONCILE_TASK
 from worker.tasks import RENDER_TASK
 
@@ -128,3 +129,8 @@ def test_the_reconcile_task_runs_in_a_worker_and_puts_a_lost_message_back(settin
     with sessions() as s:
         statuses = {s.get(Job, j).status for j in ids}
         assert statuses == {JobStatus.DONE} and s.get(Batch, batch_id).manifest_key
+
+
+def test_beat_sends_the_reconciler_every_interval(settings):
+    schedule = beat_schedule(settings.with_overrides(reconcile_interval=45))
+    assert schedule["reconcile"] == {"task": RECONCILE_TASK, "schedule": 45.0}
