@@ -8,8 +8,9 @@ import click
 @click.command()
 @click.option("--loglevel", default="INFO", show_default=True)
 def beat(loglevel: str) -> None:
-    """Run the scheduler: the nightly report (SYNTH_REPORT_CRON, default 06:00 UTC) and hourly batch
-    expiry (SYNTH_EXPIRE_CRON). Run exactly one per deployment; workers do the work. With no
+    """Run the scheduler: the nightly report (SYNTH_REPORT_CRON, default 06:00 UTC), hourly batch
+    expiry (SYNTH_EXPIRE_CRON) and the reconciler (SYNTH_RECONCILE_INTERVAL). Run exactly one per
+    deployment; workers do the work. With no
     SYNTH_REDIS_URL it uses the embedded Redis of the data folder, like `synth worker`."""
     from cli.context import broker, open_database
     from pipeline.settings import Settings

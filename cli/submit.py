@@ -11,10 +11,10 @@ from tqdm import tqdm
 from cli.context import broker, open_database
 from cli.wait import embedded_worker, print_summary, wait_for_batch
 from pipeline.corpus import parse_corpus
-from pipeline.db.models import Batch
 from pipeline.errors import InputError, ServiceUnavailableError
 from pipeline.settings import FORMATS, Settings
-from pipeline.submit import BatchOptions, create_batch, resolve_options
+from pipeline.storage import make_store
+from pipeline.submit import BatchOptions, create_batch, resolve_options, withdraw_batch
 from worker.app import make_app
 from worker.enqueue import check_broker, enqueue_batch
 
@@ -57,8 +57,8 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) 
             with tqdm(total=len(parsed.lines), desc="enqueue", unit="job", disable=len(parsed.lines) < 5000,
                       file=sys.stderr) as bar:
                 enqueue_batch(app, sessions, batch.id, settings.jobs_per_task, progress=bar.update)
-        except ServiceUnavailableError:
-            _discard(sessions, batch.id)
+        except ServiceUnavailableError:  # nothing half-written: the batch is withdrawn everywhere
+            withdraw_batch(sessions, make_store(settings), batch.id)
             raise
         click.echo(f"batch {batch.id}{f' ({name})' if name else ''}: {len(parsed.lines)} jobs queued"
                    + (f", {len(parsed.empty_lines)} empty lines skipped" if parsed.empty_lines else ""),
@@ -87,12 +87,3 @@ def _read(corpus: Path) -> bytes:
         return corpus.read_bytes()
     except OSError as e:
         raise InputError(f"{corpus}: {e.strerror}") from e
-
-
-def _discard(sessions, batch_id: str) -> None:
-    """Nothing half-written: a batch whose messages could not all be sent is removed."""
-    with sessions() as session:
-        batch = session.get(Batch, batch_id)
-        if batch is not None:
-            session.delete(batch)
-            session.commit()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -36,8 +37,9 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     from cli.context import broker, open_database
     from pipeline.routing import REALTIME_QUEUE
     from pipeline.settings import Settings
-    from worker.app import default_queues, make_app
+    from worker.app import default_queues, make_app, run_worker
     from worker.boot import batch_slots, boot
+    from worker.maintenance import reconcile_at_start
     from worker.realtime import RealtimeConsumer, realtime_slots
 
     settings = Settings()
@@ -61,8 +63,9 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
             batch_queues = wanted
         slots = concurrency or batch_slots(settings, runtime.engine)
         name = hostname or f"synth-{'gpu' + str(gpu) if gpu is not None else 'cpu'}-{os.getpid()}@%h"
-        app.worker_main([
+        reconcile_at_start(app)
+        sys.exit(run_worker(app, [
             "worker", "--pool", "threads", "--concurrency", str(slots),
             "--queues", ",".join(batch_queues),
             "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle",
-        ])
+        ]))

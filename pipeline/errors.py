@@ -37,6 +37,11 @@ class ServiceUnavailableError(RetryableError):
     """Redis, the database or object storage could not be reached."""
 
 
+class DatabaseUnavailableError(ServiceUnavailableError):
+    """The database could not be reached: no job's outcome can be recorded, so the work is kept
+    (its message retried for as long as the outage lasts) rather than given up."""
+
+
 class StorageError(RetryableError):
     """An object could not be written or read."""
 

@@ -7,6 +7,7 @@ import json
 from sqlalchemy.orm import Session
 
 from pipeline.db import jobs as db
+from pipeline.db.models import Batch
 from pipeline.storage import ObjectStore
 from pipeline.storage.base import manifest_key
 
@@ -33,3 +34,16 @@ def write_manifest(session: Session, store: ObjectStore, batch_id: str) -> str:
                    for line in manifest_lines(session, store, batch_id))
     store.put(key, body.encode("utf-8"), "application/x-ndjson")
     return key
+
+
+def close_if_finished(session: Session, store: ObjectStore, batch_id: str, *, rewrite: bool = True) -> bool:
+    """Write the manifest of a batch whose jobs are all finished and mark it closed; the caller
+    commits. ``rewrite=False`` leaves a batch that is already closed alone. A batch that no longer
+    exists (withdrawn, deleted) gets nothing. Returns whether it was closed now."""
+    batch = session.get(Batch, batch_id)
+    if batch is None or (batch.finished_at is not None and not rewrite):
+        return False
+    if not db.batch_finished(session, batch_id):
+        return False
+    db.close_batch(session, batch_id, write_manifest(session, store, batch_id))
+    return True

@@ -19,10 +19,17 @@ from pipeline import audio, textfront
 from pipeline.db import jobs as db
 from pipeline.db.models import Job, as_utc, utcnow
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
-from pipeline.errors import EngineError, MarkupError, PermanentError, RetryableError, ServiceUnavailableError
+from pipeline.errors import (
+    DatabaseUnavailableError,
+    EngineError,
+    IllegalTransitionError,
+    MarkupError,
+    PermanentError,
+    RetryableError,
+)
 from pipeline.hostinfo import hostname
 from pipeline.live import LiveAudio, LiveJob
-from pipeline.manifest import write_manifest
+from pipeline.manifest import close_if_finished
 from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
 
@@ -92,7 +99,7 @@ def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) 
             with r.sessions() as session:
                 jobs = db.claim(session, list(job_ids))
         except OperationalError as e:
-            raise ServiceUnavailableError(f"database unreachable while claiming jobs: {e.orig}") from e
+            raise DatabaseUnavailableError(f"database unreachable while claiming jobs: {e.orig}") from e
         claimed = {j.id for j in jobs}
         outcome.skipped = [jid for jid in job_ids if jid not in claimed]
         states, requests = _plan(r, jobs, outcome)
@@ -105,7 +112,7 @@ def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) 
             _fail(r, job_id, "engine ended without finishing this job", outcome)
             states.pop(job_id)
 
-    _close_finished_batches(r, {j.batch_id for j in jobs})
+    _close_finished_batches(r, job_ids, {j.batch_id for j in jobs})
     return outcome
 
 
@@ -217,6 +224,8 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
             db.finish(session, job, object_key=key, metrics=metrics)
             session.commit()
         outcome.done.append(job.id)
+    except IllegalTransitionError:
+        _lost_race(r, job, key, outcome)
     except PermanentError as e:
         _fail(r, job.id, str(e), outcome)
     except (RetryableError, OperationalError) as e:
@@ -236,30 +245,47 @@ def _add_stats(total: dict, piece: dict) -> None:
         total[k] = v if k == "max_batch" else total.get(k, 0) + v
 
 
+def _lost_race(r: Renderer, job: Job, key: str, outcome: Outcome) -> None:
+    """The job was no longer running when its audio was stored: another copy of a redelivered
+    message finished it first, or its batch was withdrawn or deleted. Either way this run did
+    not fail; an object that no job refers to is removed at once."""
+    with r.sessions() as session:
+        current = session.get(Job, job.id)
+        recorded = current.object_key if current is not None else None
+    if recorded != key:
+        r.store.delete(key)
+    log.info("job %s was finished elsewhere or withdrawn while it rendered; this copy is dropped", job.id)
+    outcome.skipped.append(job.id)
+
+
 def _fail(r: Renderer, job_id: str, reason: str, outcome: Outcome) -> None:
     with r.sessions() as session:
-        db.fail(session, job_id, reason)
+        moved = db.fail(session, job_id, reason)
         session.commit()
     if r.live is not None:  # ends a live reader's wait (a no-op key with a TTL for batch jobs)
         r.live.end(job_id, reason)
-    outcome.failed.append(job_id)
+    # Nothing moved: a concurrent copy of the message already finished the job (or it is gone).
+    (outcome.failed if moved else outcome.skipped).append(job_id)
 
 
 def _requeue(r: Renderer, job_id: str, reason: str, outcome: Outcome) -> None:
     with r.sessions() as session:
-        db.requeue(session, [job_id], reason)
+        moved = db.requeue(session, [job_id], reason)
         session.commit()
-    outcome.retry.append(job_id)
+    (outcome.retry if moved else outcome.skipped).append(job_id)
 
 
 def _seconds(start: datetime, end: datetime) -> float:
     return max(0.0, (end - as_utc(start)).total_seconds())
 
 
-def _close_finished_batches(r: Renderer, batch_ids: set[str]) -> None:
-    for batch_id in batch_ids:
+def _close_finished_batches(r: Renderer, job_ids: Sequence[str], claimed: set[str]) -> None:
+    """Close every finished batch this message touches. A batch of claimed jobs gets its manifest
+    (re)written; a batch whose jobs were all skipped is closed only if it never was: the copy of
+    the message that finished it may have died, or failed to write the manifest, before closing."""
+    with r.sessions() as session:
+        batch_ids = db.batches_of(session, job_ids)
+    for batch_id in sorted(batch_ids):
         with r.sessions() as session:
-            if db.batch_finished(session, batch_id):
-                key = write_manifest(session, r.store, batch_id)
-                db.close_batch(session, batch_id, key)
+            if close_if_finished(session, r.store, batch_id, rewrite=batch_id in claimed):
                 session.commit()

@@ -130,6 +130,7 @@ class Settings(BaseSettings):
     # Reports and operations (pipeline/reports/, worker/beat.py, worker/metrics.py).
     report_cron: str = "0 6 * * *"      # nightly report, crontab in UTC
     expire_cron: str = "0 * * * *"      # batch expiry (synth.expire), hourly
+    reconcile_interval: int = 300       # seconds between reconciler passes (pipeline/reconcile.py)
     # Price per busy GPU-hour by device type (as recorded in job_metrics.device_type), e.g.
     # SYNTH_GPU_PRICES='{"NVIDIA H100 80GB HBM3": 2.5}'. Types without a price have no cost line.
     gpu_prices: dict[str, float] = Field(default_factory=dict)

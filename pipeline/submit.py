@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.audio import get_format
 from pipeline.corpus import Corpus, client_id_for
@@ -15,6 +15,7 @@ from pipeline.engines.registry import engine_voices
 from pipeline.errors import InputError, UnknownVoiceError
 from pipeline.routing import PRIORITIES, queue_for
 from pipeline.settings import Settings
+from pipeline.storage import ObjectStore
 from pipeline.text import normalize
 
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
@@ -60,6 +61,19 @@ def create_batch(session: Session, settings: Settings, corpus: Corpus, options: 
     return db.create_batch(session, name=opts.name, source=source, voice=opts.voice, format=opts.format,
                            sample_rate=opts.sample_rate, priority=opts.priority, jobs=jobs,
                            skipped_lines=len(corpus.empty_lines), **batch_columns)
+
+
+def withdraw_batch(sessions: sessionmaker[Session], store: ObjectStore, batch_id: str) -> None:
+    """Remove a batch whose messages could not all be sent, everywhere. Its rows go first: a worker
+    already rendering one of its jobs then cannot record it and removes the object it wrote
+    (pipeline/render.py), and later messages find nothing to claim. Its objects go next."""
+    with sessions() as session:
+        batch = session.get(Batch, batch_id)
+        if batch is not None:
+            session.delete(batch)
+        session.commit()
+    for key in store.list(f"batches/{batch_id}/"):
+        store.delete(key)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,8 @@ BAD_FILES = {
     "binary": (bytes(range(256)) * 4, "binary file"),
     "latin1": ("caf\u00e9 cr\u00e8me\n".encode("latin-1"), "not UTF-8 text"),
     "huge_line": (b"ok\n" + b"word " * 210_000 + b"\n", "line 2 has 1,050,000 characters"),
+    # Past the first 64 KiB, where a prefix check stops looking.
+    "late_nul": (b"A line of text.\n" * 5000 + b"bad\x00line\n", "a NUL byte on line 5001"),
 }
 
 

@@ -38,3 +38,18 @@ def test_a_line_over_the_limit_names_the_line():
 
 def test_client_ids_are_stable_per_line():
     assert client_id_for(7) == "line-000007"
+
+
+def test_a_line_ends_only_at_a_newline_so_every_client_id_is_its_line_number():
+    separators = ["\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r"]
+    text = "".join(f"line {n} has a{sep}separator inside\n" for n, sep in enumerate(separators, 1))
+    corpus = parse((text + "\r\nlast line\r\n").encode())
+    assert [n for n, _ in corpus.lines] == [*range(1, len(separators) + 1), len(separators) + 2]
+    assert corpus.empty_lines == [len(separators) + 1]
+    assert all(line == f"line {n} has a separator inside" for n, line in corpus.lines[:-1])
+    assert corpus.lines[-1] == (len(separators) + 2, "last line")
+
+
+def test_a_nul_byte_anywhere_in_the_file_is_refused_with_its_line_number():
+    with pytest.raises(InputError, match=r"a NUL byte on line 7001"):
+        parse(b"plain text line\n" * 7000 + b"late \x00 byte\n")

@@ -35,3 +35,11 @@ def test_local_store_refuses_keys_that_escape(tmp_path):
 def test_missing_bucket_is_a_storage_error(s3_endpoint):
     with pytest.raises(StorageError, match="unreachable"):
         S3Store(bucket="no-such-bucket", endpoint_url=s3_endpoint).check()
+
+
+def test_a_failed_local_write_leaves_no_temporary_file(tmp_path):
+    store = LocalStore(tmp_path)
+    (tmp_path / "a" / "b.wav").mkdir(parents=True)  # the rename onto a folder fails
+    with pytest.raises(StorageError):
+        store.put("a/b.wav", b"RIFF", "audio/wav")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b.wav"]

@@ -26,6 +26,18 @@ def restore_interval(settings: Settings) -> int:
     return max(1, min(60, settings.visibility_timeout // 6))
 
 
+def run_worker(app: Celery, argv: list[str]) -> int:
+    """``celery worker`` on ``app``; returns its exit status (``app.worker_main`` drops it, so a
+    worker that stopped on an error would exit 0)."""
+    from celery.bin.celery import celery  # noqa: PLC0415
+
+    celery.params[0].default = app
+    try:
+        return celery.main(args=argv, standalone_mode=False) or 0
+    finally:
+        celery.params[0].default = None
+
+
 def make_app(settings: Settings, broker_url: str) -> Celery:
     app = Celery("synth", broker=broker_url, set_as_current=False)
     from worker import callbacks  # noqa: PLC0415 — callback delivery: its queue, tasks and render hook
@@ -64,8 +76,12 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
             # Poll queues in the listed order, realtime first, instead of round-robin.
             "queue_order_strategy": "priority",
         },
+        # Wait for the broker as long as it takes (kombu backs off up to 30 s between tries and
+        # Celery logs each one): a worker that gave up would leave its queues unserved until
+        # someone restarted it, and would throw away its loaded engine.
         broker_connection_retry_on_startup=True,
-        broker_connection_max_retries=3,
+        broker_connection_retry=True,
+        broker_connection_max_retries=None,
         worker_send_task_events=True,
         task_send_sent_event=False,
         worker_hijack_root_logger=False,

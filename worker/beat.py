@@ -17,7 +17,7 @@ from pipeline.errors import InputError
 from pipeline.reports.publish import publish_report
 from pipeline.settings import Settings
 from pipeline.storage import make_store
-from worker.maintenance import EXPIRE_TASK
+from worker.maintenance import EXPIRE_TASK, RECONCILE_TASK
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ def beat_schedule(settings: Settings) -> dict:
     return {
         "nightly-report": {"task": REPORT_TASK, "schedule": parse_cron(settings.report_cron)},
         "expire-batches": {"task": EXPIRE_TASK, "schedule": parse_cron(settings.expire_cron)},
+        "reconcile": {"task": RECONCILE_TASK, "schedule": float(settings.reconcile_interval)},
     }
 
 

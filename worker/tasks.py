@@ -9,18 +9,17 @@ from celery import Celery
 from sqlalchemy.exc import OperationalError
 
 from pipeline.db import jobs as db
-from pipeline.errors import RetryableError
+from pipeline.errors import DatabaseUnavailableError, RetryableError
+from pipeline.messages import RENDER_TASK
 from pipeline.render import render_jobs
 from worker.boot import runtime_for
 
 log = logging.getLogger(__name__)
 
-RENDER_TASK = "synth.render"
-
 
 def backoff(retries: int, cap: int) -> float:
     """Exponential backoff with full jitter: 2, 4, 8 ... seconds, capped, times U(0.5, 1)."""
-    return min(cap, 2 ** (retries + 1)) * random.uniform(0.5, 1.0)
+    return min(cap, 2 ** (min(retries, 30) + 1)) * random.uniform(0.5, 1.0)
 
 
 def register(app: Celery) -> None:
@@ -35,7 +34,10 @@ def register(app: Celery) -> None:
             # The whole message could not be worked (database or storage down): try it all again.
             raise _retry_or_fail(self, runtime, job_ids, e) from e
         except Exception as e:
-            fail_all(runtime, job_ids, f"internal error: {type(e).__name__}: {e}")
+            try:
+                fail_all(runtime, job_ids, f"internal error: {type(e).__name__}: {e}")
+            except OperationalError as db_error:
+                raise _retry(self, runtime, job_ids, db_error) from e
             raise
         if outcome.retry:
             raise _retry_or_fail(self, runtime, outcome.retry, RetryableError("; ".join(outcome.retry)))
@@ -47,19 +49,32 @@ def register(app: Celery) -> None:
 
 
 def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception) -> Exception:
-    """The exception the task raises: a Retry, or ``error`` once retries are used up (jobs failed)."""
-    if task.request.retries >= task.max_retries:
+    """The exception the task raises: a Retry, or ``error`` once retries are used up (jobs failed).
+
+    A database outage spends no retries: nothing can record the jobs' outcome, so the message is
+    retried (capped backoff) for as long as it lasts. Acking it would lose its jobs for good."""
+    if isinstance(error, (DatabaseUnavailableError, OperationalError)) or task.request.retries < task.max_retries:
+        return _retry(task, runtime, job_ids, error)
+    try:
         fail_all(runtime, job_ids, f"gave up after {task.request.retries} retries: {error}")
-        return error
-    return task.retry(args=[job_ids], exc=error,
-                     countdown=backoff(task.request.retries, runtime.settings.retry_backoff_max), throw=False)
+    except OperationalError as e:
+        return _retry(task, runtime, job_ids, e)
+    return error
+
+
+def _retry(task, runtime, job_ids: list[str], error: Exception) -> Exception:
+    """A Retry of the same jobs; the new message is sent before this one is acked."""
+    retries = task.request.retries
+    if retries >= task.max_retries:
+        log.warning("database unreachable (%s): the %d jobs of this message stay open; retrying it",
+                    error, len(job_ids))
+    return task.retry(args=[job_ids], exc=error, countdown=backoff(retries, runtime.settings.retry_backoff_max),
+                      max_retries=max(task.max_retries, retries + 1), throw=False)
 
 
 def fail_all(runtime, job_ids: list[str], reason: str) -> None:
-    try:
-        with runtime.renderer.sessions() as session:
-            for job_id in job_ids:
-                db.fail(session, job_id, reason)
-            session.commit()
-    except OperationalError:
-        log.exception("could not record the failure of %d jobs; their message will be retried", len(job_ids))
+    """Record every job as failed. A database error propagates: the caller keeps the message."""
+    with runtime.renderer.sessions() as session:
+        for job_id in job_ids:
+            db.fail(session, job_id, reason)
+        session.commit()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
@@ -129,6 +130,21 @@ def requeue(session: Session, job_ids: Sequence[str], error: str) -> int:
     return transition(session, job_ids, JobStatus.QUEUED, error=error[:2000], queued_at=utcnow())
 
 
+def requeue_stale(session: Session, job_ids: Sequence[str], *, before: datetime, error: str) -> list[str]:
+    """Open jobs (pending, queued, running) not updated since ``before`` -> QUEUED, fresh: the
+    reconciler's re-enqueue. A job a worker claimed or finished meanwhile is left alone. Returns
+    the ids moved."""
+    now = utcnow()
+    where = (Job.id.in_(list(job_ids)), Job.updated_at < before,
+             Job.status.in_([JobStatus.PENDING, JobStatus.QUEUED, JobStatus.RUNNING]))
+    moved = list(session.scalars(select(Job.id).where(*where).with_for_update()))
+    if moved:
+        session.execute(update(Job).where(Job.id.in_(moved), *where[1:])
+                        .values(status=JobStatus.QUEUED, error=error[:2000], queued_at=now, updated_at=now)
+                        .execution_options(synchronize_session=False))
+    return moved
+
+
 def status_counts(session: Session, batch_id: str) -> dict[JobStatus, int]:
     rows = session.execute(
         select(Job.status, func.count()).where(Job.batch_id == batch_id).group_by(Job.status)
@@ -144,6 +160,11 @@ def batch_finished(session: Session, batch_id: str) -> bool:
         select(func.count()).where(Job.batch_id == batch_id, Job.status.in_(open_states))
     )
     return remaining == 0
+
+
+def batches_of(session: Session, job_ids: Sequence[str]) -> set[str]:
+    """The batches the given jobs belong to (jobs that no longer exist are ignored)."""
+    return set(session.scalars(select(Job.batch_id).where(Job.id.in_(list(job_ids))).distinct()))
 
 
 def close_batch(session: Session, batch_id: str, manifest_key: str) -> None:

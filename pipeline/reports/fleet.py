@@ -15,17 +15,17 @@ import redis
 WORKER_PREFIX = "synth:workers:"
 HEARTBEAT_TTL = 30          # seconds a heartbeat outlives its last refresh
 # kombu's Redis transport keeps a queue's messages of priority p > 0 in "<queue>\x06\x16<p>".
-_PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
+PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 
 
 def queue_depths(client: redis.Redis, queues: Sequence[str]) -> dict[str, int]:
     """Messages waiting per queue (LLEN; each message carries a few jobs)."""
     pipe = client.pipeline(transaction=False)
     for queue in queues:
-        for suffix in _PRIORITY_SUFFIXES:
+        for suffix in PRIORITY_SUFFIXES:
             pipe.llen(queue + suffix)
     counts = pipe.execute()
-    n = len(_PRIORITY_SUFFIXES)
+    n = len(PRIORITY_SUFFIXES)
     return {queue: sum(counts[i * n:(i + 1) * n]) for i, queue in enumerate(queues)}
 
 

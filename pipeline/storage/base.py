@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import re
+from datetime import datetime
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -38,6 +39,10 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def list(self, prefix: str) -> list[str]: ...
+
+    @abc.abstractmethod
+    def list_modified(self, prefix: str) -> dict[str, datetime]:
+        """Every key under ``prefix`` with the time it was last written (UTC)."""
 
     @abc.abstractmethod
     def url(self, key: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline.errors import StorageError
@@ -22,6 +23,7 @@ class LocalStore(ObjectStore):
 
     def put(self, key: str, data: bytes, content_type: str) -> None:
         path = self._path(key)
+        tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -29,6 +31,8 @@ class LocalStore(ObjectStore):
                 f.write(data)
             os.replace(tmp, path)
         except OSError as e:
+            if tmp is not None:  # a failed write or rename leaves no partial file behind
+                Path(tmp).unlink(missing_ok=True)
             raise StorageError(f"cannot write {path}: {e}") from e
 
     def get(self, key: str) -> bytes:
@@ -49,6 +53,15 @@ class LocalStore(ObjectStore):
             return []
         return sorted(str(p.relative_to(self.root)) for p in base.rglob("*")
                       if p.is_file() and not p.name.startswith(".tmp-"))
+
+    def list_modified(self, prefix: str) -> dict[str, datetime]:
+        out = {}
+        for key in self.list(prefix):
+            try:
+                out[key] = datetime.fromtimestamp(self._path(key).stat().st_mtime, UTC)
+            except FileNotFoundError:  # removed since it was listed
+                continue
+        return out
 
     def url(self, key: str) -> str:
         return self._path(key).as_uri()

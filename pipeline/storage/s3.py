@@ -3,6 +3,8 @@ Credentials come from boto3's usual chain (AWS_ACCESS_KEY_ID, profiles, instance
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -62,6 +64,16 @@ class S3Store(ObjectStore):
         except (BotoCoreError, ClientError) as e:
             raise StorageError(f"cannot list s3://{self.bucket}/{self._key(prefix)}: {e}") from e
         return sorted(keys)
+
+    def list_modified(self, prefix: str) -> dict[str, datetime]:
+        out: dict[str, datetime] = {}
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
+                out.update((o["Key"][len(self.prefix):], o["LastModified"]) for o in page.get("Contents", []))
+        except (BotoCoreError, ClientError) as e:
+            raise StorageError(f"cannot list s3://{self.bucket}/{self._key(prefix)}: {e}") from e
+        return out
 
     def url(self, key: str) -> str:
         return f"s3://{self.bucket}/{self._key(key)}"

@@ -7,21 +7,25 @@ import json
 import re
 import time
 import urllib.request
+from datetime import timedelta
 
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import update
 
 from pipeline.corpus import parse_corpus
 from pipeline.db import jobs as db
+from pipeline.db.models import Job, utcnow
 from pipeline.live import redis_client_url
 from pipeline.reports import fleet
 from pipeline.routing import all_queues
 from pipeline.submit import BatchOptions, create_batch
 from tests.conftest import REPO, free_port
-from worker.app import make_app
+from worker.app import default_queues, make_app
 from worker.boot import boot
 from worker.enqueue import enqueue_batch
+from worker.maintenance import RECONCILE_TASK
 from worker.metrics import install
 from tests.workers import thread_worker
 
@@ -104,3 +108,23 @@ def test_grafana_queries_only_metrics_the_worker_exports(app):
     assert queried - exported == set(), f"dashboard queries unknown metrics: {queried - exported}"
     assert {"synth_queue_depth", "synth_worker_jobs_in_flight", "synth_engine_tokens_per_second",
             "synth_job_ttfb_seconds_bucket", "synth_job_rtf_bucket", "synth_gpu_memory_allocated_bytes"} <= queried
+
+
+def test_the_reconcilers_actions_are_counted(app, settings, sessions):
+    app, _ = app
+    with sessions() as s:
+        batch = create_batch(s, settings, parse_corpus(CORPUS.encode(), source="c", max_line_chars=500),
+                             BatchOptions(format="wav"), source="c")
+        s.commit()
+        db.mark_batch_queued(s, batch.id)  # queued long ago, and the messages were lost
+        s.execute(update(Job).where(Job.batch_id == batch.id).values(updated_at=utcnow() - timedelta(hours=1)))
+        s.commit()
+    with thread_worker(app, default_queues(settings), concurrency=1):
+        app.send_task(RECONCILE_TASK)
+        deadline = time.monotonic() + 120
+        while not _finished(sessions, batch.id):
+            assert time.monotonic() < deadline, "batch did not finish"
+            time.sleep(0.2)
+    samples = scrape(app.synth_settings.worker_metrics_port)
+    assert value(samples, "synth_reconciler_actions_total", action="requeued") == 4
+    assert value(samples, "synth_reconciler_actions_total", action="closed") == 0
