@@ -21,7 +21,6 @@ from pipeline.db.models import Job, as_utc, utcnow
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
 from pipeline.errors import (
     DatabaseUnavailableError,
-    EngineError,
     IllegalTransitionError,
     MarkupError,
     PermanentError,
