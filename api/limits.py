@@ -35,7 +35,7 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _BodyTooLarge
+                    raise _BodyTooLarge(self.max_bytes)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -50,12 +50,20 @@ class BodyLimitMiddleware:
                 await _too_large(send, self.max_bytes)
 
 
-class _BodyTooLarge(Exception):
-    pass
+class _BodyTooLarge(HTTPException):
+    """An HTTPException, so FastAPI's body parsing passes it on as the 413 it is (any other error
+    while reading the body it answers with a 400)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, detail=_too_large_detail(limit))
+
+
+def _too_large_detail(limit: int) -> str:
+    return f"request body is over the limit of {limit:,} bytes"
 
 
 async def _too_large(send: Send, limit: int) -> None:
-    body = json.dumps({"detail": f"request body is over the limit of {limit:,} bytes"}).encode()
+    body = json.dumps({"detail": _too_large_detail(limit)}).encode()
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -11,11 +11,14 @@ Priority = Literal["batch", "realtime"]
 CallbackEvent = Literal["job.finished", "job.failed", "batch.finished"]
 
 
-URL_PATTERN = r"^https?://[^\s\x00-\x1f\x7f]+$"
+URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f]+$"   # schemes are case-insensitive
 
 
 class _NoNul(BaseModel):
-    """SQL text cannot hold NUL characters (PostgreSQL refuses them): say so instead of failing."""
+    """SQL text cannot hold NUL characters (PostgreSQL refuses them): say so instead of failing.
+    (Lone surrogates pydantic refuses itself; NaN and infinity are refused here, as JSON has none.)"""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     @field_validator("*", mode="after")
     @classmethod

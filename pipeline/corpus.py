@@ -23,8 +23,10 @@ def parse_corpus(data: bytes, *, source: str, max_line_chars: int) -> Corpus:
     """Decode and validate a whole corpus. Raises InputError with a one-line reason."""
     if not data.strip():
         raise InputError(f"{source}: the corpus is empty")
-    if b"\x00" in data[:65536]:
-        raise InputError(f"{source}: looks like a binary file (it contains NUL bytes), not text")
+    nul = data.find(b"\x00")
+    if nul >= 0:  # the whole file: text SQL cannot store must not get past here, wherever it is
+        line = data[:nul].count(b"\n") + 1
+        raise InputError(f"{source}: looks like a binary file (a NUL byte on line {line}), not text")
     try:
         decoded = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

@@ -50,8 +50,8 @@ class LocalStore(ObjectStore):
         return sorted(str(p.relative_to(self.root)) for p in base.rglob("*")
                       if p.is_file() and not p.name.startswith(".tmp-"))
 
-    def url(self, key: str) -> str:
-        return self._path(key).as_uri()
+    def url(self, key: str) -> str | None:
+        return None
 
     def check(self) -> None:
         try:

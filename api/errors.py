@@ -1,0 +1,69 @@
+"""Every error as JSON that encodes: ``{"detail": ...}``, plus OpenAI's ``error`` object on the
+OpenAI-compatible routes (/v1/audio/...), so its clients read our 4xx as they read OpenAI's.
+
+Validation errors echo the input, which may hold what JSON cannot carry back (a lone surrogate from
+``"\\ud800"``, a float overflowed to infinity from ``1e400``, NaN): those are written as escapes and
+strings, never left to fail the response."""
+
+from __future__ import annotations
+
+import math
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from pipeline.errors import InputError, ServiceUnavailableError, StorageError
+
+OPENAI_PREFIX = "/v1/audio/"
+
+
+def openai_error(message: str, param: str | None = None) -> dict:
+    return {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+
+
+def error_response(request: Request, status: int, detail, *, param: str | None = None,
+                   headers: dict | None = None) -> JSONResponse:
+    body = {"detail": detail}
+    if request.url.path.startswith(OPENAI_PREFIX):
+        message = detail if isinstance(detail, str) else "; ".join(
+            f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in detail)
+        body["error"] = openai_error(message, param)
+    return JSONResponse(encodable(body), status_code=status, headers=headers)
+
+
+def encodable(value):
+    """``value`` with lone surrogates escaped and non-finite floats as strings ("inf", "nan")."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {encodable(k): encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encodable(v) for v in value]
+    return value
+
+
+def install(app: FastAPI) -> None:
+    """Errors pipeline/ raises on purpose, as HTTP: bad input 400, a service down 503."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        return error_response(request, e.status_code, e.detail, param=getattr(e, "param", None),
+                              headers=getattr(e, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        return error_response(request, 422, jsonable_encoder(e.errors()))
+
+    @app.exception_handler(InputError)
+    async def _input(request: Request, e: InputError) -> JSONResponse:
+        return error_response(request, 400, str(e))
+
+    @app.exception_handler(ServiceUnavailableError)
+    @app.exception_handler(StorageError)
+    async def _unavailable(request: Request, e: Exception) -> JSONResponse:
+        return error_response(request, 503, str(e), headers={"Retry-After": "5"})
