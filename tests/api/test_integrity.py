@@ -4,8 +4,10 @@ Idempotency-Keys of deleted resources, the live copy of a deleted job."""
 
 from __future__ import annotations
 
+import io
 import json
 import time
+import wave
 
 import redis
 
@@ -84,3 +86,22 @@ def test_deleted_speech_is_served_from_nowhere(client, running_worker, redis_url
     assert again.status_code == 410 and again.content != first.content
     assert "was deleted" in again.json()["error"]["message"]
     assert client.get(f"/v1/jobs/{job_id}/stream").status_code == 404
+
+
+def test_finished_audio_is_answered_whole_in_the_format_asked(client, running_worker):
+    """A finished job's length is known: WAV carries its real sizes (Python's wave reads the true
+    frame count), and stream?format=pcm gives PCM even where the stored file is an mp3."""
+    body = {"model": "tts-1", "voice": "alloy", "input": "Hello there, how are you?", "response_format": "wav"}
+    first = client.post("/v1/audio/speech", json=body, headers={"Idempotency-Key": "wav"})
+    wait_job(client, first.headers["x-job-id"])
+    replay = client.post("/v1/audio/speech", json=body, headers={"Idempotency-Key": "wav"})
+    assert replay.status_code == 200 and replay.headers["content-length"] == str(len(replay.content))
+    with wave.open(io.BytesIO(replay.content)) as w:
+        assert w.getnframes() == (len(replay.content) - 44) // 2 and 1 < w.getnframes() / w.getframerate() < 5
+    assert replay.content[44:] == first.content[44:]
+
+    job = wait_job(client, client.post("/v1/jobs", json={"text": "Hello there.", "format": "mp3"}).json()["id"])
+    pcm = client.get(f"/v1/jobs/{job['id']}/stream", params={"format": "pcm"})
+    assert pcm.status_code == 200 and pcm.headers["content-type"] == "audio/pcm"
+    rate = int(pcm.headers["x-sample-rate"])
+    assert pcm.content[:4] != b"RIFF" and 0.5 < len(pcm.content) / 2 / rate < 3
