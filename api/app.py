@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from api import errors
+from api import errors, openapi
 from api.limits import BodyLimitMiddleware
 from api.metrics import Metrics, MetricsMiddleware
 from api.routes import ROUTERS
@@ -69,6 +69,7 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     errors.install(app)
+    openapi.install(app, settings)
     for name in ROUTERS:
         app.include_router(importlib.import_module(f"api.routes.{name}").router)
     return app

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import math
 
+import redis
+import sqlalchemy.exc
+
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -24,14 +27,18 @@ def openai_error(message: str, param: str | None = None) -> dict:
     return {"message": message, "type": "invalid_request_error", "param": param, "code": None}
 
 
-def error_response(request: Request, status: int, detail, *, param: str | None = None,
-                   headers: dict | None = None) -> JSONResponse:
+def error_body(path: str, detail, param: str | None = None) -> dict:
     body = {"detail": detail}
-    if request.url.path.startswith(OPENAI_PREFIX):
+    if path.startswith(OPENAI_PREFIX):
         message = detail if isinstance(detail, str) else "; ".join(
             f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in detail)
         body["error"] = openai_error(message, param)
-    return JSONResponse(encodable(body), status_code=status, headers=headers)
+    return encodable(body)
+
+
+def error_response(request: Request, status: int, detail, *, param: str | None = None,
+                   headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(error_body(request.url.path, detail, param), status_code=status, headers=headers)
 
 
 def encodable(value):
@@ -48,7 +55,7 @@ def encodable(value):
 
 
 def install(app: FastAPI) -> None:
-    """Errors pipeline/ raises on purpose, as HTTP: bad input 400, a service down 503."""
+    """Errors as HTTP: bad input 400, a service down 503 (pipeline's errors and the clients' own)."""
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -65,5 +72,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ServiceUnavailableError)
     @app.exception_handler(StorageError)
+    @app.exception_handler(redis.RedisError)           # Redis down (rate limits, live audio)
+    @app.exception_handler(sqlalchemy.exc.OperationalError)  # the database down or locked
     async def _unavailable(request: Request, e: Exception) -> JSONResponse:
         return error_response(request, 503, str(e), headers={"Retry-After": "5"})

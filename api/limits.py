@@ -9,6 +9,8 @@ import redis
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.errors import error_body
+
 
 class BodyLimitMiddleware:
     """413 for a body over ``max_bytes``: from Content-Length when given, else counted as it arrives
@@ -24,7 +26,7 @@ class BodyLimitMiddleware:
             return
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            await _too_large(send, self.max_bytes)
+            await _too_large(send, self.max_bytes, scope["path"])
             return
         seen = 0
         started = False
@@ -47,7 +49,7 @@ class BodyLimitMiddleware:
             await self.app(scope, counted_receive, tracking_send)
         except _BodyTooLarge:
             if not started:
-                await _too_large(send, self.max_bytes)
+                await _too_large(send, self.max_bytes, scope["path"])
 
 
 class _BodyTooLarge(HTTPException):
@@ -62,8 +64,8 @@ def _too_large_detail(limit: int) -> str:
     return f"request body is over the limit of {limit:,} bytes"
 
 
-async def _too_large(send: Send, limit: int) -> None:
-    body = json.dumps({"detail": _too_large_detail(limit)}).encode()
+async def _too_large(send: Send, limit: int, path: str) -> None:
+    body = json.dumps(error_body(path, _too_large_detail(limit))).encode()
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

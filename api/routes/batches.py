@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Header, HTTPException, Query, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Header, HTTPException, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
 
 from api import creating, idempotency, pagination
@@ -54,7 +54,14 @@ def create_json_batch(body: BatchCreate, key: CurrentKey, state: State, session:
     return _created(session, batch_id, created)
 
 
-@router.post("/upload", status_code=201, response_model=BatchOut,
+async def one_file(request: Request) -> None:
+    """A second ``file`` part would be dropped without a word (the last one wins): refuse it."""
+    form = await request.form()
+    if len(form.getlist("file")) > 1:
+        raise HTTPException(400, detail="send one file part: a batch is made from one file")
+
+
+@router.post("/upload", status_code=201, response_model=BatchOut, dependencies=[Depends(one_file)],
              responses={409: {"description": "Idempotency-Key reused"}})
 def upload_batch(key: CurrentKey, state: State, session: Session,
                  file: Annotated[UploadFile, File(description="UTF-8 text, one item per non-empty line")],

@@ -69,15 +69,19 @@ def test_an_upper_case_scheme_is_a_url_like_any_other(client):
 
 
 def test_a_chunked_body_over_the_limit_gets_413(api_settings, redis_url, new_key):
-    def chunks():
+    part = b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\n'
+
+    def chunks(head: bytes):
+        yield head
         for _ in range(10):
-            yield b" " * 500
+            yield b"Some words. " * 40
 
     with serve(api_settings.with_overrides(api_max_body_bytes=2000), redis_url) as server, \
             client_for(server, new_key()) as c:
-        for path, kind in (("/v1/batches", "application/json"), ("/v1/audio/speech", "application/json"),
-                           ("/v1/batches/upload", "multipart/form-data; boundary=b")):
-            r = c.post(path, content=chunks(), headers={"content-type": kind})
+        for path, kind, head in (("/v1/batches", "application/json", b'{"items": [{"text": "'),
+                                 ("/v1/audio/speech", "application/json", b'{"input": "'),
+                                 ("/v1/batches/upload", "multipart/form-data; boundary=b", part)):
+            r = c.post(path, content=chunks(head), headers={"content-type": kind})
             assert r.status_code == 413 and "2,000 bytes" in r.json()["detail"], (path, r.text)
             assert "content-length" not in r.request.headers  # sent chunked
 
@@ -93,3 +97,12 @@ def test_speech_errors_carry_openais_error_object(client):
     assert long.status_code == 400 and "the limit is" in long.json()["error"]["message"]
     anonymous = httpx.post(f"{client.base_url}/v1/audio/speech", json=body)
     assert anonymous.status_code == 401 and anonymous.json()["error"]["message"]
+
+
+def test_options_lists_the_methods_of_a_path(api_server):
+    r = httpx.options(f"{api_server.url}/v1/batches/some-id")
+    assert r.status_code == 204 and set(r.headers["allow"].split(", ")) == {"GET", "DELETE", "OPTIONS"}
+    assert set(httpx.options(f"{api_server.url}/v1/batches").headers["allow"].split(", ")) == {
+        "GET", "POST", "OPTIONS"}
+    assert httpx.options(f"{api_server.url}/v1/nothing-here").status_code == 404
+    assert httpx.put(f"{api_server.url}/v1/batches").status_code == 405
