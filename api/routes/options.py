@@ -1,19 +1,24 @@
-"""OPTIONS on any route: 204 with ``Allow`` listing the methods the path has (RFC 9110), without a
-key, as a browser's preflight sends none. Included last, so it only answers what no other route does."""
+"""OPTIONS on any documented path: 204 with ``Allow`` listing the path's methods in the OpenAPI
+document (RFC 9110), without a key, as a browser's preflight sends none. A literal path wins over a
+template that would also match it (/v1/batches/upload is not a batch id). Included last, so it
+answers only what no other route does."""
 
 from __future__ import annotations
 
+import re
+
 from fastapi import APIRouter, HTTPException, Request, Response
-from starlette.routing import Match
 
 router = APIRouter()
-METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+_PARAM = re.compile(r"\{[^}]+\}")
 
 
 @router.options("/{path:path}", include_in_schema=False, status_code=204)
 def options(path: str, request: Request) -> Response:
-    allowed = [method for method in METHODS if any(
-        route.matches({**request.scope, "method": method})[0] == Match.FULL for route in request.app.router.routes)]
-    if not allowed:
+    matches = [(template.count("{"), methods) for template, methods in request.app.openapi()["paths"].items()
+               if re.fullmatch(_PARAM.sub("[^/]+", re.escape(template).replace(r"\{", "{").replace(r"\}", "}")),
+                               request.url.path)]
+    if not matches:
         raise HTTPException(404, detail="Not Found")
-    return Response(status_code=204, headers={"Allow": ", ".join([*allowed, "OPTIONS"])})
+    _, methods = min(matches, key=lambda m: m[0])
+    return Response(status_code=204, headers={"Allow": ", ".join([*(m.upper() for m in methods), "OPTIONS"])})

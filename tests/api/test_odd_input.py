@@ -106,3 +106,8 @@ def test_options_lists_the_methods_of_a_path(api_server):
         "GET", "POST", "OPTIONS"}
     assert httpx.options(f"{api_server.url}/v1/nothing-here").status_code == 404
     assert httpx.put(f"{api_server.url}/v1/batches").status_code == 405
+
+
+def test_options_prefers_a_literal_path_to_a_template(api_server):
+    assert httpx.options(f"{api_server.url}/v1/batches/upload").headers["allow"] == "POST, OPTIONS"
+    assert httpx.options(f"{api_server.url}/v1/jobs/x/audio").headers["allow"] == "GET, OPTIONS"
