@@ -11,7 +11,6 @@ import math
 
 import redis
 import sqlalchemy.exc
-
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -30,8 +29,8 @@ def openai_error(message: str, param: str | None = None) -> dict:
 def error_body(path: str, detail, param: str | None = None) -> dict:
     body = {"detail": detail}
     if path.startswith(OPENAI_PREFIX):
-        message = detail if isinstance(detail, str) else "; ".join(
-            f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in detail)
+        message = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in detail) \
+            if isinstance(detail, list) else str(detail)
         body["error"] = openai_error(message, param)
     return encodable(body)
 
