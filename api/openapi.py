@@ -22,7 +22,7 @@ from pipeline.submit import SAMPLE_RATES
 
 NO_NUL = "^[^\\x00]*$"   # text SQL can store
 SPOKEN = "^[^\\x00]*[^\\x00\\s][^\\x00]*$"   # ... and not only spaces
-_REQUESTS = ("BatchCreate", "ItemIn", "JobCreate", "Body_upload_batch_v1_batches_upload_post", "SpeechCreate")
+_ITEMS = ("BatchCreate", "ItemIn", "JobCreate")   # request bodies with voice, format, rate, text
 ERROR = {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "string"}}}
 OPENAI_ERROR = {"type": "object", "required": ["detail", "error"], "properties": {
     "detail": {}, "error": {"type": "object", "required": ["message", "type"], "properties": {
@@ -58,7 +58,8 @@ def truthful(doc: dict[str, Any], settings: Settings) -> dict[str, Any]:
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
             _responses(path, method, op)
-    _limits(schemas, settings)
+    upload = doc["paths"]["/v1/batches/upload"]["post"]["requestBody"]["content"]["multipart/form-data"]
+    _limits(schemas, settings, form=upload["schema"]["$ref"].rsplit("/", 1)[-1])
     return doc
 
 
@@ -96,12 +97,12 @@ def _responses(path: str, method: str, op: dict) -> None:
         responses["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
 
 
-def _limits(schemas: dict, settings: Settings) -> None:
+def _limits(schemas: dict, settings: Settings, *, form: str) -> None:
     """Settings' limits as schema constraints; every other string gets "no NUL" (SQL text)."""
     from api.routes.speech import OPENAI_VOICES  # the routes import the app module, as this one is
 
     voices = list(engine_voices(settings.engine_settings()))
-    for name in _REQUESTS[:-1]:
+    for name in (*_ITEMS, form):
         props = schemas[name]["properties"]
         _narrow(props, "voice", enum=voices)
         _narrow(props, "format", enum=list(FORMATS))
@@ -112,11 +113,11 @@ def _limits(schemas: dict, settings: Settings) -> None:
     _narrow(speech, "response_format", enum=list(SPEECH_FORMATS))
     _narrow(speech, "voice", enum=voices + (sorted(OPENAI_VOICES) if settings.api_map_openai_voices else []))
     _narrow(speech, "input", maxLength=settings.max_line_chars, pattern=SPOKEN)
-    form = schemas["Body_upload_batch_v1_batches_upload_post"]["properties"]
-    for name, prop in form.items():  # a form has no null: an optional field is left out
+    fields = schemas[form]["properties"]
+    for name, prop in fields.items():  # a form has no null: an optional field is left out
         if "anyOf" in prop:
-            form[name] = {**next(s for s in prop.pop("anyOf") if s.get("type") != "null"), **prop}
-    for name in _REQUESTS:
+            fields[name] = {**next(s for s in prop.pop("anyOf") if s.get("type") != "null"), **prop}
+    for name in (*_ITEMS, form, "SpeechCreate"):
         for prop in schemas[name]["properties"].values():
             for s in prop.get("anyOf", [prop]):
                 if s.get("type") == "string" and not {"pattern", "enum", "const", "contentMediaType"} & s.keys():

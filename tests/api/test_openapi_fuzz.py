@@ -13,6 +13,7 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 
+import httpx
 import pytest
 import schemathesis
 from schemathesis.config import SchemathesisConfig
@@ -68,6 +69,23 @@ def run(api_settings, redis_url, key: str, *, seed: int, max_examples: int) -> O
     # The fuzzer got through: valid requests succeeded, invalid ones were refused.
     assert outcome.statuses[200] and outcome.statuses[201] and outcome.statuses[422] and outcome.statuses[404]
     return outcome
+
+
+def test_the_document_states_errors_limits_and_audio_types(api_server):
+    doc = httpx.get(f"{api_server.url}/openapi.json").json()
+    operations = {f"{m.upper()} {p}": op for p, ops in doc["paths"].items() for m, op in ops.items()}
+    secured = [op for op in operations.values() if op.get("security")]
+    assert len(secured) == 17 and all({"401", "429", "503"} <= op["responses"].keys() for op in secured)
+    for label in ("POST /v1/batches", "POST /v1/batches/upload", "POST /v1/jobs", "POST /v1/audio/speech"):
+        assert {"400", "409", "410", "413", "422"} <= operations[label]["responses"].keys(), label
+    assert "400" in operations["GET /v1/batches/{batch_id}/items"]["responses"]
+    assert set(operations["GET /v1/jobs/{job_id}/audio"]["responses"]["200"]["content"]) == {
+        "audio/wav", "audio/mpeg", "audio/ogg", "audio/flac"}
+    assert {"audio/wav", "audio/pcm"} <= set(operations["GET /v1/jobs/{job_id}/stream"]["responses"]["200"]["content"])
+    speech_error = operations["POST /v1/audio/speech"]["responses"]["409"]["content"]["application/json"]["schema"]
+    assert speech_error == {"$ref": "#/components/schemas/OpenAIError"}
+    item = doc["components"]["schemas"]["ItemIn"]["properties"]
+    assert item["text"]["maxLength"] == 300 and item["format"]["anyOf"][0]["enum"] == ["wav", "mp3", "ogg", "flac"]
 
 
 def test_every_check_passes_on_every_operation(api_settings, redis_url, new_key, running_worker):
