@@ -11,19 +11,19 @@ from dataclasses import dataclass
 import redis
 import redis.asyncio as aioredis
 from celery import Celery
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from api import errors, openapi
 from api.limits import BodyLimitMiddleware
 from api.livehub import LiveCapacityError, LiveHub
 from api.metrics import Metrics, MetricsMiddleware
 from api.routes import ROUTERS
 from pipeline import api_keys
 from pipeline.db.session import make_engine, make_sessionmaker
-from pipeline.errors import InputError, ServiceUnavailableError, StorageError
+from pipeline.errors import ServiceUnavailableError
 from pipeline.live import redis_client_url
 from pipeline.settings import Settings
 from pipeline.storage import ObjectStore, make_store
@@ -86,7 +86,8 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> FastAPI:
                   description="Batch and realtime text-to-speech. Authenticate with `Authorization: Bearer sk_synth_...`.")
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    _add_error_handlers(app)
+    errors.install(app)
+    openapi.install(app, settings)
     for name in ROUTERS:
         app.include_router(importlib.import_module(f"api.routes.{name}").router)
     return app
@@ -98,21 +99,3 @@ def _warm(state: ApiState) -> None:
     with state.sessions() as session:
         api_keys.authenticate(session, api_keys.KEY_PREFIX + "warm-up")
     state.redis.ping()
-
-
-def _add_error_handlers(app: FastAPI) -> None:
-    """Errors pipeline/ raises on purpose, as HTTP: bad input 400, a service down 503."""
-
-    @app.exception_handler(InputError)
-    async def _input(_: Request, e: InputError) -> JSONResponse:
-        return JSONResponse({"detail": str(e)}, status_code=400)
-
-    @app.exception_handler(ServiceUnavailableError)
-    @app.exception_handler(StorageError)
-    @app.exception_handler(redis.RedisError)
-    async def _unavailable(_: Request, e: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(e) or type(e).__name__}, status_code=503, headers={"Retry-After": "5"})
-
-    @app.exception_handler(LiveCapacityError)
-    async def _full(_: Request, e: LiveCapacityError) -> JSONResponse:
-        return JSONResponse({"detail": f"{e}; try again shortly"}, status_code=503, headers={"Retry-After": "1"})

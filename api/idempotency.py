@@ -12,7 +12,7 @@ from fastapi import HTTPException
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from pipeline.db.models import new_id, utcnow
+from pipeline.db.models import Batch, Job, new_id, utcnow
 from pipeline.db.models_api import IdempotencyRecord
 
 MAX_KEY_CHARS = 200
@@ -45,7 +45,8 @@ def make_claim(key_id: str, header: str | None, route: str, *parts: bytes) -> Cl
 
 def replay(session: Session, claim: Claim | None, resource_type: str) -> str | None:
     """The id of the resource this claim already created, None if new; 409 if the key was used
-    for a different request."""
+    for a different request; 410 if its resource was deleted since (a retry must not quietly make
+    and bill a new one, nor serve what was deleted)."""
     if claim is None:
         return None
     record = session.scalars(select(IdempotencyRecord).where(
@@ -56,6 +57,9 @@ def replay(session: Session, claim: Claim | None, resource_type: str) -> str | N
     if record.fingerprint != claim.fingerprint or record.resource_type != resource_type:
         raise HTTPException(409, detail="this Idempotency-Key was used with a different request; "
                                         "use a new key for a new request")
+    if session.get(Job if resource_type == "job" else Batch, record.resource_id) is None:
+        raise HTTPException(410, detail=f"the {resource_type} this Idempotency-Key created ({record.resource_id}) "
+                                        "was deleted; use a new key for a new request")
     return record.resource_id
 
 

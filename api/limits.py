@@ -9,6 +9,8 @@ import redis
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.errors import error_body
+
 
 class BodyLimitMiddleware:
     """413 for a body over ``max_bytes``: from Content-Length when given, else counted as it arrives
@@ -24,7 +26,7 @@ class BodyLimitMiddleware:
             return
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            await _too_large(send, self.max_bytes)
+            await _too_large(send, self.max_bytes, scope["path"])
             return
         seen = 0
         started = False
@@ -35,7 +37,7 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _BodyTooLarge
+                    raise _BodyTooLarge(self.max_bytes)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -47,15 +49,23 @@ class BodyLimitMiddleware:
             await self.app(scope, counted_receive, tracking_send)
         except _BodyTooLarge:
             if not started:
-                await _too_large(send, self.max_bytes)
+                await _too_large(send, self.max_bytes, scope["path"])
 
 
-class _BodyTooLarge(Exception):
-    pass
+class _BodyTooLarge(HTTPException):
+    """An HTTPException, so FastAPI's body parsing passes it on as the 413 it is (any other error
+    while reading the body it answers with a 400)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, detail=_too_large_detail(limit))
 
 
-async def _too_large(send: Send, limit: int) -> None:
-    body = json.dumps({"detail": f"request body is over the limit of {limit:,} bytes"}).encode()
+def _too_large_detail(limit: int) -> str:
+    return f"request body is over the limit of {limit:,} bytes"
+
+
+async def _too_large(send: Send, limit: int, path: str) -> None:
+    body = json.dumps(error_body(path, _too_large_detail(limit))).encode()
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -11,11 +11,16 @@ Priority = Literal["batch", "realtime"]
 CallbackEvent = Literal["job.finished", "job.failed", "batch.finished"]
 
 
-URL_PATTERN = r"^https?://[^\s\x00-\x1f\x7f]+$"
+# Schemes are case-insensitive; no control or space character of any kind, listed rather than
+# written \s, whose meaning differs between regex engines (pydantic's Rust one, JSON Schema's).
+URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$"
 
 
 class _NoNul(BaseModel):
-    """SQL text cannot hold NUL characters (PostgreSQL refuses them): say so instead of failing."""
+    """SQL text cannot hold NUL characters (PostgreSQL refuses them): say so instead of failing.
+    (Lone surrogates pydantic refuses itself; NaN and infinity are refused here, as JSON has none.)"""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     @field_validator("*", mode="after")
     @classmethod

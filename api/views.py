@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 from api.schemas import BatchOut, JobOut
 from pipeline.db import owned
 from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, as_utc
+from pipeline.manifest import job_audio_path
 
 
 def _utc(value):
@@ -20,7 +21,7 @@ def job_out(job: Job, metrics: JobMetrics | None) -> JobOut:
         attempts=job.attempts, error=job.error,
         audio_seconds=metrics.audio_s if metrics else None, ttfb_seconds=metrics.ttfb_s if metrics else None,
         created_at=_utc(job.created_at), finished_at=_utc(job.finished_at),
-        audio_url=f"/v1/jobs/{job.id}/audio" if job.status == JobStatus.DONE else None,
+        audio_url=job_audio_path(job.id) if job.status == JobStatus.DONE else None,
         stream_url=f"/v1/jobs/{job.id}/stream",
         text_notes=((metrics.extra or {}).get("text") or None) if metrics else None,
     )

@@ -14,7 +14,7 @@ from cli.wait import print_summary
 from pipeline.db import jobs as db
 from pipeline.db.models import JobStatus
 from pipeline.errors import InputError
-from pipeline.manifest import manifest_lines
+from pipeline.manifest import file_names, manifest_lines
 from pipeline.settings import Settings
 from pipeline.storage import make_store
 from pipeline.storage.base import manifest_key
@@ -55,7 +55,8 @@ def status(batch: str, as_json: bool) -> None:
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Folder to write the audio files and manifest.jsonl into.")
 def fetch(batch: str, output: Path) -> None:
-    """Download a batch's audio files (named by client id) and its manifest."""
+    """Download a batch's audio files (named by client id, -2, -3 ... where two ids make one name)
+    and its manifest."""
     settings = Settings()
     _, sessions = open_database(settings)
     with sessions() as session:
@@ -69,12 +70,14 @@ def fetch_batch(settings: Settings, sessions, batch_id: str, output: Path) -> No
     with sessions() as session:
         lines = manifest_lines(session, store, batch_id)
     done = [line for line in lines if line["object_key"] and line["status"] == "done"]
-    for line in tqdm(done, desc="fetch", unit="file", file=sys.stderr, disable=len(done) < 20):
-        target = output / Path(line["object_key"]).name
-        target.write_bytes(store.get(line["object_key"]))
-        line["file"] = target.name
+    names = file_names([line["client_id"] for line in done],
+                       [line["object_key"].rsplit(".", 1)[-1] for line in done])
+    for line, name in tqdm(list(zip(done, names)), desc="fetch", unit="file", file=sys.stderr,
+                           disable=len(done) < 20):
+        (output / name).write_bytes(store.get(line["object_key"]))
+        line["file"] = name
     key = manifest_key(batch_id)
     (output / "manifest.jsonl").write_text(
         "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
     click.echo(f"wrote {len(done)} audio files and manifest.jsonl to {output} "
-               f"(stored manifest: {store.url(key) if store.exists(key) else 'not yet written'})", err=True)
+               f"(stored manifest: {(store.url(key) or key) if store.exists(key) else 'not yet written'})", err=True)

@@ -8,12 +8,14 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 
+import redis
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, JobStatus, sources_of, utcnow
 from pipeline.errors import PermanentError
+from pipeline.live import delete_live
 from pipeline.manifest import write_manifest
 from pipeline.storage import ObjectStore
 
@@ -51,14 +53,17 @@ def running_jobs(session: Session, batch_id: str) -> int:
     )
 
 
-def delete(session: Session, store: ObjectStore, batch_id: str) -> int:
-    """Cancel what is queued, remove every object under the batch's prefix, then its rows.
-    Refused (BatchBusyError) while a job is running: its worker would write an object after the
-    delete. Returns the objects removed; the caller commits."""
+def delete(session: Session, store: ObjectStore, batch_id: str, live: redis.Redis | None = None) -> int:
+    """Cancel what is queued, remove every object under the batch's prefix and (given ``live``, the
+    Redis of pipeline/live.py) the jobs' live audio copies, then its rows. Refused (BatchBusyError)
+    while a job is running: its worker would write an object after the delete. Returns the objects
+    removed; the caller commits."""
     cancel(session, store, batch_id)
     running = running_jobs(session, batch_id)
     if running:
         raise BatchBusyError(f"batch {batch_id} has {running} running job(s); delete it when they finish")
+    if live is not None:
+        delete_live(live, list(session.scalars(select(Job.id).where(Job.batch_id == batch_id))))
     keys = store.list(f"batches/{batch_id}/")
     for key in keys:
         store.delete(key)

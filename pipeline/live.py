@@ -21,12 +21,14 @@ import threading
 import time
 import uuid
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import redis
 
 from pipeline import audio
+from pipeline.errors import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,16 @@ def stream_key(job_id: str) -> str:
 
 def alive_key(owner: str) -> str:
     return f"{ALIVE_PREFIX}{owner}"
+
+
+def delete_live(client: redis.Redis, job_ids: Sequence[str]) -> None:
+    """Remove these jobs' live copies, so a deleted job's audio is served from nowhere."""
+    keys = [stream_key(job_id) for job_id in job_ids]
+    try:
+        for i in range(0, len(keys), 1000):
+            client.delete(*keys[i:i + 1000])
+    except redis.RedisError as e:
+        raise ServiceUnavailableError(f"cannot delete the live audio copies: {e}") from e
 
 
 def redis_client_url(url: str) -> str:

@@ -1,27 +1,41 @@
-"""The per-batch manifest: one JSON line per job (client id, status, duration, object, error)."""
+"""The per-batch manifest: one JSON line per job (client id, status, duration, object, error), and
+the file names ``synth fetch`` gives the audio (one per job, however alike the client ids)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from sqlalchemy.orm import Session
 
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch
 from pipeline.storage import ObjectStore
-from pipeline.storage.base import manifest_key
+from pipeline.storage.base import manifest_key, safe_name
+
+
+def job_audio_path(job_id: str) -> str:
+    """The API's route for a job's audio: what API manifests and callbacks give out, never a
+    location inside the store."""
+    return f"/v1/jobs/{job_id}/audio"
 
 
 def manifest_lines(session: Session, store: ObjectStore, batch_id: str) -> list[dict]:
+    """``url``: the API route for an API batch, else the store's URL (S3), else None (a local folder)."""
+    batch = session.get(Batch, batch_id)
+    api = batch is not None and batch.owner_key_id is not None
     lines = []
     for job, metrics in db.jobs_with_metrics(session, batch_id):
+        url = None
+        if job.object_key:
+            url = job_audio_path(job.id) if api else store.url(job.object_key)
         lines.append({
             "client_id": job.client_id,
             "line": job.line_no,
             "status": job.status.value,
             "duration_s": round(metrics.audio_s, 3) if metrics and metrics.audio_s else None,
             "object_key": job.object_key,
-            "url": store.url(job.object_key) if job.object_key else None,
+            "url": url,
             "error": job.error if job.status.value == "failed" else None,
             "attempts": job.attempts,
         })
@@ -47,3 +61,20 @@ def close_if_finished(session: Session, store: ObjectStore, batch_id: str, *, re
         return False
     db.close_batch(session, batch_id, write_manifest(session, store, batch_id))
     return True
+
+
+def file_names(client_ids: Iterable[str], extensions: Iterable[str]) -> list[str]:
+    """A local file name per job, in the order given: the client id's safe name, and where that is
+    taken already (``a/b`` and ``a_b``, or ``A`` and ``a`` on a case-insensitive disk) a ``-2``,
+    ``-3`` ... suffix. The same manifest always gives the same names."""
+    taken: set[str] = set()
+    names = []
+    for client_id, ext in zip(client_ids, extensions, strict=True):
+        base = safe_name(client_id)
+        name, n = f"{base}.{ext}", 1
+        while name.casefold() in taken:
+            n += 1
+            name = f"{base}-{n}.{ext}"
+        taken.add(name.casefold())
+        names.append(name)
+    return names

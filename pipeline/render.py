@@ -206,7 +206,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
     try:
         fmt = audio.get_format(job.format)
         data = audio.encode(samples, info.sample_rate, job.format, job.sample_rate)
-        key = audio_key(job.batch_id, job.client_id, fmt.extension)
+        key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)
         audio_s = audio.duration_seconds(samples, info.sample_rate)
         first = state.first_audio or time.monotonic()

@@ -1,6 +1,7 @@
 import pytest
 
 from pipeline.errors import StorageError
+from pipeline.manifest import file_names
 from pipeline.storage.base import audio_key
 from pipeline.storage.local import LocalStore
 from pipeline.storage.s3 import S3Store
@@ -16,8 +17,8 @@ def store(request, tmp_path):
 
 def test_roundtrip_overwrite_list_delete(store):
     store.check()
-    key = audio_key("b1", "line 7/a", "wav")
-    assert key == "batches/b1/audio/line_7_a.wav"
+    key = audio_key("b1", "j1", "line 7/a", "wav")
+    assert key == "batches/b1/audio/line_7_a.j1.wav"
     assert not store.exists(key)
     store.put(key, b"one", "audio/wav")
     store.put(key, b"two", "audio/wav")  # a retried job overwrites, never duplicates
@@ -43,3 +44,27 @@ def test_a_failed_local_write_leaves_no_temporary_file(tmp_path):
     with pytest.raises(StorageError):
         store.put("a/b.wav", b"RIFF", "audio/wav")
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b.wav"]
+
+
+def test_client_ids_that_sanitize_alike_get_one_object_each():
+    """"a/b", "a_b" and "a b" all read as a_b, "." and "é" as _, and long ids share their first
+    characters: the job id in the key keeps every job's object its own."""
+    long = "x" * 300
+    ids = ["a/b", "a_b", "a b", ".", "..", "é", "ü", long + "1", long + "2"]
+    keys = {audio_key("b1", f"job{i}", client_id, "wav") for i, client_id in enumerate(ids)}
+    assert len(keys) == len(ids)
+    assert all(len(k) < 300 and k.startswith("batches/b1/audio/") for k in keys)
+
+
+def test_fetched_file_names_are_unique_and_deterministic():
+    ids = ["a/b", "a_b", "a b", "a_b-2", "A_B", "line-000001"]
+    names = file_names(ids, ["wav"] * len(ids))
+    assert names == ["a_b.wav", "a_b-2.wav", "a_b-3.wav", "a_b-2-2.wav", "A_B-4.wav", "line-000001.wav"]
+    assert len({n.casefold() for n in names}) == len(ids)
+    assert file_names(ids, ["wav"] * len(ids)) == names
+
+
+def test_a_local_store_gives_out_no_file_paths(tmp_path):
+    store = LocalStore(tmp_path)
+    store.put("batches/b/audio/x.wav", b"x", "audio/wav")
+    assert store.url("batches/b/audio/x.wav") is None

@@ -73,10 +73,10 @@ def enqueue(app: Celery, delivery_ids: list[str], *, attempt_no: int = 1, countd
         app.send_task(DELIVER_TASK, args=[delivery_id, attempt_no], queue=CALLBACK_QUEUE, countdown=countdown)
 
 
-def emit(app: Celery, sessions: sessionmaker[Session], job_ids: list[str], audio_url=None) -> list[str]:
+def emit(app: Celery, sessions: sessionmaker[Session], job_ids: list[str]) -> list[str]:
     """Record the events of these jobs (and their finished batches) and enqueue new deliveries."""
     with sessions() as session:
-        ids = outbox.emit_for_jobs(session, job_ids, audio_url=audio_url)
+        ids = outbox.emit_for_jobs(session, job_ids)
         session.commit()
     enqueue(app, ids)
     return ids
@@ -92,7 +92,7 @@ def _after_render(sender=None, args=None, kwargs=None, **_) -> None:
     if runtime is None or DELIVER_TASK not in app.tasks or not job_ids:
         return
     try:
-        emit(app, runtime.renderer.sessions, list(job_ids), audio_url=runtime.renderer.store.url)
+        emit(app, runtime.renderer.sessions, list(job_ids))
     except Exception:  # the task's own outcome stands; a redelivery or retry of it emits again
         log.exception("could not emit callback events for %d jobs", len(job_ids))
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Header, HTTPException, Query, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Header, HTTPException, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
 
 from api import creating, idempotency, pagination
 from api.deps import CurrentKey, Session, State
+from api.ids import could_exist
 from api.schemas import URL_PATTERN, BatchCreate, BatchOut, BatchPage, CancelOut, CallbackEvent, DeleteOut, JobPage, Priority
 from api.views import batch_out, job_out
 from pipeline import lifecycle
@@ -23,7 +24,7 @@ NOT_FOUND = {404: {"description": "no such batch for this key"}}
 
 
 def _own(session, key, batch_id: str) -> Batch:
-    batch = owned.get_batch(session, owner=key.id, batch_id=batch_id)
+    batch = owned.get_batch(session, owner=key.id, batch_id=batch_id) if could_exist(batch_id) else None
     if batch is None:
         raise HTTPException(404, detail=f"batch {batch_id} not found")
     return batch
@@ -53,7 +54,14 @@ def create_json_batch(body: BatchCreate, key: CurrentKey, state: State, session:
     return _created(session, batch_id, created)
 
 
-@router.post("/upload", status_code=201, response_model=BatchOut,
+async def one_file(request: Request) -> None:
+    """A second ``file`` part would be dropped without a word (the last one wins): refuse it."""
+    form = await request.form()
+    if len(form.getlist("file")) > 1:
+        raise HTTPException(400, detail="send one file part: a batch is made from one file")
+
+
+@router.post("/upload", status_code=201, response_model=BatchOut, dependencies=[Depends(one_file)],
              responses={409: {"description": "Idempotency-Key reused"}})
 def upload_batch(key: CurrentKey, state: State, session: Session,
                  file: Annotated[UploadFile, File(description="UTF-8 text, one item per non-empty line")],
@@ -124,10 +132,11 @@ def cancel_batch(batch_id: str, key: CurrentKey, session: Session, state: State)
 @router.delete("/{batch_id}", response_model=DeleteOut,
                responses={**NOT_FOUND, 409: {"description": "jobs still running"}})
 def delete_batch(batch_id: str, key: CurrentKey, session: Session, state: State) -> DeleteOut:
-    """Remove the batch's audio, manifest and rows. Refused (409) while a job is running."""
+    """Remove the batch's audio (stored files and live copies), manifest and rows. Refused (409) while
+    a job is running. Its Idempotency-Keys answer 410 from then on."""
     batch = _own(session, key, batch_id)
     try:
-        removed = lifecycle.delete(session, state.store, batch.id)
+        removed = lifecycle.delete(session, state.store, batch.id, live=state.redis)
     except lifecycle.BatchBusyError as e:
         session.commit()  # the queued jobs stay cancelled
         raise HTTPException(409, detail=str(e)) from e

@@ -10,9 +10,11 @@ from starlette.concurrency import run_in_threadpool
 
 from api import creating, idempotency
 from api.deps import CurrentKey, Session, State
+from api.ids import could_exist
 from api.schemas import JobCreate, JobOut
 from api.streaming import CONTENT_TYPES, LiveStartTimeout, LiveStreamError, encode, open_live
 from api.views import job_out
+from api.whole_audio import stored_pcm, whole
 from pipeline import lifecycle
 from pipeline.audio import get_format
 from pipeline.db import owned
@@ -25,7 +27,7 @@ NOT_FOUND = {404: {"description": "no such job for this key"}}
 
 
 def own_job(session, key: ApiKey, job_id: str) -> Job:
-    job = owned.get_job(session, owner=key.id, job_id=job_id)
+    job = owned.get_job(session, owner=key.id, job_id=job_id) if could_exist(job_id) else None
     if job is None:
         raise HTTPException(404, detail=f"job {job_id} not found")
     return job
@@ -87,16 +89,19 @@ def get_audio(job_id: str, key: CurrentKey, session: Session, state: State, redi
 async def stream_job(job_id: str, key: CurrentKey, state: State,
                      format: Literal["wav", "pcm"] = "wav") -> Response:
     """Live audio while a realtime job renders (WAV with an open-ended header, or raw PCM16 with
-    X-Sample-Rate); a late joiner gets it from the start. A finished job whose live copy expired (or
-    a batch job) answers with its stored file."""
+    X-Sample-Rate); a late joiner gets it from the start. A finished job is answered whole: WAV with
+    its real sizes or PCM from its live copy, else (expired, or a batch job) its stored file, or
+    that file's PCM with format=pcm."""
     job = await run_in_threadpool(_load, state, key, job_id)
     if job.priority != "realtime" and not job.status.terminal:
         raise HTTPException(409, detail=f"job {job.id} is a batch job ({job.status.value}); live audio is "
                                         "for realtime jobs; its file is at /v1/jobs/{id}/audio once done")
     live = await open_live_or_fail(state, job.id)
     if live is None:
-        return await run_in_threadpool(stored_audio, state, job.id)
+        return await run_in_threadpool(stored_audio, state, job.id, format == "pcm")
     headers = {"X-Sample-Rate": str(live.sample_rate), "Cache-Control": "no-store"}
+    if await run_in_threadpool(job_finished, state, job.id):
+        return await whole(live.pcm, live.sample_rate, format, job_id=job.id, headers=headers)
     return StreamingResponse(encode(live.pcm, live.sample_rate, format), media_type=CONTENT_TYPES[format],
                              headers=headers)
 
@@ -107,28 +112,33 @@ def _load(state, key: ApiKey, job_id: str) -> Job:
 
 
 async def open_live_or_fail(state, job_id: str):
-    """The job's live stream; None if it finished without one; HTTP 422 if it failed, 503 if no
+    """The job's live stream; None if it finished without one; HTTP 409 if it failed, 503 if no
     worker started it in time."""
     async def finished() -> bool:
-        return await run_in_threadpool(_finished, state, job_id)
+        return await run_in_threadpool(job_finished, state, job_id)
     try:
         return await open_live(state.live, state.aredis, job_id, finished, state.settings.live_start_timeout)
     except LiveStartTimeout as e:
         raise HTTPException(503, detail=str(e), headers={"Retry-After": "10"}) from e
     except LiveStreamError as e:
-        raise HTTPException(422, detail=f"job {job_id} produced no audio: {e}") from e
+        raise HTTPException(409, detail=f"job {job_id} produced no audio: {e}") from e
 
 
-def _finished(state, job_id: str) -> bool:
+def job_finished(state, job_id: str) -> bool:
     with state.sessions() as session:
         job = session.get(Job, job_id)
         return job is None or job.status.terminal
 
 
-def stored_audio(state, job_id: str) -> Response:
+def stored_audio(state, job_id: str, as_pcm: bool = False) -> Response:
+    """The finished job's file, or (``as_pcm``) its PCM16 with X-Sample-Rate; 409 if it has none."""
     with state.sessions() as session:
         job = session.get(Job, job_id)
     if job is None or job.status != JobStatus.DONE or not job.object_key:
         reason = job.error if job is not None and job.error else (job.status.value if job else "deleted")
-        raise HTTPException(422, detail=f"job {job_id} produced no audio: {reason}")
-    return Response(state.store.get(job.object_key), media_type=get_format(job.format).content_type)
+        raise HTTPException(409, detail=f"job {job_id} produced no audio: {reason}")
+    data = state.store.get(job.object_key)
+    if not as_pcm:
+        return Response(data, media_type=get_format(job.format).content_type)
+    rate, pcm = stored_pcm(data, job.format)
+    return Response(pcm, media_type=CONTENT_TYPES["pcm"], headers={"X-Sample-Rate": str(rate)})

@@ -7,15 +7,16 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from api import creating, idempotency
 from api.deps import CurrentKey, State
 from api.livehub import LiveCapacityError
-from api.routes.jobs import open_live_or_fail
+from api.routes.jobs import job_finished, open_live_or_fail
 from api.schemas import SpeechCreate
 from api.streaming import CONTENT_TYPES, OPENAI_PCM_RATE, SPEECH_FORMATS, encode, once, wav_pcm
+from api.whole_audio import whole
 from pipeline.db.models import Job
 from pipeline.db.models_api import ApiKey
 from pipeline.engines.registry import engine_voices
@@ -30,16 +31,12 @@ OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "cedar", "coral", "echo", "
 
 
 class OpenAIError(HTTPException):
-    """An error OpenAI's clients can read: ``error.message`` beside our usual ``detail``."""
+    """An error that names the request field at fault (``error.param`` of OpenAI's error object,
+    which api/errors.py adds on these routes beside our usual ``detail``)."""
 
     def __init__(self, status: int, message: str, param: str) -> None:
         super().__init__(status, detail=message)
         self.param = param
-
-    def response(self) -> JSONResponse:
-        return JSONResponse({"detail": self.detail, "error": {"message": self.detail, "type": "invalid_request_error",
-                                                              "param": self.param, "code": None}},
-                            status_code=self.status_code)
 
 
 def pick_voice(settings: Settings, voice: str) -> str | None:
@@ -60,25 +57,27 @@ def pick_voice(settings: Settings, voice: str) -> str | None:
                         503: {"description": "the API serves as many live streams as it may (Retry-After)"}})
 async def speech(body: SpeechCreate, key: CurrentKey, state: State,
                  idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> Response:
-    try:
-        if body.response_format not in SPEECH_FORMATS:
-            raise OpenAIError(400, f"unsupported response_format {body.response_format!r}; "
-                                   f"choose one of {', '.join(SPEECH_FORMATS)}", "response_format")
-        voice = pick_voice(state.settings, body.voice)
-    except OpenAIError as e:
-        return e.response()
+    """Streamed as the job renders; when its audio is already complete (an Idempotency-Key replay)
+    it is answered whole, a WAV with its real sizes."""
+    if body.response_format not in SPEECH_FORMATS:
+        raise OpenAIError(400, f"unsupported response_format {body.response_format!r}; "
+                               f"choose one of {', '.join(SPEECH_FORMATS)}", "response_format")
+    voice = pick_voice(state.settings, body.voice)
     if not state.live.has_room():  # refused before a job is made that nobody would hear
         raise LiveCapacityError(f"this API process serves {state.live.max_streams} live streams already")
     job_id = await run_in_threadpool(_create, state, key, body, voice, idempotency_key)
+    headers = {"X-Job-Id": job_id, "Cache-Control": "no-store"}
     live = await open_live_or_fail(state, job_id)
-    if live is None:  # an Idempotency-Key replay after the live copy expired: the stored WAV
+    if live is None:  # a replay after the live copy expired: the stored WAV
         rate, pcm = wav_pcm(await run_in_threadpool(_stored_wav, state, job_id))
-        source, sample_rate = once(pcm), rate
-    else:
-        source, sample_rate = live.pcm, live.sample_rate
-    return StreamingResponse(encode(source, sample_rate, body.response_format, body.speed, OPENAI_PCM_RATE),
-                             media_type=CONTENT_TYPES[body.response_format],
-                             headers={"X-Job-Id": job_id, "Cache-Control": "no-store"})
+        return await whole(once(pcm), rate, body.response_format, job_id=job_id, speed=body.speed,
+                           pcm_rate=OPENAI_PCM_RATE, headers=headers)
+    # pcm has no header to size, and a stream's first bytes must not wait for a database read
+    if body.response_format != "pcm" and await run_in_threadpool(job_finished, state, job_id):
+        return await whole(live.pcm, live.sample_rate, body.response_format, job_id=job_id, speed=body.speed,
+                           pcm_rate=OPENAI_PCM_RATE, headers=headers)
+    return StreamingResponse(encode(live.pcm, live.sample_rate, body.response_format, body.speed, OPENAI_PCM_RATE),
+                             media_type=CONTENT_TYPES[body.response_format], headers=headers)
 
 
 def _create(state, key: ApiKey, body: SpeechCreate, voice: str | None, idempotency_key: str | None) -> str:
@@ -96,5 +95,5 @@ def _stored_wav(state, job_id: str) -> bytes:
     with state.sessions() as session:
         job = session.get(Job, job_id)
         if job is None or job.object_key is None or job.format != "wav":
-            raise HTTPException(422, detail=f"job {job_id} produced no audio: {job.error if job else 'deleted'}")
+            raise HTTPException(409, detail=f"job {job_id} produced no audio: {job.error if job else 'deleted'}")
         return state.store.get(job.object_key)

@@ -9,15 +9,17 @@ from datetime import datetime
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def safe_name(name: str) -> str:
-    """A client id made safe as one path segment ("line 7/a" -> "line_7_a")."""
+def safe_name(name: str, max_chars: int = 150) -> str:
+    """A client id made safe as one path segment ("line 7/a" -> "line_7_a"). Many ids map to one
+    name ("a/b", "a_b" and "a b"), so a safe name is for reading, never for telling items apart."""
     cleaned = _SAFE.sub("_", name).strip("._") or "_"
-    return cleaned[:150]
+    return cleaned[:max_chars]
 
 
-def audio_key(batch_id: str, client_id: str, extension: str) -> str:
-    """One key per batch and client id: a retried job overwrites its object, never duplicates it."""
-    return f"batches/{batch_id}/audio/{safe_name(client_id)}.{extension}"
+def audio_key(batch_id: str, job_id: str, client_id: str, extension: str) -> str:
+    """One key per job: unique by its job id (the client id's safe name in front is only for reading),
+    so two items never share an object, and a retried job overwrites its own, never duplicates it."""
+    return f"batches/{batch_id}/audio/{safe_name(client_id, 100)}.{job_id}.{extension}"
 
 
 def manifest_key(batch_id: str) -> str:
@@ -45,8 +47,9 @@ class ObjectStore(abc.ABC):
         """Every key under ``prefix`` with the time it was last written (UTC)."""
 
     @abc.abstractmethod
-    def url(self, key: str) -> str:
-        """Where a user can fetch the object (a file:// path or an s3:// URL)."""
+    def url(self, key: str) -> str | None:
+        """Where a user elsewhere can fetch the object (an s3:// URL), or None for a local folder,
+        whose paths mean nothing off this machine and are never given out in manifests."""
 
     def check(self) -> None:
         """Raise StorageError if the store cannot be reached."""

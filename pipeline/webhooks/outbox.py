@@ -10,7 +10,7 @@ of them is harmless because an attempt is claimed with a conditional UPDATE (del
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
 from sqlalchemy import func, select
@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, as_utc, utcnow
 from pipeline.db.models_webhooks import DeliveryStatus, WebhookDelivery
+from pipeline.manifest import job_audio_path
 from pipeline.webhooks import events as ev
 
 log = logging.getLogger(__name__)
@@ -27,10 +28,9 @@ log = logging.getLogger(__name__)
 _JOB_EVENTS = {JobStatus.DONE: ev.JOB_FINISHED, JobStatus.FAILED: ev.JOB_FAILED}
 
 
-def emit_for_jobs(session: Session, job_ids: Sequence[str], *,
-                  audio_url: Callable[[str], str] | None = None) -> list[str]:
+def emit_for_jobs(session: Session, job_ids: Sequence[str]) -> list[str]:
     """Record the events of these jobs (finished or failed) and of their batches if now finished.
-    Returns the ids of deliveries of these jobs and batches that await their first attempt. The
+    A finished job's ``audio_url`` is its API route, never a location inside the store. Returns the ids of deliveries of these jobs and batches that await their first attempt. The
     caller commits."""
     if not job_ids:
         return []
@@ -50,7 +50,7 @@ def emit_for_jobs(session: Session, job_ids: Sequence[str], *,
         payload = ev.job_payload(
             event_type=event_type, at=as_utc(job.finished_at or utcnow()), batch_id=batch.id, job_id=job.id,
             client_id=job.client_id, status=job.status.value, error=job.error, object_key=job.object_key,
-            audio_url=audio_url(job.object_key) if audio_url and job.object_key else None,
+            audio_url=job_audio_path(job.id) if job.object_key else None,
             audio_seconds=audio_s)
         ids.append(_insert(session, event_type, job.id, batch, url, payload))
     for batch in {b.id: b for _, b, _ in rows}.values():

@@ -1,14 +1,27 @@
-"""Fuzz the published OpenAPI document with schemathesis: no request, however odd, gets a 5xx.
-A real worker renders whatever the fuzzer's realtime jobs ask for."""
+"""Fuzz the published OpenAPI document with schemathesis and every check it has (`--checks all`):
+no request, however odd, gets a 5xx, and every answer is one the document promises (status codes,
+media types, bodies, OPTIONS, 405s, auth, resources that exist after creation and are gone after
+deletion). A real worker renders whatever the fuzzer's jobs ask for.
+
+The engine the `schemathesis run` command drives, with the repository's schemathesis.toml (so a run
+by hand, `schemathesis run URL/openapi.json --checks all -H "Authorization: Bearer ..."`, checks
+the same) and a fixed seed."""
 
 from __future__ import annotations
 
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+
+import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
-from schemathesis.checks import not_a_server_error
+from schemathesis.config import SchemathesisConfig
+from schemathesis.engine import Status, from_schema
+from schemathesis.engine.events import FuzzScenarioFinished, NonFatalError, ScenarioFinished
 
 from tests.api.conftest import serve
+from tests.conftest import REPO
 
 
 @pytest.fixture
@@ -17,27 +30,68 @@ def api_settings(settings):
     return settings.with_overrides(max_line_chars=300, api_rate_limit=0, live_start_timeout=60)
 
 
-def test_no_server_errors(api_settings, redis_url, new_key, running_worker):
-    """Every operation of the document, a dozen generated cases each (schemathesis's strategies driven
-    by hypothesis directly: its pytest plugin does not load under this pytest)."""
-    headers = {"Authorization": f"Bearer {new_key('fuzz')}"}
+@dataclass
+class Outcome:
+    cases: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def fuzz(url: str, key: str, *, seed: int, max_examples: int) -> Outcome:
+    """Every phase (examples, coverage, fuzzing, stateful) with every check; what it saw."""
+    data = tomllib.loads((REPO / "schemathesis.toml").read_text())
+    data |= {"seed": seed, "workers": 1, "headers": {"Authorization": f"Bearer {key}"},
+             "generation": {"max-examples": max_examples}, "suppress-health-check": ["all"]}
+    data["checks"] = {"enabled": True, **data.get("checks", {})}
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json", config=SchemathesisConfig.from_dict(data))
+    outcome = Outcome()
+    for event in from_schema(schema).execute():
+        if isinstance(event, NonFatalError):
+            outcome.errors.append(f"{event.label}: {event.info.format()}")
+        if not isinstance(event, ScenarioFinished | FuzzScenarioFinished):
+            continue
+        recorder = event.recorder
+        outcome.cases += len(recorder.cases)
+        outcome.statuses.update(i.response.status_code for i in recorder.interactions.values() if i.response)
+        outcome.failures += [f"{recorder.label}: {c.name}: {c.failure_info.failure.title}"
+                             for checks in recorder.checks.values() for c in checks if c.status == Status.FAILURE]
+    return outcome
+
+
+def run(api_settings, redis_url, key: str, *, seed: int, max_examples: int) -> Outcome:
     with serve(api_settings, redis_url) as server:
-        schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
-        operations = [result.ok() for result in schema.get_all_operations()]
-        assert len(operations) >= 16
-        seen: dict[str, set[int]] = {}
-        for operation in operations:
+        outcome = fuzz(server.url, key, seed=seed, max_examples=max_examples)
+    print(f"{outcome.cases} cases, statuses {dict(sorted(outcome.statuses.items()))}")
+    assert not outcome.errors, outcome.errors
+    assert not outcome.failures, sorted(set(outcome.failures))
+    assert not [s for s in outcome.statuses if s >= 500], outcome.statuses
+    # The fuzzer got through: valid requests succeeded, invalid ones were refused.
+    assert outcome.statuses[200] and outcome.statuses[201] and outcome.statuses[422] and outcome.statuses[404]
+    return outcome
 
-            @given(case=operation.as_strategy())
-            @settings(max_examples=12, deadline=None, derandomize=True, database=None,
-                      suppress_health_check=list(HealthCheck))
-            def fuzz(case):
-                response = case.call(base_url=server.url, headers=headers, timeout=120)
-                seen.setdefault(operation.label, set()).add(response.status_code)
-                case.validate_response(response, checks=[not_a_server_error])
 
-            fuzz()
-    # The fuzzer got through: valid requests succeeded somewhere, invalid ones were refused.
-    assert any(c in seen["POST /v1/batches"] for c in (200, 201)), seen
-    assert seen["POST /v1/batches"] & {400, 413, 422}, seen
-    print({label: sorted(codes) for label, codes in seen.items()})
+def test_the_document_states_errors_limits_and_audio_types(api_server):
+    doc = httpx.get(f"{api_server.url}/openapi.json").json()
+    operations = {f"{m.upper()} {p}": op for p, ops in doc["paths"].items() for m, op in ops.items()}
+    secured = [op for op in operations.values() if op.get("security")]
+    assert len(secured) >= 17 and all({"401", "429", "503"} <= op["responses"].keys() for op in secured)
+    for label in ("POST /v1/batches", "POST /v1/batches/upload", "POST /v1/jobs", "POST /v1/audio/speech"):
+        assert {"400", "409", "410", "413", "422"} <= operations[label]["responses"].keys(), label
+    assert "400" in operations["GET /v1/batches/{batch_id}/items"]["responses"]
+    assert set(operations["GET /v1/jobs/{job_id}/audio"]["responses"]["200"]["content"]) == {
+        "audio/wav", "audio/mpeg", "audio/ogg", "audio/flac"}
+    assert {"audio/wav", "audio/pcm"} <= set(operations["GET /v1/jobs/{job_id}/stream"]["responses"]["200"]["content"])
+    speech_error = operations["POST /v1/audio/speech"]["responses"]["409"]["content"]["application/json"]["schema"]
+    assert speech_error == {"$ref": "#/components/schemas/OpenAIError"}
+    item = doc["components"]["schemas"]["ItemIn"]["properties"]
+    assert item["text"]["maxLength"] == 300 and item["format"]["anyOf"][0]["enum"] == ["wav", "mp3", "ogg", "flac"]
+
+
+def test_every_check_passes_on_every_operation(api_settings, redis_url, new_key, running_worker):
+    assert run(api_settings, redis_url, new_key("fuzz"), seed=20261124, max_examples=8).cases > 500
+
+
+@pytest.mark.slow
+def test_every_check_passes_on_a_longer_run(api_settings, redis_url, new_key, running_worker):
+    assert run(api_settings, redis_url, new_key("fuzz"), seed=7, max_examples=60).cases > 3000

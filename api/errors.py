@@ -1,0 +1,82 @@
+"""Every error as JSON that encodes: ``{"detail": ...}``, plus OpenAI's ``error`` object on the
+OpenAI-compatible routes (/v1/audio/...), so its clients read our 4xx as they read OpenAI's.
+
+Validation errors echo the input, which may hold what JSON cannot carry back (a lone surrogate from
+``"\\ud800"``, a float overflowed to infinity from ``1e400``, NaN): those are written as escapes and
+strings, never left to fail the response."""
+
+from __future__ import annotations
+
+import math
+
+import redis
+import sqlalchemy.exc
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.livehub import LiveCapacityError
+from pipeline.errors import InputError, ServiceUnavailableError, StorageError
+
+OPENAI_PREFIX = "/v1/audio/"
+
+
+def openai_error(message: str, param: str | None = None) -> dict:
+    return {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+
+
+def error_body(path: str, detail, param: str | None = None) -> dict:
+    body = {"detail": detail}
+    if path.startswith(OPENAI_PREFIX):
+        message = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in detail) \
+            if isinstance(detail, list) else str(detail)
+        body["error"] = openai_error(message, param)
+    return encodable(body)
+
+
+def error_response(request: Request, status: int, detail, *, param: str | None = None,
+                   headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(error_body(request.url.path, detail, param), status_code=status, headers=headers)
+
+
+def encodable(value):
+    """``value`` with lone surrogates escaped and non-finite floats as strings ("inf", "nan")."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {encodable(k): encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encodable(v) for v in value]
+    return value
+
+
+def install(app: FastAPI) -> None:
+    """Errors as HTTP: bad input 400, a service down 503 (pipeline's errors and the clients' own)."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        return error_response(request, e.status_code, e.detail, param=getattr(e, "param", None),
+                              headers=getattr(e, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        return error_response(request, 422, jsonable_encoder(e.errors()))
+
+    @app.exception_handler(InputError)
+    async def _input(request: Request, e: InputError) -> JSONResponse:
+        return error_response(request, 400, str(e))
+
+    @app.exception_handler(ServiceUnavailableError)
+    @app.exception_handler(StorageError)
+    @app.exception_handler(redis.RedisError)           # Redis down (rate limits, live audio)
+    @app.exception_handler(sqlalchemy.exc.OperationalError)  # the database down or locked
+    async def _unavailable(request: Request, e: Exception) -> JSONResponse:
+        return error_response(request, 503, str(e) or type(e).__name__, headers={"Retry-After": "5"})
+
+    @app.exception_handler(LiveCapacityError)  # as many live streams as this process may serve
+    async def _full(request: Request, e: LiveCapacityError) -> JSONResponse:
+        return error_response(request, 503, f"{e}; try again shortly", headers={"Retry-After": "1"})

@@ -1,0 +1,113 @@
+"""Input an attacker or a fuzzer sends gets a 4xx that says why, never a 500: NUL bytes in ids,
+edited cursors, lone surrogates, non-finite numbers, NUL bytes deep in an upload, chunked bodies
+over the limit, upper-case URL schemes, repeated file parts."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import httpx
+import pytest
+
+from tests.api.conftest import client_for, serve
+
+
+def test_ids_that_cannot_exist_answer_404(client):
+    batch_id = client.post("/v1/batches", json={"items": [{"text": "One."}]}).json()["id"]
+    for path in ("/v1/batches/%00", f"/v1/batches/{batch_id}%00", "/v1/batches/%00/items", "/v1/jobs/%00",
+                 "/v1/jobs/%00/audio", "/v1/jobs/%00/stream", "/v1/jobs/%ED%A0%80"):
+        assert client.get(path).status_code == 404, path
+    assert client.post("/v1/batches/%00/cancel").status_code == 404
+    assert client.delete("/v1/batches/%00").status_code == 404
+
+
+@pytest.mark.parametrize("values", [[1, "\u0000"], [1, "\ud800"], [2147483648, "a"], [True, "a"], [-1, "a"],
+                                    [1.5, "a"], [1, ["a"]], ["2026-01-01T00:00:00", "\u0000"]])
+def test_edited_cursors_answer_400(client, values):
+    batch_id = client.post("/v1/batches", json={"items": [{"text": "One."}]}).json()["id"]
+    raw = base64.urlsafe_b64encode(json.dumps(values).encode()).decode()
+    for path in (f"/v1/batches/{batch_id}/items", "/v1/batches", "/v1/webhooks/deliveries"):
+        r = client.get(path, params={"cursor": raw})
+        assert r.status_code == 400 and "malformed cursor" in r.json()["detail"], (path, r.text)
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/batches", '{"items": [{"text": "\\ud800"}]}'),
+    ("/v1/batches", '{"items": [{"text": "One.", "client_id": "\\udfff"}], "name": "\\ud800"}'),
+    ("/v1/jobs", '{"text": "One.", "callback_url": "https://example.com/\\ud800"}'),
+    ("/v1/audio/speech", '{"model": "tts-1", "voice": "alloy", "input": "\\ud800"}'),
+    ("/v1/jobs", '{"text": "One.", "sample_rate": 1e400}'),
+    ("/v1/batches", '{"items": [{"text": "One.", "sample_rate": -1e400}]}'),
+    ("/v1/audio/speech", '{"model": "tts-1", "voice": "alloy", "input": "Hi.", "speed": NaN}'),
+    ("/v1/audio/speech", '{"model": "tts-1", "voice": "alloy", "input": "Hi.", "speed": Infinity}'),
+])
+def test_unencodable_input_gets_a_422_that_encodes(client, path, body):
+    r = client.post(path, content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert isinstance(detail, list) and detail[0]["msg"]
+    if path == "/v1/audio/speech":
+        assert r.json()["error"]["type"] == "invalid_request_error" and r.json()["error"]["message"]
+
+
+def test_a_nul_byte_deep_in_an_upload_is_refused_with_its_line(client):
+    data = b"A line of text.\n" * 5000 + b"nul\x00here\n"
+    r = client.post("/v1/batches/upload", files={"file": ("big.txt", data)})
+    assert r.status_code == 400 and "line 5001" in r.json()["detail"]
+
+
+def test_two_file_parts_are_refused(client):
+    r = client.post("/v1/batches/upload", files=[("file", ("a.txt", b"One.\n")), ("file", ("b.txt", b"Two.\n"))])
+    assert r.status_code == 400 and "one file" in r.json()["detail"]
+    assert client.get("/v1/batches").json()["data"] == []
+
+
+def test_an_upper_case_scheme_is_a_url_like_any_other(client):
+    r = client.post("/v1/jobs", json={"text": "One.", "callback_url": "HTTPS://93.184.216.34/hook"})
+    assert r.status_code == 201, r.text
+
+
+def test_a_chunked_body_over_the_limit_gets_413(api_settings, redis_url, new_key):
+    part = b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\n'
+
+    def chunks(head: bytes):
+        yield head
+        for _ in range(10):
+            yield b"Some words. " * 40
+
+    with serve(api_settings.with_overrides(api_max_body_bytes=2000), redis_url) as server, \
+            client_for(server, new_key()) as c:
+        for path, kind, head in (("/v1/batches", "application/json", b'{"items": [{"text": "'),
+                                 ("/v1/audio/speech", "application/json", b'{"input": "'),
+                                 ("/v1/batches/upload", "multipart/form-data; boundary=b", part)):
+            r = c.post(path, content=chunks(head), headers={"content-type": kind})
+            assert r.status_code == 413 and "2,000 bytes" in r.json()["detail"], (path, r.text)
+            assert "content-length" not in r.request.headers  # sent chunked
+
+
+def test_speech_errors_carry_openais_error_object(client):
+    body = {"model": "tts-1", "voice": "alloy", "input": "Hi."}
+    first = client.post("/v1/audio/speech", json={**body, "voice": "zeus"})
+    assert first.status_code == 400 and first.json()["error"]["param"] == "voice"
+    client.post("/v1/jobs", json={"text": "Hi."}, headers={"Idempotency-Key": "taken"})
+    clash = client.post("/v1/audio/speech", json=body, headers={"Idempotency-Key": "taken"})
+    assert clash.status_code == 409 and "different request" in clash.json()["error"]["message"]
+    long = client.post("/v1/audio/speech", json={**body, "input": "x" * 30_000})
+    assert long.status_code == 400 and "the limit is" in long.json()["error"]["message"]
+    anonymous = httpx.post(f"{client.base_url}/v1/audio/speech", json=body)
+    assert anonymous.status_code == 401 and anonymous.json()["error"]["message"]
+
+
+def test_options_lists_the_methods_of_a_path(api_server):
+    r = httpx.options(f"{api_server.url}/v1/batches/some-id")
+    assert r.status_code == 204 and set(r.headers["allow"].split(", ")) == {"GET", "DELETE", "OPTIONS"}
+    assert set(httpx.options(f"{api_server.url}/v1/batches").headers["allow"].split(", ")) == {
+        "GET", "POST", "OPTIONS"}
+    assert httpx.options(f"{api_server.url}/v1/nothing-here").status_code == 404
+    assert httpx.put(f"{api_server.url}/v1/batches").status_code == 405
+
+
+def test_options_prefers_a_literal_path_to_a_template(api_server):
+    assert httpx.options(f"{api_server.url}/v1/batches/upload").headers["allow"] == "POST, OPTIONS"
+    assert httpx.options(f"{api_server.url}/v1/jobs/x/audio").headers["allow"] == "GET, OPTIONS"
