@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api import errors, openapi
 from api.limits import BodyLimitMiddleware
-from api.livehub import LiveCapacityError, LiveHub
+from api.livehub import LiveHub
 from api.metrics import Metrics, MetricsMiddleware
 from api.routes import ROUTERS
 from pipeline import api_keys
