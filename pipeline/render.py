@@ -80,9 +80,13 @@ class _JobState:
 def warm(r: Renderer) -> None:
     """Pay the render path's first-use costs at boot, with no job: the SQL statements' compiles,
     the live publisher's connection and thread, the text front end. The first job after boot, a
-    realtime stream's above all, then pays none of them."""
-    with r.sessions() as session:
-        db.claim(session, ["warm-up"])   # no such job: compiles the claim, changes nothing
+    realtime stream's above all, then pays none of them. A worker that boots while the database
+    is away still starts: its messages wait for the database, as they would at any other time."""
+    try:
+        with r.sessions() as session:
+            db.claim(session, ["warm-up"])   # no such job: compiles the claim, changes nothing
+    except OperationalError as e:
+        log.warning("database unreachable at boot, the claim is compiled at the first job: %s", e.orig)
     info = r.engine.info
     textfront.prepare("Warm up.", info.profile(info.voices[0]), read_emoji=r.read_emoji)
     if r.live is not None:

@@ -94,4 +94,4 @@ def test_every_check_passes_on_every_operation(api_settings, redis_url, new_key,
 
 @pytest.mark.slow
 def test_every_check_passes_on_a_longer_run(api_settings, redis_url, new_key, running_worker):
-    assert run(api_settings, redis_url, new_key("fuzz"), seed=7, max_examples=60).cases > 3000
+    assert run(api_settings, redis_url, new_key("fuzz"), seed=7, max_examples=60).cases > 1000
