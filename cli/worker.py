@@ -51,6 +51,7 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     with broker(settings) as broker_url:
         app = make_app(settings, broker_url)
         runtime = boot(app)
+        engine_lost = _stop_when_engine_is_lost(runtime.engine)
         from worker.metrics import install as install_metrics
 
         install_metrics(app, broker_url)  # Prometheus (SYNTH_WORKER_METRICS_PORT) + Redis heartbeat
@@ -64,8 +65,28 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
         slots = concurrency or batch_slots(settings, runtime.engine)
         name = hostname or f"synth-{'gpu' + str(gpu) if gpu is not None else 'cpu'}-{os.getpid()}@%h"
         reconcile_at_start(app)
-        sys.exit(run_worker(app, [
+        worker_shutdown.connect(lambda **_: runtime.engine.close(), weak=False)
+        code = run_worker(app, [
             "worker", "--pool", "threads", "--concurrency", str(slots),
             "--queues", ",".join(batch_queues),
             "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle",
-        ]))
+        ])
+        sys.exit(code or (1 if engine_lost.is_set() else 0))
+
+
+def _stop_when_engine_is_lost(engine):
+    """A worker whose engine process died can render nothing: it shuts down (its open jobs end
+    retryable, its messages go back to the queue) and exits non-zero, so its supervisor starts a
+    fresh one."""
+    import signal
+    import threading
+
+    from pipeline.engines.hosted import HostedEngine
+
+    lost = threading.Event()
+    if isinstance(engine, HostedEngine):
+        def on_lost() -> None:
+            lost.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+        engine.on_lost = on_lost
+    return lost

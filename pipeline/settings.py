@@ -41,7 +41,7 @@ class EngineSettings:
     max_batch: int
     device: str
     threads: int
-    loop: str = "continuous"    # orpheus: "continuous" (part 2) or "static" (part 1's batches)
+    loop: str = "continuous"    # orpheus: "continuous" or "static" (length-bucketed batches)
     context: int = 2048         # orpheus: tokens per cache row (prompt + audio of one text chunk)
     cuda_graphs: bool = True
     realtime_rows: int = 0      # orpheus: rows kept for realtime streams (0: an eighth)
@@ -51,6 +51,7 @@ class EngineSettings:
     realtime_first_lookahead: int = 2
     kv_dtype: str = "auto"      # orpheus: KV cache storage, "auto" (the model dtype) or "fp8"
     realtime_steady_every: int = 0
+    process: str = "auto"       # "separate": the engine runs in a process of its own (hosted.py)
 
 
 class Settings(BaseSettings):
@@ -78,7 +79,11 @@ class Settings(BaseSettings):
     max_batch: int = 0          # 0: chosen from the device
     device: str = "auto"
     engine_threads: int = 0     # 0: one per core
-    orpheus_loop: str = "continuous"  # "static": part 1's length-bucketed batches (a baseline)
+    # Where the engine runs in a worker: "separate", a process of its own, so its loop never waits
+    # for the GIL behind the worker's task threads; "inline", the worker's process. "auto":
+    # separate for a GPU engine (orpheus on CUDA), inline otherwise.
+    engine_process: Literal["auto", "separate", "inline"] = "auto"
+    orpheus_loop: str = "continuous"  # "static": length-bucketed batches, one at a time (a baseline)
     orpheus_context: int = 2048       # tokens per KV-cache row; long texts are split to fit
     # KV-cache storage: "auto" = the model dtype; "fp8" (opt-in, unvalidated on real weights) =
     # e4m3 with a fixed, uncalibrated scale of 1, half the bytes, so twice the rows fit and
@@ -225,6 +230,7 @@ class Settings(BaseSettings):
             realtime_first_lookahead=self.realtime_first_lookahead,
             kv_dtype=self.orpheus_kv_dtype,
             realtime_steady_every=self.realtime_steady_every,
+            process=self.engine_process,
         )
 
     def with_overrides(self, **overrides: Any) -> Settings:

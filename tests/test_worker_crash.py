@@ -75,3 +75,55 @@ def test_kill_9_mid_job_then_a_new_worker_finishes_each_job_once(tmp_path, redis
     store = make_store(Settings(data_dir=tmp_path / "data"))
     objects = store.list(f"batches/{batch_id}/audio/")
     assert sorted(objects) == sorted(j.object_key for j in final) and len(set(objects)) == 8
+
+
+def engine_process(worker_pid: int) -> int | None:
+    """The worker's engine process: its child whose command line is multiprocessing's spawn."""
+    for task in os.listdir(f"/proc/{worker_pid}/task"):
+        for pid in open(f"/proc/{worker_pid}/task/{task}/children").read().split():
+            if b"spawn_main" in open(f"/proc/{pid}/cmdline", "rb").read():
+                return int(pid)
+    return None
+
+
+def test_an_engine_process_killed_mid_job_stops_its_worker_and_every_job_ends_done_once(
+        tmp_path, redis_url, database_url, sessions):
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
+                    SYNTH_DATABASE_URL=database_url, SYNTH_ENGINE_PROCESS="separate",
+                    SYNTH_JOBS_PER_TASK="2", SYNTH_ENGINE_THREADS="1", SYNTH_WORKER_CONCURRENCY="1")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCE * 6 for _ in range(8)) + "\n")
+    submitted = synth("submit", str(corpus), "--no-wait", env=env, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr.decode()
+    batch_id = submitted.stdout.decode().strip()
+
+    first = start_synth("worker", env=env, log=tmp_path / "worker1.log")
+    try:
+        def mid_job():
+            states = [j.status for j in jobs(sessions, batch_id)]
+            return JobStatus.DONE in states and JobStatus.RUNNING in states
+        wait_for(mid_job, 120, "the first worker to be mid-batch")
+        engine_pid = engine_process(first.pid)
+        assert engine_pid is not None, "the worker runs its engine in a process of its own"
+        os.kill(engine_pid, signal.SIGKILL)
+        # The worker notices, shuts down and says so with its exit code; no job is left running.
+        assert first.wait(timeout=60) != 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    log = (tmp_path / "worker1.log").read_text()
+    assert "the engine process exited" in log
+
+    second = start_synth("worker", env=env, log=tmp_path / "worker2.log")
+    try:
+        wait_for(lambda: all(j.status.terminal for j in jobs(sessions, batch_id)), 180, "the batch to finish")
+    finally:
+        second.terminate()
+        second.wait(timeout=30)
+
+    final = jobs(sessions, batch_id)
+    assert [j.status for j in final] == [JobStatus.DONE] * 8
+    store = make_store(Settings(data_dir=tmp_path / "data"))
+    objects = store.list(f"batches/{batch_id}/audio/")
+    assert sorted(objects) == sorted(j.object_key for j in final) and len(set(objects)) == 8

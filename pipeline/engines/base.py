@@ -8,6 +8,8 @@ requests, so a caller can stream the first chunk of each request long before the
 from __future__ import annotations
 
 import abc
+import logging
+import threading
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -15,6 +17,8 @@ import numpy as np
 
 from pipeline.errors import EngineError, RetryableError
 from pipeline.textfront import VoiceProfile
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,24 @@ class Engine(abc.ABC):
     def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
         """Yield chunks for all requests. A request the engine cannot render yields one final chunk
         with ``error`` set; the others carry on. Every request ends with exactly one final chunk."""
+
+    def submit(self, requests: Sequence[SynthesisRequest], sink) -> None:
+        """Start the requests and return; their chunks go to ``sink.put`` from the engine's threads,
+        in the order ``synthesize`` would yield them. An engine with a loop of its own hands the
+        requests to it; this default runs ``synthesize`` on a thread of the call's own."""
+        def run() -> None:
+            open_keys = {req.key for req in requests}
+            try:
+                for chunk in self.synthesize(requests):
+                    if chunk.final:
+                        open_keys.discard(chunk.key)
+                    sink.put(chunk)
+            except Exception as e:  # the call's unfinished requests end with the error
+                log.exception("engine call failed")
+                for key in open_keys:
+                    sink.put(AudioChunk(key, np.zeros(0, np.float32), True, EngineError(f"engine failed: {e}")))
+
+        threading.Thread(target=run, name="engine-call", daemon=True).start()
 
     def close(self) -> None:
         """Release threads, sessions and device memory."""

@@ -18,6 +18,10 @@ ENGINES = {
 
 
 def load_engine(settings: EngineSettings) -> Engine:
+    if separate_process(settings):
+        from pipeline.engines.hosted import HostedEngine
+
+        return HostedEngine(settings)
     try:
         module_name, class_name, extra = ENGINES[settings.engine]
     except KeyError:
@@ -31,6 +35,19 @@ def load_engine(settings: EngineSettings) -> Engine:
             f"engine {settings.engine!r} needs its extra: pip install 'synth[{extra}]' ({e})"
         ) from e
     return getattr(module, class_name).from_settings(settings)
+
+def separate_process(settings: EngineSettings) -> bool:
+    """Whether the engine gets a process of its own (SYNTH_ENGINE_PROCESS; see Settings)."""
+    if settings.process != "auto":
+        return settings.process == "separate"
+    if settings.engine != "orpheus" or settings.device == "cpu":
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
 
 # Voices each engine serves when SYNTH_VOICES is not set; known without loading the engine, so a
 # producer can refuse an unknown voice before it writes anything.

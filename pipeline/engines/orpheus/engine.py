@@ -171,6 +171,27 @@ class OrpheusEngine(Engine):
     # The Engine interface ---------------------------------------------------------------------
 
     def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
+        refused, jobs = self._admit(requests)
+        yield from refused
+        if self.loop is not None:
+            yield from self._run_continuous(jobs)
+            return
+        for batch in plan_batches(jobs, self.info.max_batch):
+            yield from self._run_batch(batch)
+
+    def submit(self, requests: Sequence[SynthesisRequest], sink) -> None:
+        """The loop takes the jobs and puts their chunks into ``sink`` itself: no thread per call."""
+        if self.loop is None:
+            super().submit(requests, sink)
+            return
+        refused, jobs = self._admit(requests)
+        for chunk in refused:
+            sink.put(chunk)
+        if jobs:
+            self.loop.submit(self._seqs(jobs), sink)
+
+    def _admit(self, requests: Sequence[SynthesisRequest]) -> tuple[list[AudioChunk], list[tuple[bool, GenJob]]]:
+        """Tokenize the requests: a refusal chunk for each one the engine cannot render, a job for the rest."""
         jobs, refused = [], []
         # Batch callers tokenize one at a time: many task threads tokenizing at once would keep the
         # loop thread from the GIL. Realtime requests never wait for this lock.
@@ -186,23 +207,19 @@ class OrpheusEngine(Engine):
                 jobs.append((req.realtime, GenJob(req.key, prompt,
                                                   token_budget(req.text, *self.budget), seed,
                                                   req.realtime)))
-        yield from refused
-        if self.loop is not None:
-            yield from self._run_continuous(jobs)
-            return
-        for batch in plan_batches(jobs, self.info.max_batch):
-            yield from self._run_batch(batch)
+        return refused, jobs
+
+    def _seqs(self, jobs: list[tuple[bool, GenJob]]) -> list[tuple[Seq, object]]:
+        stop = None if self.params.ignore_eos else END_OF_SPEECH
+        return [(Seq(j.key, j.prompt, j.max_new_tokens, realtime, j.seed, stop), j.key) for realtime, j in jobs]
 
     def _run_continuous(self, jobs: list[tuple[bool, GenJob]]) -> Iterator[AudioChunk]:
         """Hand the jobs to the loop thread and pass on their chunks as they come."""
         if not jobs:
             return
         sink: queue.SimpleQueue = queue.SimpleQueue()
-        stop = None if self.params.ignore_eos else END_OF_SPEECH
-        seqs = [(Seq(j.key, j.prompt, j.max_new_tokens, realtime, j.seed, stop), j.key)
-                for realtime, j in jobs]
-        self.loop.submit(seqs, sink)
-        open_jobs = len(seqs)
+        self.loop.submit(self._seqs(jobs), sink)
+        open_jobs = len(jobs)
         while open_jobs:
             chunk = sink.get()
             open_jobs -= chunk.final

@@ -1,0 +1,97 @@
+"""The engine in a process of its own (SYNTH_ENGINE_PROCESS=separate): the same chunks as in the
+worker's process, errors that keep their kind, and a process that dies ending every open request
+retryable instead of leaving its caller waiting."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+from pipeline.engines.base import SynthesisRequest
+from pipeline.engines.hosted import HostedEngine
+from pipeline.engines.registry import load_engine, separate_process
+from pipeline.errors import EngineError, RetryableError
+
+REQUESTS = [SynthesisRequest("a", "Hello there.", "tara", seed=1),
+            SynthesisRequest("bad-voice", "Hello.", "nobody"),
+            SynthesisRequest("b", "A second, longer line of text.", "leo", seed=2, realtime=True)]
+
+
+def collect(chunks):
+    audio, finals = {}, {}
+    for c in chunks:
+        assert c.key not in finals, "a chunk after the final one"
+        audio.setdefault(c.key, []).append(c.audio)
+        if c.final:
+            finals[c.key] = c
+    return {k: np.concatenate(v) for k, v in audio.items()}, finals
+
+
+@pytest.fixture(scope="module")
+def hosted(engine_settings):
+    engine = load_engine(engine_settings(process="separate"))
+    yield engine
+    engine.close()
+
+
+def test_auto_keeps_a_cpu_engine_in_the_worker_process(engine_settings):
+    assert not separate_process(engine_settings())
+    assert separate_process(engine_settings(process="separate"))
+    assert not separate_process(engine_settings(process="inline", device="cuda"))
+
+
+def test_the_hosted_engine_renders_what_the_inline_one_does(hosted, engine_settings):
+    assert isinstance(hosted, HostedEngine) and hosted.pid != os.getpid()
+    inline = load_engine(engine_settings())
+    try:
+        assert hosted.info == inline.info
+        want, want_finals = collect(inline.synthesize(REQUESTS))
+    finally:
+        inline.close()
+    got, finals = collect(hosted.synthesize(REQUESTS))
+    assert set(finals) == {"a", "b", "bad-voice"}
+    assert isinstance(finals["bad-voice"].error, EngineError)
+    assert str(finals["bad-voice"].error) == str(want_finals["bad-voice"].error)
+    for key in "ab":
+        assert finals[key].error is None and finals[key].stats["tokens"] == want_finals[key].stats["tokens"]
+        np.testing.assert_allclose(got[key], want[key], atol=1e-5)
+
+
+def test_calls_from_many_threads_each_get_their_own_chunks(hosted):
+    results = {}
+
+    def call(n):
+        results[n] = collect(hosted.synthesize([SynthesisRequest(("job", n), f"Line {n}.", "tara", seed=n)]))[1]
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(results) == list(range(6))
+    for n, finals in results.items():
+        assert list(finals) == [("job", n)] and finals[("job", n)].error is None
+
+
+def test_a_dead_engine_process_ends_open_requests_retryable(engine_settings):
+    engine = load_engine(engine_settings(process="separate"))
+    lost = threading.Event()
+    engine.on_lost = lost.set
+    try:
+        chunks = engine.synthesize([SynthesisRequest("long", "A long line of text to speak. " * 6, "tara", seed=3),
+                                    SynthesisRequest("other", "Another line.", "leo", seed=4)])
+        next(chunks)                      # the call is running in the engine process
+        os.kill(engine.pid, signal.SIGKILL)
+        _, finals = collect(chunks)
+        assert set(finals) == {"long", "other"}
+        assert isinstance(finals["long"].error, RetryableError)   # far from its end when killed
+        assert lost.wait(10)
+        # Later calls do not wait for an engine that is gone either.
+        _, later = collect(engine.synthesize([SynthesisRequest("next", "Hello.", "tara")]))
+        assert isinstance(later["next"].error, RetryableError) and "exited" in str(later["next"].error)
+    finally:
+        engine.close()
