@@ -95,7 +95,11 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> FastAPI:
 
 def _warm(state: ApiState) -> None:
     """First-use costs at start, not on the first request: a database connection and the key
-    lookup's compiled SQL, and a Redis connection of the shared pool."""
+    lookup's compiled SQL, a Redis connection of the shared pool, and the create path's SQL and
+    broker producer."""
     with state.sessions() as session:
         api_keys.authenticate(session, api_keys.KEY_PREFIX + "warm-up")
     state.redis.ping()
+    from api import creating   # imports this module
+
+    creating.warm(state)

@@ -150,3 +150,21 @@ def test_a_worker_killed_mid_stream_cuts_the_clients_stream_within_seconds(
             cut_after = time.monotonic() - killed
     assert received > 0
     assert cut_after < 20, f"the stream hung {cut_after:.1f} s after its worker died"
+
+
+def test_the_apis_start_up_warms_the_create_path_without_writing_or_sending_anything(
+        api_settings, redis_url, database_url):
+    import redis as redis_lib
+    from sqlalchemy import func
+
+    from pipeline.db.models import Batch
+    from pipeline.db.session import make_engine, make_sessionmaker
+    from pipeline.live import redis_client_url
+    from pipeline.routing import REALTIME_QUEUE
+
+    with serve(api_settings, redis_url) as server:
+        assert httpx.get(f"{server.url}/healthz").status_code == 200
+    with make_sessionmaker(make_engine(database_url))() as s:
+        assert s.scalar(select(func.count()).select_from(Batch)) == 0
+        assert s.scalar(select(func.count()).select_from(Job)) == 0
+    assert redis_lib.Redis.from_url(redis_client_url(redis_url)).llen(REALTIME_QUEUE) == 0
