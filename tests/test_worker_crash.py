@@ -32,22 +32,39 @@ def wait_for(predicate, timeout, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_kill_9_mid_job_then_a_new_worker_finishes_each_job_once(tmp_path, redis_url, database_url, sessions):
-    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
-                    SYNTH_DATABASE_URL=database_url, SYNTH_VISIBILITY_TIMEOUT="4",
-                    SYNTH_JOBS_PER_TASK="2", SYNTH_ENGINE_THREADS="1", SYNTH_WORKER_CONCURRENCY="1")
+def submit_eight_long_lines(tmp_path, env) -> str:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCE * 6 for _ in range(8)) + "\n")
     submitted = synth("submit", str(corpus), "--no-wait", env=env, timeout=60)
     assert submitted.returncode == 0, submitted.stderr.decode()
-    batch_id = submitted.stdout.decode().strip()
+    return submitted.stdout.decode().strip()
+
+
+def wait_mid_batch(sessions, batch_id) -> None:
+    def mid_job():
+        states = [j.status for j in jobs(sessions, batch_id)]
+        return JobStatus.DONE in states and JobStatus.RUNNING in states
+    wait_for(mid_job, 120, "the first worker to be mid-batch")
+
+
+def assert_each_job_done_once(tmp_path, sessions, batch_id) -> list[Job]:
+    final = jobs(sessions, batch_id)
+    assert [j.status for j in final] == [JobStatus.DONE] * 8
+    store = make_store(Settings(data_dir=tmp_path / "data"))
+    objects = store.list(f"batches/{batch_id}/audio/")
+    assert sorted(objects) == sorted(j.object_key for j in final) and len(set(objects)) == 8
+    return final
+
+
+def test_kill_9_mid_job_then_a_new_worker_finishes_each_job_once(tmp_path, redis_url, database_url, sessions):
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
+                    SYNTH_DATABASE_URL=database_url, SYNTH_VISIBILITY_TIMEOUT="4",
+                    SYNTH_JOBS_PER_TASK="2", SYNTH_ENGINE_THREADS="1", SYNTH_WORKER_CONCURRENCY="1")
+    batch_id = submit_eight_long_lines(tmp_path, env)
 
     first = start_synth("worker", env=env, log=tmp_path / "worker1.log")
     try:
-        def mid_job():
-            states = [j.status for j in jobs(sessions, batch_id)]
-            return JobStatus.DONE in states and JobStatus.RUNNING in states
-        wait_for(mid_job, 120, "the first worker to be mid-batch")
+        wait_mid_batch(sessions, batch_id)
     finally:
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
@@ -67,14 +84,10 @@ def test_kill_9_mid_job_then_a_new_worker_finishes_each_job_once(tmp_path, redis
         second.terminate()
         second.wait(timeout=30)
 
-    final = jobs(sessions, batch_id)
-    assert [j.status for j in final] == [JobStatus.DONE] * 8
+    final = assert_each_job_done_once(tmp_path, sessions, batch_id)
     redone = [j for j in final if before[j.id] == JobStatus.RUNNING]
     assert redone and all(j.attempts == 2 for j in redone)  # the interrupted ones ran again
     assert all(j.attempts == 1 for j in final if before[j.id] == JobStatus.DONE)  # the finished ones did not
-    store = make_store(Settings(data_dir=tmp_path / "data"))
-    objects = store.list(f"batches/{batch_id}/audio/")
-    assert sorted(objects) == sorted(j.object_key for j in final) and len(set(objects)) == 8
 
 
 def engine_process(worker_pid: int) -> int | None:
@@ -91,18 +104,11 @@ def test_an_engine_process_killed_mid_job_stops_its_worker_and_every_job_ends_do
     env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
                     SYNTH_DATABASE_URL=database_url, SYNTH_ENGINE_PROCESS="separate",
                     SYNTH_JOBS_PER_TASK="2", SYNTH_ENGINE_THREADS="1", SYNTH_WORKER_CONCURRENCY="1")
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(SENTENCE * 6 for _ in range(8)) + "\n")
-    submitted = synth("submit", str(corpus), "--no-wait", env=env, timeout=60)
-    assert submitted.returncode == 0, submitted.stderr.decode()
-    batch_id = submitted.stdout.decode().strip()
+    batch_id = submit_eight_long_lines(tmp_path, env)
 
     first = start_synth("worker", env=env, log=tmp_path / "worker1.log")
     try:
-        def mid_job():
-            states = [j.status for j in jobs(sessions, batch_id)]
-            return JobStatus.DONE in states and JobStatus.RUNNING in states
-        wait_for(mid_job, 120, "the first worker to be mid-batch")
+        wait_mid_batch(sessions, batch_id)
         engine_pid = engine_process(first.pid)
         assert engine_pid is not None, "the worker runs its engine in a process of its own"
         os.kill(engine_pid, signal.SIGKILL)
@@ -122,8 +128,4 @@ def test_an_engine_process_killed_mid_job_stops_its_worker_and_every_job_ends_do
         second.terminate()
         second.wait(timeout=30)
 
-    final = jobs(sessions, batch_id)
-    assert [j.status for j in final] == [JobStatus.DONE] * 8
-    store = make_store(Settings(data_dir=tmp_path / "data"))
-    objects = store.list(f"batches/{batch_id}/audio/")
-    assert sorted(objects) == sorted(j.object_key for j in final) and len(set(objects)) == 8
+    assert_each_job_done_once(tmp_path, sessions, batch_id)
