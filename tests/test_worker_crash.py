@@ -47,6 +47,15 @@ def wait_mid_batch(sessions, batch_id) -> None:
     wait_for(mid_job, 120, "the first worker to be mid-batch")
 
 
+def finish_with_a_second_worker(tmp_path, env, sessions, batch_id) -> None:
+    second = start_synth("worker", env=env, log=tmp_path / "worker2.log")
+    try:
+        wait_for(lambda: all(j.status.terminal for j in jobs(sessions, batch_id)), 180, "the batch to finish")
+    finally:
+        second.terminate()
+        second.wait(timeout=30)
+
+
 def assert_each_job_done_once(tmp_path, sessions, batch_id) -> list[Job]:
     final = jobs(sessions, batch_id)
     assert [j.status for j in final] == [JobStatus.DONE] * 8
@@ -77,12 +86,7 @@ def test_kill_9_mid_job_then_a_new_worker_finishes_each_job_once(tmp_path, redis
     redis.Redis.from_url(redis_client_url(redis_url)).lock("unacked_mutex", timeout=expire).acquire(
         blocking=False)
 
-    second = start_synth("worker", env=env, log=tmp_path / "worker2.log")
-    try:
-        wait_for(lambda: all(j.status.terminal for j in jobs(sessions, batch_id)), 180, "the batch to finish")
-    finally:
-        second.terminate()
-        second.wait(timeout=30)
+    finish_with_a_second_worker(tmp_path, env, sessions, batch_id)
 
     final = assert_each_job_done_once(tmp_path, sessions, batch_id)
     redone = [j for j in final if before[j.id] == JobStatus.RUNNING]
@@ -121,11 +125,6 @@ def test_an_engine_process_killed_mid_job_stops_its_worker_and_every_job_ends_do
     log = (tmp_path / "worker1.log").read_text()
     assert "the engine process exited" in log
 
-    second = start_synth("worker", env=env, log=tmp_path / "worker2.log")
-    try:
-        wait_for(lambda: all(j.status.terminal for j in jobs(sessions, batch_id)), 180, "the batch to finish")
-    finally:
-        second.terminate()
-        second.wait(timeout=30)
+    finish_with_a_second_worker(tmp_path, env, sessions, batch_id)
 
     assert_each_job_done_once(tmp_path, sessions, batch_id)
