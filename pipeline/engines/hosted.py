@@ -9,7 +9,8 @@ one sender, and the worker's threads cost it nothing.
 
 The wire is one duplex pipe. The worker sends ``("run", call, requests)``; the engine process
 starts them (``Engine.submit``: the loop takes them without a thread per call) and sends back the
-chunks of every call as they come, batched per wake-up. Realtime calls are started by the reading
+chunks of every call, batched per wake-up: a realtime request's as they come, a batch request's
+first chunk and then the rest of its audio with its final chunk. Realtime calls are started by the reading
 thread itself, so they never queue behind a batch call's tokenization.
 
 If the engine process dies, every open call ends with a retryable error, later calls fail the same
@@ -149,12 +150,46 @@ class HostedEngine(Engine):
 
 
 class _Forward:
-    """A call's sink in the engine process: its chunks go to the sender, tagged with the call."""
+    """A call's sink in the engine process: its chunks go to the sender, tagged with the call.
 
-    __slots__ = ("call", "outbox")
+    A batch request's audio is held here until its final chunk, except for its first chunk (the
+    worker times the job's first audio by it): nobody listens to a batch job before it is stored,
+    and a loop with hundreds of batch rows makes thousands of small chunks a second. Sent one by
+    one, each would be pickled here, read and woken for in the worker, and the worker's process
+    would spend on them the time its realtime streams need. Realtime requests' chunks go at once."""
+
+    __slots__ = ("call", "outbox", "held", "lock")
 
     def __init__(self, call: int, outbox: queue.SimpleQueue):
         self.call, self.outbox = call, outbox
+        self.held: dict = {}     # batch request key -> its audio since the first chunk
+        self.lock = threading.Lock()
+
+    def put(self, chunk: AudioChunk) -> None:
+        with self.lock:          # the loop's and the codec's threads both put
+            chunk = self._hold(chunk)
+        if chunk is not None:
+            self.outbox.put((self.call, chunk))
+
+    def _hold(self, chunk: AudioChunk) -> AudioChunk | None:
+        parts = self.held.get(chunk.key)
+        if parts is None:                    # nothing sent for this request yet
+            if not chunk.final and chunk.audio.size:
+                self.held[chunk.key] = []
+            return chunk
+        if not chunk.final:
+            parts.append(chunk.audio)
+            return None
+        del self.held[chunk.key]
+        if parts and chunk.error is None:
+            chunk = replace(chunk, audio=np.concatenate([*parts, chunk.audio]))
+        return chunk
+
+
+class _Realtime(_Forward):
+    """The sink of a call with realtime requests: every chunk goes at once."""
+
+    __slots__ = ()
 
     def put(self, chunk: AudioChunk) -> None:
         self.outbox.put((self.call, chunk))
@@ -192,11 +227,10 @@ def serve(settings: EngineSettings, conn, log_level: int) -> None:
             if message[0] == "close":
                 break
             _, call, requests = message
-            sink = _Forward(call, outbox)
             if any(r.realtime for r in requests):
-                _start(engine, requests, sink)
+                _start(engine, requests, _Realtime(call, outbox))
             else:
-                starters.submit(_start, engine, requests, sink)
+                starters.submit(_start, engine, requests, _Forward(call, outbox))
     finally:
         starters.shutdown(wait=False, cancel_futures=True)
         engine.close()

@@ -95,3 +95,23 @@ def test_a_dead_engine_process_ends_open_requests_retryable(engine_settings):
         assert isinstance(later["next"].error, RetryableError) and "exited" in str(later["next"].error)
     finally:
         engine.close()
+
+
+def test_a_batch_request_comes_back_in_two_chunks_and_a_realtime_one_as_it_is_made(hosted, engine_settings):
+    text = "A longer line of text, so that its audio is made in many small chunks. " * 2
+    batch = [SynthesisRequest("batch", text, "tara", seed=5)]
+    live = [SynthesisRequest("live", text, "leo", seed=6, realtime=True)]
+    inline = load_engine(engine_settings())
+    try:
+        want = {key: list(inline.synthesize(reqs)) for key, reqs in (("batch", batch), ("live", live))}
+    finally:
+        inline.close()
+    assert len(want["batch"]) > 2 and len(want["live"]) > 2     # otherwise nothing here is tested
+    got = {"batch": list(hosted.synthesize(batch)), "live": list(hosted.synthesize(live))}
+    # The first chunk, to time the job's first audio by, then the rest with the final one.
+    assert [c.final for c in got["batch"]] == [False, True]
+    np.testing.assert_allclose(got["batch"][0].audio, want["batch"][0].audio, atol=1e-5)
+    assert len(got["live"]) == len(want["live"])
+    for key in want:
+        assert got[key][-1].stats["tokens"] == want[key][-1].stats["tokens"]
+        np.testing.assert_allclose(collect(got[key])[0][key], collect(want[key])[0][key], atol=1e-5)
