@@ -17,7 +17,9 @@ create`, over an SQLite data folder. Then, measured at the client:
   W2       `synth submit` of --w2-lines lines running, and --streams realtime streams arriving over
            --spread s through the official OpenAI Python client (async, response_format pcm):
            first byte p50/p95/p99, underruns as a player sees them, errors, each stream's RTF,
-           and the batch's x real time
+           and the batch's x real time; beside them the same jobs' first audio in the worker
+           (the rest is the live path), and each process's CPU share over the streams' run.
+           The streams come from client processes of --per-client streams each
 
 Before the product's processes start, ``--engine-bench`` runs ops/bench_orpheus.py on the same
 checkpoint (the engine alone, same device), so every figure stands beside the engine's as a ratio.
@@ -30,6 +32,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,7 +47,7 @@ import httpx  # noqa: E402
 import redis  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from ops.e2e_bench.streams import run_streams, summarize  # noqa: E402
+from ops.e2e_bench.streams import percentile, run_streams, run_streams_in_processes, summarize  # noqa: E402
 from pipeline import text as texts  # noqa: E402
 from pipeline.db.models import Batch, Job, JobMetrics  # noqa: E402
 from pipeline.db.session import make_engine, make_sessionmaker  # noqa: E402
@@ -65,6 +68,10 @@ def parse(argv=None):
     ap.add_argument("--spread", type=float, default=2.0, help="W2 streams arrive over this many s")
     ap.add_argument("--lead", type=float, default=3.0, help="s the W2 batch runs before the streams")
     ap.add_argument("--singles", type=int, default=5, help="requests one at a time on the idle worker")
+    ap.add_argument("--per-client", type=int, default=32,
+                    help="W2 streams per client process (the client must not be what is measured)")
+    ap.add_argument("--profile", action="store_true",
+                    help="py-spy the API, the worker and the engine process for 10 s of each W2")
     ap.add_argument("--engine", choices=("orpheus", "piper"), default="orpheus",
                     help="piper: the embedded default's engine on the CPU (no checkpoint, no engine bench)")
     ap.add_argument("--no-w1", action="store_true", help="skip W1 (the whole corpus by synth submit)")
@@ -186,8 +193,8 @@ def run(args) -> dict:
     env.update(dict(kv.split("=", 1) for kv in args.env))
     db_url = f"sqlite:///{workdir / 'data' / 'synth.db'}"
     with ExitStack() as stack:
-        stack.enter_context(process([redis_server, "--port", str(port), "--save", "", "--appendonly", "no"],
-                                    env, workdir / "redis.log"))
+        redis_proc = stack.enter_context(process([redis_server, "--port", str(port), "--save", "",
+                                                  "--appendonly", "no"], env, workdir / "redis.log"))
         client = redis.Redis(port=port)
         wait_until(lambda: _pings(client), 30, "redis-server")
         key = subprocess.run(synth_cmd("keys", "create", "--name", "bench"), cwd=REPO, env=env, check=True,
@@ -201,6 +208,7 @@ def run(args) -> dict:
                    worker, worker_log)
         result["worker_boot_s"] = round(time.monotonic() - started, 1)
         api = stack.enter_context(process(synth_cmd("api", "--port", str(api_port)), env, workdir / "api.log"))
+        args.pids = {"api": api.pid, "worker": worker.pid, "redis": redis_proc.pid}
         base = f"http://127.0.0.1:{api_port}"
         wait_until(lambda: _healthy(base), 60, "the API", api, workdir / "api.log")
         result["singles"] = singles(base + "/v1", key, args.singles)
@@ -256,13 +264,81 @@ def w2(args, env: dict, workdir: Path, db_url: str, base_url: str, key: str, cou
     corpus.write_text("\n".join(lines[: args.w2_lines]) + "\n")
     stream_texts = [texts.split_chunks(texts.normalize(line), STREAM_CHARS)[0]
                     for line in (lines[1::3] * (1 + count // max(1, len(lines[1::3]))))[:count]]
+    before = realtime_job_ids(db_url)
     t = time.monotonic()
     proc = submit(env, corpus, f"w2-{count}", workdir / f"submit-w2-{count}.log")
     time.sleep(args.lead)
-    streams = asyncio.run(run_streams(base_url, key, stream_texts, args.spread))
+    pids = {**args.pids, "engine": engine_pid(args.pids["worker"])}
+    cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    wall = time.monotonic()
+    profiler = start_profiles(pids, workdir / f"profile-{count}") if args.profile else None
+    streams, client_cpu = run_streams_in_processes(base_url, key, stream_texts, args.spread, args.per_client)
+    wall = time.monotonic() - wall
+    cpu_share = {name: round((cpu_seconds(pid) - cpu[name]) / wall, 2) for name, pid in pids.items()}
+    if profiler is not None:
+        profiler()
     proc.wait()
-    return {**summarize(streams), "batch": {"exit": proc.returncode,
-                                            **batch_figures(db_url, f"w2-{count}", time.monotonic() - t)}}
+    return {**summarize(streams), "server": server_figures(db_url, before),
+            "cpu_share": {**cpu_share, "client_max": max(client_cpu), "clients": len(client_cpu)},
+            "batch": {"exit": proc.returncode, **batch_figures(db_url, f"w2-{count}", time.monotonic() - t)}}
+
+
+def realtime_job_ids(db_url: str) -> set[str]:
+    with make_sessionmaker(make_engine(db_url))() as s:
+        return set(s.scalars(select(Job.id).where(Job.priority == "realtime")))
+
+
+def server_figures(db_url: str, before: set[str]) -> dict:
+    """The streams' jobs as the worker recorded them: request to first audio in the worker
+    (ttfb) and to the engine (queue wait). The client's first byte less this is the live path."""
+    with make_sessionmaker(make_engine(db_url))() as s:
+        rows = [r for r in s.execute(select(Job.id, JobMetrics.ttfb_s, JobMetrics.queue_wait_s).join(
+            JobMetrics, JobMetrics.job_id == Job.id).where(Job.priority == "realtime")) if r[0] not in before]
+    ttfb, wait = [r[1] for r in rows], [r[2] for r in rows]
+    return {"jobs": len(rows),
+            **{f"ttfb_p{q}_ms": _ms(percentile(ttfb, q)) for q in (50, 95, 99)},
+            **{f"queue_wait_p{q}_ms": _ms(percentile(wait, q)) for q in (50, 99)}}
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(1000 * v, 1)
+
+
+def engine_pid(worker_pid: int) -> int | None:
+    """The worker's engine process (SYNTH_ENGINE_PROCESS=separate), if it has one."""
+    for task in Path(f"/proc/{worker_pid}/task").glob("*"):
+        for child in (task / "children").read_text().split():
+            if "spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace"):
+                return int(child)
+    return None
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (0 when it is gone or unknown)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_profiles(pids: dict, folder: Path):
+    """py-spy each process for 10 s (raw collapsed stacks, one file each); returns a join."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy") or next((str(Path(p) / "bin" / "py-spy") for p in sys.path
+                                          if (Path(p) / "bin" / "py-spy").exists()), "py-spy")
+    procs = [subprocess.Popen([spy, "record", "-d", "10", "-r", "50", "--nonblocking", "-t", "--format",
+                               "raw", "-o", str(folder / f"{name}.txt"), "--pid", str(pid)],
+                              stdout=subprocess.DEVNULL, stderr=open(folder / f"{name}.err", "wb"))
+             for name, pid in pids.items() if pid and name != "redis"]
+
+    def join() -> None:
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return join
 
 
 def _pings(client: redis.Redis) -> bool:

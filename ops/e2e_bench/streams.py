@@ -8,7 +8,10 @@ playing, with playback starting at the first byte and pausing through each gap.
 from __future__ import annotations
 
 import asyncio
+import math
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 PCM_BYTES_PER_S = 24_000 * 2     # OpenAI's pcm: 24 kHz, 16-bit mono
@@ -50,8 +53,8 @@ class Stream:
         return count, stalled
 
 
-async def _one(client, stream: Stream, text: str, delay: float, voice: str) -> None:
-    await asyncio.sleep(delay)
+async def _one(client, stream: Stream, text: str, at: float, voice: str) -> None:
+    await asyncio.sleep(max(0.0, at - time.monotonic()))
     stream.sent = time.perf_counter()
     try:
         async with client.audio.speech.with_streaming_response.create(
@@ -63,20 +66,57 @@ async def _one(client, stream: Stream, text: str, delay: float, voice: str) -> N
         stream.error = f"{type(e).__name__}: {e}"[:300]
 
 
-async def run_streams(base_url: str, key: str, texts: list[str], spread_s: float,
-                      voice: str = "alloy") -> list[Stream]:
-    """``len(texts)`` streams arriving evenly over ``spread_s`` seconds, all on one client."""
+async def _streams(base_url: str, key: str, jobs: list[tuple[int, str, float]], voice: str) -> list[Stream]:
+    """One client: stream ``index`` sends ``text`` at monotonic time ``at``."""
     import httpx
     from openai import AsyncOpenAI
 
-    limits = httpx.Limits(max_connections=len(texts) + 8, max_keepalive_connections=len(texts) + 8)
+    limits = httpx.Limits(max_connections=len(jobs) + 8, max_keepalive_connections=len(jobs) + 8)
     async with AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=300,
                            http_client=httpx.AsyncClient(limits=limits, timeout=300)) as client:
-        streams = [Stream(i) for i in range(len(texts))]
-        step = spread_s / max(1, len(texts))
-        await asyncio.gather(*[_one(client, s, t, i * step, voice)
-                               for i, (s, t) in enumerate(zip(streams, texts))])
+        streams = [Stream(i) for i, _, _ in jobs]
+        await asyncio.gather(*[_one(client, s, text, at, voice) for s, (_, text, at) in zip(streams, jobs)])
     return streams
+
+
+def _client_process(base_url: str, key: str, jobs: list[tuple[int, str, float]], voice: str):
+    """A client process's streams, and the CPU seconds it spent on them over its wall seconds."""
+    cpu, wall = time.process_time(), time.monotonic()
+    streams = asyncio.run(_streams(base_url, key, jobs, voice))
+    start = min((at for _, _, at in jobs), default=wall)
+    return streams, (time.process_time() - cpu) / max(1e-9, time.monotonic() - start)
+
+
+def _ready() -> None:
+    from openai.resources.audio import speech
+
+    assert speech.AsyncSpeech   # the client's imports are paid before the clock starts
+
+
+async def run_streams(base_url: str, key: str, texts: list[str], spread_s: float,
+                      voice: str = "alloy") -> list[Stream]:
+    """``len(texts)`` streams arriving evenly over ``spread_s`` seconds, all on one client."""
+    start, step = time.monotonic(), spread_s / max(1, len(texts))
+    return await _streams(base_url, key, [(i, t, start + i * step) for i, t in enumerate(texts)], voice)
+
+
+def run_streams_in_processes(base_url: str, key: str, texts: list[str], spread_s: float,
+                             per_process: int = 32, voice: str = "alloy") -> tuple[list[Stream], list[float]]:
+    """As ``run_streams``, the streams dealt over client processes of at most ``per_process``
+    streams each, as the many apps of a real deployment would send them: one Python process
+    reading hundreds of streams would be the bottleneck it measures. Also returns each client
+    process's CPU share (CPU seconds over wall seconds), to show it was not."""
+    procs = max(1, math.ceil(len(texts) / per_process))
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(procs, mp_context=ctx) as pool:
+        for f in [pool.submit(_ready) for _ in range(procs)]:
+            f.result()
+        start, step = time.monotonic() + 1.0, spread_s / max(1, len(texts))
+        jobs = [(i, t, start + i * step) for i, t in enumerate(texts)]
+        futures = [pool.submit(_client_process, base_url, key, jobs[p::procs], voice) for p in range(procs)]
+        results = [f.result() for f in futures]
+    streams = sorted((s for got, _ in results for s in got), key=lambda s: s.index)
+    return streams, [round(share, 3) for _, share in results]
 
 
 def percentile(values: list[float], q: float) -> float | None:
