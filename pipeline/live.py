@@ -205,6 +205,11 @@ class LiveJob:
             self._current += 1
             self._piece_started = False
 
+    @property
+    def complete(self) -> bool:
+        """Every piece has had its final chunk: ``close`` ends the stream."""
+        return self._current >= self.pieces
+
     def _emit(self, part: np.ndarray) -> None:
         head = self._tail
         if not self._piece_started and head.size and self._current > 0:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline import audio, textfront
 from pipeline.db import jobs as db
 from pipeline.db.models import Job, as_utc, utcnow
-from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
+from pipeline.engines.base import AudioChunk, Engine, LiveSpec, SynthesisRequest
 from pipeline.errors import (
     DatabaseUnavailableError,
     IllegalTransitionError,
@@ -70,7 +70,8 @@ class _JobState:
     admitted_wall: datetime
     batch_size: int                     # jobs handed to the engine together
     first_audio: float | None = None    # monotonic time of its first audio
-    live: LiveJob | None = None
+    live: LiveJob | None = None         # its live stream, published here
+    live_spec: LiveSpec | None = None   # its live stream, published by the engine
     stats: dict = field(default_factory=dict)   # the engine's counters, summed over pieces
     gate: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
     pauses: list[float] | None = None   # seconds of silence around the pieces (audio.join)
@@ -132,14 +133,15 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
         if planned is None:
             continue
         chunks, pauses, notes = planned
+        live, live_spec = _live(r, job, len(chunks))
         states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
-                                   live=_live_job(r, job, len(chunks)), pauses=pauses,
-                                   text_notes=notes)
+                                   live=live, live_spec=live_spec, pauses=pauses, text_notes=notes)
         per_job.append((job.id, chunks, job))
     # First chunks of every job first, so each job's first audio comes early.
     requests = [
         SynthesisRequest((job_id, i), chunks[i].text, job.voice, seed=None,
-                         realtime=job.priority == "realtime", rate=chunks[i].rate)
+                         realtime=job.priority == "realtime", rate=chunks[i].rate,
+                         live=states[job_id].live_spec)
         for i in range(max((len(c) for _, c, _ in per_job), default=0))
         for job_id, chunks, job in per_job if i < len(chunks)
     ]
@@ -162,12 +164,16 @@ def _front(r: Renderer, job: Job, max_chars: int, outcome: Outcome):
     return chunks, pauses, prepared.notes
 
 
-def _live_job(r: Renderer, job: Job, pieces: int) -> LiveJob | None:
+def _live(r: Renderer, job: Job, pieces: int) -> tuple[LiveJob | None, LiveSpec | None]:
+    """A realtime job's live stream, started: published here, or by the engine where it can."""
     if r.live is None or job.priority != "realtime":
-        return None
+        return None, None
     if not r.live.start(job.id, r.engine.info.sample_rate):
-        return None
-    return LiveJob(r.live, job.id, pieces, int(r.engine.info.sample_rate * r.crossfade_ms / 1000))
+        return None, None
+    spec = LiveSpec(job.id, pieces, int(r.engine.info.sample_rate * r.crossfade_ms / 1000))
+    if r.engine.publishes_live:
+        return None, spec
+    return LiveJob(r.live, spec.job_id, spec.pieces, spec.fade), None
 
 
 def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome: Outcome) -> None:

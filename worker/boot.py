@@ -38,11 +38,13 @@ def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: 
                  engine.info.quantization, engine.info.device_type, time.monotonic() - started)
     store = make_store(settings)
     store.check()
+    live = LiveAudio.from_url(broker_url, settings.live_stream_ttl) if broker_url else None
+    if live is not None:
+        engine.publish_live(broker_url, settings.live_stream_ttl, live.owner)
     renderer = Renderer(engine=engine, store=store,
                         sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),
                         max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms,
-                        worker_host=settings.worker_name, read_emoji=settings.read_emoji,
-                        live=LiveAudio.from_url(broker_url, settings.live_stream_ttl) if broker_url else None)
+                        worker_host=settings.worker_name, read_emoji=settings.read_emoji, live=live)
     warm(renderer)
     return Runtime(settings=settings, engine=engine, renderer=renderer)
 

@@ -29,6 +29,16 @@ class SynthesisRequest:
     seed: int | None = None
     realtime: bool = False  # admitted ahead of batch work where the engine schedules
     rate: float = 1.0       # speaking rate (SSML prosody); honoured where EngineInfo.rate_control
+    # Where the engine publishes live audio itself (``Engine.publishes_live``): this request is
+    # piece ``key[1]`` of job ``live.job_id``'s live stream, which the caller has started.
+    live: LiveSpec | None = None
+
+
+@dataclass(frozen=True)
+class LiveSpec:
+    job_id: str
+    pieces: int             # the job's pieces: the stream ends after the last one
+    fade: int               # crossfade samples between pieces, as in the stored file
 
 
 @dataclass
@@ -68,6 +78,13 @@ class EngineInfo:
 
 class Engine(abc.ABC):
     info: EngineInfo
+    # Whether the engine publishes its requests' live audio itself (``SynthesisRequest.live``),
+    # after ``publish_live``; otherwise the caller publishes the chunks it is handed.
+    publishes_live: bool = False
+
+    def publish_live(self, url: str, ttl: int, owner: str) -> None:
+        """Publish live audio to the Redis at ``url`` as ``owner`` (pipeline/live.py), where the
+        engine runs apart from its caller and can skip the hop through it. Most engines do not."""
 
     def warmup(self) -> None:
         """Run a short synthesis, as batch work and as a realtime stream (which an engine may run

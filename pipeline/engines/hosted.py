@@ -9,8 +9,9 @@ one sender, and the worker's threads cost it nothing.
 
 The wire is one duplex pipe. The worker sends ``("run", call, requests)``; the engine process
 starts them (``Engine.submit``: the loop takes them without a thread per call) and sends back the
-chunks of every call, batched per wake-up: a realtime request's as they come, a batch request's
-first chunk and then the rest of its audio with its final chunk. Realtime calls are started by the reading
+chunks of every call, batched per wake-up: a request's first chunk and then the rest of its audio
+with its final chunk. Once the worker has asked for it (``publish_live``), this process publishes
+realtime jobs' live audio to Redis itself, chunk by chunk as the codec makes it. Realtime calls are started by the reading
 thread itself, so they never queue behind a batch call's tokenization.
 
 If the engine process dies, every open call ends with a retryable error, later calls fail the same
@@ -32,9 +33,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
+import redis
 
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
 from pipeline.errors import EngineError, EngineUnavailableError, RetryableError
+from pipeline.live import LiveAudio, LiveJob, redis_client_url
 
 if TYPE_CHECKING:
     from pipeline.settings import EngineSettings
@@ -109,6 +112,14 @@ class HostedEngine(Engine):
         finally:
             self._calls.pop(call, None)
 
+    def publish_live(self, url: str, ttl: int, owner: str) -> None:
+        """The engine process publishes realtime requests' audio to Redis as the codec makes it:
+        no hop through the pipe, the worker's reader and the job's thread, each a wait for a busy
+        GIL. The worker still starts each live stream, ends it when the job fails, and gets each
+        request's audio whole for the stored file."""
+        self._send(("live", url, ttl, owner))
+        self.publishes_live = True
+
     def close(self) -> None:
         self._closing = True
         try:
@@ -152,21 +163,29 @@ class HostedEngine(Engine):
 class _Forward:
     """A call's sink in the engine process: its chunks go to the sender, tagged with the call.
 
-    A batch request's audio is held here until its final chunk, except for its first chunk (the
-    worker times the job's first audio by it): nobody listens to a batch job before it is stored,
-    and a loop with hundreds of batch rows makes thousands of small chunks a second. Sent one by
-    one, each would be pickled here, read and woken for in the worker, and the worker's process
-    would spend on them the time its realtime streams need. Realtime requests' chunks go at once."""
+    A request's audio is held here until its final chunk, except for its first chunk (the worker
+    times the job's first audio by it): nobody listens to a batch job before it is stored, and a
+    loop with hundreds of rows makes thousands of small chunks a second. Sent one by one, each
+    would be pickled here, read and woken for in the worker, and the worker's process would spend
+    on them the time its realtime streams need. A realtime request whose live stream this process
+    publishes (``live``) is held the same way: its listeners get each chunk from Redis at once."""
 
-    __slots__ = ("call", "outbox", "held", "lock")
+    __slots__ = ("call", "outbox", "held", "lock", "live", "specs", "streams", "dropped")
 
-    def __init__(self, call: int, outbox: queue.SimpleQueue):
+    def __init__(self, call: int, outbox: queue.SimpleQueue, live: LiveAudio | None = None,
+                 requests: Sequence[SynthesisRequest] = ()):
         self.call, self.outbox = call, outbox
-        self.held: dict = {}     # batch request key -> its audio since the first chunk
+        self.held: dict = {}     # request key -> its audio since the first chunk
         self.lock = threading.Lock()
+        self.live = live
+        self.specs = {r.key: r.live for r in requests if r.live is not None} if live is not None else {}
+        self.streams: dict[str, LiveJob] = {}
+        self.dropped: set[str] = set()
 
     def put(self, chunk: AudioChunk) -> None:
         with self.lock:          # the loop's and the codec's threads both put
+            if self.specs:
+                self._publish(chunk)
             chunk = self._hold(chunk)
         if chunk is not None:
             self.outbox.put((self.call, chunk))
@@ -185,9 +204,25 @@ class _Forward:
             chunk = replace(chunk, audio=np.concatenate([*parts, chunk.audio]))
         return chunk
 
+    def _publish(self, chunk: AudioChunk) -> None:
+        spec = self.specs.get(chunk.key)
+        if spec is None or spec.job_id in self.dropped:
+            return
+        if chunk.error is not None:   # the worker fails or retries the job, and ends its stream
+            self.dropped.add(spec.job_id)
+            self.streams.pop(spec.job_id, None)
+            return
+        stream = self.streams.get(spec.job_id)
+        if stream is None:
+            stream = self.streams[spec.job_id] = LiveJob(self.live, spec.job_id, spec.pieces, spec.fade)
+        stream.add(chunk.key[1], chunk.audio, chunk.final)
+        if stream.complete:
+            del self.streams[spec.job_id]
+            stream.close()
+
 
 class _Realtime(_Forward):
-    """The sink of a call with realtime requests: every chunk goes at once."""
+    """The sink of a call with realtime requests that the worker publishes: every chunk goes at once."""
 
     __slots__ = ()
 
@@ -218,6 +253,7 @@ def serve(settings: EngineSettings, conn, log_level: int) -> None:
     sender = threading.Thread(target=_send_chunks, args=(conn, outbox), name="engine-send", daemon=True)
     sender.start()
     starters = ThreadPoolExecutor(BATCH_STARTERS, thread_name_prefix="engine-start")
+    live: LiveAudio | None = None
     try:
         while True:
             try:
@@ -226,8 +262,15 @@ def serve(settings: EngineSettings, conn, log_level: int) -> None:
                 break           # the worker is gone
             if message[0] == "close":
                 break
+            if message[0] == "live":
+                _, url, ttl, owner = message
+                live = LiveAudio(redis.Redis.from_url(redis_client_url(url)), ttl, owner)
+                live.connect()
+                continue
             _, call, requests = message
-            if any(r.realtime for r in requests):
+            if any(r.live is not None for r in requests) and live is not None:
+                _start(engine, requests, _Forward(call, outbox, live, requests))
+            elif any(r.realtime for r in requests):
                 _start(engine, requests, _Realtime(call, outbox))
             else:
                 starters.submit(_start, engine, requests, _Forward(call, outbox))

@@ -7,14 +7,17 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
+import redis
 
-from pipeline.engines.base import SynthesisRequest
+from pipeline.engines.base import LiveSpec, SynthesisRequest
 from pipeline.engines.hosted import HostedEngine
 from pipeline.engines.registry import load_engine, separate_process
 from pipeline.errors import EngineError, RetryableError
+from pipeline.live import LiveAudio, LiveJob, redis_client_url, stream_key
 
 REQUESTS = [SynthesisRequest("a", "Hello there.", "tara", seed=1),
             SynthesisRequest("bad-voice", "Hello.", "nobody"),
@@ -115,3 +118,50 @@ def test_a_batch_request_comes_back_in_two_chunks_and_a_realtime_one_as_it_is_ma
     for key in want:
         assert got[key][-1].stats["tokens"] == want[key][-1].stats["tokens"]
         np.testing.assert_allclose(collect(got[key])[0][key], collect(want[key])[0][key], atol=1e-5)
+
+
+def _live_pcm(client, job_id: str, timeout_s: float = 60.0) -> np.ndarray:
+    """The PCM of a job's live stream, once its end entry is there."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        entries = client.xrange(stream_key(job_id))
+        if entries and entries[-1][1][b"kind"] == b"end":
+            assert entries[0][1][b"kind"] == b"start" and entries[-1][1][b"error"] == b""
+            return np.frombuffer(b"".join(f[b"data"] for _, f in entries if f[b"kind"] == b"pcm"), "<i2")
+        time.sleep(0.05)
+    raise AssertionError(f"the live stream of {job_id} did not end")
+
+
+def test_the_engine_process_publishes_a_realtime_jobs_live_audio_as_the_worker_would(
+        hosted, engine_settings, redis_url):
+    client = redis.Redis.from_url(redis_client_url(redis_url))
+    worker_side = LiveAudio(client, ttl=60)
+    hosted.publish_live(redis_url, 60, worker_side.owner)
+    assert hosted.publishes_live
+    texts = ["The first piece of a realtime job.", "And its second piece, after a crossfade."]
+
+    def pieces(job_id, live):
+        return [SynthesisRequest((job_id, i), text, "tara", seed=7 + i, realtime=True, live=live)
+                for i, text in enumerate(texts)]
+
+    # What the worker publishes itself when its engine runs in its own process.
+    inline = load_engine(engine_settings())
+    try:
+        worker_side.start("by-worker", inline.info.sample_rate)
+        job = LiveJob(worker_side, "by-worker", 2, fade=720)
+        for chunk in inline.synthesize(pieces("by-worker", None)):
+            job.add(chunk.key[1], chunk.audio, chunk.final)
+        job.close()
+    finally:
+        inline.close()
+    want = _live_pcm(client, "by-worker")
+
+    worker_side.start("by-engine", hosted.info.sample_rate)
+    chunks = list(hosted.synthesize(pieces("by-engine", LiveSpec("by-engine", 2, 720))))
+    got = _live_pcm(client, "by-engine")
+    assert got.size == want.size > 0
+    np.testing.assert_allclose(got, want, atol=1)
+    # The worker still gets each piece's audio, whole after its first chunk, for the stored file.
+    for i in range(2):
+        mine = [c for c in chunks if c.key == ("by-engine", i)]
+        assert [c.final for c in mine] == [False, True] and mine[-1].error is None
