@@ -169,3 +169,33 @@ def test_the_apis_start_up_warms_the_create_path_without_writing_or_sending_anyt
         assert s.scalar(select(func.count()).select_from(Batch)) == 0
         assert s.scalar(select(func.count()).select_from(Job)) == 0
     assert redis_lib.Redis.from_url(redis_client_url(redis_url)).llen(REALTIME_QUEUE) == 0
+
+
+def test_a_stream_published_by_an_engine_in_its_own_process_carries_the_whole_job(
+        api_settings, redis_url, worker_env, tmp_path, new_key, sessions):
+    from pipeline.db.models import JobMetrics
+
+    process = start_synth("worker", env={**worker_env, "SYNTH_ENGINE_PROCESS": "separate"},
+                          log=tmp_path / "worker.log")
+    try:
+        with serve(api_settings, redis_url) as server, client_for(server, new_key("own")) as client:
+            with client.stream("POST", SPEECH, json={"model": "tts-1", "input": LONG, "voice": "alloy",
+                                                     "response_format": "pcm"}) as r:
+                assert r.status_code == 200
+                job_id = r.headers["x-job-id"]
+                body = b"".join(r.iter_bytes())
+        job = wait_for(lambda: (j := _job(sessions, job_id)) is not None and j.status.terminal and j, 60,
+                       "the job to be recorded")
+        assert job.status == JobStatus.DONE
+        with sessions() as s:
+            stored_s = s.get(JobMetrics, job_id).audio_s
+        streamed_s = len(body) / (2 * 24_000)       # the API's pcm: 24 kHz PCM16
+        assert stored_s > 5 and abs(streamed_s - stored_s) < 0.02 * stored_s
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def _job(sessions, job_id: str) -> Job | None:
+    with sessions() as s:
+        return s.get(Job, job_id)
