@@ -49,7 +49,7 @@ from sqlalchemy import func, select  # noqa: E402
 
 from ops.e2e_bench.streams import percentile, run_streams, run_streams_in_processes, summarize  # noqa: E402
 from pipeline import text as texts  # noqa: E402
-from pipeline.db.models import Batch, Job, JobMetrics  # noqa: E402
+from pipeline.db.models import Batch, Job, JobMetrics, as_utc  # noqa: E402
 from pipeline.db.session import make_engine, make_sessionmaker  # noqa: E402
 from pipeline.reports import fleet  # noqa: E402
 
@@ -290,14 +290,21 @@ def realtime_job_ids(db_url: str) -> set[str]:
 
 def server_figures(db_url: str, before: set[str]) -> dict:
     """The streams' jobs as the worker recorded them: request to first audio in the worker
-    (ttfb) and to the engine (queue wait). The client's first byte less this is the live path."""
+    (ttfb; the client's first byte less this is the live path), and its first part, request to
+    the engine (queue wait), split at the claim: the message's way to a worker thread, then the
+    claim and the text front end."""
     with make_sessionmaker(make_engine(db_url))() as s:
-        rows = [r for r in s.execute(select(Job.id, JobMetrics.ttfb_s, JobMetrics.queue_wait_s).join(
+        rows = [r for r in s.execute(select(Job.id, JobMetrics.ttfb_s, JobMetrics.queue_wait_s, Job.queued_at,
+                                            Job.created_at, Job.started_at).join(
             JobMetrics, JobMetrics.job_id == Job.id).where(Job.priority == "realtime")) if r[0] not in before]
     ttfb, wait = [r[1] for r in rows], [r[2] for r in rows]
+    split = [((as_utc(r[5]) - as_utc(r[3] or r[4])).total_seconds(), r[2]) for r in rows if r[5]]
+    to_claim, claim_on = [c for c, _ in split], [w - c for c, w in split]
     return {"jobs": len(rows),
             **{f"ttfb_p{q}_ms": _ms(percentile(ttfb, q)) for q in (50, 95, 99)},
-            **{f"queue_wait_p{q}_ms": _ms(percentile(wait, q)) for q in (50, 99)}}
+            **{f"queue_wait_p{q}_ms": _ms(percentile(wait, q)) for q in (50, 99)},
+            **{f"to_claim_p{q}_ms": _ms(percentile(to_claim, q)) for q in (50, 99)},
+            **{f"claim_and_front_p{q}_ms": _ms(percentile(claim_on, q)) for q in (50, 99)}}
 
 
 def _ms(v: float | None) -> float | None:
@@ -327,7 +334,7 @@ def start_profiles(pids: dict, folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     spy = shutil.which("py-spy") or next((str(Path(p) / "bin" / "py-spy") for p in sys.path
                                           if (Path(p) / "bin" / "py-spy").exists()), "py-spy")
-    procs = [subprocess.Popen([spy, "record", "-d", "10", "-r", "50", "--nonblocking", "-t", "--format",
+    procs = [subprocess.Popen([spy, "record", "-d", "10", "-r", "50", "--nonblocking", "-t", "--idle", "--format",
                                "raw", "-o", str(folder / f"{name}.txt"), "--pid", str(pid)],
                               stdout=subprocess.DEVNULL, stderr=open(folder / f"{name}.err", "wb"))
              for name, pid in pids.items() if pid and name != "redis"]

@@ -83,7 +83,7 @@ def default_seed(request: SynthesisRequest) -> int:
 class OrpheusEngine(Engine):
     def __init__(self, loaded: LoadedModel, voices: Sequence[str] = VOICES, max_batch: int = 0,
                  params: SamplingParams = SamplingParams(), budget_policy: str | None = None,
-                 budget_slack: float = BUDGET_SLACK, budget_min: int = BUDGET_MIN_TOKENS,
+                 budget_slack: float | None = None, budget_min: int = BUDGET_MIN_TOKENS,
                  budget_max: int = BUDGET_MAX_TOKENS, loop: str = "continuous",
                  context: int = 2048, cuda_graphs: bool = True, realtime_rows: int = 0,
                  realtime_max_rows: int = 0, realtime_batch_every: int = 0,
@@ -91,9 +91,13 @@ class OrpheusEngine(Engine):
                  kv_dtype: str = "auto", realtime_steady_every: int = 0):
         self.lm = loaded
         self.params = params
-        self.budget = (budget_slack, budget_min, budget_max)
         # A budget stop means runaway generation on a real model (an error for the job); a
-        # random-weight checkpoint never stops on its own, so its jobs keep their audio.
+        # random-weight checkpoint never stops on its own, so its jobs keep their audio, and stop
+        # where a real model's speech would end, at the text's expected length: a run on random
+        # weights then does a real model's work (the engine bench's budgets are the same), not
+        # twice as many tokens a job.
+        slack = budget_slack or (1.0 if loaded.random_weights else BUDGET_SLACK)
+        self.budget = (slack, budget_min, budget_max)
         self.budget_policy = budget_policy or ("keep" if loaded.random_weights else "error")
         if self.budget_policy not in BUDGET_POLICIES:
             raise ValueError(f"budget_policy must be one of {BUDGET_POLICIES}")
@@ -117,7 +121,7 @@ class OrpheusEngine(Engine):
                                    (realtime_batch_every, realtime_batch_every_starting),
                                    realtime_first_lookahead, kv_dtype, realtime_steady_every)
             batch = self.loop.scheduler.capacity
-            max_chars = text_chars_for(context, budget_slack)
+            max_chars = text_chars_for(context, budget_slack or BUDGET_SLACK)
             if loaded.device.startswith("cuda"):
                 freeze_boot_objects()
         else:
