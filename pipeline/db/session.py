@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, text
@@ -16,7 +18,8 @@ def make_engine(url: str) -> Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30})
+        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S, "factory": _GatedConnection},
+                               pool_size=16, max_overflow=48)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
@@ -31,8 +34,83 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
     cur.close()
+
+
+BUSY_TIMEOUT_S = 30
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+_gates: dict[str, threading.Lock] = {}
+_gates_lock = threading.Lock()
+
+
+class _GatedConnection(sqlite3.Connection):
+    """An SQLite connection whose write transactions take turns in this process on a lock.
+
+    SQLite has one writer at a time per file. A writer that finds the file locked sleeps in
+    SQLite's busy handler, 1, 2, 5 ... then 50 and 100 ms a try, however soon the lock frees.
+    A worker serving hundreds of streams has that many threads claiming and finishing jobs at
+    once: they slept through one another's short transactions, and a realtime job's claim took
+    up to seconds. Here they queue on a lock instead, and the next writer starts the moment the
+    last one commits. Writers in other processes (the API) still meet in SQLite's handler."""
+
+    def __init__(self, database, *args, **kwargs):
+        super().__init__(database, *args, **kwargs)
+        self._gate = _gate_for(str(database))
+        self._writing = False
+
+    def cursor(self, factory=None):
+        return super().cursor(factory or _GatedCursor)
+
+    def execute(self, sql, *args):
+        return self.cursor().execute(sql, *args)
+
+    def _begin_write(self, sql: str) -> None:
+        if self._writing or not sql.lstrip()[:7].upper().startswith(_WRITES):
+            return
+        if not self._gate.acquire(timeout=BUSY_TIMEOUT_S):
+            raise sqlite3.OperationalError("database is locked (another writer of this process held it)")
+        self._writing = True
+
+    def _end_write(self) -> None:
+        if self._writing:
+            self._writing = False
+            self._gate.release()
+
+    def commit(self):
+        try:
+            super().commit()
+        finally:
+            self._end_write()
+
+    def rollback(self):
+        try:
+            super().rollback()
+        finally:
+            self._end_write()
+
+    def close(self):
+        try:
+            super().close()
+        finally:
+            self._end_write()
+
+
+class _GatedCursor(sqlite3.Cursor):
+    def execute(self, sql, *args):
+        self.connection._begin_write(sql)
+        return super().execute(sql, *args)
+
+    def executemany(self, sql, *args):
+        self.connection._begin_write(sql)
+        return super().executemany(sql, *args)
+
+
+def _gate_for(database: str) -> threading.Lock:
+    key = database if database.startswith(":") or database.startswith("file:") else \
+        str(Path(database).resolve())
+    with _gates_lock:
+        return _gates.setdefault(key, threading.Lock())
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
