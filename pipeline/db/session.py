@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, text
@@ -43,65 +40,19 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
 
 BUSY_TIMEOUT_S = 30
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
-
-
-class _WriterLock:
-    """One writer at a time for an SQLite file, across threads and processes, handed over the
-    moment it frees.
-
-    SQLite has one writer at a time per file. A writer that finds the file locked sleeps in
-    SQLite's busy handler, 1, 2, 5 ... then 50 and 100 ms a try, however soon the lock frees.
-    A worker serving hundreds of streams has that many threads claiming and finishing jobs while
-    the API creates jobs for new requests: they slept through one another's short transactions,
-    and a realtime job's claim, or its creation, took up to seconds. Here a process's writers
-    queue on a thread lock, and one of them at a time on an flock of a file beside the database,
-    which a dying process releases with it."""
-
-    def __init__(self, path: Path | None):
-        self._threads = threading.Lock()
-        self._path = path
-        self._fd: int | None = None
-        self._pid = 0
-
-    def acquire(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        if not self._threads.acquire(timeout=timeout):
-            return False
-        if self._path is None:
-            return True
-        try:
-            if self._pid != os.getpid():      # a forked child has its own open file
-                self._fd, self._pid = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644), os.getpid()
-            wait = 0.0002
-            while True:
-                try:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return True
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        break
-                    time.sleep(wait)
-                    wait = min(0.002, wait * 2)
-        except BaseException:
-            self._threads.release()
-            raise
-        self._threads.release()
-        return False
-
-    def release(self) -> None:
-        try:
-            if self._path is not None:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-        finally:
-            self._threads.release()
-
-
-_gates: dict[str, _WriterLock] = {}
+_gates: dict[str, threading.Lock] = {}
 _gates_lock = threading.Lock()
 
 
 class _GatedConnection(sqlite3.Connection):
-    """An SQLite connection whose write transactions take the file's ``_WriterLock`` first."""
+    """An SQLite connection whose write transactions take turns in this process on a lock.
+
+    SQLite has one writer at a time per file. A writer that finds the file locked sleeps in
+    SQLite's busy handler, 1, 2, 5 ... then 50 and 100 ms a try, however soon the lock frees.
+    A worker serving hundreds of streams has that many threads claiming and finishing jobs at
+    once: they slept through one another's short transactions, and a realtime job's claim took
+    up to seconds. Here they queue on a lock instead, and the next writer starts the moment the
+    last one commits. Writers in other processes (the API) still meet in SQLite's handler."""
 
     def __init__(self, database, *args, **kwargs):
         super().__init__(database, *args, **kwargs)
@@ -118,7 +69,7 @@ class _GatedConnection(sqlite3.Connection):
         if self._writing or not sql.lstrip()[:7].upper().startswith(_WRITES):
             return
         if not self._gate.acquire(timeout=BUSY_TIMEOUT_S):
-            raise sqlite3.OperationalError("database is locked (another writer held it)")
+            raise sqlite3.OperationalError("database is locked (another writer of this process held it)")
         self._writing = True
 
     def _end_write(self) -> None:
@@ -155,14 +106,11 @@ class _GatedCursor(sqlite3.Cursor):
         return super().executemany(sql, *args)
 
 
-def _gate_for(database: str) -> _WriterLock:
-    in_memory = database == "" or database.startswith(":") or database.startswith("file:")
-    key = database if in_memory else str(Path(database).resolve())
+def _gate_for(database: str) -> threading.Lock:
+    key = database if database.startswith(":") or database.startswith("file:") else \
+        str(Path(database).resolve())
     with _gates_lock:
-        gate = _gates.get(key)
-        if gate is None:
-            gate = _gates[key] = _WriterLock(None if in_memory else Path(key + "-writer"))
-        return gate
+        return _gates.setdefault(key, threading.Lock())
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
