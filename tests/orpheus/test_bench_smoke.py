@@ -49,12 +49,12 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path, capsys)
     mode = data["meta"]["modes"]["none"]
     assert mode["logits_vs_transformers"]["rel_l2_max"] < 1e-5      # fp32: same function
     assert mode["w2"]["config"]["pause_batch"]                  # the engine's default
-    w2 = mode["w2"]["1"]
-    assert w2["ok"] == w2["streams"] == 1 and w2["errors"] == []
-    assert set(w2["first_chunk_ms"]) == {"queued", "prefill", "decode", "codec"}
-    assert set(w2["gc"]) == {"gen0", "gen1", "gen2"}       # a short run may collect nothing
-    assert set(w2["gc"]["gen2"]) == {"count", "max_ms", "total_ms"}
-    stalls = w2["stalls"]
+    run = mode["w2"]["1"]
+    assert run["ok"] == run["streams"] == 1 and run["errors"] == []
+    assert set(run["first_chunk_ms"]) == {"queued", "prefill", "decode", "codec"}
+    assert set(run["gc"]) == {"gen0", "gen1", "gen2"}       # a short run may collect nothing
+    assert set(run["gc"]["gen2"]) == {"count", "max_ms", "total_ms"}
+    stalls = run["stalls"]
     assert set(stalls) == {"slow_steps", "slowest_steps", "codec_realtime_slow_rounds",
                            "codec_batch_slow_rounds", "allocator", "underrun_at_ms",
                            "forced_collection"}
@@ -63,11 +63,11 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path, capsys)
     assert len(stalls["slowest_steps"]) == min(12, stalls["slow_steps"])
     assert all(len(s) == 6 and s[0] >= 0 for s in stalls["slowest_steps"])
     assert stalls["allocator"] == {}                        # no CUDA: no caching allocator
-    assert w2["prefill_steps"] > 0 and w2["prefill_device_ms_per_prefill_step"] == 0   # no CUDA
-    host = w2["runner_host_ms_per_step"]
+    assert run["prefill_steps"] > 0 and run["prefill_device_ms_per_prefill_step"] == 0   # no CUDA
+    host = run["runner_host_ms_per_step"]
     assert set(host) == {"moves", "prefill", "begin", "decode", "copies"}
     assert host["decode"] > 0 and 0 < host["begin"] <= host["prefill"]
-    assert w2["wall_ms_per_step"] > 0 and 0 <= w2["wait_share"] < 1    # CPU: launch does the work
+    assert run["wall_ms_per_step"] > 0 and 0 <= run["wait_share"] < 1    # CPU: launch does the work
     # every step full, so no realtime-only steps; batch rows over the cap preempted (PAUSE 0)
     plain = mode["w2_every1_starting1_max3_switch0.5ms_preempting"]
     assert plain["config"] == {"batch_every": 1, "batch_every_starting": 1, "realtime_max_rows": 3,
@@ -88,7 +88,7 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path, capsys)
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("w2")]
     assert len(printed) == 3                                # one per config, one count each
     label, summary = parse(printed[0])
-    assert label == "w2" and summary["underruns"] == w2["underruns"]
+    assert label == "w2" and summary["underruns"] == run["underruns"]
     rows = table(printed).splitlines()
     assert len(rows) == 2 + 3 and rows[2].startswith("| w2 | 1 | ")
 
