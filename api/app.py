@@ -6,27 +6,24 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import redis
 import redis.asyncio as aioredis
-from celery import Celery
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
 
-from api import errors, openapi
+from api import creating, errors, openapi
 from api.limits import BodyLimitMiddleware
 from api.livehub import LiveHub
 from api.metrics import Metrics, MetricsMiddleware
 from api.routes import ROUTERS
+from api.state import ApiState
 from pipeline import api_keys
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.errors import ServiceUnavailableError
 from pipeline.live import redis_client_url
 from pipeline.settings import Settings
-from pipeline.storage import ObjectStore, make_store
+from pipeline.storage import make_store
 from worker.app import make_app
 
 # Redis connections per pool. Requests take one for a command or two and give it back; the live
@@ -34,21 +31,6 @@ from worker.app import make_app
 # connection rather than failing, and past that gets a 503.
 REDIS_CONNECTIONS = 64
 REDIS_WAIT_S = 5.0
-
-
-@dataclass
-class ApiState:
-    """What every request shares; built once at start, closed at shutdown."""
-
-    settings: Settings
-    db: Engine
-    sessions: sessionmaker[Session]
-    store: ObjectStore
-    celery: Celery
-    redis: redis.Redis          # rate limits, readiness (a bounded pool, shared by the request threads)
-    aredis: aioredis.Redis      # small async checks beside the live streams (a bounded pool)
-    live: LiveHub               # every live stream, read over one connection (api/livehub.py)
-    metrics: Metrics
 
 
 def create_app(settings: Settings, *, broker_url: str | None = None) -> FastAPI:
@@ -100,6 +82,4 @@ def _warm(state: ApiState) -> None:
     with state.sessions() as session:
         api_keys.authenticate(session, api_keys.KEY_PREFIX + "warm-up")
     state.redis.ping()
-    from api import creating   # imports this module
-
     creating.warm(state)

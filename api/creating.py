@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from api.app import ApiState
+from api.state import ApiState
 from api.idempotency import Claim, remember, replay
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, utcnow
@@ -76,9 +76,9 @@ def _discard(state: ApiState, batch_id: str) -> None:
 
 
 def warm(state: ApiState) -> None:
-    """The create path's first-use costs, paid at start rather than by the first request (190 ms
-    of a speech request's first byte on a 2-core VM): the broker's transport, producer pool and the
-    realtime queue's declaration, and the SQL of a speech job built, enqueued in the database's
+    """The create path's first-use costs, paid at start rather than by the first request (they
+    would delay a speech request's first byte many times over): the broker's transport, producer
+    pool and the realtime queue's declaration, and the SQL of a speech job built, enqueued in the database's
     eyes, then rolled back. Nothing is written and nothing is sent."""
     with state.sessions() as session:
         columns = dict(owner_key_id=None, kind="job", callback_url=None, callback_events=None,

@@ -9,7 +9,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session as OrmSession
 
-from api.app import ApiState
+from api.state import ApiState
 from api.limits import check_rate
 from pipeline import api_keys
 from pipeline.db.models_api import ApiKey

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api.errors import OPENAI_PREFIX
+from api.routes.speech import OPENAI_VOICES
 from api.streaming import CONTENT_TYPES, SPEECH_FORMATS
 from pipeline.audio import get_format
 from pipeline.engines.registry import engine_voices
@@ -99,8 +100,6 @@ def _responses(path: str, method: str, op: dict) -> None:
 
 def _limits(schemas: dict, settings: Settings, *, form: str) -> None:
     """Settings' limits as schema constraints; every other string gets "no NUL" (SQL text)."""
-    from api.routes.speech import OPENAI_VOICES  # the routes import the app module, as this one is
-
     voices = list(engine_voices(settings.engine_settings()))
     for name in (*_ITEMS, form):
         props = schemas[name]["properties"]

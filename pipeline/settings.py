@@ -7,20 +7,26 @@ SQLite and an object folder under ``data_dir`` and a private redis-server from t
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
 
+from pipeline.engines.orpheus.config import SWITCHES, OrpheusConfig, RealtimeConfig, Switches
+
 FORMATS = ("wav", "mp3", "ogg", "flac")
+_ORPHEUS = OrpheusConfig()
+_REALTIME = RealtimeConfig()
 
 
 def _default_data_dir() -> Path:
@@ -41,17 +47,8 @@ class EngineSettings:
     max_batch: int
     device: str
     threads: int
-    loop: str = "continuous"    # orpheus: "continuous" or "static" (length-bucketed batches)
-    context: int = 2048         # orpheus: tokens per cache row (prompt + audio of one text chunk)
-    cuda_graphs: bool = True
-    realtime_rows: int = 0      # orpheus: rows kept for realtime streams (0: an eighth)
-    realtime_max_rows: int = 0  # orpheus: rows decoding while realtime streams run (0: a third)
-    realtime_batch_every: int = 0           # orpheus: see Settings
-    realtime_batch_every_starting: int = 0
-    realtime_first_lookahead: int = 2
-    kv_dtype: str = "auto"      # orpheus: KV cache storage, "auto" (the model dtype) or "fp8"
-    realtime_steady_every: int = 0
     process: str = "auto"       # "separate": the engine runs in a process of its own (hosted.py)
+    orpheus: OrpheusConfig = field(default_factory=OrpheusConfig)
 
 
 class Settings(BaseSettings):
@@ -83,28 +80,37 @@ class Settings(BaseSettings):
     # for the GIL behind the worker's task threads; "inline", the worker's process. "auto":
     # separate for a GPU engine (orpheus on CUDA), inline otherwise.
     engine_process: Literal["auto", "separate", "inline"] = "auto"
-    orpheus_loop: str = "continuous"  # "static": length-bucketed batches, one at a time (a baseline)
-    orpheus_context: int = 2048       # tokens per KV-cache row; long texts are split to fit
+    # "static": length-bucketed batches one at a time through transformers' generate(), the
+    # reference loop (a baseline).
+    orpheus_loop: str = _ORPHEUS.loop
+    orpheus_context: int = _ORPHEUS.context  # tokens per KV-cache row; long texts are split to fit
     # KV-cache storage: "auto" = the model dtype; "fp8" (opt-in, unvalidated on real weights) =
     # e4m3 with a fixed, uncalibrated scale of 1, half the bytes, so twice the rows fit and
     # attention reads half as much (continuous loop, sm_89+).
-    orpheus_kv_dtype: Literal["auto", "fp8"] = "auto"
-    cuda_graphs: bool = True          # capture the decode step at boot (False: eager, for debugging)
-    realtime_rows: int = 0            # KV-cache rows kept free for realtime streams (0: an eighth)
-    realtime_max_rows: int = 0        # rows decoding while realtime streams run (0: a third);
-                                      # batch work over it pauses (keeping its cache) and resumes
+    orpheus_kv_dtype: Literal["auto", "fp8"] = _ORPHEUS.kv_dtype
+    # Orpheus paths to turn off when ruling one out (a new GPU, driver or Triton), each falling
+    # back to the path it replaces (pipeline/engines/orpheus/config.py, Switches), e.g.
+    # SYNTH_ORPHEUS_DISABLE=fused_sampler,codec_fused. Empty: all on, as serving runs.
+    orpheus_disable: Annotated[tuple[Literal[SWITCHES], ...], NoDecode] = ()
+    # capture the decode step at boot (False: eager, for debugging)
+    cuda_graphs: bool = _ORPHEUS.cuda_graphs
+    # KV-cache rows kept free for realtime streams (0: an eighth)
+    realtime_rows: int = Field(default=_REALTIME.rows, ge=0)
+    # rows decoding while realtime streams run (0: a third); batch work over it pauses (keeping
+    # its cache) and resumes
+    realtime_max_rows: int = Field(default=_REALTIME.max_rows, ge=0)
     # While realtime streams run, batch rows decode every Nth step (every Nth while a stream waits
-    # for its first chunk); the steps between run the realtime rows alone. 0: 2 and 32.
-    realtime_batch_every: int = Field(default=0, ge=0)
-    realtime_batch_every_starting: int = Field(default=0, ge=0)
+    # for its first chunk); the steps between run the realtime rows alone.
+    realtime_batch_every: int = Field(default=_REALTIME.batch_every, ge=0)
+    realtime_batch_every_starting: int = Field(default=_REALTIME.batch_every_starting, ge=0)
     # While a stream waits for its first chunk, the streams already playing join every Nth of the
     # realtime-only steps, and the steps between decode the starting streams alone: a lower first
-    # audio for less headroom in the playing streams. 1: off; 0: 2.
-    realtime_steady_every: int = Field(default=0, ge=0)
+    # audio for less headroom in the playing streams. 1: off.
+    realtime_steady_every: int = Field(default=_REALTIME.steady_every, ge=0)
     # Frames of lookahead for a realtime stream's first chunk: 2 (out after 21 tokens) or 1 (after
     # 14: lower TTFB, slightly rougher end of the first frame, and gap-free only while the stream
     # is generated at 0.5x real time or faster).
-    realtime_first_lookahead: int = Field(default=2, ge=1, le=2)
+    realtime_first_lookahead: int = Field(default=_REALTIME.first_lookahead, ge=1, le=2)
 
     # Jobs.
     default_voice: str | None = None  # None: the engine's first voice
@@ -176,6 +182,22 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown format {v!r}; choose one of {', '.join(FORMATS)}")
         return v
 
+    @field_validator("realtime_batch_every", "realtime_batch_every_starting",
+                     "realtime_steady_every")
+    @classmethod
+    def _zero_is_default(cls, v: int, info: ValidationInfo) -> int:
+        """0, which once stood for the engine's default, still does."""
+        return v or getattr(_REALTIME, info.field_name.removeprefix("realtime_"))
+
+    @field_validator("orpheus_disable", mode="before")
+    @classmethod
+    def _comma_list(cls, v: Any) -> Any:
+        """From the environment: ``fused_sampler,codec_fused`` or a JSON list."""
+        if isinstance(v, str):
+            v = v.strip()
+            return json.loads(v) if v.startswith("[") else [p.strip() for p in v.split(",") if p.strip()]
+        return v
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -220,18 +242,17 @@ class Settings(BaseSettings):
             max_batch=self.max_batch,
             device=self.device,
             threads=self.engine_threads or (os.cpu_count() or 1),
-            loop=self.orpheus_loop,
-            context=self.orpheus_context,
-            cuda_graphs=self.cuda_graphs,
-            realtime_rows=self.realtime_rows,
-            realtime_max_rows=self.realtime_max_rows,
-            realtime_batch_every=self.realtime_batch_every,
-            realtime_batch_every_starting=self.realtime_batch_every_starting,
-            realtime_first_lookahead=self.realtime_first_lookahead,
-            kv_dtype=self.orpheus_kv_dtype,
-            realtime_steady_every=self.realtime_steady_every,
             process=self.engine_process,
+            orpheus=self.orpheus_config(),
         )
+
+    def orpheus_config(self) -> OrpheusConfig:
+        """The engine's config: each ``RealtimeConfig`` field from the setting ``realtime_<field>``."""
+        realtime = RealtimeConfig(**{f.name: getattr(self, f"realtime_{f.name}")
+                                     for f in fields(RealtimeConfig)})
+        return OrpheusConfig(loop=self.orpheus_loop, context=self.orpheus_context,
+                             cuda_graphs=self.cuda_graphs, kv_dtype=self.orpheus_kv_dtype,
+                             realtime=realtime, switches=Switches.without(self.orpheus_disable))
 
     def with_overrides(self, **overrides: Any) -> Settings:
         return self.model_copy(update={k: v for k, v in overrides.items() if v is not None})

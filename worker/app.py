@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 from celery import Celery
+from celery.bin.celery import celery
 from kombu import Queue
 
 from pipeline.routing import all_queues
 from pipeline.settings import Settings
+from worker import beat, callbacks, tasks
 
 
 def default_queues(settings: Settings) -> list[str]:
     """What a worker consumes unless told otherwise, in polling order: realtime, then callbacks
     (short, and late callbacks are what clients notice), then the length buckets, longest first
     unless ``bucket_order`` says shortest (see Settings)."""
-    from worker.callbacks import CALLBACK_QUEUE  # noqa: PLC0415
-
     realtime, *buckets = all_queues(settings.bucket_seconds)
     if settings.bucket_order == "longest":
         buckets.reverse()
-    return [realtime, CALLBACK_QUEUE, *buckets]
+    return [realtime, callbacks.CALLBACK_QUEUE, *buckets]
 
 
 def restore_interval(settings: Settings) -> int:
@@ -29,8 +29,6 @@ def restore_interval(settings: Settings) -> int:
 def run_worker(app: Celery, argv: list[str]) -> int:
     """``celery worker`` on ``app``; returns its exit status (``app.worker_main`` drops it, so a
     worker that stopped on an error would exit 0)."""
-    from celery.bin.celery import celery  # noqa: PLC0415
-
     celery.params[0].default = app
     try:
         return celery.main(args=argv, standalone_mode=False) or 0
@@ -40,8 +38,6 @@ def run_worker(app: Celery, argv: list[str]) -> int:
 
 def make_app(settings: Settings, broker_url: str) -> Celery:
     app = Celery("synth", broker=broker_url, set_as_current=False)
-    from worker import callbacks  # noqa: PLC0415 — callback delivery: its queue, tasks and render hook
-
     queues = all_queues(settings.bucket_seconds)
     app.conf.update(
         task_queues=[Queue(name, routing_key=name) for name in [*queues, callbacks.CALLBACK_QUEUE]],
@@ -87,11 +83,7 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
         worker_hijack_root_logger=False,
     )
     app.synth_settings = settings
-    from worker import tasks  # noqa: PLC0415 — tasks register on this app instance
-
-    tasks.register(app)
-    from worker import beat  # noqa: PLC0415 — the nightly report task and the beat schedule
-
-    beat.register(app)
+    tasks.register(app)             # the render task, and batch expiry (maintenance.py)
+    beat.register(app)              # the nightly report task and the beat schedule
     callbacks.register(app)  # after beat: it adds the webhook sweep to the beat schedule
     return app

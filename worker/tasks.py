@@ -12,6 +12,7 @@ from pipeline.db import jobs as db
 from pipeline.errors import DatabaseUnavailableError, RetryableError
 from pipeline.messages import RENDER_TASK
 from pipeline.render import render_jobs
+from worker import maintenance
 from worker.boot import runtime_for
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,7 @@ def register(app: Celery) -> None:
             raise _retry_or_fail(self, runtime, outcome.retry, RetryableError("; ".join(outcome.retry)))
         return {"done": len(outcome.done), "failed": len(outcome.failed), "skipped": len(outcome.skipped)}
 
-    from worker import maintenance  # noqa: PLC0415 — synth.expire (batch expiry) on the same app
-
-    maintenance.register(app)
+    maintenance.register(app)       # synth.expire (batch expiry) on the same app
 
 
 def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception) -> Exception:

@@ -1,9 +1,13 @@
-"""Tables. Schemas for HTTP live in api/, not here."""
+"""Tables. Schemas for HTTP live in api/, not here.
+
+The batch, job and metrics tables are here; the reports', the API's and the callbacks' live in
+models_*.py, imported below so that importing this module puts every table on ``Base.metadata``
+(the migrations compare against it).
+"""
 
 from __future__ import annotations
 
 import enum
-import uuid
 from datetime import UTC, datetime
 
 from sqlalchemy import (
@@ -14,37 +18,18 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-NAMING = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
+from pipeline.db import models_api, models_reports, models_webhooks  # noqa: F401 - see the module
+from pipeline.db.base import Base, new_id, utcnow
 
 def as_utc(value: datetime) -> datetime:
     """SQLite hands back naive timestamps; they are UTC."""
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
 
 
 class JobStatus(str, enum.Enum):
@@ -166,7 +151,3 @@ class JobMetrics(Base):
     recorded_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
 
     job: Mapped[Job] = relationship(back_populates="metrics")
-
-from pipeline.db import models_reports  # noqa: E402,F401  (registers the reports table on Base.metadata)
-from pipeline.db import models_api  # noqa: E402,F401  (registers api_keys and idempotency_keys)
-from pipeline.db import models_webhooks  # noqa: E402,F401  (registers webhook_secrets, webhook_deliveries, webhook_attempts)

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, ForeignKey, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from pipeline.db.models import Base, new_id, utcnow
+from pipeline.db.base import Base, new_id, utcnow
 
 _ts = DateTime(timezone=True)
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from pipeline.db.models import Base, utcnow
+from pipeline.db.base import Base, utcnow
 
 _ts = DateTime(timezone=True)
 

@@ -56,12 +56,15 @@ class _Lost:
 
 
 class HostedEngine(Engine):
-    def __init__(self, settings: EngineSettings, on_lost: Callable[[], None] | None = None):
+    def __init__(self, settings: EngineSettings, load: Callable[[EngineSettings], Engine],
+                 on_lost: Callable[[], None] | None = None):
+        """``load``: builds the engine in the engine process (registry.load_inline); a function
+        of a module, so that the spawned process can import it."""
         self.on_lost = on_lost
         ctx = multiprocessing.get_context("spawn")   # CUDA cannot be forked; spawn starts clean
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=serve, args=(replace(settings, process="inline"), child,
-                                                     logging.getLogger().getEffectiveLevel()),
+        self._proc = ctx.Process(target=serve, args=(load, replace(settings, process="inline"),
+                                                     child, logging.getLogger().getEffectiveLevel()),
                                  name=f"synth-engine-{settings.engine}", daemon=True)
         self._proc.start()
         child.close()
@@ -230,7 +233,8 @@ class _Realtime(_Forward):
         self.outbox.put((self.call, chunk))
 
 
-def serve(settings: EngineSettings, conn, log_level: int) -> None:
+def serve(load: Callable[[EngineSettings], Engine], settings: EngineSettings, conn,
+          log_level: int) -> None:
     """The engine process: load, warm up, say ready, then run calls until told to close or the
     worker goes away (the pipe ends)."""
     # The worker decides when to stop: a Ctrl-C or SIGTERM sent to the whole process group must
@@ -238,10 +242,8 @@ def serve(settings: EngineSettings, conn, log_level: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format=f"[engine {os.getpid()}] %(levelname)s %(name)s: %(message)s")
-    from pipeline.engines.registry import load_engine
-
     try:
-        engine = load_engine(settings)
+        engine = load(settings)
         engine.warmup()
     except Exception as e:
         log.exception("engine failed to load")

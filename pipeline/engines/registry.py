@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from pipeline.engines.hosted import HostedEngine
 from pipeline.errors import EngineUnavailableError
 
 if TYPE_CHECKING:
@@ -18,10 +19,14 @@ ENGINES = {
 
 
 def load_engine(settings: EngineSettings) -> Engine:
+    """The engine the settings name: in a process of its own or in this one (``separate_process``)."""
     if separate_process(settings):
-        from pipeline.engines.hosted import HostedEngine
+        return HostedEngine(settings, load_inline)
+    return load_inline(settings)
 
-        return HostedEngine(settings)
+
+def load_inline(settings: EngineSettings) -> Engine:
+    """The engine, in this process."""
     try:
         module_name, class_name, extra = ENGINES[settings.engine]
     except KeyError:
@@ -35,6 +40,7 @@ def load_engine(settings: EngineSettings) -> Engine:
             f"engine {settings.engine!r} needs its extra: pip install 'synth[{extra}]' ({e})"
         ) from e
     return getattr(module, class_name).from_settings(settings)
+
 
 def separate_process(settings: EngineSettings) -> bool:
     """Whether the engine gets a process of its own (SYNTH_ENGINE_PROCESS; see Settings)."""

@@ -80,3 +80,25 @@ def test_budget_grows_with_text_in_whole_frames():
     short, long = token_budget("Hi."), token_budget("word " * 200)
     assert token_budget("word " * 100_000) == 8190
     assert short % 7 == 0 and long % 7 == 0 and long > short
+
+
+def test_paths_switched_off_in_the_settings_are_off_in_the_runner(engine_settings, monkeypatch):
+    """SYNTH_ORPHEUS_DISABLE reaches the parts the engine builds (no environment read there)."""
+    from pipeline.engines.orpheus import fused
+    from pipeline.engines.registry import load_engine
+    from pipeline.settings import Settings
+
+    monkeypatch.setenv("SYNTH_ORPHEUS_DISABLE", "mixed_steps,fused_sampler")
+    config = Settings().orpheus_config()
+    eng = load_engine(engine_settings(orpheus=config))
+    try:
+        runner = eng.loop.runner
+        assert runner.mixed_sizes == () and runner.sampler.fused is None
+        assert runner.decoder.ops is fused.ops_for("cpu")
+    finally:
+        eng.close()
+    on = load_engine(engine_settings())
+    try:
+        assert on.loop.runner.mixed_sizes             # on the CPU mixed steps run eagerly
+    finally:
+        on.close()

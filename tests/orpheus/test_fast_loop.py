@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pipeline.engines.base import SynthesisRequest
+from pipeline.engines.orpheus.config import OrpheusConfig
 from pipeline.engines.orpheus.engine import OrpheusEngine
 from pipeline.engines.orpheus.generate import GenJob, generate_batched, reference_generate
 from pipeline.engines.orpheus.prompt import prompt_ids
@@ -150,20 +151,20 @@ def test_continuous_engine_audio_equals_the_static_engine(tiny):
         assert finals == len(requests)
         return {k: np.concatenate(v) for k, v in pieces.items()}
 
-    fast = OrpheusEngine(tiny, max_batch=2, loop="continuous", context=2048)
+    fast = OrpheusEngine(tiny, OrpheusConfig(loop="continuous", context=2048), max_batch=2)
     try:
         assert fast.info.extra["loop"] == "continuous" and fast.info.max_batch == 2
         got = render(fast)
     finally:
         fast.close()
-    want = render(OrpheusEngine(tiny, max_batch=2, loop="static"))
+    want = render(OrpheusEngine(tiny, OrpheusConfig(loop="static"), max_batch=2))
     for k in want:
         assert got[k].size > 0
         np.testing.assert_allclose(got[k], want[k], atol=1e-5)
 
 
 def test_texts_are_split_to_fit_a_cache_row(tiny):
-    engine = OrpheusEngine(tiny, max_batch=1, context=256)
+    engine = OrpheusEngine(tiny, OrpheusConfig(context=256), max_batch=1)
     try:
         chars = engine.info.max_text_chars
         assert 20 <= chars < 40      # 256 tokens hold about 20 characters of speech at 2x slack

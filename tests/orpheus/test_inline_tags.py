@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from pipeline.constants import CHARS_PER_SECOND, LM_TOKENS_PER_AUDIO_SECOND
+from pipeline.engines.orpheus.config import OrpheusConfig
 from pipeline.engines.orpheus.engine import BUDGET_SLACK, OrpheusEngine, token_budget
 from pipeline.engines.orpheus.prompt import prompt_ids
 from pipeline.engines.orpheus.vocab import INLINE_TAGS
@@ -12,7 +13,7 @@ from pipeline.textfront import prepare
 
 
 def test_the_engine_declares_english_voices_and_its_inline_tags(tiny):
-    eng = OrpheusEngine(tiny, voices=("tara", "leo"), loop="static")
+    eng = OrpheusEngine(tiny, OrpheusConfig(loop="static"), voices=("tara", "leo"))
     profile = eng.info.profile("leo")
     assert profile.languages == ("en",) and profile.inline_tags == frozenset(INLINE_TAGS)
     assert not profile.rate_control

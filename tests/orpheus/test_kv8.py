@@ -17,6 +17,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply
 
 from pipeline.engines.base import SynthesisRequest
 from pipeline.engines.orpheus import fused
+from pipeline.engines.orpheus.config import OrpheusConfig
 from pipeline.engines.orpheus.decoder import Decoder, KVCache, kv_storage_dtype
 from pipeline.engines.orpheus.engine import OrpheusEngine
 from pipeline.engines.orpheus.tiny import TINY_LLAMA
@@ -136,7 +137,8 @@ def test_rope_store_ref_into_fp8_is_the_rotation_scaled_saturated_and_rounded():
 def test_engine_runs_end_to_end_with_an_fp8_cache(tiny):
     requests = [SynthesisRequest(i, t, "tara", seed=3 + i, realtime=i == 1)
                 for i, t in enumerate(["Hello there.", "A second, longer line to speak.", "Hi"])]
-    engine = OrpheusEngine(tiny, max_batch=2, budget_slack=0.5, budget_min=42, kv_dtype="fp8")
+    engine = OrpheusEngine(tiny, OrpheusConfig(kv_dtype="fp8"), max_batch=2, budget_slack=0.5,
+                           budget_min=42)
     try:
         assert engine.info.extra["kv_dtype"] == "float8_e4m3fn"
         assert engine.loop.runner.cache.k.dtype == torch.float8_e4m3fn
@@ -154,15 +156,15 @@ def test_engine_runs_end_to_end_with_an_fp8_cache(tiny):
 
 
 def test_engine_reports_the_model_dtype_cache_by_default_and_refuses_fp8_on_the_static_loop(tiny):
-    engine = OrpheusEngine(tiny, max_batch=1, context=256)
+    engine = OrpheusEngine(tiny, OrpheusConfig(context=256), max_batch=1)
     try:
         assert engine.info.extra["kv_dtype"] == "float32"
     finally:
         engine.close()
     with pytest.raises(ValueError, match="continuous loop"):
-        OrpheusEngine(tiny, max_batch=1, loop="static", kv_dtype="fp8")
+        OrpheusEngine(tiny, OrpheusConfig(loop="static", kv_dtype="fp8"), max_batch=1)
     with pytest.raises(ValueError, match="kv_dtype"):
-        OrpheusEngine(tiny, max_batch=1, kv_dtype="fp4")
+        OrpheusEngine(tiny, OrpheusConfig(kv_dtype="fp4"), max_batch=1)
 
 
 def test_the_setting_reaches_the_engine(engine_settings, monkeypatch):
@@ -170,13 +172,13 @@ def test_the_setting_reaches_the_engine(engine_settings, monkeypatch):
     from pipeline.settings import Settings
 
     monkeypatch.setenv("SYNTH_ORPHEUS_KV_DTYPE", "fp8")
-    assert Settings().engine_settings().kv_dtype == "fp8"
+    assert Settings().engine_settings().orpheus.kv_dtype == "fp8"
     monkeypatch.setenv("SYNTH_ORPHEUS_KV_DTYPE", "int8")
     with pytest.raises(ValueError):
         Settings()
     monkeypatch.delenv("SYNTH_ORPHEUS_KV_DTYPE")
-    assert Settings().engine_settings().kv_dtype == "auto"
-    engine = load_engine(engine_settings(kv_dtype="fp8", max_batch=2))
+    assert Settings().engine_settings().orpheus.kv_dtype == "auto"
+    engine = load_engine(engine_settings(orpheus=OrpheusConfig(kv_dtype="fp8"), max_batch=2))
     try:
         assert engine.info.extra["kv_dtype"] == "float8_e4m3fn"
     finally:

@@ -227,7 +227,8 @@ def test_the_lanes_decode_at_once_with_their_own_noise_keys(tiny):
 
 def test_a_stalled_step_is_kept_with_where_its_time_went(tiny, caplog):
     """A step whose device work stalls (here: collect held 200 ms) is kept in ``slow_steps`` with
-    the time in its wait part, so a W2 run can show where an underrun's stall was, and logged."""
+    the time in its wait part, so a run of streams beside batch work can show where an underrun's
+    stall was, and logged."""
     import logging
     import time
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from pipeline.engines.orpheus import runner as runner_mod
+from pipeline.engines.orpheus.config import Switches
 from pipeline.engines.orpheus.decoder import Decoder
 from pipeline.engines.orpheus.prefill_graphs import pack
 from pipeline.engines.orpheus.prompt import prompt_ids
@@ -54,7 +55,7 @@ TEXTS = ["Hello there.", "A somewhat longer sentence to speak aloud, my friend."
 
 
 @pytest.mark.parametrize("temperature", [0, 0.6])
-def test_runner_tokens_are_the_same_with_mixed_steps(tiny, temperature, monkeypatch):
+def test_runner_tokens_are_the_same_with_mixed_steps(tiny, temperature):
     """Streams arriving one at a time beside running ones: with mixed steps on, the arrivals'
     prefills ride in decode steps (counted), and every token drawn equals the run with them off."""
     params = SamplingParams(temperature=temperature)
@@ -62,9 +63,8 @@ def test_runner_tokens_are_the_same_with_mixed_steps(tiny, temperature, monkeypa
     arrivals = {0: [0], 3: [1], 5: [2], 9: [3], 14: [4]}
 
     def drive(mixed: bool):
-        monkeypatch.setenv("SYNTH_MIXED_STEPS", "1" if mixed else "0")
         runner = ModelRunner(tiny.model, 4, 256, params, logits_lo=CUSTOM_TOKEN_BASE,
-                             use_graphs=False)
+                             use_graphs=False, switches=Switches(mixed_steps=mixed))
         sched = Scheduler(4, 256)
         seqs = [Seq(i, p, 40, seed=70 + i, stop_token=END_OF_SPEECH, realtime=i % 2 == 0)
                 for i, p in enumerate(prompts)]

@@ -20,3 +20,14 @@ def interpreted(check: str, *args: str, timeout: int = 900) -> str:
                           text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+def interpreted_code(code: str, timeout: int = 900) -> str:
+    """``python -c code`` under Triton's interpreter; its output, after asserting that it exited
+    with 0."""
+    pytest.importorskip("triton")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout

@@ -9,8 +9,8 @@ where it is bandwidth-bound; small batches and the CPU use ``scaled_dot_product_
 length bucket.
 
 An fp8 cache (decoder.KVCache) is read as it is, half the bytes of bf16: each block of keys and
-values is converted after the load, to fp16 (the query too, and the dots run in fp16: 20-35%
-faster than converting to bf16, and the rounding is finer), the key scale is folded into the
+values is converted after the load, to fp16 (the query too, and the dots run in fp16: faster
+than converting to bf16, and the rounding is finer), the key scale is folded into the
 softmax scale by the caller and the value scale multiplies the output here (compiled in only when
 it is not 1). For a cache in the query's dtype there is no conversion: that kernel is the bf16 one
 as it was.
@@ -26,10 +26,10 @@ try:
 except ImportError:        # the CPU install has no Triton: the SDPA path is used
     triton = None
 
-# The per-row kernel runs at every batch on CUDA: timed in the 28-layer decode graph on the H200
-# (ops/results, session 6), it beat SDPA's flash kernel (plus its mask and fills) at batch 1 to 24
-# over rows of 128 to 2,000 tokens, by 0.3-1.0 ms a step (B=1 at 300 tokens: 2.48 against 2.92 ms).
-# Without Triton (the CPU) SDPA over the length ladder runs.
+# The per-row kernel runs at every batch on CUDA: timed in the decode graph it beat SDPA's flash
+# kernel, with the mask and fills SDPA needs, even at the smallest batches and shortest rows,
+# where reading only each row's own context matters least (docs/performance.md). Without Triton
+# (the CPU) SDPA over the length ladder runs.
 MIN_BATCH = 1
 
 
@@ -82,15 +82,13 @@ if triton is not None:
 
 
 # Launch settings per cache item size and batch size: (keys per block, warps, pipeline stages, fp16
-# dots over an fp8 cache), the fastest of ops/orpheus_bench/sweep_attention.py on an H200, timed in
-# CUDA graphs; the first entry whose batch bound is not below the batch applies. bf16 reads 4.0-4.5
-# TB/s from B=64 up, near the HBM's 4.8, so flash-decoding's split over the keys was slower in
-# every case swept (ops/results/orpheus_h200_s5_attention_sweep.txt). Over fp8 the kernel is bound
-# by its instructions (the conversions) at low occupancy, not by the reads: Nsight Compute at 128
-# rows of 400 positions with 4 warps showed 144 registers a thread, 3 blocks an SM, 2.6 waves and
-# 2.3 TB/s. With 2 warps (and fp16 dots: 20-35% faster than bf16 dots) it reads 2.4-3.6 TB/s of
-# its half-size bytes, 11-19% faster than 4 warps at 64 to 384 rows (session 9:
-# ops/results/orpheus_h200_s9_sweep_fp8.txt); 17-63 rows were not swept, and take it too.
+# dots over an fp8 cache), the fastest of a sweep timed in CUDA graphs; the first entry whose
+# batch bound is not below the batch applies. Over bf16 the kernel reads near the memory's peak
+# bandwidth from moderate batches up, so flash-decoding's split over the keys, which adds a
+# reduction, was slower in every case swept. Over fp8 the kernel is bound by its instructions
+# (the conversions) at low occupancy, not by the reads: with 4 warps the register count limits
+# the blocks an SM holds, so 2 warps (and fp16 dots) run faster from 64 rows up; 17-63 rows were
+# not swept, and take the 2-warp setting too.
 LAUNCH = {
     2: ((16, (128, 4, 3, False)), (64, (64, 4, 2, False)), (128, (64, 4, 3, False)),
         (1 << 30, (128, 4, 2, False))),
@@ -142,8 +140,8 @@ PREFILL_BLOCK = 64          # keys a block
 
 if triton is not None:
     # Not specialized on the values of S and of the per-chunk tensors' strides and addresses: they
-    # vary with each eager prefill's shape, and a new specialization is a JIT compile (0.1-1.5 s)
-    # on the loop thread while streams wait (session 9's trace_compiles found none left).
+    # vary with each eager prefill's shape, and a new specialization is a JIT compile, up to
+    # seconds, on the loop thread while streams wait.
     @triton.jit(do_not_specialize=["rows_ptr", "start_ptr", "lens_ptr", "s_rows", "s_start",
                                    "s_lens", "S"])
     def _prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, rows_ptr, start_ptr, lens_ptr, s_rows,

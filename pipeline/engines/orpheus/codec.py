@@ -57,7 +57,7 @@ class SnacCodec:
 
     def __init__(self, model, device: str, fold: bool = True, fuse: bool | None = None):
         """``fuse``: the decoder's residual units and noise as Triton kernels (codec_kernels.py);
-        None: on CUDA where Triton runs, unless ``SYNTH_CODEC_FUSED=0``."""
+        None: where they can run (CUDA with Triton)."""
         self.device = device
         self.model = model.eval().to(device)
         self._keys = _NoiseKeys()
@@ -174,17 +174,15 @@ class SnacCodec:
 
 
 def _fuse_by_default(device: str) -> bool:
-    import os
-
     from pipeline.engines.orpheus import codec_kernels
 
-    return os.environ.get("SYNTH_CODEC_FUSED", "1") == "1" and codec_kernels.available(device)
+    return codec_kernels.available(device)
 
 
 def fold_weight_norms(model) -> int:
     """SNAC's convolutions are weight-normed (a parametrization): every forward recomputes each
-    weight as g * v / |v|, a kernel per convolution per call (1% of the device time of a W1 run
-    on an H200, in the profile). For inference the weights are fixed, so compute them once: the
+    weight as g * v / |v|, a kernel per convolution per call, device time spent on every codec
+    call for nothing. For inference the weights are fixed, so compute them once: the
     same arithmetic, the same weights, the same audio. Returns how many were folded."""
     from torch.nn.utils import parametrize
 
@@ -196,8 +194,9 @@ def fold_weight_norms(model) -> int:
     return folded
 
 
-def load_codec(name_or_path: str | None, device: str) -> SnacCodec:
-    """SNAC from a local folder (config.json + pytorch_model.bin) or a hub id."""
+def load_codec(name_or_path: str | None, device: str, fuse: bool | None = None) -> SnacCodec:
+    """SNAC from a local folder (config.json + pytorch_model.bin) or a hub id; ``fuse`` as
+    ``SnacCodec``'s."""
     try:
         from snac import SNAC
     except ImportError as e:
@@ -208,4 +207,4 @@ def load_codec(name_or_path: str | None, device: str) -> SnacCodec:
     except Exception as e:  # noqa: BLE001 - hub, file and state-dict errors all mean "no codec"
         raise EngineUnavailableError(f"cannot load the SNAC codec {source!r}: {e}") from e
     log.info("loaded SNAC codec %s on %s", source, device)
-    return SnacCodec(model, device)
+    return SnacCodec(model, device, fuse=fuse)

@@ -1,12 +1,12 @@
 """SNAC's decoder in fewer passes: its residual units and keyed noise as Triton kernels.
 
-A SNAC 24 kHz decode call is about 420 kernels (the H200's profile), most of them elementwise over
-[windows, channels, samples] in fp32: each residual unit is Snake -> dilated depthwise convolution (7 taps) -> Snake
+A SNAC 24 kHz decode call is about 420 kernels, most of them elementwise over [windows, channels,
+samples] in fp32: each residual unit is Snake -> dilated depthwise convolution (7 taps) -> Snake
 -> pointwise convolution -> + the unit's input, five kernels and eleven passes over memory, and
-each noise block draws its noise through some thirty small integer kernels (rng.normal). On the
-H200 the codec took about a fifth of W1's device time (ops/results, session 5), and in W2 its
-realtime windows, many small calls at the highest priority, stretch every step of the language
-model beside them.
+each noise block draws its noise through some thirty small integer kernels (rng.normal). So the
+codec takes a large share of the device time of a batch workload, and with streams beside batch
+work its realtime windows, many small calls at the highest priority, stretch every step of the
+language model beside them.
 
 Here a residual unit is two kernels: ``snake_dw_snake`` (one pass: it reads the input, applies the
 first Snake to each of the seven taps it needs, convolves, adds the bias and applies the second
@@ -20,10 +20,10 @@ convolutions, the same counter-based noise (rng.py: the same integers; the float
 
 Why our own GEMM and not cuBLAS (``torch.baddbmm``, the first version): PyTorch keys cuBLAS
 workspaces by (handle, stream), graphs are captured on pool streams that repeat after 32
-(pytorch#193402), and the codec's lanes replay their graphs beside the language model's. On the
-H200 the fp32 ``baddbmm`` hung the device during W1 at 500 lines in four runs of four (session
-8; SIMT kernels, presumably split-K over a shared workspace; the module's own TF32 GEMMs never
-did); with no cuBLAS call in the codec's graphs nothing is shared.
+(pytorch#193402), and the codec's lanes replay their graphs beside the language model's. The fp32
+``baddbmm`` hung the device during a long batch workload in every run (SIMT kernels, presumably
+split-K over a shared workspace; the module's own TF32 GEMMs never did); with no cuBLAS call in
+the codec's graphs nothing is shared.
 
 ``fuse_codec(decoder)`` swaps each ResidualUnit of a SNAC decoder for a ``FusedResidualUnit``,
 after the weight norms are folded (codec.py). On the CPU nothing is swapped: the module's own ops
@@ -40,6 +40,7 @@ try:
     import triton
     import triton.language as tl
     from triton.language.extra import libdevice
+    from triton.runtime.interpreter import InterpretedFunction
 except ImportError:        # the CPU install has no Triton: the modules' own ops run
     triton = None
 
@@ -175,10 +176,11 @@ def available(device) -> bool:
     return triton is not None and str(device).startswith("cuda")
 
 
-def _libdevice() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET") != "1"
+def _libdevice(kernel) -> bool:
+    """Whether ``kernel`` is compiled for the GPU, which has libdevice's functions and TF32;
+    Triton's interpreter (``TRITON_INTERPRET=1``, the CPU tests) has neither. Triton decided
+    which when ``@triton.jit`` made the kernel, so the kernel itself is asked."""
+    return not isinstance(kernel, InterpretedFunction)
 
 
 def snake_dw_snake(x, alpha1, dw_w, dw_b, alpha2, dilation: int):
@@ -189,7 +191,7 @@ def snake_dw_snake(x, alpha1, dw_w, dw_b, alpha2, dilation: int):
     k = dw_w.numel() // c
     _snake_dw_snake_kernel[(b * c, triton.cdiv(t, SNAKE_BLOCK))](
         x, h, alpha1, dw_w, dw_b, alpha2, t, c, DIL=dilation, K=k, BLOCK=SNAKE_BLOCK,
-        LIBDEVICE=_libdevice(), num_warps=4)
+        LIBDEVICE=_libdevice(_snake_dw_snake_kernel), num_warps=4)
     return h
 
 
@@ -204,8 +206,8 @@ def pointwise_residual(w, h, bias, x, tf32: bool = True):
     out = torch.empty_like(x)
     bm, bn, bk = POINTWISE_TILE
     _pointwise_residual_kernel[(triton.cdiv(c, bm), triton.cdiv(t, bn), b)](
-        w, h, bias, x, out, c, t, BM=bm, BN=bn, BK=bk, TF32=tf32 and _libdevice(), num_warps=4,
-        num_stages=3)
+        w, h, bias, x, out, c, t, BM=bm, BN=bn, BK=bk,
+        TF32=tf32 and _libdevice(_pointwise_residual_kernel), num_warps=4, num_stages=3)
     return out
 
 
@@ -214,7 +216,8 @@ def keyed_normal(keys, start: int, length: int):
     b = keys.shape[0]
     out = torch.empty((b, 1, length), dtype=torch.float32, device=keys.device)
     _keyed_normal_kernel[(b, triton.cdiv(length, NOISE_BLOCK))](
-        keys, out, start, length, BLOCK=NOISE_BLOCK, LIBDEVICE=_libdevice(), num_warps=4)
+        keys, out, start, length, BLOCK=NOISE_BLOCK, LIBDEVICE=_libdevice(_keyed_normal_kernel),
+        num_warps=4)
     return out
 
 

@@ -10,9 +10,9 @@ its own, decode what is ready and hand chunks and final chunks to each caller's 
   ``batch_slice`` streams, on the codec's normal-priority stream (ended streams at once).
 
 So the language model's step never waits for the codec, batch windows come in large calls, and a
-realtime chunk never waits on the host for a batch slice to finish: on the H200, one thread for
-both made the median first chunk wait 16-24 ms in the codec at 128 streams once the decode steps
-ran above the batch windows (ops/results, session 7). Each lane replays its own codec graphs
+realtime chunk never waits on the host for a batch slice to finish: with one thread for both, a
+stream's first chunk waited in the codec behind batch slices once many streams ran beside batch
+work. Each lane replays its own codec graphs
 (codec.py), so the two never share static buffers.
 """
 

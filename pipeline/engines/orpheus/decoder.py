@@ -18,8 +18,6 @@ is 15% of Orpheus-3B's bytes, read every step.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -125,10 +123,13 @@ def _adjacent(ws) -> bool:
 
 class Decoder:
     """``fuse``: one GEMM for q/k/v and one for gate/up where the projections are plain Linear
-    (fuse_weights). ``ops``: the elementwise set (fused.py), by default Triton on CUDA."""
+    (fuse_weights). ``ops``: the elementwise set (fused.py), by default Triton on CUDA.
+    ``prefill_attention``: a prefill's attention as Triton kernels where the fused ops run on
+    CUDA; False keeps the torch path (rotations, indexed cache writes and reads, SDPA), which the
+    CPU runs."""
 
     def __init__(self, model, cache: KVCache, logits_lo: int = 0, fuse: bool = True,
-                 ops: fused.Ops | None = None):
+                 ops: fused.Ops | None = None, prefill_attention: bool = True):
         inner = model.model
         cfg = model.config
         self.embed, self.layers, self.norm = inner.embed_tokens, inner.layers, inner.norm
@@ -165,11 +166,9 @@ class Decoder:
                             if fuse and silu and w is None else None
                             for layer, w in zip(self.layers, self.gate_up_w)]
         # Prefill attention as two Triton kernels (rope_store with each token's row, then
-        # attention.prefill_attention over the cache) where the fused ops run on CUDA;
-        # ``SYNTH_PREFILL_ATTENTION=torch`` keeps the torch path (rotations, indexed cache writes
-        # and reads, SDPA), which the CPU runs.
-        self.prefill_kernel = self.ops is fused.TRITON and attention.available(device) and \
-            os.environ.get("SYNTH_PREFILL_ATTENTION", "auto") != "torch"
+        # attention.prefill_attention over the cache).
+        self.prefill_kernel = prefill_attention and self.ops is fused.TRITON and \
+            attention.available(device)
         if str(device).startswith("cuda"):
             torch.cuda.empty_cache()              # the unfused copies' blocks, for the sizing after
 
@@ -211,9 +210,9 @@ class Decoder:
         """A prefill's attention: q [N, Hq, S, D] over k, v [N, Hkv, L, D] with a per-row mask.
 
         On CUDA, not cuDNN's SDPA (which torch picks first for a masked call on Hopper): it plans
-        each new shape on the host, and every eager prefill has a new (N, S, L). The H200 spent
-        3-10 ms of host time per layer call there (check_syncs.py), 100 ms and more a prefill,
-        while the loop could launch no decode step. The efficient (CUTLASS) kernel launches at
+        each new shape on the host, and every eager prefill has a new (N, S, L): milliseconds of
+        host time per layer call, so a whole prefill held the loop thread long enough to starve
+        the streams of decode steps. The efficient (CUTLASS) kernel launches at
         once; it has no grouped heads, so K and V are repeated to the query heads first (about
         50 MB at 4 rows of 2,048), and ``prefill`` pads the length to the 16 it reads the mask in.
         """
@@ -339,8 +338,8 @@ class Decoder:
     def mixed(self, tokens, wpos, length: int, per_row: bool, ids, start, lens, rows,
               prefill_length: int):
         """``decode`` and ``prefill`` in one pass: the decode rows' B tokens and the chunks' N * S
-        go through each projection together, so the weights are read once for both (a step
-        over 128 rows is about as weight-bound as compute-bound on an H200, and a prefill of a
+        go through each projection together, so the weights are read once for both (a decode
+        step over many rows is still largely bound by reading the weights, and a prefill of a
         short prompt on its own reads every weight again, with all its small kernels). The rows
         the chunks fill must not decode in this pass. Returns (decode logits [B, Vs], chunk
         logits [N, Vs]), fp32, each what ``decode`` and ``prefill`` return, up to the rounding of

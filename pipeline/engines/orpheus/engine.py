@@ -11,7 +11,6 @@ import contextlib
 import gc
 import logging
 import math
-import os
 import queue
 import threading
 import zlib
@@ -27,6 +26,7 @@ from pipeline.constants import (
 )
 from pipeline.engines.base import AudioChunk, Engine, EngineInfo, SynthesisRequest
 from pipeline.engines.orpheus import device as devices
+from pipeline.engines.orpheus.config import OrpheusConfig
 from pipeline.engines.orpheus.generate import GenJob, generate_batched
 from pipeline.engines.orpheus.loading import LoadedModel, load
 from pipeline.engines.orpheus.prompt import prompt_ids
@@ -81,15 +81,14 @@ def default_seed(request: SynthesisRequest) -> int:
 
 
 class OrpheusEngine(Engine):
-    def __init__(self, loaded: LoadedModel, voices: Sequence[str] = VOICES, max_batch: int = 0,
+    def __init__(self, loaded: LoadedModel, config: OrpheusConfig = OrpheusConfig(),
+                 voices: Sequence[str] = VOICES, max_batch: int = 0,
                  params: SamplingParams = SamplingParams(), budget_policy: str | None = None,
                  budget_slack: float | None = None, budget_min: int = BUDGET_MIN_TOKENS,
-                 budget_max: int = BUDGET_MAX_TOKENS, loop: str = "continuous",
-                 context: int = 2048, cuda_graphs: bool = True, realtime_rows: int = 0,
-                 realtime_max_rows: int = 0, realtime_batch_every: int = 0,
-                 realtime_batch_every_starting: int = 0, realtime_first_lookahead: int = 2,
-                 kv_dtype: str = "auto", realtime_steady_every: int = 0):
+                 budget_max: int = BUDGET_MAX_TOKENS):
         self.lm = loaded
+        self.config = config
+        loop, context, kv_dtype = config.loop, config.context, config.kv_dtype
         self.params = params
         # A budget stop means runaway generation on a real model (an error for the job); a
         # random-weight checkpoint never stops on its own, so its jobs keep their audio, and stop
@@ -112,17 +111,12 @@ class OrpheusEngine(Engine):
         self._prepare_lock = threading.Lock()
         self.loop = None
         max_chars = None
-        if realtime_first_lookahead not in (1, 2):
-            raise ValueError("realtime_first_lookahead must be 1 or 2 frames")
-        self.first_lookahead = realtime_first_lookahead
+        self.first_lookahead = config.realtime.first_lookahead
         if loop == "continuous":
-            self.loop = build_loop(loaded, params, max_batch, context, cuda_graphs, realtime_rows,
-                                   realtime_max_rows, self._final_live,
-                                   (realtime_batch_every, realtime_batch_every_starting),
-                                   realtime_first_lookahead, kv_dtype, realtime_steady_every)
+            self.loop = build_loop(loaded, params, max_batch, config, self._final_live)
             batch = self.loop.scheduler.capacity
             max_chars = text_chars_for(context, budget_slack or BUDGET_SLACK)
-            if loaded.device.startswith("cuda"):
+            if loaded.device.startswith("cuda") and config.switches.gc_freeze:
                 freeze_boot_objects()
         else:
             per_seq = devices.kv_bytes_per_token(
@@ -157,20 +151,13 @@ class OrpheusEngine(Engine):
     @classmethod
     def from_settings(cls, settings) -> OrpheusEngine:
         loaded = load(settings.model, settings.codec, settings.dtype, settings.quantization,
-                      settings.device)
+                      settings.device, settings.orpheus.switches)
         if loaded.device == "cpu" and settings.threads > 0:
             import torch
 
             torch.set_num_threads(settings.threads)
-        return cls(loaded, voices=settings.voices or VOICES, max_batch=settings.max_batch,
-                   loop=settings.loop, context=settings.context, cuda_graphs=settings.cuda_graphs,
-                   realtime_rows=settings.realtime_rows,
-                   realtime_max_rows=settings.realtime_max_rows,
-                   realtime_batch_every=settings.realtime_batch_every,
-                   realtime_batch_every_starting=settings.realtime_batch_every_starting,
-                   realtime_first_lookahead=settings.realtime_first_lookahead,
-                   kv_dtype=settings.kv_dtype,
-                   realtime_steady_every=settings.realtime_steady_every)
+        return cls(loaded, settings.orpheus, voices=settings.voices or VOICES,
+                   max_batch=settings.max_batch)
 
     # The Engine interface ---------------------------------------------------------------------
 
@@ -302,20 +289,15 @@ def freeze_boot_objects() -> None:
     (``gc.freeze``), so that its full collections while serving scan only what came later.
 
     A full collection holds the GIL, and with torch and transformers loaded it scans some 360,000
-    objects: 146 ms on the CI machine, 0.4 ms after the freeze. Every thread waits it out, the
-    loop and the codec lanes among them. On the H200 (W2, 128 streams; session 11) one of 24
-    unfrozen runs stalled: a full collection of 279 ms, a loop step and a realtime codec round
-    held as long, 72 underruns just after. A collection forced into the streams' arrival took
-    240-301 ms and made 52-73 underruns in each of 4 runs unfrozen, 3.5-6.6 ms and none in 6 runs
-    frozen; 22 runs at the defaults, frozen, had no stall
-    (ops/results/orpheus_h200_part2_session11.md).
+    objects; after the freeze it scans only what came later. Every thread waits it out, the loop
+    and the codec lanes among them, so an unfrozen full collection while streams play stalls a
+    loop step and a realtime codec round for as long, and the streams run dry just after
+    (docs/performance.md).
 
     Frozen objects are still freed by reference counting; only cycles among them are no longer
     collected, which for the model, its graphs and the loop (alive until the worker exits) costs
     nothing. On CUDA only: a GPU worker holds one engine for its life, while a CPU test session
-    builds many. ``SYNTH_GC_FREEZE=0`` turns it off."""
-    if os.environ.get("SYNTH_GC_FREEZE", "1") == "0":
-        return
+    builds many. ``SYNTH_ORPHEUS_DISABLE=gc_freeze`` turns it off."""
     gc.collect()
     gc.freeze()
     log.info("gc: %d boot objects frozen", gc.get_freeze_count())
@@ -351,37 +333,19 @@ def text_chars_for(context: int, slack: float = BUDGET_SLACK) -> int:
     return max(20, int((context - PROMPT_OVERHEAD_TOKENS) / per_char))
 
 
-# Batch rows decode every 2nd step beside realtime streams, every 32nd while one waits for its
-# first chunk (scheduler.py). H200, W2 at 128 streams over W1 (session 7, two boots): every 8th
-# rather than 4th while starting took the first audio from 186 to 173 ms at the median (p99 257
-# -> 244) with batch work at 138x real time instead of 141x. Session 10 (with starting-only steps,
-# below; two boots): every 16th rather than 8th, 97 -> 92-95 ms at the median, p99 122-134 ->
-# 120, batch work 134-154x -> 153-154x. Session 11 (one boot each, runs alternating): every 32nd
-# rather than 16th, medians 93-104 (mean 96.7) -> 89-95 (92.5) ms over 150 corpus lines, 98-106
-# (101.1) -> 94-99 (96.4) ms over the whole corpus, where a full step takes 8.9 ms; no underruns,
-# batch work the same (151-153x; 236-247x).
-REALTIME_BATCH_EVERY = (2, 32)
-# While a stream waits for its first chunk, the streams already playing join every 2nd of the
-# realtime-only steps; the others decode the starting streams alone (scheduler ``steady_every``).
-# H200, W2 at 128 streams over W1, lookahead 2 (session 10, two boots, with every 16th above):
-# first audio 110-114 -> 92-95 ms at the median, p99 151-157 -> 120 ms, no underruns in either,
-# the slowest stream's RTF 0.50 -> 0.63. (Session 7 measured every 3rd: 120-774 underruns.)
-STEADY_EVERY = 2
-# ... and a stream that has just sent its first chunk stays in those steps for 2 more frames of
-# tokens: its buffer then holds a single frame (85 ms), and at the playing streams' pace (RTF
-# about 0.63 while others start) its next frame is due with some 25 ms to spare, which a mixed
-# step or a codec round can take: at the settings above 2 of 5 runs had one underrun each.
+# A stream that has just sent its first chunk stays in the starting-only steps (scheduler
+# ``ramp_tokens``) for 2 more frames of tokens: its buffer then holds a single frame (85 ms), and at
+# the pace of the playing streams while others start its next frame is due with little to spare,
+# which a mixed step or a codec round can take.
 RAMP_TOKENS = 2 * SNAC_TOKENS_PER_FRAME
 # Batch rows over the realtime cap wait with their cache (scheduler ``pause_batch``) rather than
-# being preempted and prefilled again. H200, W2 at 128 streams over W1 (session 7): streams under
-# RTF 0.8 99 -> 125 of 128, underruns 183 -> 157, batch work 89x -> 132x real time.
+# being preempted and prefilled again: more streams keep ahead of real time, and batch work loses
+# no prefill.
 PAUSE_BATCH = True
 
 
-def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, context: int,
-               cuda_graphs: bool, realtime_rows: int, realtime_max_rows: int, on_final,
-               batch_every: tuple[int, int] = (0, 0), first_lookahead: int = RIGHT_CONTEXT_FRAMES,
-               kv_dtype: str = "auto", steady_every: int = 0):
+def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, config: OrpheusConfig,
+               on_final):
     """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
     graphs, start the loop thread."""
     from pipeline.engines.orpheus.decoder import KVCache, kv_storage_dtype
@@ -389,6 +353,7 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, conte
     from pipeline.engines.orpheus.runner import ModelRunner
     from pipeline.engines.orpheus.scheduler import Scheduler
 
+    context, kv_dtype, rt = config.context, config.kv_dtype, config.realtime
     cfg = loaded.model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     store = kv_storage_dtype(kv_dtype, loaded.model.dtype)
@@ -402,24 +367,25 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, conte
                                     head_dim, store.itemsize)
     rows = devices.choose_max_batch(max_rows, loaded.device, per_row, cap=devices.GPU_MAX_ROWS)
     lo = CUSTOM_TOKEN_BASE if params.constrain_codes else 0
-    runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo, use_graphs=cuda_graphs,
-                         kv_dtype=kv_dtype)
-    reserved = realtime_rows or max(1, rows // 8) if rows > 1 else 0
+    runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo,
+                         use_graphs=config.cuda_graphs, kv_dtype=kv_dtype,
+                         switches=config.switches)
+    reserved = rt.rows or max(1, rows // 8) if rows > 1 else 0
     on_gpu = loaded.device.startswith("cuda")
-    every, starting = (n or default for n, default in zip(batch_every, REALTIME_BATCH_EVERY))
-    first = stream_state(0, True, first_lookahead).first_ready_frames * SNAC_TOKENS_PER_FRAME
+    first = stream_state(0, True, rt.first_lookahead).first_ready_frames * SNAC_TOKENS_PER_FRAME
     scheduler = Scheduler(rows, context, reserved=reserved, batch_floor=rows // 8,
                           admit_every=ADMIT_EVERY if on_gpu else 1,
-                          realtime_max_rows=realtime_max_rows or max(1, rows // 3),
-                          full_every=every, full_every_starting=starting, first_tokens=first,
-                          steady_every=steady_every or STEADY_EVERY, ramp_tokens=RAMP_TOKENS,
-                          pause_batch=PAUSE_BATCH)
-    if cuda_graphs:
+                          realtime_max_rows=rt.max_rows or max(1, rows // 3),
+                          full_every=rt.batch_every, full_every_starting=rt.batch_every_starting,
+                          first_tokens=first, steady_every=rt.steady_every,
+                          ramp_tokens=RAMP_TOKENS, pause_batch=PAUSE_BATCH)
+    if config.cuda_graphs:
         runner.codec_fallback = loaded.codec.capture_graphs(realtime_windows(), batch_windows())
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "
              "realtime", rows, context, rows * per_row / 2**30, store, reserved)
     return EngineLoop(runner, scheduler, loaded.codec, on_final,
-                      stream_factory=lambda seed, rt: stream_state(seed, rt, first_lookahead))
+                      stream_factory=lambda seed, realtime: stream_state(seed, realtime,
+                                                                         rt.first_lookahead))
 
 
 def plan_batches(jobs: list[tuple[bool, GenJob]], max_batch: int) -> list[list[GenJob]]:

@@ -60,18 +60,16 @@ def quantize_rows(x: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tenso
 # scale. Programs with the same columns are launched next to each other (M is the grid's fast
 # axis), so a weight tile read for the first rows is still in L2 for the next.
 #
-# Measured on the H200 (sweep_fp8.py, CUDA graphs; ops/results, session 6), before the K split:
-# per layer at 16 rows 73.5 us against 77.5 for ``_scaled_mm`` and 64.5 for bf16; gate/up (the
-# widest) reached 3.0 TB/s of fp8 weight, the narrow projections about 1 TB/s with too few
-# programs; from 32 rows on it was slower than both. Hence the K split (split=0 below). With it
-# (session 7): 48-50 us a layer at 1-16 rows, 66 at 32 (``_scaled_mm`` 77), and the fp8 decode
-# graph at B=1 2.01 ms against 2.71 with ``_scaled_mm``; Float8Linear uses it up to 32 rows by
-# default (quant.py, ``SYNTH_FP8_SMALL_ROWS``).
+# Without a split over K the narrow projections launch too few programs to fill the device, so
+# only the widest (gate/up) streamed its weight near the memory's bandwidth, and from 32 rows on
+# the kernel lost to both ``_scaled_mm`` and bf16. Hence the K split (split=0 below): with it the
+# kernel beats both up to 32 rows, where Float8Linear uses it (quant.py; figures in
+# docs/performance.md; ``SYNTH_ORPHEUS_DISABLE=fp8_small_rows`` turns it off).
 
 # Launch settings by rows: rows <= bound -> (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, f16, split).
 # f16: the dot in fp16 (the activations clamped to fp16's range, 10 mantissa bits to bf16's 7),
 # else in the activations' dtype; split: parts of K (linear_w8a16; 0: two programs per
-# multiprocessor). From sweep_fp8.py on the H200 (the best single setting for all four shapes).
+# multiprocessor). The best single setting for all four projection shapes in a sweep.
 W8A16_LAUNCH = (
     (16, (16, 128, 128, 4, 3, True, 0)),
     (32, (32, 128, 128, 4, 3, True, 0)),

@@ -20,7 +20,6 @@ references to a rounding difference of the fp32 reductions. ``ops_for(device)`` 
 
 from __future__ import annotations
 
-import os
 
 from typing import NamedTuple
 
@@ -250,9 +249,9 @@ REFERENCE = Ops(add_rms_norm_ref, rope_store_ref, silu_mul_ref)
 TRITON = None if triton is None else Ops(add_rms_norm_triton, rope_store_triton, silu_mul_triton)
 
 
-def ops_for(device) -> Ops:
-    """Triton on CUDA where it is installed; ``SYNTH_FUSED_OPS=torch`` forces the references (to
-    rule the kernels out when something looks wrong on a new GPU or Triton)."""
-    if os.environ.get("SYNTH_FUSED_OPS", "auto") == "torch":
+def ops_for(device, kernels: bool = True) -> Ops:
+    """Triton on CUDA where it is installed; ``kernels=False`` (``SYNTH_ORPHEUS_DISABLE=fused_ops``)
+    the references, to rule the kernels out when something looks wrong on a new GPU or Triton."""
+    if not kernels:
         return REFERENCE
     return TRITON if available(device) else REFERENCE

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pipeline.engines.orpheus import device as devices
 from pipeline.engines.orpheus.codec import DEFAULT_CODEC, SnacCodec, load_codec
+from pipeline.engines.orpheus.config import Switches
 from pipeline.engines.orpheus.prompt import check_prompt_start
 from pipeline.engines.orpheus.quant import QuantReport, quantize
 from pipeline.engines.orpheus.vocab import VOCAB_SIZE
@@ -64,13 +65,16 @@ def load_lm(source: str, dtype_name: str, device: str):
 
 
 def load(model: str | None, codec: str | None, dtype: str, quantization: str,
-         device: str) -> LoadedModel:
-    """Everything the engine needs, on one device, quantized as asked (or as the device allows)."""
+         device: str, switches: Switches = Switches()) -> LoadedModel:
+    """Everything the engine needs, on one device, quantized as asked (or as the device allows);
+    ``switches``: the fp8 small-rows kernel and the fused codec kernels, where they can run."""
     choice = devices.choose(device, dtype)
     source = model or DEFAULT_MODEL
     tokenizer, lm = load_lm(source, choice.dtype_name, choice.device)
-    report = quantize(lm, quantization, choice.device, devices.torch_dtype(choice.dtype_name))
-    snac = load_codec(codec_source(source, codec), choice.device)
+    report = quantize(lm, quantization, choice.device, devices.torch_dtype(choice.dtype_name),
+                      small_rows=switches.fp8_small_rows)
+    snac = load_codec(codec_source(source, codec), choice.device,
+                      fuse=None if switches.codec_fused else False)
     random_weights = bool(getattr(lm.config, "synth_random_weights", False))
     log.info("Orpheus %s on %s (%s, %s, quant %s)", source, choice.name, choice.device,
              choice.dtype_name, report.applied)

@@ -37,8 +37,9 @@ log = logging.getLogger(__name__)
 # A step (with the host's gap before it) longer than this is kept in LoopStats.slow_steps: a
 # realtime stream's chunk is due every ~85 ms, so a stall of this size already eats its margin.
 SLOW_STEP_S = 0.03
-# ... and one this long is logged as a stall: a listener hears it (a batch admission step, the
-# longest ordinary one, takes about 60 ms on the H200; a full GC collection unfrozen, 240-300 ms).
+# ... and one this long is logged as a stall: a listener hears it. It sits well above a batch
+# admission step, the longest ordinary one, and below what an unfrozen full GC collection holds
+# the loop for (engine.freeze_boot_objects).
 STALL_S = 0.15
 
 

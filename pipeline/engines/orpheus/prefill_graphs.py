@@ -18,9 +18,9 @@ chunk's own [0, start + length) and a padding row's position 0 only.
 The ladder, N in (1, 2, 4) x S in (32, 64, 96, 128, 192, 256), 18 graphs: realtime prompts fit
 S <= 192 with at most 1.5x padding past 64 tokens, 256 holds long texts. Up to about a hundred
 tokens a 3B prefill is bound by reading its weights (6 GB in bf16); past that its FLOPs count (256
-tokens are 1.7 TFLOP, some 2 ms on an H200), and in the benchmark (a byte-level tokenizer: prompts
-of 126 tokens at the median) half the streams padded 129-192 tokens up to 256 before 96 and 192
-were added. Two
+tokens are 1.7 TFLOP), so padding a long prompt far up costs real time: 96 and 192 are there
+because the benchmark's prompts (a byte-level tokenizer: 126 tokens at the median) would
+otherwise pad from 129-192 tokens up to 256. Two
 or three streams may arrive in the same step; batch prompts come in larger groups and longer, off
 the latency path, and stay eager. The graphs share one memory pool, captured largest first, so the
 pool holds about one prefill's activations at 4 x 256 tokens.

@@ -40,7 +40,8 @@ def _float8_linear_class():
     import torch.nn.functional as F
 
     class Float8Linear(torch.nn.Module):
-        def __init__(self, weight, scale, bias, out_dtype, use_scaled_mm: bool):
+        def __init__(self, weight, scale, bias, out_dtype, use_scaled_mm: bool,
+                     small_rows: bool = True):
             super().__init__()
             self.register_buffer("weight", weight)                        # [N, K] e4m3
             self.register_buffer("scale", scale)                          # [N] fp32
@@ -48,14 +49,14 @@ def _float8_linear_class():
             self.out_dtype = out_dtype
             self.use_scaled_mm = use_scaled_mm
             self.quantize_rows = _quantize_rows() if use_scaled_mm else None
-            self.small_rows = _small_rows_kernel() if use_scaled_mm else None
+            self.small_rows = _small_rows_kernel() if use_scaled_mm and small_rows else None
 
         @classmethod
-        def quantize(cls, linear, use_scaled_mm: bool):
+        def quantize(cls, linear, use_scaled_mm: bool, small_rows: bool = True):
             w = linear.weight.detach().float()                            # [N, K]
             scale = w.abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX        # [N]
             return cls((w / scale[:, None]).to(torch.float8_e4m3fn), scale, linear.bias,
-                       linear.weight.dtype, use_scaled_mm)
+                       linear.weight.dtype, use_scaled_mm, small_rows)
 
         def forward(self, x):                                             # x: [..., K]
             if not self.use_scaled_mm:
@@ -100,7 +101,8 @@ def fuse_float8(modules):
         m.weight, m.scale = weight[start:start + n], scale[start:start + n]
         start += n
     first = modules[0]
-    return type(first)(weight, scale, None, first.out_dtype, first.use_scaled_mm)
+    return type(first)(weight, scale, None, first.out_dtype, first.use_scaled_mm,
+                       first.small_rows is not None)
 
 
 def quantize_rows_reference(x, rows: int):
@@ -125,19 +127,13 @@ def _quantize_rows():
 
 def _small_rows_kernel():
     """(launch settings by rows, the kernel) of fp8_kernels' weight-only GEMM for the few rows of
-    a decode step (``SYNTH_FP8_SMALL_ROWS=w8a16``, the default); None (``_scaled_mm`` at every
-    batch) with ``SYNTH_FP8_SMALL_ROWS=scaled_mm`` or without Triton.
+    a decode step; None (``_scaled_mm`` at every batch) without Triton.
 
-    On the H200 with the K split (ops/results, session 7), per layer at 1-16 rows 48-50 us against
-    77 for ``_scaled_mm`` and 64 for bf16; the fp8 decode graph (fp8 cache, 600 tokens) at B=1
-    2.01 ms against 2.71 with ``_scaled_mm`` (bf16 weights: 2.47), at B=32 2.75 against 3.00."""
-    import os
-
-    choice = os.environ.get("SYNTH_FP8_SMALL_ROWS", "w8a16")
-    if choice not in ("scaled_mm", "w8a16"):
-        raise ValueError(f"SYNTH_FP8_SMALL_ROWS={choice!r}: choose scaled_mm or w8a16")
-    if choice == "scaled_mm":
-        return None
+    A decode step's few rows make the GEMM a read of the weights: the weight-only kernel reads
+    the fp8 weights once and skips quantizing the activations, where ``_scaled_mm`` is tuned for
+    many rows and pads them to 16; with its K split it beats ``_scaled_mm`` and even bf16 weights
+    at a few rows (docs/performance.md). ``SYNTH_ORPHEUS_DISABLE=fp8_small_rows`` keeps
+    ``_scaled_mm`` at every batch."""
     try:
         from pipeline.engines.orpheus.fp8_kernels import linear_w8a16, w8a16_launch
     except ImportError:         # no Triton (the CPU install)
@@ -151,12 +147,14 @@ def _fp8_has_kernel(device: str) -> bool:
     return device.startswith("cuda") and torch.cuda.get_device_capability(0) >= (8, 9)
 
 
-def _make_swapper(mode: str, device: str, dtype):
-    """A function nn.Linear -> quantized module on ``device``; raises ImportError if unavailable."""
+def _make_swapper(mode: str, device: str, dtype, small_rows: bool = True):
+    """A function nn.Linear -> quantized module on ``device``; raises ImportError if unavailable.
+    ``small_rows``: fp8 uses the weight-only kernel for a few rows (``_small_rows_kernel``)."""
     if mode == "fp8":
         cls = _float8_linear_class()
         fast = _fp8_has_kernel(device)
-        return (lambda lin: cls.quantize(lin, fast).to(device)), ("scaled_mm" if fast else "dequant")
+        return (lambda lin: cls.quantize(lin, fast, small_rows).to(device)), \
+            ("scaled_mm" if fast else "dequant")
     import bitsandbytes as bnb  # noqa: F401 - ImportError is the fallback signal
 
     def swap_bnb(lin):
@@ -187,8 +185,9 @@ def _decoder_linears(model):
                     yield parent, name, child
 
 
-def quantize(model, mode: str, device: str, dtype) -> QuantReport:
-    """Swap the decoder's linear layers in place (the model is already on ``device``)."""
+def quantize(model, mode: str, device: str, dtype, small_rows: bool = True) -> QuantReport:
+    """Swap the decoder's linear layers in place (the model is already on ``device``);
+    ``small_rows`` as ``_make_swapper``'s."""
     import torch
 
     if mode not in MODES:
@@ -199,7 +198,7 @@ def quantize(model, mode: str, device: str, dtype) -> QuantReport:
     if mode == "none":
         return QuantReport("none", "none", plain)
     try:
-        swap, kernel = _make_swapper(mode, device, dtype)
+        swap, kernel = _make_swapper(mode, device, dtype, small_rows)
         targets = list(_decoder_linears(model))
         _probe(swap, targets[0][2], device, dtype)
     except Exception as e:  # noqa: BLE001 - any failure here means "run unquantized, say why"

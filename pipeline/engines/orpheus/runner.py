@@ -10,7 +10,7 @@ capture fails (the reason is logged and kept), the same step runs eagerly.
 A step that completes one short prompt and decodes rows up to ``MIXED_BATCHES[-1]`` (a stream
 arriving beside the others) runs both in one pass (``Decoder.mixed``), replayed from a graph per
 (batch, prompt length) captured at boot: the prompt's tokens ride in the decode step's GEMMs
-instead of a prefill of their own. ``SYNTH_MIXED_STEPS=0`` prefills separately (benchmarks).
+instead of a prefill of their own. ``SYNTH_ORPHEUS_DISABLE=mixed_steps`` prefills separately.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline.engines.orpheus import attention
+from pipeline.engines.orpheus import attention, fused
+from pipeline.engines.orpheus.config import Switches
 from pipeline.engines.orpheus.decoder import Decoder, KVCache
 from pipeline.engines.orpheus.prefill_graphs import LENGTHS as PREFILL_LENGTHS
 from pipeline.engines.orpheus.prefill_graphs import PrefillGraphs, StaticGraph, pack, shape_for
@@ -69,26 +70,15 @@ class HostTimes:
 # The CUDA stream priority of the language model's steps (lower is more urgent; 0: the default
 # stream, as the codec's batch windows). The codec renders realtime windows at the highest
 # priority and batch windows at 0; the decode step sits between, so batch windows fill the
-# step's gaps instead of slowing it. ``SYNTH_LM_STREAM_PRIORITY`` overrides it (benchmarks).
+# step's gaps instead of slowing it. ``SYNTH_ORPHEUS_DISABLE=stream_priority`` runs the steps on
+# the default stream.
 LM_STREAM_PRIORITY = -1
 
-
-def lm_stream_priority() -> int:
-    import os
-
-    return int(os.environ.get("SYNTH_LM_STREAM_PRIORITY", LM_STREAM_PRIORITY))
-
-
 # Mixed steps (the module): the decode batches they run at (a step over fewer rows pads up: an
-# idle row costs about 0.012 ms of a 2.5-4 ms step on the H200) and, per batch, one graph for each
-# prompt length of the prefill graphs' ladder (prefill_graphs.LENGTHS): 36 graphs.
+# idle row costs a small fraction of a step, whose time is mostly reading the weights) and, per
+# batch, one graph for each prompt length of the prefill graphs' ladder (prefill_graphs.LENGTHS):
+# 36 graphs.
 MIXED_BATCHES = (8, 16, 32, 64, 96, 128)
-
-
-def mixed_steps_enabled() -> bool:
-    import os
-
-    return os.environ.get("SYNTH_MIXED_STEPS", "1") == "1"
 
 
 BATCH_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
@@ -108,15 +98,19 @@ def length_ladder(context: int, step: int = LENGTH_STEP) -> list[int]:
 class ModelRunner:
     def __init__(self, model, rows: int, context: int, params: SamplingParams,
                  logits_lo: int = 0, use_graphs: bool = True, per_row_attention: bool = True,
-                 kv_dtype: str | None = None):
+                 kv_dtype: str | None = None, switches: Switches = Switches()):
+        """``switches``: which of the faster paths run (config.py); all, by default."""
         cfg, device = model.config, model.device
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.device, self.rows, self.context = device, rows, context
         self.cache = KVCache(cfg.num_hidden_layers, rows, cfg.num_key_value_heads, context, head_dim,
                              model.dtype, device, kv_dtype)
-        self.decoder = Decoder(model, self.cache, logits_lo)
+        self.decoder = Decoder(model, self.cache, logits_lo,
+                               ops=fused.ops_for(device, switches.fused_ops),
+                               prefill_attention=switches.prefill_attention)
         width = self.decoder.logits_width
-        self.sampler = RowSampler(params, width, logits_lo, device)
+        self.sampler = RowSampler(params, width, logits_lo, device,
+                                  fused=None if switches.fused_sampler else False)
         self.lo, self.width = logits_lo, width
         i64 = dict(dtype=torch.int64, device=device)
         self.tokens = torch.zeros(rows, **i64)            # the last token of each row
@@ -140,7 +134,7 @@ class ModelRunner:
         self.prefill_fallback: str | None = None
         # Mixed steps: on the CPU they run eagerly, on CUDA only from their graphs.
         self.mixed_sizes = tuple(sorted({min(b, rows) for b in MIXED_BATCHES})) \
-            if mixed_steps_enabled() else ()
+            if switches.mixed_steps else ()
         self.mixed_lengths = tuple(s for s in PREFILL_LENGTHS if s <= context)
         self.mixed_graphs: dict[tuple[int, int], StaticGraph] = {}   # the prompt's logits
         self.mixed_fallback: str | None = None
@@ -149,7 +143,7 @@ class ModelRunner:
             self._capture_all()
             self._capture_prefill()
             self._capture_mixed()
-        priority = lm_stream_priority() if self._cuda else 0
+        priority = LM_STREAM_PRIORITY if self._cuda and switches.stream_priority else 0
         # The steps' stream (None: the current one); launch() orders it after the current stream.
         self.stream = torch.cuda.Stream(device, priority=priority) if priority else None
 
@@ -450,8 +444,8 @@ class ModelRunner:
         """Set up the rows of sequences whose prompt is complete and draw their first tokens."""
         # rows, tokens already generated (> 0 after a preemption), sampling key, next position;
         # an even width, so each row starts 16-byte aligned: Triton compiles a kernel variant per
-        # pointer alignment, and an odd count of prompts once cost the fused sampler a compile of
-        # 0.35-0.7 s in the middle of serving (H200, check_syncs).
+        # pointer alignment, and an odd count of prompts would cost the fused sampler a compile
+        # in the middle of serving, on the loop thread while streams wait.
         n = len(seqs)
         meta = torch.zeros((4, n + n % 2), dtype=torch.int64)
         meta[:, :n] = torch.tensor(
@@ -464,8 +458,8 @@ class ModelRunner:
             seen[i, ids] = True
         seen = self._h2d(seen)
         first = self.sampler(logits, seen, done, keys)
-        # scatter_, not seen[arange, first - lo] = True: that index_put_ waits for the device
-        # (check_syncs.py found it), and this runs while the step before is still on it.
+        # scatter_, not seen[arange, first - lo] = True: that index_put_ waits for the device,
+        # and this runs while the step before is still on it.
         seen.scatter_(1, (first - self.lo).view(-1, 1), True)
         self.seen[rows] = seen
         self.tokens[rows] = first

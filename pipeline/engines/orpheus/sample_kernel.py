@@ -2,8 +2,8 @@
 
 In torch the per-row draw (sampling.py) is about 67 kernels: gathers, the penalty, the masks, a
 segmented sort and a scan for top-p, and the counter hash of the Gumbel noise in int64 pieces.
-In the decode graph on the H200 they took about 0.2 ms of a 4.8 ms step at 128 rows, and the
-eager draw of a prompt's first token (``ModelRunner._begin``) launches each of them from the host.
+In the decode graph they are a measurable part of every step, and the eager draw of a prompt's
+first token (``ModelRunner._begin``) launches each of them from the host.
 This kernel reads the row's candidates once and does the rest in registers.
 
 Top-p without a sort: a candidate is kept when the probability of the candidates strictly more
@@ -23,13 +23,12 @@ import triton
 import triton.language as tl
 
 from pipeline.engines.orpheus import rng
-from pipeline.engines.orpheus.sampling import _STEP_MUL, SamplingParams
 
 _MASK32 = tl.constexpr(rng.MASK32)
 _MUL_A = tl.constexpr(rng._MUL_A)
 _MUL_B = tl.constexpr(rng._MUL_B)
 _GOLDEN = tl.constexpr(rng._GOLDEN)
-_STEP = tl.constexpr(_STEP_MUL)
+_STEP = tl.constexpr(rng.STEP_MUL)
 _FRAME = tl.constexpr(7)
 
 
@@ -89,9 +88,10 @@ def _sample_kernel(logits_ptr, seen_ptr, steps_ptr, keys_ptr, table_ptr, valid_p
     tl.store(out_ptr + row, token + lo)
 
 
-def fused_draw(params: SamplingParams, table, valid, lo: int, eos: int, logits, seen, steps,
+def fused_draw(params, table, valid, lo: int, eos: int, logits, seen, steps,
                keys) -> torch.Tensor:
-    """``RowSampler.__call__``'s tokens [B] (see there) from one kernel; no top-k."""
+    """``RowSampler.__call__``'s tokens [B] (see there) from one kernel; no top-k. ``params``: the
+    ``SamplingParams`` (sampling.py, which imports this module)."""
     if params.top_k > 0:
         raise ValueError("the fused draw has no top-k")
     b, c = logits.shape[0], table.shape[1]

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pipeline.constants import SNAC_TOKENS_PER_FRAME
 from pipeline.engines.orpheus.vocab import END_OF_SPEECH, audio_range
 
-_STEP_MUL = 0x632BE5AB
-
 log = logging.getLogger(__name__)
 
 
@@ -103,7 +101,7 @@ def draw(scores, params: SamplingParams, keys, step, ids):
     if params.greedy:
         return scores.argmax(dim=-1)
     scores = _filter_top(scores / params.temperature, params)
-    step_keys = (keys + step * _STEP_MUL) & rng.MASK32
+    step_keys = (keys + step * rng.STEP_MUL) & rng.MASK32
     noise = rng.gumbel(step_keys.view(-1, 1), ids if ids.dim() == 2 else ids.view(1, -1))
     return torch.argmax(scores + noise, dim=-1)
 
@@ -136,16 +134,12 @@ class RowSampler:
     def __init__(self, params: SamplingParams, width: int, lo: int, device,
                  fused: bool | None = None):
         """``fused``: draw with one Triton kernel (sample_kernel.py; with the code constraint and
-        no top-k); None: on CUDA unless ``SYNTH_FUSED_SAMPLER=0``. On the H200 it draws the same
-        tokens as the torch draw and takes 0.14-0.24 ms off a decode step (B=1: 2.61 -> 2.47 ms,
-        B=128: 4.26 -> 4.02; ops/results, session 7)."""
-        import os
-
+        no top-k); None: on CUDA. It draws the same tokens as the torch draw, whose some 67 small
+        kernels it replaces, so a decode step is shorter (docs/performance.md)."""
         import torch
 
         if fused is None:
-            fused = os.environ.get("SYNTH_FUSED_SAMPLER", "1") == "1" and \
-                str(device).startswith("cuda")
+            fused = str(device).startswith("cuda")
         self.fused = None
         if fused and params.top_k == 0 and params.constrain_codes:
             try:

@@ -30,21 +30,18 @@ are admitted and prefilled) only every ``full_every``-th step, every ``full_ever
 while a stream still waits for its first chunk; the steps between are short steps over the
 realtime rows alone. Batch work still gets every full step, so it is slowed, never starved.
 
-Starting-only steps (``steady_every`` > 1; 1 here, 2 in the engine since session 10: on the H200
-at 128 streams, lookahead 2, the median first audio 110-114 -> 92-95 ms with no underruns; every
-3rd ran the streams dry 120-774 times, sessions 7 and 10; ops/results): while a stream
+Starting-only steps (``steady_every`` > 1; 1 here, 2 in the engine, config.RealtimeConfig: a
+lower first audio with no underruns, where every 3rd ran the playing streams dry): while a stream
 waits for its first chunk, of the steps that decode the realtime rows alone, the streams already
 playing join only every ``steady_every``-th; the others decode the starting streams alone, with
 those that sent their first chunk less than ``ramp_tokens`` ago (0 here, 2 frames in the engine:
 a stream's buffer is smallest just after its first chunk, one frame, 85 ms, until the next). Such a
 step still runs at the realtime tier's batch (the other rows idle), but a step's time at these
-batches is mostly the weights and the attention over the rows that decode, so it is shorter
-(at 128 rows the H200's decode graph took 3.90 ms at 300 tokens a row and 4.82 at 600: about 3
-ms, extrapolated, with few rows attending), and the first chunk's tokens come faster at some cost
-to the steady streams.
+batches is mostly the weights and the attention over the rows that decode, so it is shorter with
+few rows attending, and the first chunk's tokens come faster at some cost to the steady streams.
 
-``pause_batch`` (the engine's default since the H200 showed it: at 128 streams, under RTF 0.8
-99 -> 125 of 128 and batch work 89x -> 132x real time): the realtime cap pauses the batch rows
+``pause_batch`` (the engine's default: more streams keep ahead of real time, and batch work loses
+no prefill, so it keeps more of its pace): the realtime cap pauses the batch rows
 over it (they keep their cache rows and resume where they were) instead of preempting them (they
 give their rows back and prefill again on resuming); rows are taken from batch work only when a
 stream needs one.

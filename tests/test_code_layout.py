@@ -1,0 +1,140 @@
+"""The shape of the product code, read from its source (no imports): settings are read from the
+environment in one place, and the packages import one another without a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("pipeline", "worker", "api", "cli")
+SETTINGS = ROOT / "pipeline" / "settings.py"
+
+
+def modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module of the product packages."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+# The environment -----------------------------------------------------------------------------
+
+def environment_reads(tree: ast.AST) -> list[int]:
+    """Lines that read the environment: ``os.environ`` and ``os.getenv`` in any form, except a
+    write (``os.environ[name] = value``, or ``os.environ.setdefault(...)`` as a statement)."""
+    writes: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            writes.update(id(t.value) for t in targets if isinstance(t, ast.Subscript))
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Attribute) and func.attr == "setdefault":
+                writes.add(id(func.value))
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.value.id == "os" and node.attr in ("environ", "environb", "getenv", "getenvb"):
+            if id(node) not in writes:
+                lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and \
+                {a.name for a in node.names} & {"environ", "environb", "getenv", "getenvb"}:
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_environment_reads_are_found_and_writes_are_not():
+    tree = ast.parse("import os\nos.environ['A'] = '1'\nos.environ.setdefault('B', '2')\n"
+                     "x = os.environ.get('C')\ny = os.getenv('D')\nz = dict(os.environ)\n"
+                     "from os import getenv\n")
+    assert environment_reads(tree) == [4, 5, 6, 7]
+
+
+def test_nothing_below_the_settings_reads_the_environment():
+    """pipeline/settings.py reads ``SYNTH_*`` (and the CLI, an edge, may set them); everything else
+    in pipeline/, worker/ and api/ is handed its settings."""
+    readers = {}
+    for name, path in modules().items():
+        if name.split(".")[0] == "cli" or path == SETTINGS:
+            continue
+        lines = environment_reads(ast.parse(path.read_text(), str(path)))
+        if lines:
+            readers[str(path.relative_to(ROOT))] = lines
+    assert readers == {}, f"the environment is read outside pipeline/settings.py: {readers}"
+
+
+# Imports -------------------------------------------------------------------------------------
+
+def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The product modules that ``name`` imports anywhere in its file (at the top, in functions,
+    under ``TYPE_CHECKING``); ``from package import module`` counts as the module."""
+
+    def resolve(dotted: str) -> str | None:
+        while dotted and dotted not in known:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(resolve(alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            found.add(resolve(base))
+            found.update(resolve(f"{base}.{alias.name}") for alias in node.names)
+    found.discard(None)
+    found.discard(name)
+    # A package's own __init__ is not a dependency of its modules in the sense of a cycle: it is
+    # run first by Python whatever the module imports.
+    return {m for m in found if not name.startswith(m + ".")}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as a path (first == last), or None."""
+    state: dict[str, int] = {}      # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_a_cycle_is_found():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_product_packages_import_one_another_without_a_cycle():
+    known = modules()
+    graph = {name: imported(name, path, known) for name, path in known.items()}
+    assert graph["pipeline.engines.orpheus.engine"], "the graph sees no imports: the test is broken"
+    cycle = find_cycle(graph)
+    assert cycle is None, "an import cycle: " + " -> ".join(cycle)

@@ -1,0 +1,52 @@
+"""Settings: the Orpheus part reaches the engine as one frozen config, its defaults the engine's."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from pipeline.engines.orpheus.config import SWITCHES, OrpheusConfig, RealtimeConfig, Switches
+from pipeline.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def no_config_file(monkeypatch):
+    monkeypatch.delenv("SYNTH_CONFIG", raising=False)
+    monkeypatch.delenv("SYNTH_ORPHEUS_DISABLE", raising=False)
+
+
+def test_default_settings_configure_the_engine_with_its_own_defaults():
+    assert Settings().engine_settings().orpheus == OrpheusConfig()
+    assert Settings().orpheus_config().switches == Switches()
+    assert all(getattr(Switches(), name) for name in SWITCHES)
+
+
+def test_orpheus_disable_takes_a_comma_separated_list_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SYNTH_ORPHEUS_DISABLE", "fused_sampler, codec_fused")
+    switches = Settings().engine_settings().orpheus.switches
+    assert switches == Switches(fused_sampler=False, codec_fused=False)
+    monkeypatch.setenv("SYNTH_ORPHEUS_DISABLE", '["gc_freeze"]')
+    assert Settings().orpheus_config().switches == Switches(gc_freeze=False)
+    monkeypatch.setenv("SYNTH_ORPHEUS_DISABLE", "")
+    assert Settings().orpheus_config().switches == Switches()
+
+
+def test_an_unknown_switch_is_refused_with_the_choices():
+    with pytest.raises(ValidationError, match="fused_sampler"):
+        Settings(orpheus_disable=["cuda_graph"])
+    with pytest.raises(ValueError, match="choose from"):
+        Switches.without(["fused_sampler", "turbo"])
+
+
+def test_zero_still_stands_for_the_default_realtime_periods():
+    settings = Settings(realtime_batch_every=0, realtime_batch_every_starting=0,
+                        realtime_steady_every=0)
+    assert settings.orpheus_config().realtime == RealtimeConfig()
+    assert Settings(realtime_steady_every=1).orpheus_config().realtime.steady_every == 1
+
+
+def test_a_realtime_config_out_of_range_is_refused():
+    with pytest.raises(ValueError, match="first_lookahead"):
+        RealtimeConfig(first_lookahead=3)
+    with pytest.raises(ValueError, match=">= 1"):
+        RealtimeConfig(steady_every=0)
