@@ -127,3 +127,12 @@ def test_the_shipped_scenarios_read_back():
     for path in files:
         assert all(isinstance(c, StreamsConfig) for c in load_scenarios([path]))
     assert load_scenarios([]) == [StreamsConfig()]
+
+
+def test_every_kernel_bench_name_runs_a_module_with_a_main():
+    import importlib
+
+    from ops.bench.kernels.__main__ import BENCHES
+
+    for name in BENCHES:
+        assert callable(importlib.import_module(f"ops.bench.kernels.{name.replace('-', '_')}").main)
