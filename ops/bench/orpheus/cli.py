@@ -182,10 +182,10 @@ def parse_mode(item: str) -> tuple[str, str]:
 
 
 def bench_mode(args, item, jobs, rows, meta, first: bool):
-    """Every approach for the first quantization mode; the fast engine's batch workload for
-    the others. The
-    fast engine's rows are labelled ``MODE/kv8`` where it runs an fp8 KV cache; the other
-    approaches run transformers' cache or the static loop, labelled by the weights alone."""
+    """Every approach for the first quantization mode; the fast engine's approaches for the
+    others. The fast engine's rows are labelled ``MODE/kv8`` where it runs an fp8 KV cache; the
+    other approaches run transformers' cache or the reference loop, labelled by the weights
+    alone."""
     batch, sub, rt = jobs
     quant, kv_dtype = parse_mode(item)
     todo = args.approaches.split(",")
@@ -228,19 +228,31 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
                 loop_stats(fast))
         fast.loop.overlap = True
     if "single" in todo:
-        for lookahead in map(int, args.lookaheads.split(",")):
-            set_lookahead(fast, lookahead)
-            fast.loop.first_chunk_phases(clear=True)
-            res = [run_streams(fast, [], [j], 0, 0).streams[0] for j in rt[: args.single_runs]]
-            key = "single_stream" if lookahead == 2 else f"single_stream_lookahead{lookahead}"
-            mode[key] = {"ttfb_s": sorted(s.ttfb for s in res), "rtf": sorted(s.rtf for s in res),
-                         "first_chunk_ms": phases_ms(fast.loop.first_chunk_phases(clear=True))}
-            print("single, lookahead", lookahead, mode[key], flush=True)
-        set_lookahead(fast, 2)
+        bench_single(args, fast, rt, mode)
     if "streams" in todo:
         bench_streams(args, fast, batch, rt, mode)
     fast.close()
     del fast
+    bench_baselines(args, lm, sub, label, rows, todo)
+    del lm
+
+
+def bench_single(args, fast, rt: list[Job], mode: dict) -> None:
+    """One realtime stream alone, --single-runs times at each of --lookaheads."""
+    for lookahead in map(int, args.lookaheads.split(",")):
+        set_lookahead(fast, lookahead)
+        fast.loop.first_chunk_phases(clear=True)
+        res = [run_streams(fast, [], [j], 0, 0).streams[0] for j in rt[: args.single_runs]]
+        key = "single_stream" if lookahead == 2 else f"single_stream_lookahead{lookahead}"
+        mode[key] = {"ttfb_s": sorted(s.ttfb for s in res), "rtf": sorted(s.rtf for s in res),
+                     "first_chunk_ms": phases_ms(fast.loop.first_chunk_phases(clear=True))}
+        print("single, lookahead", lookahead, mode[key], flush=True)
+    set_lookahead(fast, 2)
+
+
+def bench_baselines(args, lm, sub: list[Job], label: str, rows: list[dict], todo: list[str]) -> None:
+    """The reference loop and transformers generate() on the subset, after the fast engine has
+    given back its memory."""
     if "reference" in todo:
         reference = make_engine(args, lm, "static", max_batch=args.max_batch)
         run_synth(reference, [Job(j.key, j.text, WARM_TOKENS) for j in sub])
@@ -253,7 +265,6 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
     if "generate1" in todo:
         jobs1 = sub[: args.generate1_jobs]
         measure("generate() 1-at-a-time", lambda: run_generate(lm, jobs1, 1), lm, label, rows)
-    del lm
 
 
 def weight_gib(model) -> float:
