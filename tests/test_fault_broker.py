@@ -7,7 +7,7 @@ import time
 import redis
 from sqlalchemy import select
 
-from ops.faults import RedisProcess
+from ops.bench.faults import RedisProcess
 from pipeline.db.models import Job, JobStatus
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.reports.fleet import WORKER_PREFIX

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "ops" / "bench_cpu.py"
 SHARED_CORPUS = REPO.parent / "shared" / "corpus" / "bench.txt"
 # The fixed benchmark corpus where the checkout has shared/ beside it (CI does), else the example.
 CORPUS = SHARED_CORPUS if SHARED_CORPUS.is_file() else REPO / "examples" / "corpus.txt"
@@ -24,7 +23,7 @@ pytest.importorskip("piper", reason="the CPU benchmark needs synth[piper]")
 def _bench(tmp_path: Path, redis_url: str, *args: str) -> dict:
     out = tmp_path / "result.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}  # a temporary SQLite db
-    proc = subprocess.run([sys.executable, str(BENCH), *args, "--corpus", str(CORPUS), "--repeat", "1", "--redis-url", redis_url,
+    proc = subprocess.run([sys.executable, "-m", "ops.bench.cpu", *args, "--corpus", str(CORPUS), "--repeat", "1", "--redis-url", redis_url,
                            "--json", str(out), "--markdown", str(tmp_path / "result.md")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -5,7 +5,7 @@ the database, and the batch closed."""
 
 import pytest
 
-from ops.chaos import FAULTS, Options, run, table
+from ops.bench.chaos import FAULTS, Options, run, table
 
 pytest.importorskip("piper", reason="the workers render with Piper")
 

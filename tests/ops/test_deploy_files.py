@@ -1,4 +1,4 @@
-"""docker-compose.yml and ops/k8s/ parse, and every synth command they run is a real `synth` command
+"""docker-compose.yml and ops/deploy/k8s/ parse, and every synth command they run is a real `synth` command
 with options it accepts (there is no Docker engine or cluster here: this is what can be checked)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tests.conftest import REPO
 
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
-K8S = [doc for path in sorted((REPO / "ops" / "k8s").glob("*.yaml"))
+K8S = [doc for path in sorted((REPO / "ops" / "deploy" / "k8s").glob("*.yaml"))
        for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 

@@ -29,7 +29,7 @@ from worker.maintenance import RECONCILE_TASK
 from worker.metrics import install
 from tests.workers import thread_worker
 
-GRAFANA = REPO / "ops" / "grafana" / "synth.json"
+GRAFANA = REPO / "ops" / "deploy" / "grafana" / "synth.json"
 CORPUS = "The first line is short.\nA second line, also short.\nThird.\n!!!\n"
 
 

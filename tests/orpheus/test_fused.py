@@ -20,7 +20,6 @@ from transformers.models.llama.modeling_llama import (
 from pipeline.engines.orpheus import fused
 from pipeline.engines.orpheus.decoder import Decoder, KVCache, fuse_weights
 from pipeline.engines.orpheus.tiny import TINY_LLAMA
-from tests.orpheus.triton_checks import interpreted
 
 CONTEXT = 128
 
@@ -221,21 +220,6 @@ def test_greedy_tokens_of_the_fused_decoder_equal_generate():
             got.append(tok)
     assert torch.equal(torch.stack(got, 1), want)
     assert all(len(set(row.tolist())) > new // 2 for row in want)       # not one token repeated
-
-
-# The Triton kernels, where Triton is installed: its interpreter runs them on the CPU -----------
-
-def test_triton_kernels_match_the_references_in_the_interpreter():
-    interpreted("check_fused", "--batches", "1", "5", "--dtype", "float32", "--no-time", timeout=600)
-
-
-def test_fused_draw_gives_the_torch_draws_tokens_in_the_interpreter():
-    """sample_kernel.py's one-kernel draw against RowSampler's torch draw: the same tokens over
-    peaked and flat logits for each sampling setting, and the same tokens from the decode loop
-    (check_sampler.py; the GPU run adds the times)."""
-    out = interpreted("check_sampler", timeout=600)
-    assert out.count(" ok\n") == 4 and "MISMATCH" not in out, out
-    assert "decode loop with the fused draw: tokens equal" in out, out
 
 
 def test_a_fused_sampler_that_cannot_run_falls_back_to_the_torch_draw():

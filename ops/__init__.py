@@ -1,0 +1,1 @@
+"""What operators run beside the product: benchmarks (bench/) and deployment files (deploy/)."""

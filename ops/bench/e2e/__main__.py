@@ -1,0 +1,3 @@
+from ops.bench.e2e.cli import main
+
+main()

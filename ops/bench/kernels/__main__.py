@@ -1,0 +1,40 @@
+"""python -m ops.bench.kernels NAME [ARGS...]: one of the kernel benchmarks (NAME --help for its
+arguments). Each is also ``python -m ops.bench.kernels.<module>``."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHES = {
+    "micro": "the decode graph per (batch, length) and the codec per window batch (CUDA)",
+    "sweep-attention": "launch settings of the decode-attention kernel, per cache dtype (CUDA)",
+    "sweep-fp8": "fp8 weight GEMM launch settings against _scaled_mm and bf16 (CUDA)",
+    "host-overhead": "the loop thread's host time per step (CPU)",
+    "contention": "the loop thread under contention for the GIL (CPU)",
+    "check-fused": "fused.py's kernels and the fused decode step against torch, timed (CUDA)",
+    "check-kv8": "the fp8 KV cache against bf16, timed (CUDA)",
+    "check-fp8": "the fp8 activation quantization and W8A16 GEMM against torch, timed (CUDA)",
+    "check-sampler": "the fused draw against the torch draw, timed (CUDA)",
+    "check-codec": "the codec kernels and fused SNAC decodes against torch, timed (CUDA)",
+    "check-prefill-attention": "the prefill's Triton path against torch, timed (CUDA)",
+    "check-prefill": "the prefill graphs against the eager prefill, with boot cost (CUDA)",
+    "check-mixed": "mixed steps against the same plan run apart, timed (CUDA)",
+    "check-syncs": "whether each kind of step's launch waits for the device (CUDA)",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in BENCHES:
+        print(__doc__.strip() + "\n")
+        for name, what in BENCHES.items():
+            print(f"  {name:<24} {what}")
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    module = importlib.import_module(f"ops.bench.kernels.{argv[0].replace('-', '_')}")
+    sys.argv = [f"python -m ops.bench.kernels {argv[0]}", *argv[1:]]
+    return module.main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

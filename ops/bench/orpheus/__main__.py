@@ -1,0 +1,3 @@
+from ops.bench.orpheus.cli import main
+
+raise SystemExit(main())

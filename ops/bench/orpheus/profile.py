@@ -1,0 +1,58 @@
+"""Where the device's time goes while the engine runs: every kernel under the torch profiler
+(CUDA activity only, CUDA-graph replays included), summed by name and by kind.
+
+Used by ``python -m ops.bench.orpheus profile``: the fast engine on the first ``--profile-jobs``
+chunks of the batch workload. The kinds are matched on kernel names (cuBLAS/CUTLASS GEMMs, our
+Triton kernels, the codec's convolutions); what matches none is "other", and the table of the
+largest kernels is printed whole so nothing hides in a kind.
+"""
+
+from __future__ import annotations
+
+KINDS = (
+    ("decode attention", ("_decode_kernel",)),
+    ("norm, rope, silu (Triton)", ("_add_rms", "_rms", "rope", "silu", "_quant")),
+    ("GEMM", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "splitk", "scaled_mm", "wgmma")),
+    ("SDPA / flash (prefill, small batch)", ("flash", "fmha", "attention", "sdpa")),
+    ("convolution (codec)", ("conv", "cudnn", "winograd", "implicit")),
+    ("copies", ("memcpy", "memset", "copy")),
+)
+
+
+def kind(name: str) -> str:
+    low = name.lower()
+    for label, keys in KINDS:
+        if any(k.lower() in low for k in keys):
+            return label
+    return "other"
+
+
+def profile_kernels(fn, top: int = 30) -> dict:
+    """Run ``fn`` under the profiler; returns device ms by kind, the wall time, and the ``top``
+    kernels (name, calls, total ms)."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t
+    totals: dict[str, float] = {}
+    kernels = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0.0)
+        if us <= 0:
+            continue
+        kernels.append((e.key, e.count, us / 1000))
+        totals[kind(e.key)] = totals.get(kind(e.key), 0.0) + us / 1000
+    kernels.sort(key=lambda k: -k[2])
+    return {"wall_ms": round(wall * 1000, 1),
+            "device_ms_by_kind": {k: round(v, 1) for k, v in sorted(totals.items(),
+                                                                    key=lambda kv: -kv[1])},
+            "top_kernels": [(name[:120], calls, round(ms, 3)) for name, calls, ms in kernels[:top]]}

@@ -1,1 +1,0 @@
-"""The end-to-end benchmark's client side (ops/bench_e2e.py)."""

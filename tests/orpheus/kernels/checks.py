@@ -1,0 +1,37 @@
+"""The Triton kernels' checks (ops/bench/kernels/check_*.py) run as tests: under Triton's
+interpreter on the CPU, and on CUDA where there is one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def interpreted(check: str, *args: str, timeout: int = 900) -> str:
+    """``python -m ops.bench.kernels.<check> --device cpu *args`` under Triton's interpreter (the
+    kernels on the CPU); its output, after asserting that it passed."""
+    pytest.importorskip("triton")
+    done = subprocess.run([sys.executable, "-m", f"ops.bench.kernels.{check}", "--device", "cpu",
+                           *args], cwd=REPO,
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def on_cuda(check: str, *args: str, timeout: int = 900) -> str:
+    """``python -m ops.bench.kernels.<check> *args`` on the GPU, skipped where CUDA is absent; its
+    output, after asserting that it passed (exit status 0: every error within its tolerance)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    done = subprocess.run([sys.executable, "-m", f"ops.bench.kernels.{check}", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
