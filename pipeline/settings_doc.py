@@ -102,12 +102,16 @@ def groups() -> list[Group]:
             title, above = _title(above)
         if opens_group:
             result.append(Group(title))
-        name = stmt.target.id
-        info = Settings.model_fields[name]
-        text = [info.description or "", above, _inline(stmt, lines, comments, taken)]
-        result[-1].entries.append(Entry(name, _kind(info.annotation, info.metadata),
-                                        _default(info), " ".join(_sentence(t) for t in text if t)))
-    return result
+        result[-1].entries.append(_entry(stmt.target.id, above, _inline(stmt, lines, comments, taken)))
+    declared = {e.name for group in result for e in group.entries}
+    inherited = [_entry(name) for name in Settings.model_fields if name not in declared]
+    return result + ([Group("Other settings", inherited)] if inherited else [])
+
+
+def _entry(name: str, *comments: str) -> Entry:
+    info = Settings.model_fields[name]
+    text = " ".join(_sentence(t) for t in (info.description or "", *comments) if t)
+    return Entry(name, _kind(info.annotation, info.metadata), _default(info), text)
 
 
 def _inline(stmt: ast.AnnAssign, lines: list[str], comments: dict, taken: set[int]) -> str:
