@@ -6,7 +6,7 @@ title ("Engine.", "REST API (api/). ...") becomes that group's heading.
     python -m pipeline.settings_doc        # rewrites docs/configuration.md
     python -m pipeline.settings_doc -      # prints it
 
-tests/test_configuration_doc.py fails while the file differs from what this writes.
+tests/test_docs.py fails while the file differs from what this writes.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def _default(info: Any) -> str:
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     if isinstance(value, (tuple, list, dict)):
-        return f"`{json.dumps(list(value) if not isinstance(value, dict) else value)}`"
+        return f"`{json.dumps(value if isinstance(value, dict) else list(value), default=str)}`"
     if value == "":
         return '`""`'
     return f"`{value}`"
