@@ -30,6 +30,7 @@ _REALTIME = RealtimeConfig()
 
 
 def _default_data_dir() -> Path:
+    """`~/.local/share/synth` (`$XDG_DATA_HOME/synth` where that is set)"""
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "synth"
 
@@ -58,13 +59,13 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=_default_data_dir)
 
     # Services. None means embedded.
-    redis_url: str | None = None
-    database_url: str | None = None
-    s3_bucket: str | None = None
-    s3_endpoint_url: str | None = None
+    redis_url: str | None = None        # e.g. redis://host:6379/0; then `submit` enqueues unless --wait/-o
+    database_url: str | None = None     # e.g. postgresql+psycopg://user:pw@host/synth; `synth db upgrade`
+    s3_bucket: str | None = None        # S3 or any S3-compatible store; credentials from boto3's usual chain
+    s3_endpoint_url: str | None = None  # an S3-compatible store's address (MinIO); None: AWS S3
     s3_region: str = "us-east-1"
-    s3_prefix: str = ""
-    storage_dir: Path | None = None
+    s3_prefix: str = ""                 # prepended to every object key in the bucket
+    storage_dir: Path | None = None     # the object folder when no bucket is set; None: data_dir/objects
 
     # Engine.
     engine: str = "piper"
@@ -114,10 +115,12 @@ class Settings(BaseSettings):
 
     # Jobs.
     default_voice: str | None = None  # None: the engine's first voice
-    default_format: str = "wav"
-    max_line_chars: int = 20_000
+    default_format: str = "wav"       # wav, mp3 (64 kb/s), ogg (Opus, 32 kb/s) or flac
+    max_line_chars: int = 20_000      # a corpus line or API item longer than this is refused
+    # Long text is split at sentences (then clauses, then words) into chunks of at most this many
+    # characters, rendered apart and joined with a crossfade (silence where SSML asks for a break).
     max_chunk_chars: int = 400
-    crossfade_ms: int = 30
+    crossfade_ms: int = 30            # the crossfade between two chunks
     # Emoji and pictographs are silent; true reads them out (as the engine names them).
     read_emoji: bool = False
     # Upper bounds of the batch length buckets, in estimated seconds of speech; one more bucket
@@ -127,12 +130,14 @@ class Settings(BaseSettings):
     # a batch are short ones and every GPU finishes at nearly the same time (longest processing time
     # first); "shortest": short jobs finish sooner, at the price of a long tail on one GPU.
     bucket_order: Literal["longest", "shortest"] = "longest"
-    jobs_per_task: int = 8
+    jobs_per_task: int = 8            # jobs per queue message (realtime: always 1)
 
     # Reliability (see worker/app.py for why each is what it is).
+    # Seconds before an unacked message is redelivered: keep it above the longest task plus
+    # retry_backoff_max (a retried message waits out its countdown unacked).
     visibility_timeout: int = 3600
-    max_retries: int = 5
-    retry_backoff_max: int = 600
+    max_retries: int = 5                # retries of a retryable error (a service down)
+    retry_backoff_max: int = 600        # seconds; exponential backoff with jitter up to this
     # Batch tasks a worker works at once (threads). 0: derived from the engine, enough messages
     # in hand to fill its rows twice over (worker/boot.py ``batch_slots``), so nothing needs tuning
     # per GPU. Realtime jobs never take these slots: they have a consumer of their own.
@@ -161,7 +166,7 @@ class Settings(BaseSettings):
 
     # REST API (api/). Item text is bounded by max_line_chars, like a corpus line.
     api_max_batch_items: int = 10_000       # items in one POST /v1/batches (or lines in an upload)
-    api_max_body_bytes: int = 16 * 1024 * 1024
+    api_max_body_bytes: int = 16 * 1024 * 1024  # a larger request body gets 413
     api_rate_limit: int = 600               # requests per key per window; 0 = unlimited
     api_rate_window: int = 60               # seconds (fixed window in Redis)
     result_ttl_days: float = 7.0            # API batches and their audio are deleted after this
