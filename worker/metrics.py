@@ -1,5 +1,5 @@
 """Prometheus metrics and the Redis heartbeat of a worker, attached by Celery signals (no code in the
-render loop): ``install(app)`` after boot. Metric names are what ops/grafana/synth.json queries.
+render loop): ``install(app)`` after boot. Metric names are what ops/deploy/grafana/synth.json queries.
 
 - synth_queue_depth{queue}: messages waiting, read from Redis at scrape time
 - synth_worker_jobs_in_flight: jobs in the tasks this worker is running

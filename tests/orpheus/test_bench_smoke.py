@@ -40,14 +40,14 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
                  "--lookaheads", "2,1", "--collect-at", "0.2",
                  "--quant", "none", "--max-batch", "4", "--markdown", str(tmp_path / "bench.md"))
     approaches = {r["approach"] for r in data["rows"]}
-    assert approaches == {"fast W1", "fast subset", "reference loop subset",
+    assert approaches == {"fast batch", "fast subset", "reference loop subset",
                           "generate() static subset", "generate() 1-at-a-time"}
     for r in data["rows"]:
         assert r["tok_s"] > 0 and r["x_real_time"] > 0
     mode = data["meta"]["modes"]["none"]
     assert mode["logits_vs_transformers"]["rel_l2_max"] < 1e-5      # fp32: same function
-    assert mode["w2"]["config"]["pause_batch"]                  # the engine's default
-    streams = mode["w2"]["1"]
+    assert mode["streams"]["config"]["pause_batch"]                  # the engine's default
+    streams = mode["streams"]["1"]
     assert streams["ok"] == streams["streams"] == 1 and streams["errors"] == []
     assert set(streams["first_chunk_ms"]) == {"queued", "prefill", "decode", "codec"}
     assert set(streams["gc"]) == {"gen0", "gen1", "gen2"}       # a short run may collect nothing
@@ -69,7 +69,7 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     assert streams["wall_ms_per_step"] > 0
     assert 0 <= streams["wait_share"] < 1          # CPU: launch does the work
     # every step full, so no realtime-only steps; batch rows over the cap preempted (pause_batch false)
-    plain = mode["w2_every1_starting1_max3_switch0.5ms_preempting"]
+    plain = mode["streams_every1_starting1_max3_switch0.5ms_preempting"]
     assert plain["config"] == {"batch_every": 1, "batch_every_starting": 1, "realtime_max_rows": 3,
                                "switch_interval_ms": 0.5, "steady_every": 1, "pause_batch": False,
                                "first_lookahead": 2, "ramp_tokens": 14}
@@ -88,7 +88,7 @@ def test_bench_labels_the_fp8_kv_cache_runs(tiny_dir, tmp_path):
     data = bench(tiny_dir, tmp_path, "Hello there.\nA second line of the corpus.\n",
                  "--approaches", "logits,fast", "--quant", "none,none/kv8")
     assert {(r["approach"], r["quant"]) for r in data["rows"]} == {
-        ("fast W1", "none"), ("fast subset", "none"), ("fast W1", "none/kv8"),
+        ("fast batch", "none"), ("fast subset", "none"), ("fast batch", "none/kv8"),
         ("fast subset", "none/kv8")}
     plain, kv8 = data["meta"]["modes"]["none"], data["meta"]["modes"]["none/kv8"]
     assert plain["fast_info"]["kv_dtype"] == "float32"

@@ -14,12 +14,12 @@ create`, over an SQLite data folder. Then, measured at the client:
 
   singles  one request at a time on the idle worker, the very first after boot included
   batch    the batch workload: `synth submit CORPUS --wait`, the batch's audio seconds over the
-           command's wall time (JSON key "w1")
+           command's wall time (JSON key "batch")
   streams  streams beside batch work: `synth submit` of --batch-lines lines running, and --streams
            realtime streams arriving over --spread s through the official OpenAI Python client
            (async, response_format pcm) from client processes of --per-client streams each:
            first byte p50/p95/p99, underruns as a player sees them, errors, each stream's RTF,
-           and the batch's x real time (JSON key "w2"); beside them the same jobs' first audio
+           and the batch's x real time (JSON key "streams"); beside them the same jobs' first audio
            in the worker (the rest is the live path), and each process's CPU share meanwhile
 
 Before the product's processes start, ``--engine-bench`` runs ``python -m ops.bench.orpheus`` on
@@ -218,14 +218,14 @@ def run(args) -> dict:
         print("singles", result["singles"], flush=True)
         save()
         if not args.no_batch:
-            result["w1"] = batch_workload(args, env, workdir, db_url)
-            print("batch", result["w1"], flush=True)
+            result["batch"] = batch_workload(args, env, workdir, db_url)
+            print("batch", result["batch"], flush=True)
             save()
-        result["w2"] = {}
+        result["streams"] = {}
         for count in [int(c) for c in args.streams.split(",") if c]:
-            result["w2"][count] = streams_beside_batch(args, env, workdir, db_url, base + "/v1", key,
+            result["streams"][count] = streams_beside_batch(args, env, workdir, db_url, base + "/v1", key,
                                                        count)
-            print("streams beside batch", count, result["w2"][count], flush=True)
+            print("streams beside batch", count, result["streams"][count], flush=True)
             save()
     return result
 
@@ -380,14 +380,14 @@ def side_by_side(result: dict) -> str:
         ratio = (user / engine if higher_is_better else engine / user) if engine and user else None
         lines.append(f"| {name} | {_f(engine)} | {_f(user)} | {_f(ratio, '.2f')} |")
 
-    add("batch workload x real time", (rows.get("fast W1") or {}).get("x_real_time"),
-        result.get("w1", {}).get("x_real_time"))
+    add("batch workload x real time", (rows.get("fast batch") or {}).get("x_real_time"),
+        result.get("batch", {}).get("x_real_time"))
     single = mode.get("single_stream", {}).get("ttfb_s") or []
     user_single = [s["ttfb_ms"] for s in result.get("singles", []) if s["ttfb_ms"] is not None]
     add("one request, first byte ms (median)", 1000 * single[len(single) // 2] if single else None,
         sorted(user_single)[len(user_single) // 2] if user_single else None, False)
-    for count, w in result.get("w2", {}).items():
-        e = (mode.get("w2") or {}).get(str(count)) or (mode.get("w2") or {}).get(count) or {}
+    for count, w in result.get("streams", {}).items():
+        e = (mode.get("streams") or {}).get(str(count)) or (mode.get("streams") or {}).get(count) or {}
         for k in ("p50", "p95", "p99"):
             ev = e.get(f"ttfb_{k}")
             add(f"{count} streams beside batch work, first byte {k} ms", 1000 * ev if ev else None, w[f"ttfb_{k}_ms"], False)

@@ -54,12 +54,12 @@ def bench_streams(args, fast, batch: list[Job], rt: list[Job], mode: dict) -> No
 
 
 def streams_key(config: tuple, settings: tuple, base: tuple, defaults: tuple) -> str:
-    """The JSON key of a scenario config's figures: "w2" for the engine's defaults, else the
+    """The JSON key of a scenario config's figures: "streams" for the engine's defaults, else the
     settings that differ (the key ops/bench/e2e and older raw files use)."""
     steady, pause, lookahead, ramp = settings
     if config[:3] == defaults and not config[3] and settings == base:
-        return "w2"
-    return "w2_every{}_starting{}_max{}".format(*config) + \
+        return "streams"
+    return "streams_every{}_starting{}_max{}".format(*config) + \
         (f"_switch{config[3]:g}ms" if config[3] else "") + \
         (f"_steady{steady}" if steady > 1 else "") + \
         ("_paused" if pause else "_preempting") + \

@@ -25,8 +25,8 @@ Approaches, all in one run on one device (``--approaches``):
   profile    the fast engine on the first --profile-jobs batch chunks under the torch profiler:
              device time by kernel kind and the largest kernels (ops/bench/orpheus/profile.py)
 
-The JSON keeps the figures under their approach's row ("fast W1" for the batch workload) and per
-quantization mode under ``meta.modes`` ("w2" and "w2_<scheduler settings>" for streams beside
+The JSON keeps the figures under their approach's row ("fast batch" for the batch workload) and per
+quantization mode under ``meta.modes`` ("streams" and "streams_<scheduler settings>" for streams beside
 batch work; ops/bench/e2e reads them).
 
 ``--quant`` takes weight modes (none, int8, nf4, fp8), each optionally with ``/kv8``: that mode's
@@ -131,7 +131,7 @@ def workload(args) -> tuple[list[Job], list[Job], list[Job]]:
                 for i, line in enumerate(picked)
                 for k, c in enumerate(texts.split_chunks(texts.normalize(line), chars))]
 
-    batch = chunks(lines[:: max(1, len(lines) // args.lines)][: args.lines], "w1-")
+    batch = chunks(lines[:: max(1, len(lines) // args.lines)][: args.lines], "batch-")
     sub = chunks(lines[:: max(1, len(lines) // args.subset)][: args.subset], "sub-")
     rt = [Job(f"rt-{i}", c.text, c.budget, realtime=True)
           for i, c in enumerate(chunks(lines[1::3], "x")[: args.streams])]
@@ -223,7 +223,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
     print("fast engine", mode["fast_rows"], "rows", mode["fast_info"], flush=True)
     run_synth(fast, [Job(j.key, j.text, WARM_TOKENS) for j in batch[:64]])     # warm the paths
     if "fast" in todo:
-        measure("fast W1", lambda: run_synth(fast, batch), lm, fast_label, rows,
+        measure("fast batch", lambda: run_synth(fast, batch), lm, fast_label, rows,
                 loop_stats(fast))
         measure("fast subset", lambda: run_synth(fast, sub), lm, fast_label, rows, loop_stats(fast))
     if "profile" in todo and lm.device.startswith("cuda"):
@@ -233,7 +233,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
         print("profile", json.dumps(mode["profile"], indent=1), flush=True)
     if "sync" in todo:       # the same engine, one step at a time: what the overlap is worth
         fast.loop.overlap = False
-        measure("fast W1, no overlap", lambda: run_synth(fast, batch), lm, fast_label, rows,
+        measure("fast batch, no overlap", lambda: run_synth(fast, batch), lm, fast_label, rows,
                 loop_stats(fast))
         fast.loop.overlap = True
     if "single" in todo:
@@ -290,8 +290,8 @@ def main(argv=None) -> int:
     jobs = workload(args)
     batch = jobs[0]
     meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "commit": git_commit(), "model": args.model, "w1_lines": args.lines,
-            "w1_chunks": len(batch), "w1_tokens": sum(j.budget for j in batch),
+            "commit": git_commit(), "model": args.model, "batch_lines": args.lines,
+            "batch_chunks": len(batch), "batch_tokens": sum(j.budget for j in batch),
             "subset_lines": args.subset, "subset_chunks": len(jobs[1]),
             "subset_tokens": sum(j.budget for j in jobs[1]), "streams": len(jobs[2]),
             "context": args.context, "max_budget": args.max_budget,

@@ -52,7 +52,7 @@ class KVCache:
     the 128-wide q.k products and the softmax-weighted sum of values. What it risks: a checkpoint
     with K or V outliers past 448 is clipped there (saturated, not NaN), entries under 2^-6 are
     subnormal (steps of 2^-9), and nothing here measures a given checkpoint's range (a calibrated
-    scale would); ``ops/orpheus_bench/check_kv8.py --model`` prints the largest |K| and |V|.
+    scale would); ``python -m ops.bench.kernels check-kv8 --model`` prints the largest |K| and |V|.
     """
 
     def __init__(self, layers: int, rows: int, kv_heads: int, context: int, head_dim: int,
