@@ -19,7 +19,7 @@ def bench_streams(args, fast, batch: list[Job], rt: list[Job], mode: dict) -> No
     """Streams beside batch work: per scenario config, per count of --stream-counts, the first
     --batch-lines lines of the batch workload running with that many realtime streams arriving
     over --spread s; the scheduler's settings are restored after."""
-    background = [j for j in batch if int(j.key[3:].split(".")[0]) < args.batch_lines]
+    background = [j for j in batch if int(j.key.split("-", 1)[1].split(".")[0]) < args.batch_lines]
     sched = fast.loop.scheduler
     defaults = (sched.full_every, sched.full_every_starting, sched.realtime_max_rows)
     base_steady, base_pause, base_ramp = sched.steady_every, sched.pause_batch, sched.ramp_tokens
