@@ -36,6 +36,7 @@ chromium:
 	  || echo "chromium missing and not installable here: the dashboard browser test will skip"
 
 test: $(VENV)/.test-installed chromium
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 clean:

@@ -91,8 +91,8 @@ def warm(state: ApiState) -> None:
         db.mark_batch_queued(session, batch.id)
         session.rollback()
     # send_task's lazy parts: the result backend (disabled) and the message sender, built once
-    state.celery.backend
-    state.celery.amqp.send_task_message
+    state.celery.backend  # noqa: B018 - the access builds it
+    state.celery.amqp.send_task_message  # noqa: B018 - the access builds it
     try:
         with state.celery.producer_or_acquire() as producer:
             queue = state.celery.amqp.queues.get(REALTIME_QUEUE)

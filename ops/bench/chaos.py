@@ -46,7 +46,7 @@ from pipeline.manifest import manifest_lines
 from pipeline.storage.s3 import S3Store
 
 FAULTS = ("kill-worker", "redis", "database", "s3")
-WORDS = ("the committee reviewed every proposal carefully before the final vote was taken and then "  # noqa: SIM905
+WORDS = ("the committee reviewed every proposal carefully before the final vote was taken and then "
          "adjourned for lunch while the rain kept falling on the quiet harbour town").split()
 
 
@@ -104,7 +104,7 @@ def check(sessions, store, batch_id: str) -> list[str]:
 
 
 def _json(line: str) -> dict:
-    import json  # noqa: PLC0415
+    import json
 
     return json.loads(line)
 
@@ -144,7 +144,7 @@ class Rig:
         self.start("beat")
 
     def start(self, *args: str) -> subprocess.Popen:
-        log = open(self.root / f"{args[0]}-{len(self.procs)}.log", "ab")  # noqa: SIM115 — the child owns it
+        log = open(self.root / f"{args[0]}-{len(self.procs)}.log", "ab")  # the child owns it
         proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=self.env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
@@ -229,7 +229,7 @@ def _wait(predicate, timeout: float) -> bool:
 
 
 def _free_port() -> int:
-    import socket  # noqa: PLC0415
+    import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -256,7 +256,7 @@ def _fresh_database(server_url: str):
 
 @contextmanager
 def _moto():
-    from moto.server import ThreadedMotoServer  # noqa: PLC0415
+    from moto.server import ThreadedMotoServer
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "chaos")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "chaos")

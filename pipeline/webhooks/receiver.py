@@ -49,7 +49,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 — the http.server API
+            def do_POST(self):  # the http.server API
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 code = receiver._take(dict(self.headers.items()), body)
                 self.send_response(code)

@@ -5,8 +5,7 @@ secret rotation."""
 import json
 from datetime import timedelta
 
-import pytest
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from pipeline.db import jobs as db
 from pipeline.db.models import Job, JobStatus, utcnow

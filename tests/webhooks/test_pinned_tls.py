@@ -46,7 +46,7 @@ def tls_server(tmp_path):
     seen = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             seen.append((self.headers["host"], self.rfile.read(int(self.headers["content-length"]))))
             self.send_response(204)
             self.end_headers()

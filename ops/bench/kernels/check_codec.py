@@ -62,10 +62,10 @@ def check_kernels(report: Report, device: str, tiny: bool) -> None:
             report.error(f"pointwise_residual C={c} T={t}", out,
                          codec_kernels.pointwise_residual_ref(pw, h, pb, x), gemm_tol)
     keys = torch.randint(0, 2**40, (3,), device=device)
-    for start, length in ((0, 37), (3 << 20, 2000)):
-        got = codec_kernels.keyed_normal(keys, start, length)
-        want = codec_kernels.keyed_normal_ref(keys, start, length)
-        report.error(f"keyed_normal start={start} T={length}", got, want, NOISE_TOL)
+    for first, length in ((0, 37), (3 << 20, 2000)):
+        got = codec_kernels.keyed_normal(keys, first, length)
+        want = codec_kernels.keyed_normal_ref(keys, first, length)
+        report.error(f"keyed_normal start={first} T={length}", got, want, NOISE_TOL)
 
 
 def codecs(device: str, tiny: bool):

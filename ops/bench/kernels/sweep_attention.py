@@ -110,7 +110,7 @@ def main(argv=None) -> int:
                   f"({read / times[current] / 1e6:.0f} GB/s); best " +
                   ", ".join(f"{lc} {times[lc] * 1e3:.1f} us ({read / times[lc] / 1e6:.0f} GB/s)"
                             for lc in best), flush=True)
-            del caches
+            caches = None    # frees the device copies before the next case
         for b, totals in per_batch.items():
             overall = min(totals, key=totals.get)
             plain = min((lc for lc in totals if not lc[3]), key=totals.get)

@@ -241,7 +241,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
     if "streams" in todo:
         bench_streams(args, fast, batch, rt, mode)
     fast.close()
-    del fast
+    fast = None             # the engine's device memory goes before the baselines load theirs
     bench_baselines(args, lm, sub, label, rows, todo)
     del lm
 

@@ -204,7 +204,7 @@ def load_codec(name_or_path: str | None, device: str, fuse: bool | None = None) 
     source = name_or_path or DEFAULT_CODEC
     try:
         model = SNAC.from_pretrained(source)
-    except Exception as e:  # noqa: BLE001 - hub, file and state-dict errors all mean "no codec"
+    except Exception as e:  # hub, file and state-dict errors all mean "no codec"
         raise EngineUnavailableError(f"cannot load the SNAC codec {source!r}: {e}") from e
     log.info("loaded SNAC codec %s on %s", source, device)
     return SnacCodec(model, device, fuse=fuse)

@@ -130,7 +130,7 @@ class CodecWorker:
             started, windows = time.monotonic(), lane.stats.windows
             try:
                 self._round(lane, final)
-            except Exception as e:  # noqa: BLE001 - the streams in this call fail, loudly
+            except Exception as e:  # the streams in this call fail, loudly
                 log.exception("codec decode failed (%s lane)", lane.name)
                 self._fail(lane, final, e)
             took = time.monotonic() - started

@@ -258,7 +258,7 @@ class OrpheusEngine(Engine):
                         yield self._final(key, streams.pop(key), ended[key], audio)
                 for key in [k for k in ended if k in streams]:
                     yield self._final(key, streams.pop(key), ended[key], None)
-        except Exception as e:  # noqa: BLE001 - a failed batch fails its unfinished jobs, loudly
+        except Exception as e:  # a failed batch fails its unfinished jobs, loudly
             log.exception("Orpheus batch of %d failed", len(batch))
             for key in list(streams):
                 err = EngineError(f"generation failed: {type(e).__name__}: {e}")

@@ -155,7 +155,7 @@ def _make_swapper(mode: str, device: str, dtype, small_rows: bool = True):
         fast = _fp8_has_kernel(device)
         return (lambda lin: cls.quantize(lin, fast, small_rows).to(device)), \
             ("scaled_mm" if fast else "dequant")
-    import bitsandbytes as bnb  # noqa: F401 - ImportError is the fallback signal
+    import bitsandbytes as bnb  # ImportError is the fallback signal
 
     def swap_bnb(lin):
         w = lin.weight.detach().to(dtype)
