@@ -15,11 +15,15 @@ from pipeline.errors import ServiceUnavailableError
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
+        path = url.split("///", 1)[1] if "///" in url else ""
+        in_memory = path in ("", ":memory:")
+        if not in_memory:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # A file's connections are cheap, and a worker has hundreds of threads claiming and
+        # finishing jobs: room for them all to wait on the writer lock rather than for a connection.
+        pool = {} if in_memory else {"pool_size": 16, "max_overflow": 48}
         engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S, "factory": _GatedConnection},
-                               pool_size=16, max_overflow=48)
+                               **pool)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
