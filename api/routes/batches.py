@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, Form, Header, HTTPException, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
+from pydantic import BeforeValidator
 
 from api import creating, idempotency, pagination
 from api.deps import CurrentKey, Session, State
@@ -61,13 +63,21 @@ async def one_file(request: Request) -> None:
         raise HTTPException(400, detail="send one file part: a batch is made from one file")
 
 
+def _digits(value):
+    """A form field is text, and an integer field's text is digits: "8000.0" or " 8000" is refused
+    as a JSON body's 8000.5 or "8000" would be, not read as 8000."""
+    if isinstance(value, str) and not re.fullmatch(r"[0-9]{1,9}", value):
+        raise ValueError("must be a whole number, digits only")
+    return value
+
+
 @router.post("/upload", status_code=201, response_model=BatchOut, dependencies=[Depends(one_file)],
              responses={409: {"description": "Idempotency-Key reused"}})
 def upload_batch(key: CurrentKey, state: State, session: Session,
                  file: Annotated[UploadFile, File(description="UTF-8 text, one item per non-empty line")],
                  voice: Annotated[str | None, Form(max_length=64)] = None,
                  format: Annotated[str | None, Form(max_length=8)] = None,
-                 sample_rate: Annotated[int | None, Form()] = None,
+                 sample_rate: Annotated[int | None, Form(), BeforeValidator(_digits)] = None,
                  priority: Annotated[Priority, Form()] = "batch",
                  name: Annotated[str | None, Form(max_length=200)] = None,
                  callback_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN)] = None,

@@ -161,3 +161,15 @@ def test_expire_task_runs_on_a_worker(client, running_worker):
     while client.get(f"/v1/batches/{batch['id']}").status_code != 404:
         assert time.monotonic() < deadline, "synth.expire did not delete the expired batch"
         time.sleep(0.2)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("sample_rate", "8000.0"), ("sample_rate", " 8000"), ("sample_rate", "8001"), ("sample_rate", "fast"),
+    ("voice", "nobody"), ("format", "aiff"), ("priority", "urgent"), ("callback_url", "ftp://example.com/x"),
+    ("callback_events", "job.started"), ("name", "x" * 201),
+])
+def test_an_upload_with_a_field_outside_the_document_is_refused(client, field, value):
+    r = client.post("/v1/batches/upload", files={"file": ("lines.txt", b"One line.\n")}, data={field: value})
+    assert r.status_code in (400, 422), (field, value, r.status_code, r.text)
+    assert client.post("/v1/batches/upload", files={"file": ("lines.txt", b"One line.\n")},
+                       data={"sample_rate": "8000"}).status_code == 201
