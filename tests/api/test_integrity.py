@@ -40,8 +40,11 @@ def test_items_whose_ids_read_alike_each_keep_their_own_audio(api_settings, clie
     audio = {j["client_id"]: client.get(f"/v1/jobs/{j['id']}/audio", params={"redirect": "false"}).content
              for j in jobs}
     assert len(set(audio.values())) == 3
-    for client_id, text in TEXTS.items():  # each job speaks its own words
-        assert word_error_rate(text.lower().rstrip("."), transcribe(audio[client_id])) <= 0.5, client_id
+    words = {c: t.lower().rstrip(".") for c, t in TEXTS.items()}
+    for client_id in TEXTS:  # each job speaks its own words: nearest to its text, far from the others
+        heard = transcribe(audio[client_id])
+        errors = {c: word_error_rate(w, heard) for c, w in words.items()}
+        assert min(errors, key=errors.get) == client_id and errors[client_id] <= 0.67, (client_id, heard)
 
     store = make_store(api_settings)
     manifest = _stored_manifest(store, batch_id)
