@@ -8,20 +8,18 @@ from datetime import timedelta
 
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api.state import ApiState
 from api.idempotency import Claim, remember, replay
-from pipeline.db import jobs as db
-from pipeline.db.models import Batch, Job, utcnow
+from pipeline.db.models import Batch, utcnow
 from pipeline.db.models_api import ApiKey
 from pipeline.errors import ServiceUnavailableError
 from pipeline.routing import REALTIME_QUEUE
 from pipeline.submit import BatchOptions, Item, create_item_batch
 from pipeline.webhooks.ssrf import validate_callback_url
-from worker.enqueue import enqueue_batch
+from worker.enqueue import mark_queued, send_messages
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +42,8 @@ def create(state: ApiState, session: Session, claim: Claim | None, resource_type
     if existing is not None:
         return existing, False
     batch = build(session)
-    resource_id = batch.id if resource_type == "batch" else _only_job(session, batch.id)
+    by_queue = mark_queued(session, batch.id)   # one write transaction per request, not two
+    resource_id = batch.id if resource_type == "batch" else _only_job(by_queue)
     remember(session, claim, resource_type, resource_id)
     try:
         session.commit()
@@ -55,15 +54,16 @@ def create(state: ApiState, session: Session, claim: Claim | None, resource_type
             raise
         return existing, False
     try:
-        enqueue_batch(state.celery, state.sessions, batch.id, state.settings.jobs_per_task)
+        send_messages(state.celery, by_queue, state.settings.jobs_per_task)
     except ServiceUnavailableError:
         _discard(state, batch.id)
         raise
     return resource_id, True
 
 
-def _only_job(session: Session, batch_id: str) -> str:
-    return session.scalars(select(Job.id).where(Job.batch_id == batch_id)).one()
+def _only_job(by_queue: dict[str, list[str]]) -> str:
+    (job_id,) = [job_id for ids in by_queue.values() for job_id in ids]
+    return job_id
 
 
 def _discard(state: ApiState, batch_id: str) -> None:
@@ -86,9 +86,7 @@ def warm(state: ApiState) -> None:
         batch = create_item_batch(session, state.settings, [Item(text="Warm up.", client_id="speech")],
                                   BatchOptions(format="wav", priority="realtime"), source="api:speech",
                                   **columns)
-        _only_job(session, batch.id)
-        db.job_ids_by_queue(session, batch.id)
-        db.mark_batch_queued(session, batch.id)
+        mark_queued(session, batch.id)
         session.rollback()
     # send_task's lazy parts: the result backend (disabled) and the message sender, built once
     state.celery.backend  # noqa: B018 - the access builds it

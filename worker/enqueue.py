@@ -1,4 +1,4 @@
-"""Producer side: put a batch's jobs on their queues, a few jobs per message, over one connection."""
+"""Producer side: mark a batch's jobs QUEUED, then put them on their queues, a few jobs per message."""
 
 from __future__ import annotations
 
@@ -24,10 +24,29 @@ def check_broker(app: Celery) -> None:
 
 def enqueue_batch(app: Celery, sessions: sessionmaker[Session], batch_id: str, jobs_per_task: int,
                   progress: Callable[[int], None] | None = None) -> int:
-    """Send one message per group of ``jobs_per_task`` jobs of one queue (length bucket), then mark
-    the jobs QUEUED. Returns the number of messages."""
+    """Mark a committed batch's jobs QUEUED and send their messages (``send_messages``). Returns
+    the number of messages."""
     with sessions() as session:
-        by_queue = db.job_ids_by_queue(session, batch_id)
+        by_queue = mark_queued(session, batch_id)
+        session.commit()
+    return send_messages(app, by_queue, jobs_per_task, progress)
+
+
+def mark_queued(session: Session, batch_id: str) -> dict[str, list[str]]:
+    """Mark the batch's jobs QUEUED in the caller's transaction, before their messages go out, and
+    return their ids by queue for ``send_messages``. Either order is safe: a worker claims a job
+    whether it reads PENDING or QUEUED, and a job whose message never went out (the sender died
+    between the commit and the send) is found open and unnamed by any message, and re-sent
+    (pipeline/reconcile.py). Marking first saves the API's speech request a second write."""
+    by_queue = db.job_ids_by_queue(session, batch_id)
+    db.mark_batch_queued(session, batch_id)
+    return by_queue
+
+
+def send_messages(app: Celery, by_queue: dict[str, list[str]], jobs_per_task: int,
+                  progress: Callable[[int], None] | None = None) -> int:
+    """One message per group of ``jobs_per_task`` jobs of one queue (length bucket), over one
+    connection; a realtime job gets a message of its own."""
     sent = 0
     try:
         with app.producer_or_acquire() as producer:
@@ -42,7 +61,4 @@ def enqueue_batch(app: Celery, sessions: sessionmaker[Session], batch_id: str, j
                         progress(len(group))
     except (KombuOperationalError, OSError) as e:
         raise ServiceUnavailableError(f"Redis went away while enqueueing: {e}") from e
-    with sessions() as session:
-        db.mark_batch_queued(session, batch_id)
-        session.commit()
     return sent

@@ -48,6 +48,7 @@ from sqlalchemy import func, select
 
 from ops.bench import REPO, SHARED_CORPUS, git_commit
 from ops.bench.e2e.streams import percentile, run_streams, run_streams_in_processes, summarize
+from pipeline import live
 from pipeline import text as texts
 from pipeline.db.models import Batch, Job, JobMetrics, as_utc
 from pipeline.db.session import make_engine, make_sessionmaker
@@ -148,17 +149,27 @@ def engine_bench(args, model: str, workdir: Path) -> dict | None:
     return json.loads(out.read_text())
 
 
-def batch_figures(db_url: str, name: str, wall_s: float) -> dict:
+def batch_figures(db_url: str, name: str, wall_s: float, started_wall: float | None = None) -> dict:
+    """The batch's audio over the command's wall time; with ``started_wall`` (Unix time the command
+    started), its timeline in seconds from then: the batch's row written, the first and the last
+    claim, the last job finished."""
     sessions = make_sessionmaker(make_engine(db_url))
     with sessions() as s:
-        batch_id = s.scalar(select(Batch.id).where(Batch.name == name))
+        batch_id, created = s.execute(select(Batch.id, Batch.created_at).where(Batch.name == name)).one()
         audio, jobs = s.execute(select(func.sum(JobMetrics.audio_s), func.count()).join(
             Job, Job.id == JobMetrics.job_id).where(Job.batch_id == batch_id)).one()
         errors = s.scalars(select(Job.error).where(Job.batch_id == batch_id, Job.status == "failed")).all()
+        claims = s.execute(select(func.min(Job.started_at), func.max(Job.started_at),
+                                  func.max(Job.finished_at)).where(Job.batch_id == batch_id)).one()
     audio = float(audio or 0)
-    return {"jobs_done": jobs, "jobs_failed": len(errors), "failures": sorted(set(errors))[:3],
-            "audio_s": round(audio, 1),
-            "wall_s": round(wall_s, 2), "x_real_time": round(audio / wall_s, 1) if wall_s else None}
+    out = {"jobs_done": jobs, "jobs_failed": len(errors), "failures": sorted(set(errors))[:3],
+           "audio_s": round(audio, 1),
+           "wall_s": round(wall_s, 2), "x_real_time": round(audio / wall_s, 1) if wall_s else None}
+    if started_wall is not None:
+        marks = dict(zip(("first_claim", "last_claim", "last_finished"), claims), created=created)
+        out["timeline_s"] = {k: round(as_utc(v).timestamp() - started_wall, 2) for k, v in marks.items()
+                             if v is not None}
+    return out
 
 
 def submit(env: dict, corpus: Path, name: str, log: Path) -> subprocess.Popen:
@@ -212,6 +223,7 @@ def run(args) -> dict:
         result["worker_boot_s"] = round(time.monotonic() - started, 1)
         api = stack.enter_context(process(synth_cmd("api", "--port", str(api_port)), env, workdir / "api.log"))
         args.pids = {"api": api.pid, "worker": worker.pid, "redis": redis_proc.pid}
+        args.redis = client
         base = f"http://127.0.0.1:{api_port}"
         wait_until(lambda: _healthy(base), 60, "the API", api, workdir / "api.log")
         result["singles"] = singles(base + "/v1", key, args.singles)
@@ -256,10 +268,10 @@ def warm_client(base_url: str, key: str) -> None:
 def batch_workload(args, env: dict, workdir: Path, db_url: str) -> dict:
     corpus = workdir / "batch.txt"
     corpus.write_text("\n".join(corpus_lines(args.corpus, args.lines)) + "\n")
-    t = time.monotonic()
+    t, started_wall = time.monotonic(), time.time()
     proc = submit(env, corpus, "batch", workdir / "submit-batch.log")
     proc.wait()
-    return {"exit": proc.returncode, **batch_figures(db_url, "batch", time.monotonic() - t)}
+    return {"exit": proc.returncode, **batch_figures(db_url, "batch", time.monotonic() - t, started_wall)}
 
 
 def streams_beside_batch(args, env: dict, workdir: Path, db_url: str, base_url: str, key: str,
@@ -284,6 +296,7 @@ def streams_beside_batch(args, env: dict, workdir: Path, db_url: str, base_url: 
         profiler()
     proc.wait()
     return {**summarize(streams), "server": server_figures(db_url, before),
+            "stages": stage_figures(db_url, args.redis, streams),
             "cpu_share": {**cpu_share, "client_max": max(client_cpu), "clients": len(client_cpu)},
             "batch": {"exit": proc.returncode,
                       **batch_figures(db_url, f"streams-{count}", time.monotonic() - t)}}
@@ -311,6 +324,36 @@ def server_figures(db_url: str, before: set[str]) -> dict:
             **{f"queue_wait_p{q}_ms": _ms(percentile(wait, q)) for q in (50, 99)},
             **{f"to_claim_p{q}_ms": _ms(percentile(to_claim, q)) for q in (50, 99)},
             **{f"claim_and_front_p{q}_ms": _ms(percentile(claim_on, q)) for q in (50, 99)}}
+
+
+def stage_figures(db_url: str, client: redis.Redis, streams: list) -> dict:
+    """Where each stream's first byte and last byte spent their time, p50 / p99 in ms, from the
+    clocks of the client, the database and Redis (one host): the request to the job's row
+    (the API), the row to the worker's claim, the claim to the worker's first audio, that to the
+    first audio entry in the job's Redis stream (the engine's publisher), and that to the client's
+    first byte (the API's live path and HTTP); then the last audio entry to the client's last byte."""
+    ids = {s.job_id: s for s in streams if s.job_id and s.arrivals and not s.error}
+    with make_sessionmaker(make_engine(db_url))() as session:
+        rows = session.execute(select(Job.id, Job.created_at, Job.started_at, JobMetrics.ttfb_s).join(
+            JobMetrics, JobMetrics.job_id == Job.id).where(Job.id.in_(list(ids)))).all()
+    stages: dict[str, list[float]] = {k: [] for k in ("api", "to_claim", "claim_to_audio", "publish",
+                                                      "deliver_first", "deliver_last")}
+    for job_id, created, started, ttfb in rows:
+        stream = ids[job_id]
+        entries = client.xrange(live.stream_key(job_id))
+        pcm = [int(eid.split(b"-")[0]) / 1000 for eid, fields in entries if fields.get(b"kind") == live.PCM]
+        created_s = as_utc(created).timestamp()
+        first_audio = created_s + ttfb
+        stages["api"].append(created_s - stream.wall(stream.sent))
+        if started is not None:
+            stages["to_claim"].append(as_utc(started).timestamp() - created_s)
+            stages["claim_to_audio"].append(first_audio - as_utc(started).timestamp())
+        if pcm:
+            stages["publish"].append(pcm[0] - first_audio)
+            stages["deliver_first"].append(stream.wall(stream.arrivals[0][0]) - pcm[0])
+            stages["deliver_last"].append(stream.wall(stream.arrivals[-1][0]) - pcm[-1])
+    return {"jobs": len(rows), **{f"{k}_p{q}_ms": _ms(percentile(v, q)) for k, v in stages.items()
+                                 for q in (50, 99)}}
 
 
 def _ms(v: float | None) -> float | None:

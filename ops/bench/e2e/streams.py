@@ -23,6 +23,12 @@ class Stream:
     sent: float = 0.0
     arrivals: list[tuple[float, int]] = field(default_factory=list)
     error: str | None = None
+    job_id: str | None = None
+    wall_offset: float = 0.0    # time.time() less time.perf_counter() in the client's process
+
+    def wall(self, t: float) -> float:
+        """A perf_counter time of this stream's as Unix time, to set beside the server's clocks."""
+        return t + self.wall_offset
 
     @property
     def ttfb_s(self) -> float | None:
@@ -55,10 +61,12 @@ class Stream:
 
 async def _one(client, stream: Stream, text: str, at: float, voice: str) -> None:
     await asyncio.sleep(max(0.0, at - time.monotonic()))
+    stream.wall_offset = time.time() - time.perf_counter()
     stream.sent = time.perf_counter()
     try:
         async with client.audio.speech.with_streaming_response.create(
                 model="tts-1", voice=voice, input=text, response_format="pcm") as response:
+            stream.job_id = response.headers.get("x-job-id")
             async for chunk in response.iter_bytes():
                 if chunk:
                     stream.arrivals.append((time.perf_counter(), len(chunk)))
