@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import audio, textfront
 from pipeline.db import jobs as db
-from pipeline.db.models import Job, as_utc, utcnow
+from pipeline.db.models import Batch, Job, as_utc, utcnow
 from pipeline.engines.base import AudioChunk, Engine, LiveSpec, SynthesisRequest
 from pipeline.errors import (
     DatabaseUnavailableError,
@@ -59,6 +59,7 @@ class Outcome:
     failed: list[str] = field(default_factory=list)
     retry: list[str] = field(default_factory=list)     # requeued: the caller schedules them again
     skipped: list[str] = field(default_factory=list)   # already finished, cancelled or unknown
+    closed: list[str] = field(default_factory=list)    # batches closed with their last job's result
 
 
 @dataclass
@@ -116,7 +117,7 @@ def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) 
             _fail(r, job_id, "engine ended without finishing this job", outcome)
             states.pop(job_id)
 
-    _close_finished_batches(r, job_ids, {j.batch_id for j in jobs})
+    _close_finished_batches(r, job_ids, {j.batch_id for j in jobs}, set(outcome.closed))
     return outcome
 
 
@@ -231,6 +232,8 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         )
         with r.sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)
+            if _only_job_of_batch(session, job) and close_if_finished(session, r.store, job.batch_id):
+                outcome.closed.append(job.batch_id)   # one write for a speech request's job and batch
             session.commit()
         outcome.done.append(job.id)
     except IllegalTransitionError:
@@ -288,12 +291,18 @@ def _seconds(start: datetime, end: datetime) -> float:
     return max(0.0, (end - as_utc(start)).total_seconds())
 
 
-def _close_finished_batches(r: Renderer, job_ids: Sequence[str], claimed: set[str]) -> None:
-    """Close every finished batch this message touches. A batch of claimed jobs gets its manifest
-    (re)written; a batch whose jobs were all skipped is closed only if it never was: the copy of
-    the message that finished it may have died, or failed to write the manifest, before closing."""
+def _only_job_of_batch(session: Session, job: Job) -> bool:
+    batch = session.get(Batch, job.batch_id)
+    return batch is not None and batch.total_jobs == 1
+
+
+def _close_finished_batches(r: Renderer, job_ids: Sequence[str], claimed: set[str], closed: set[str]) -> None:
+    """Close every finished batch this message touches, but those ``closed`` with their job's
+    result. A batch of claimed jobs gets its manifest (re)written; a batch whose jobs were all
+    skipped is closed only if it never was: the copy of the message that finished it may have
+    died, or failed to write the manifest, before closing."""
     with r.sessions() as session:
-        batch_ids = db.batches_of(session, job_ids)
+        batch_ids = db.batches_of(session, job_ids) - closed
     for batch_id in sorted(batch_ids):
         with r.sessions() as session:
             if close_if_finished(session, r.store, batch_id, rewrite=batch_id in claimed):

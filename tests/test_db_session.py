@@ -3,6 +3,7 @@ waits for the first's commit, gets no "database is locked", and reads what the f
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 
@@ -51,3 +52,25 @@ def test_a_second_writer_starts_the_moment_the_first_commits(tmp_path):
         with engine.connect() as reader:
             assert reader.execute(text("SELECT n FROM t")).scalar() == 11   # WAL: the last commit
         assert time.monotonic() - started < 5
+
+
+def test_a_writer_waits_for_another_process_lock_and_then_writes(tmp_path):
+    """Another process's connection (here a plain sqlite3 one, outside this process's turns) holds
+    the write lock; a write waits for it, however long within the busy timeout, and does not fail
+    with "database is locked"."""
+    path = tmp_path / "db.sqlite"
+    engine = make_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER)"))
+        conn.execute(text("INSERT INTO t VALUES (1, 0)"))
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("UPDATE t SET n = n + 1")
+    threading.Timer(0.3, lambda: other.execute("COMMIT")).start()
+    started = time.monotonic()
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE t SET n = n + 10"))
+    assert time.monotonic() - started >= 0.25    # it waited for the other's commit
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT n FROM t")).scalar() == 11
+    other.close()
