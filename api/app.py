@@ -55,10 +55,14 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> FastAPI:
         )
         await state.live.start()
         await run_in_threadpool(_warm, state)
+        speech = creating.SpeechCreator(state)
+        speech.start()
+        state.create_speech = speech.create
         app.state.synth = state
         try:
             yield
         finally:
+            await run_in_threadpool(speech.stop)
             await state.live.close()
             await state.aredis.aclose()
             state.redis.close()

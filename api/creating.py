@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import queue
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from datetime import timedelta
 
 from kombu.exceptions import OperationalError as KombuOperationalError
@@ -15,7 +19,7 @@ from api.state import ApiState
 from api.idempotency import Claim, remember, replay
 from pipeline.db.models import Batch, utcnow
 from pipeline.db.models_api import ApiKey
-from pipeline.errors import ServiceUnavailableError
+from pipeline.errors import InputError, ServiceUnavailableError
 from pipeline.routing import REALTIME_QUEUE
 from pipeline.submit import BatchOptions, Item, create_item_batch
 from pipeline.webhooks.ssrf import validate_callback_url
@@ -59,6 +63,87 @@ def create(state: ApiState, session: Session, claim: Claim | None, resource_type
         _discard(state, batch.id)
         raise
     return resource_id, True
+
+
+class SpeechCreator:
+    """Creates speech requests' jobs on a thread of its own: those waiting together in one
+    transaction, their messages sent after its commit.
+
+    Created one request at a time on the request threads, every speech job took its turn at
+    the database's writer lock (SQLite has one writer), with the threads fighting the event loop
+    that serves the live streams for the GIL: at 256 streams arriving over 2 s a request waited
+    about 0.4 s for a thread and as long again for the lock. One writer taking them in groups
+    pays for one commit and one turn at the lock per group, not per request.
+
+    A create is a function that inserts the batch (it validates before it writes: an InputError
+    fails that request alone); any other error fails the group's transaction, and every
+    request in it gets that error, as each would have on its own."""
+
+    MAX_GROUP = 64
+
+    def __init__(self, state: ApiState) -> None:
+        self._state = state
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="synth-speech-creator", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+
+    async def create(self, build: Callable[[Session], Batch]) -> str:
+        """The new job's id, once its row is committed and its message sent."""
+        done: Future = Future()
+        self._queue.put((build, done))
+        return await asyncio.wrap_future(done)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            group = [item]
+            while len(group) < self.MAX_GROUP:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)   # stop after this group
+                    break
+                group.append(item)
+            try:
+                self._create(group)
+            except Exception as e:  # noqa: BLE001 - the group's requests get the error; the thread goes on
+                for _, done in group:
+                    if not done.done():
+                        done.set_exception(e)
+
+    def _create(self, group: list[tuple[Callable[[Session], Batch], Future]]) -> None:
+        state, made = self._state, []
+        with state.sessions() as session:
+            for build, done in group:
+                try:
+                    batch = build(session)
+                except InputError as e:     # raised before it wrote anything: this request alone
+                    done.set_exception(e)
+                    continue
+                by_queue = mark_queued(session, batch.id)
+                made.append((done, batch.id, _only_job(by_queue), by_queue))
+            session.commit()
+        log.debug("%d speech jobs created in one transaction (%d requests)", len(made), len(group))
+        for done, batch_id, job_id, by_queue in made:
+            try:
+                send_messages(state.celery, by_queue, state.settings.jobs_per_task)
+            except ServiceUnavailableError as e:
+                _discard(state, batch_id)
+                done.set_exception(e)
+                continue
+            done.set_result(job_id)
 
 
 def _only_job(by_queue: dict[str, list[str]]) -> str:

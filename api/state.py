@@ -3,6 +3,7 @@ routes through ``deps.State``."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -14,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.livehub import LiveHub
 from api.metrics import Metrics
 from pipeline.settings import Settings
+from pipeline.db.models import Batch
 from pipeline.storage import ObjectStore
 
 
@@ -30,3 +32,5 @@ class ApiState:
     aredis: aioredis.Redis      # small async checks beside the live streams (a bounded pool)
     live: LiveHub               # every live stream, read over one connection (api/livehub.py)
     metrics: Metrics
+    # a speech request's job: created with others waiting, in one transaction (api/creating.py)
+    create_speech: Callable[[Callable[[Session], Batch]], Awaitable[str]] | None = None

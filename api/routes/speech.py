@@ -4,10 +4,12 @@ the job's live audio as the worker produces it."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException
 from fastapi.responses import Response, StreamingResponse
+from sqlalchemy.orm import Session as OrmSession
 from starlette.concurrency import run_in_threadpool
 
 from api import creating, idempotency
@@ -17,7 +19,7 @@ from api.routes.jobs import job_finished, open_live_or_fail
 from api.schemas import SpeechCreate
 from api.streaming import CONTENT_TYPES, OPENAI_PCM_RATE, SPEECH_FORMATS, encode, once, wav_pcm
 from api.whole_audio import whole
-from pipeline.db.models import Job
+from pipeline.db.models import Batch, Job
 from pipeline.db.models_api import ApiKey
 from pipeline.engines.registry import engine_voices
 from pipeline.settings import Settings
@@ -65,7 +67,10 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State,
     voice = pick_voice(state.settings, body.voice)
     if not state.live.has_room():  # refused before a job is made that nobody would hear
         raise LiveCapacityError(f"this API process serves {state.live.max_streams} live streams already")
-    job_id = await run_in_threadpool(_create, state, key, body, voice, idempotency_key)
+    if idempotency_key is None:
+        job_id = await state.create_speech(partial(_build, state, key, body, voice))
+    else:   # a replay may answer with an existing job: the request's own transaction
+        job_id = await run_in_threadpool(_create, state, key, body, voice, idempotency_key)
     headers = {"X-Job-Id": job_id, "Cache-Control": "no-store"}
     live = await open_live_or_fail(state, job_id)
     if live is None:  # a replay after the live copy expired: the stored WAV
@@ -80,14 +85,17 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State,
                              media_type=CONTENT_TYPES[body.response_format], headers=headers)
 
 
-def _create(state, key: ApiKey, body: SpeechCreate, voice: str | None, idempotency_key: str | None) -> str:
-    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/audio/speech", body.model_dump_json().encode())
+def _build(state, key: ApiKey, body: SpeechCreate, voice: str | None, session: OrmSession) -> Batch:
+    """The speech request's batch of one job, inserted; InputError before anything is written."""
     options = BatchOptions(voice=voice, format="wav", priority="realtime")  # stored copy: WAV
-    columns = creating.owner_columns(state, key, kind="job")
+    return create_item_batch(session, state.settings, [Item(text=body.input, client_id="speech")], options,
+                             source="api:speech", **creating.owner_columns(state, key, kind="job"))
+
+
+def _create(state, key: ApiKey, body: SpeechCreate, voice: str | None, idempotency_key: str) -> str:
+    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/audio/speech", body.model_dump_json().encode())
     with state.sessions() as session:
-        job_id, _ = creating.create(state, session, claim, "job", lambda s: create_item_batch(
-            s, state.settings, [Item(text=body.input, client_id="speech")], options, source="api:speech",
-            **columns))
+        job_id, _ = creating.create(state, session, claim, "job", partial(_build, state, key, body, voice))
     return job_id
 
 

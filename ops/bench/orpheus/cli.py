@@ -133,8 +133,11 @@ def workload(args) -> tuple[list[Job], list[Job], list[Job]]:
 
     batch = chunks(lines[:: max(1, len(lines) // args.lines)][: args.lines], "batch-")
     sub = chunks(lines[:: max(1, len(lines) // args.subset)][: args.subset], "sub-")
+    # as many streams as the largest count asks for: the corpus's lines again where it has too few
+    wanted = max([args.streams, *(int(c) for c in args.stream_counts.split(",") if c)])
+    pool = chunks(lines[1::3], "x")
     rt = [Job(f"rt-{i}", c.text, c.budget, realtime=True)
-          for i, c in enumerate(chunks(lines[1::3], "x")[: args.streams])]
+          for i, c in enumerate((pool * (1 + wanted // max(1, len(pool))))[:wanted])]
     return batch, sub, rt
 
 
