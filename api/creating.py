@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from api.state import ApiState
 from api.idempotency import Claim, remember, replay
+from pipeline.db.jobs import PlannedBatch, insert_batches
 from pipeline.db.models import Batch, utcnow
 from pipeline.db.models_api import ApiKey
 from pipeline.errors import InputError, ServiceUnavailableError
@@ -72,12 +73,13 @@ class SpeechCreator:
     Created one request at a time on the request threads, every speech job took its turn at
     the database's writer lock (SQLite has one writer), with the threads fighting the event loop
     that serves the live streams for the GIL: at 256 streams arriving over 2 s a request waited
-    about 0.4 s for a thread and as long again for the lock. One writer taking them in groups
-    pays for one commit and one turn at the lock per group, not per request.
+    about 0.4 s for a thread and as long again for the lock. Here the rows of every request
+    waiting are made first, without the database, and written in two statements and a commit:
+    the lock is held that long per group, not once per request.
 
-    A create is a function that inserts the batch (it validates before it writes: an InputError
-    fails that request alone); any other error fails the group's transaction, and every
-    request in it gets that error, as each would have on its own."""
+    A create is a function that plans the batch (``plan_item_batch``: it validates, and an
+    InputError fails that request alone); a database error fails the group's transaction, and
+    every request in it gets that error, as each would have on its own."""
 
     MAX_GROUP = 64
 
@@ -95,10 +97,10 @@ class SpeechCreator:
             self._queue.put(None)
             self._thread.join(timeout)
 
-    async def create(self, build: Callable[[Session], Batch]) -> str:
+    async def create(self, plan: Callable[[], PlannedBatch]) -> str:
         """The new job's id, once its row is committed and its message sent."""
         done: Future = Future()
-        self._queue.put((build, done))
+        self._queue.put((plan, done))
         return await asyncio.wrap_future(done)
 
     def _run(self) -> None:
@@ -123,27 +125,26 @@ class SpeechCreator:
                     if not done.done():
                         done.set_exception(e)
 
-    def _create(self, group: list[tuple[Callable[[Session], Batch], Future]]) -> None:
-        state, made = self._state, []
-        with state.sessions() as session:
-            for build, done in group:
-                try:
-                    batch = build(session)
-                except InputError as e:     # raised before it wrote anything: this request alone
-                    done.set_exception(e)
-                    continue
-                by_queue = mark_queued(session, batch.id)
-                made.append((done, batch.id, _only_job(by_queue), by_queue))
-            session.commit()
-        log.debug("%d speech jobs created in one transaction (%d requests)", len(made), len(group))
-        for done, batch_id, job_id, by_queue in made:
+    def _create(self, group: list[tuple[Callable[[], PlannedBatch], Future]]) -> None:
+        state, planned = self._state, []
+        for plan, done in group:
             try:
-                send_messages(state.celery, by_queue, state.settings.jobs_per_task)
+                planned.append((done, plan()))
+            except InputError as e:     # this request alone
+                done.set_exception(e)
+        if not planned:
+            return
+        with state.sessions() as session:
+            insert_batches(session, [p for _, p in planned])
+            session.commit()
+        for done, p in planned:
+            try:
+                send_messages(state.celery, p.job_ids_by_queue(), state.settings.jobs_per_task)
             except ServiceUnavailableError as e:
-                _discard(state, batch_id)
+                _discard(state, p.id)
                 done.set_exception(e)
                 continue
-            done.set_result(job_id)
+            done.set_result(_only_job(p.job_ids_by_queue()))
 
 
 def _only_job(by_queue: dict[str, list[str]]) -> str:

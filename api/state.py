@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.livehub import LiveHub
 from api.metrics import Metrics
 from pipeline.settings import Settings
-from pipeline.db.models import Batch
+from pipeline.db.jobs import PlannedBatch
 from pipeline.storage import ObjectStore
 
 
@@ -33,4 +33,4 @@ class ApiState:
     live: LiveHub               # every live stream, read over one connection (api/livehub.py)
     metrics: Metrics
     # a speech request's job: created with others waiting, in one transaction (api/creating.py)
-    create_speech: Callable[[Callable[[Session], Batch]], Awaitable[str]] | None = None
+    create_speech: Callable[[Callable[[], PlannedBatch]], Awaitable[str]] | None = None

@@ -95,6 +95,14 @@ def create_item_batch(session: Session, settings: Settings, items: Sequence[Item
                       *, source: str, **batch_columns) -> Batch:
     """A batch from explicit items (the API). Everything is validated before anything is written:
     InputError names the first bad item."""
+    planned = plan_item_batch(settings, items, options, source=source, **batch_columns)
+    db.insert_batches(session, [planned])
+    return session.get(Batch, planned.id)
+
+
+def plan_item_batch(settings: Settings, items: Sequence[Item], options: BatchOptions, *, source: str,
+                    queued: bool = False, **batch_columns) -> db.PlannedBatch:
+    """``create_item_batch``'s rows, validated, without the database (``db.plan_batch``)."""
     opts = resolve_options(settings, options)
     seen: set[str] = set()
     jobs = []
@@ -109,8 +117,9 @@ def create_item_batch(session: Session, settings: Settings, items: Sequence[Item
         jobs.append(db.NewJob(client_id=client_id, text=text, line_no=index + 1,
                               queue=queue_for(text, opts.priority, settings.bucket_seconds),
                               voice=own.voice, format=own.format, sample_rate=own.sample_rate))
-    return db.create_batch(session, name=opts.name, source=source, voice=opts.voice, format=opts.format,
-                           sample_rate=opts.sample_rate, priority=opts.priority, jobs=jobs, **batch_columns)
+    return db.plan_batch(name=opts.name, source=source, voice=opts.voice, format=opts.format,
+                         sample_rate=opts.sample_rate, priority=opts.priority, jobs=jobs, queued=queued,
+                         **batch_columns)
 
 
 def _check_text(raw: str, max_chars: int, where: str) -> str:

@@ -19,11 +19,12 @@ from api.routes.jobs import job_finished, open_live_or_fail
 from api.schemas import SpeechCreate
 from api.streaming import CONTENT_TYPES, OPENAI_PCM_RATE, SPEECH_FORMATS, encode, once, wav_pcm
 from api.whole_audio import whole
+from pipeline.db.jobs import PlannedBatch, insert_batches
 from pipeline.db.models import Batch, Job
 from pipeline.db.models_api import ApiKey
 from pipeline.engines.registry import engine_voices
 from pipeline.settings import Settings
-from pipeline.submit import BatchOptions, Item, create_item_batch
+from pipeline.submit import BatchOptions, Item, plan_item_batch
 
 router = APIRouter(prefix="/v1/audio", tags=["openai"])
 
@@ -68,7 +69,7 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State,
     if not state.live.has_room():  # refused before a job is made that nobody would hear
         raise LiveCapacityError(f"this API process serves {state.live.max_streams} live streams already")
     if idempotency_key is None:
-        job_id = await state.create_speech(partial(_build, state, key, body, voice))
+        job_id = await state.create_speech(partial(_plan, state, key, body, voice))
     else:   # a replay may answer with an existing job: the request's own transaction
         job_id = await run_in_threadpool(_create, state, key, body, voice, idempotency_key)
     headers = {"X-Job-Id": job_id, "Cache-Control": "no-store"}
@@ -85,11 +86,17 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State,
                              media_type=CONTENT_TYPES[body.response_format], headers=headers)
 
 
-def _build(state, key: ApiKey, body: SpeechCreate, voice: str | None, session: OrmSession) -> Batch:
-    """The speech request's batch of one job, inserted; InputError before anything is written."""
+def _plan(state, key: ApiKey, body: SpeechCreate, voice: str | None, *, queued: bool = True) -> PlannedBatch:
+    """The speech request's batch of one job, validated (InputError), not yet written."""
     options = BatchOptions(voice=voice, format="wav", priority="realtime")  # stored copy: WAV
-    return create_item_batch(session, state.settings, [Item(text=body.input, client_id="speech")], options,
-                             source="api:speech", **creating.owner_columns(state, key, kind="job"))
+    return plan_item_batch(state.settings, [Item(text=body.input, client_id="speech")], options,
+                           source="api:speech", queued=queued, **creating.owner_columns(state, key, kind="job"))
+
+
+def _build(state, key: ApiKey, body: SpeechCreate, voice: str | None, session: OrmSession) -> Batch:
+    planned = _plan(state, key, body, voice, queued=False)
+    insert_batches(session, [planned])
+    return session.get(Batch, planned.id)
 
 
 def _create(state, key: ApiKey, body: SpeechCreate, voice: str | None, idempotency_key: str) -> str:

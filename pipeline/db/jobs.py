@@ -26,38 +26,64 @@ class NewJob:
     sample_rate: int | None = None
 
 
-def create_batch(
-    session: Session,
-    *,
-    name: str | None,
-    source: str | None,
-    voice: str,
-    format: str,
-    sample_rate: int | None,
-    priority: str,
-    jobs: Sequence[NewJob],
-    skipped_lines: int = 0,
-    **batch_columns,
-) -> Batch:
-    """Insert a batch and all its jobs (PENDING) with bulk inserts; the caller commits.
-    ``batch_columns``: the API's owner_key_id, kind, callback_url/events and expires_at."""
-    batch = Batch(id=new_id(), name=name, source=source, voice=voice, format=format,
-                  sample_rate=sample_rate, priority=priority, total_jobs=len(jobs),
-                  skipped_lines=skipped_lines, created_at=utcnow(), **batch_columns)
-    session.add(batch)
-    session.flush()
-    now = batch.created_at
+@dataclass
+class PlannedBatch:
+    """A batch's row and its jobs' rows, made without the database: ``insert_batches`` writes
+    many such batches in two statements, so a writer holds the database's lock only that long."""
+
+    batch: dict
+    jobs: list[dict]
+
+    @property
+    def id(self) -> str:
+        return self.batch["id"]
+
+    def job_ids_by_queue(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for row in sorted(self.jobs, key=lambda r: (r["line_no"] or 0, r["client_id"])):
+            out.setdefault(row["queue"], []).append(row["id"])
+        return out
+
+
+def plan_batch(*, name: str | None, source: str | None, voice: str, format: str, sample_rate: int | None,
+               priority: str, jobs: Sequence[NewJob], skipped_lines: int = 0, queued: bool = False,
+               **batch_columns) -> PlannedBatch:
+    """The rows of a batch and its jobs, PENDING, or QUEUED with ``queued`` (their messages are
+    sent once the rows are committed). ``batch_columns``: the API's owner_key_id, kind,
+    callback_url/events and expires_at."""
+    now = utcnow()
+    batch = dict(id=new_id(), name=name, source=source, voice=voice, format=format, sample_rate=sample_rate,
+                 priority=priority, total_jobs=len(jobs), skipped_lines=skipped_lines, created_at=now,
+                 **batch_columns)
     rows = [
-        dict(id=new_id(), batch_id=batch.id, client_id=j.client_id, text=j.text, line_no=j.line_no,
+        dict(id=new_id(), batch_id=batch["id"], client_id=j.client_id, text=j.text, line_no=j.line_no,
              idempotency_key=j.idempotency_key, voice=j.voice or voice, format=j.format or format,
              sample_rate=j.sample_rate if j.sample_rate is not None else sample_rate,
-             priority=priority, queue=j.queue, status=JobStatus.PENDING, attempts=0,
-             created_at=now, updated_at=now)
+             priority=priority, queue=j.queue, status=JobStatus.QUEUED if queued else JobStatus.PENDING,
+             attempts=0, created_at=now, updated_at=now, queued_at=now if queued else None)
         for j in jobs
     ]
-    for start in range(0, len(rows), 5000):
-        session.execute(insert(Job), rows[start:start + 5000])
-    return batch
+    return PlannedBatch(batch, rows)
+
+
+def insert_batches(session: Session, planned: Sequence[PlannedBatch]) -> None:
+    """Insert planned batches and their jobs with bulk inserts; the caller commits."""
+    by_columns: dict[tuple, list[dict]] = {}
+    for p in planned:  # one statement per set of columns (callers give the same ones)
+        by_columns.setdefault(tuple(sorted(p.batch)), []).append(p.batch)
+    for rows in by_columns.values():
+        session.execute(insert(Batch), rows)
+    jobs = [row for p in planned for row in p.jobs]
+    for start in range(0, len(jobs), 5000):
+        session.execute(insert(Job), jobs[start:start + 5000])
+
+
+def create_batch(session: Session, **fields) -> Batch:
+    """Insert a batch and all its jobs (PENDING) with bulk inserts (``plan_batch``'s fields); the
+    caller commits."""
+    planned = plan_batch(**fields)
+    insert_batches(session, [planned])
+    return session.get(Batch, planned.id)
 
 
 def job_ids_by_queue(session: Session, batch_id: str) -> dict[str, list[str]]:
