@@ -93,6 +93,28 @@ def warm(r: Renderer) -> None:
     textfront.prepare("Warm up.", info.profile(info.voices[0]), read_emoji=r.read_emoji)
     if r.live is not None:
         r.live.connect()
+        _warm_live(r)
+
+
+def _warm_live(r: Renderer) -> None:
+    """One short realtime request the way a speech request's job goes: its live stream started
+    here, its audio published by the engine (in its own process, where it has one) or here. The
+    engine's own warm-up ran without a live stream and, for an engine in a process of its own, on
+    the far side of the pipe: the first stream after boot paid for both (30 ms on a GPU). The
+    stream's key expires with the live TTL; nobody listens to it."""
+    info = r.engine.info
+    job_id = f"warm-up-{r.live.owner}"
+    if not r.live.start(job_id, info.sample_rate):
+        return
+    spec = LiveSpec(job_id, 1, int(info.sample_rate * r.crossfade_ms / 1000))
+    live = None if r.engine.publishes_live else LiveJob(r.live, spec.job_id, spec.pieces, spec.fade)
+    request = SynthesisRequest((job_id, 0), "Warm up.", info.voices[0], realtime=True,
+                               live=spec if r.engine.publishes_live else None)
+    for chunk in r.engine.synthesize([request]):
+        if live is not None:
+            live.add(0, chunk.audio, chunk.final)
+    if live is not None:
+        live.close()
 
 
 def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) -> Outcome:
