@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     # While a stream waits for its first chunk, the streams already playing join every Nth of the
     # realtime-only steps, and the steps between decode the starting streams alone: a lower first
     # audio for less headroom in the playing streams. 1: off.
-    realtime_steady_every: int = Field(default=_REALTIME.steady_every, ge=0)
+    realtime_playing_every: int = Field(default=_REALTIME.playing_every, ge=0)
     # Frames of lookahead for a realtime stream's first chunk: 2 (out after 21 tokens) or 1 (after
     # 14: lower TTFB, slightly rougher end of the first frame, and gap-free only while the stream
     # is generated at 0.5x real time or faster).
@@ -188,7 +188,7 @@ class Settings(BaseSettings):
         return v
 
     @field_validator("realtime_batch_every", "realtime_batch_every_starting",
-                     "realtime_steady_every")
+                     "realtime_playing_every")
     @classmethod
     def _zero_is_default(cls, v: int, info: ValidationInfo) -> int:
         """0, which once stood for the engine's default, still does."""

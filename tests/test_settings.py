@@ -40,13 +40,13 @@ def test_an_unknown_switch_is_refused_with_the_choices():
 
 def test_zero_still_stands_for_the_default_realtime_periods():
     settings = Settings(realtime_batch_every=0, realtime_batch_every_starting=0,
-                        realtime_steady_every=0)
+                        realtime_playing_every=0)
     assert settings.orpheus_config().realtime == RealtimeConfig()
-    assert Settings(realtime_steady_every=1).orpheus_config().realtime.steady_every == 1
+    assert Settings(realtime_playing_every=1).orpheus_config().realtime.playing_every == 1
 
 
 def test_a_realtime_config_out_of_range_is_refused():
     with pytest.raises(ValueError, match="first_lookahead"):
         RealtimeConfig(first_lookahead=3)
     with pytest.raises(ValueError, match=">= 1"):
-        RealtimeConfig(steady_every=0)
+        RealtimeConfig(playing_every=0)

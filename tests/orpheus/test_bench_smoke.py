@@ -26,8 +26,8 @@ def scenario(tmp_path):
     path = tmp_path / "scenario.toml"
     path.write_text("[[config]]\n\n"
                     "[[config]]\nbatch_every = 1\nbatch_every_starting = 1\nrealtime_max_rows = 3\n"
-                    "switch_interval_ms = 0.5\nsteady_every = 1\npause_batch = false\n\n"
-                    "[[config]]\nbatch_every = 2\nbatch_every_starting = 4\nsteady_every = 2\n"
+                    "switch_interval_ms = 0.5\nplaying_every = 1\npause_batch = false\n\n"
+                    "[[config]]\nbatch_every = 2\nbatch_every_starting = 4\nplaying_every = 2\n"
                     "pause_batch = true\nfirst_lookahead = 1\nramp_tokens = 0\n")
     return path
 
@@ -71,11 +71,11 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     # every step full, so no realtime-only steps; batch rows over the cap preempted (pause_batch false)
     plain = mode["streams_every1_starting1_max3_switch0.5ms_preempting"]
     assert plain["config"] == {"batch_every": 1, "batch_every_starting": 1, "realtime_max_rows": 3,
-                               "switch_interval_ms": 0.5, "steady_every": 1, "pause_batch": False,
+                               "switch_interval_ms": 0.5, "playing_every": 1, "pause_batch": False,
                                "first_lookahead": 2, "ramp_tokens": 14}
     assert plain["1"]["ok"] == 1 and plain["1"]["realtime_only_steps"] == 0
     steady = next(v for k, v in mode.items() if k.endswith("_steady2_paused_lookahead1_ramp0"))
-    assert steady["config"]["steady_every"] == 2 and steady["config"]["pause_batch"]
+    assert steady["config"]["playing_every"] == 2 and steady["config"]["pause_batch"]
     assert steady["config"]["first_lookahead"] == 1 and steady["config"]["ramp_tokens"] == 0
     assert steady["1"]["ok"] == 1
     assert "starting_only_steps" in steady["1"]

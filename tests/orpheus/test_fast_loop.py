@@ -54,24 +54,24 @@ def test_greedy_tokens_equal_generate_with_arrivals_and_departures(tiny, rows, p
         assert seqs[i].finish_reason in ("eos", "budget")
 
 
-@pytest.mark.parametrize("steady_every,pause", [(1, False), (2, False), (2, True)],
+@pytest.mark.parametrize("playing_every,pause", [(1, False), (2, False), (2, True)],
                          ids=["", "starting-only", "starting-only-paused"])
 @pytest.mark.parametrize("overlap", [True, False], ids=["overlapped", "step-by-step"])
 @pytest.mark.parametrize("rows,max_rows", [(4, 0), (3, 2)], ids=["no-cap", "preempting"])
 def test_tokens_are_unchanged_by_realtime_tiers_and_realtime_only_steps(tiny, overlap, rows, max_rows,
-                                                                        steady_every, pause):
+                                                                        playing_every, pause):
     """Streams arriving among batch work take the low rows (the batch rows there move up, cache
-    and state), and decode alone between full steps (with ``steady_every``, some of those steps
+    and state), and decode alone between full steps (with ``playing_every``, some of those steps
     decode the starting stream alone; with ``pause``, batch rows over the cap wait in place instead
     of being preempted): every sequence still gets generate()'s tokens."""
     params = SamplingParams(temperature=0)
     prompts, seqs, out, sched = drive(tiny, params, rows, {0: [0, 1], 3: [2], 9: [3, 4]},
-                                      realtime=(2, 4), overlap=overlap, full_every=2,
-                                      full_every_starting=3, first_tokens=12,
+                                      realtime=(2, 4), overlap=overlap, batch_every=2,
+                                      batch_every_starting=3, first_tokens=12,
                                       realtime_max_rows=max_rows, batch_floor=0,
-                                      steady_every=steady_every, pause_batch=pause)
+                                      playing_every=playing_every, pause_batch=pause)
     assert sched.realtime_steps > 0
-    assert (sched.starting_steps > 0) == (steady_every > 1)
+    assert (sched.starting_steps > 0) == (playing_every > 1)
     for i, (p, b) in enumerate(zip(prompts, BUDGETS)):
         assert out[i] == reference_generate(tiny.model, [p], params, [b])[0], f"sequence {i}"
 

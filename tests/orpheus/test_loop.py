@@ -71,18 +71,18 @@ def final_chunk(live, audio):
 def test_the_codec_thread_sends_one_final_chunk_per_stream_whatever_the_slicing(tiny):
     """Batch streams that end on a batch turn are in both of the codec thread's lists; sliced
     renders once sent them two final chunks, and a caller counting finals stopped early."""
-    from pipeline.engines.orpheus.codec_worker import CodecWorker
-    from pipeline.engines.orpheus.loop import Live
+    from pipeline.engines.orpheus.codec_thread import CodecThread
+    from pipeline.engines.orpheus.loop import InFlight
     from pipeline.engines.orpheus.streaming import StreamState
 
-    worker = CodecWorker(tiny.codec, on_final=final_chunk,
+    worker = CodecThread(tiny.codec, on_final=final_chunk,
         batch_interval_s=0.0, batch_slice=1)
     sink: queue.SimpleQueue = queue.SimpleQueue()
     rng = np.random.default_rng(0)
     lives = []
     try:
         for k in range(3):
-            live = Live(Seq(k, [1], budget=100), sink, StreamState(seed=k, chunk_frames=2), k)
+            live = InFlight(Seq(k, [1], budget=100), sink, StreamState(seed=k, chunk_frames=2), k)
             live.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(9))
             worker.register(live)
             lives.append(live)
@@ -107,8 +107,8 @@ def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
     """The batch lane sends finals over several calls (one per slice); when a later call fails,
     the streams finished before it must not get an error final as well, and the realtime lane's
     stream is not touched by the batch lane's failure."""
-    from pipeline.engines.orpheus.codec_worker import CodecWorker
-    from pipeline.engines.orpheus.loop import Live
+    from pipeline.engines.orpheus.codec_thread import CodecThread
+    from pipeline.engines.orpheus.loop import InFlight
     from pipeline.engines.orpheus.streaming import StreamState
 
     class FailingSecondBatchCall:          # the codec's interface: decode_windows
@@ -122,14 +122,14 @@ def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
                     raise RuntimeError("codec broke")
             return self.codec.decode_windows(frames, keys, urgent)
 
-    worker = CodecWorker(FailingSecondBatchCall(tiny.codec), on_final=final_chunk,
+    worker = CodecThread(FailingSecondBatchCall(tiny.codec), on_final=final_chunk,
         batch_interval_s=1e9, batch_slice=1)
     sink: queue.SimpleQueue = queue.SimpleQueue()
     rng = np.random.default_rng(1)
     lives = []
     try:
         for k, realtime in enumerate([True, False, False, False]):
-            live = Live(Seq(k, [1], budget=100, realtime=realtime), sink,
+            live = InFlight(Seq(k, [1], budget=100, realtime=realtime), sink,
                         StreamState(seed=k, chunk_frames=2), k)
             # 2 frames: one window, so one codec call per stream and slice
             live.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(2))
@@ -161,8 +161,8 @@ def test_a_realtime_chunk_leaves_while_the_batch_lane_is_inside_a_codec_call(tin
     still running (here: held until the test lets it go), not after it."""
     import threading
 
-    from pipeline.engines.orpheus.codec_worker import CodecWorker
-    from pipeline.engines.orpheus.loop import Live
+    from pipeline.engines.orpheus.codec_thread import CodecThread
+    from pipeline.engines.orpheus.loop import InFlight
     from pipeline.engines.orpheus.streaming import StreamState
 
     class HeldBatchCalls:                   # the codec's interface: decode_windows
@@ -176,16 +176,16 @@ def test_a_realtime_chunk_leaves_while_the_batch_lane_is_inside_a_codec_call(tin
             return self.codec.decode_windows(frames, keys, urgent)
 
     codec = HeldBatchCalls(tiny.codec)
-    worker = CodecWorker(codec, on_final=final_chunk, batch_interval_s=0.0)
+    worker = CodecThread(codec, on_final=final_chunk, batch_interval_s=0.0)
     sink: queue.SimpleQueue = queue.SimpleQueue()
     rng = np.random.default_rng(2)
     try:
-        batch = Live(Seq("batch", [1], budget=100), sink, StreamState(seed=1, chunk_frames=2),
+        batch = InFlight(Seq("batch", [1], budget=100), sink, StreamState(seed=1, chunk_frames=2),
                      "batch")
         batch.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(4))
         worker.register(batch)
         assert codec.entered.wait(60)       # the batch lane is now inside its call, held
-        stream = Live(Seq("rt", [1], budget=100, realtime=True), sink,
+        stream = InFlight(Seq("rt", [1], budget=100, realtime=True), sink,
                       StreamState(seed=2, ramp=True), "rt")
         worker.register(stream)
         stream.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(3))

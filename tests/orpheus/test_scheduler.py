@@ -247,13 +247,13 @@ def test_a_realtime_arrival_takes_the_lowest_batch_row_which_moves_to_the_end():
     assert tiers_hold(s) == 1
 
 
-@pytest.mark.parametrize("steady_every,pause", [(1, False), (3, False), (1, True), (3, True)])
-def test_tiers_hold_through_arrivals_finishes_and_preemptions(steady_every, pause):
+@pytest.mark.parametrize("playing_every,pause", [(1, False), (3, False), (1, True), (3, True)])
+def test_tiers_hold_through_arrivals_finishes_and_preemptions(playing_every, pause):
     import random
 
     rng = random.Random(7)
     s = Scheduler(rows=8, max_context=200, batch_floor=1, realtime_max_rows=6, admit_every=2,
-                  full_every=2, full_every_starting=3, first_tokens=4, steady_every=steady_every,
+                  batch_every=2, batch_every_starting=3, first_tokens=4, playing_every=playing_every,
                   pause_batch=pause)
     made = 0
     for step in range(300):
@@ -274,11 +274,11 @@ def test_tiers_hold_through_arrivals_finishes_and_preemptions(steady_every, paus
         if plan.starting_only:      # streams short of their first 4 tokens (this step's included)
             assert plan.decode and all(q.realtime and len(q.tokens) <= 4 for q in plan.decode)
     assert s.idle or made
-    assert (s.starting_steps > 0) == (steady_every > 1)
+    assert (s.starting_steps > 0) == (playing_every > 1)
 
 
 def test_realtime_only_steps_between_full_ones_while_streams_run():
-    s = Scheduler(rows=8, max_context=200, full_every=2, full_every_starting=4, first_tokens=3)
+    s = Scheduler(rows=8, max_context=200, batch_every=2, batch_every_starting=4, first_tokens=3)
     batch = [Seq(f"b{i}", [1, 2], budget=100) for i in range(3)]
     for q in batch:
         s.add(q)
@@ -302,7 +302,7 @@ def test_realtime_only_steps_between_full_ones_while_streams_run():
 
 
 def test_batch_prompts_wait_for_a_full_step_while_streams_run():
-    s = Scheduler(rows=8, max_context=200, full_every=3, full_every_starting=3, first_tokens=1)
+    s = Scheduler(rows=8, max_context=200, batch_every=3, batch_every_starting=3, first_tokens=1)
     s.add(Seq("b0", [1, 2], budget=100))
     run_step(s, lambda q: 7)
     s.add(Seq("rt", [1], budget=100, realtime=True))
@@ -322,8 +322,8 @@ def test_batch_prompts_wait_for_a_full_step_while_streams_run():
 def test_batch_work_keeps_its_floor_under_a_steady_flood_of_streams():
     """Streams fill the realtime cap before any batch job starts, and more keep coming: batch jobs
     are still admitted up to the floor, and finish."""
-    s = Scheduler(rows=8, max_context=200, batch_floor=2, realtime_max_rows=4, full_every=2,
-                  full_every_starting=2, first_tokens=2)
+    s = Scheduler(rows=8, max_context=200, batch_floor=2, realtime_max_rows=4, batch_every=2,
+                  batch_every_starting=2, first_tokens=2)
     made = 0
     for _ in range(6):
         s.add(Seq(f"rt{made}", [1], budget=20, realtime=True))
@@ -341,11 +341,11 @@ def test_batch_work_keeps_its_floor_under_a_steady_flood_of_streams():
 
 
 def test_starting_only_steps_decode_the_new_stream_alone_between_the_others():
-    """With ``steady_every=2``, while a stream waits for its first chunk, every other step over the
+    """With ``playing_every=2``, while a stream waits for its first chunk, every other step over the
     realtime rows decodes it alone (at the realtime tier's batch, the playing stream's row idle);
     once it has its first tokens, the steps are as before."""
-    s = Scheduler(rows=8, max_context=400, full_every=2, full_every_starting=4, first_tokens=6,
-                  steady_every=2)
+    s = Scheduler(rows=8, max_context=400, batch_every=2, batch_every_starting=4, first_tokens=6,
+                  playing_every=2)
     s.add(Seq("b", [1, 2], budget=300))
     s.add(Seq("old", [1], budget=300, realtime=True))
     for _ in range(12):                              # "old" is past its first tokens
@@ -374,10 +374,10 @@ def test_starting_only_steps_decode_the_new_stream_alone_between_the_others():
 
 
 def test_starting_only_steps_without_batch_work():
-    """Streams alone: every step is a full one over the realtime rows, and with ``steady_every``
+    """Streams alone: every step is a full one over the realtime rows, and with ``playing_every``
     every other one decodes the starting stream alone."""
-    s = Scheduler(rows=4, max_context=200, full_every=2, full_every_starting=4, first_tokens=4,
-                  steady_every=2)
+    s = Scheduler(rows=4, max_context=200, batch_every=2, batch_every_starting=4, first_tokens=4,
+                  playing_every=2)
     s.add(Seq("old", [1], budget=100, realtime=True))
     for _ in range(8):
         run_step(s, lambda q: 7)
@@ -395,7 +395,7 @@ def test_a_stream_just_past_its_first_chunk_keeps_the_starting_pace_for_ramp_tok
     """With ``ramp_tokens``, a stream that has its first tokens decodes in the starting-only steps
     for that many more while another stream still waits for its first chunk; the streams
     playing longer join every other step as before, and past its ramp the stream does too."""
-    s = Scheduler(rows=8, max_context=400, first_tokens=4, steady_every=2, ramp_tokens=3)
+    s = Scheduler(rows=8, max_context=400, first_tokens=4, playing_every=2, ramp_tokens=3)
     s.add(Seq("old", [1], budget=300, realtime=True))
     for _ in range(10):                              # "old" is past its first tokens and ramp
         run_step(s, lambda q: 7)
@@ -424,8 +424,8 @@ def test_the_realtime_cap_preempts_or_pauses_batch_work(pause):
     Preempting gives the youngest batch rows back (they prefill again later); pausing keeps every
     row (two are free for the streams) and full steps decode the streams and the two lowest batch
     rows, the others waiting where they are, and finishing once the streams have."""
-    s = Scheduler(rows=8, max_context=200, realtime_max_rows=4, batch_floor=1, full_every=2,
-                  full_every_starting=2, first_tokens=2, pause_batch=pause)
+    s = Scheduler(rows=8, max_context=200, realtime_max_rows=4, batch_floor=1, batch_every=2,
+                  batch_every_starting=2, first_tokens=2, pause_batch=pause)
     jobs = [Seq(f"b{i}", [1, 2], budget=40) for i in range(6)]
     for q in jobs:
         s.add(q)

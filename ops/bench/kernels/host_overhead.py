@@ -27,7 +27,7 @@ from pipeline.constants import SNAC_TOKENS_PER_FRAME
 from pipeline.engines.orpheus.config import RealtimeConfig
 from pipeline.engines.orpheus.engine import ADMIT_EVERY, PAUSE_BATCH, RAMP_TOKENS, stream_state
 from pipeline.engines.orpheus.loop import EngineLoop
-from pipeline.engines.orpheus.runner import ModelRunner, _Launched, ladder
+from pipeline.engines.orpheus.runner import ModelRunner, _LaunchedStep, ladder
 from pipeline.engines.orpheus.sampling import SamplingParams
 from pipeline.engines.orpheus.scheduler import Plan, Scheduler, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH, audio_range
@@ -64,14 +64,14 @@ class InstantRunner(ModelRunner):
         self.ends = ends
         self.launch_s = 0.0
 
-    def launch(self, plan: Plan) -> _Launched:
+    def launch(self, plan: Plan) -> _LaunchedStep:
         t0 = time.perf_counter()
         b = self.padded_batch(plan.rows) if plan.decode else 0
         decoded = [0] * b
         for seq in plan.decode:
             decoded[seq.row] = self._draw(seq)
         first = [c.seq for c in plan.prefill if c.last]
-        launched = _Launched([s.row for s in plan.decode], torch.tensor(decoded) if b else None,
+        launched = _LaunchedStep([s.row for s in plan.decode], torch.tensor(decoded) if b else None,
                              [s.row for s in first],
                              torch.tensor([self._draw(s) for s in first]) if first else None, None)
         self.launch_s += time.perf_counter() - t0
@@ -90,9 +90,9 @@ def scheduler_for(rows: int) -> Scheduler:
     realtime = RealtimeConfig()
     first = stream_state(0, True).first_ready_frames * SNAC_TOKENS_PER_FRAME
     return Scheduler(rows, CONTEXT, reserved=max(1, rows // 8), batch_floor=rows // 8,
-                     admit_every=ADMIT_EVERY, realtime_max_rows=rows, full_every=realtime.batch_every,
-                     full_every_starting=realtime.batch_every_starting, first_tokens=first,
-                     steady_every=realtime.steady_every, ramp_tokens=RAMP_TOKENS, pause_batch=PAUSE_BATCH)
+                     admit_every=ADMIT_EVERY, realtime_max_rows=rows, batch_every=realtime.batch_every,
+                     batch_every_starting=realtime.batch_every_starting, first_tokens=first,
+                     playing_every=realtime.playing_every, ramp_tokens=RAMP_TOKENS, pause_batch=PAUSE_BATCH)
 
 
 def steady_loop(rows: int, seed: int = 0) -> tuple[EngineLoop, InstantRunner, Workload]:
@@ -116,7 +116,7 @@ def step(loop: EngineLoop, runner: InstantRunner, work: Workload) -> tuple[float
     loop._admit(block=False)
     loop._step()
     took = time.perf_counter() - t0 - (runner.launch_s - fake)
-    worker = loop.codec_worker
+    worker = loop.codec_thread
     for lane in worker.lanes.values():
         for live in lane.take_ended(0):
             worker.drop(live)

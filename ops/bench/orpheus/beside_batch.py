@@ -21,11 +21,11 @@ def bench_streams(args, fast, batch: list[Job], rt: list[Job], mode: dict) -> No
     over --spread s; the scheduler's settings are restored after."""
     background = [j for j in batch if int(j.key.split("-", 1)[1].split(".")[0]) < args.batch_lines]
     sched = fast.loop.scheduler
-    defaults = (sched.full_every, sched.full_every_starting, sched.realtime_max_rows)
-    base_steady, base_pause, base_ramp = sched.steady_every, sched.pause_batch, sched.ramp_tokens
+    defaults = (sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows)
+    base_steady, base_pause, base_ramp = sched.playing_every, sched.pause_batch, sched.ramp_tokens
     switch = sys.getswitchinterval()
     for c in load_scenarios(args.scenario):
-        steady = c.steady_every or base_steady
+        steady = c.playing_every or base_steady
         ramp = base_ramp if c.ramp_tokens is None else c.ramp_tokens
         pause = base_pause if c.pause_batch is None else c.pause_batch
         lookahead = c.first_lookahead or 2
@@ -33,22 +33,22 @@ def bench_streams(args, fast, batch: list[Job], rt: list[Job], mode: dict) -> No
         config = tuple(v or d for v, d in zip(
             (c.batch_every, c.batch_every_starting, c.realtime_max_rows), defaults)) + \
             (float(c.switch_interval_ms),)
-        sched.full_every, sched.full_every_starting, sched.realtime_max_rows = config[:3]
-        sched.steady_every, sched.pause_batch, sched.ramp_tokens = max(1, steady), pause, ramp
+        sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows = config[:3]
+        sched.playing_every, sched.pause_batch, sched.ramp_tokens = max(1, steady), pause, ramp
         sys.setswitchinterval(config[3] / 1000 or switch)
         name = streams_key(config, (steady, pause, lookahead, ramp),
                            (base_steady, base_pause, 2, base_ramp), defaults)
         mode[name] = {"config": dict(zip(("batch_every", "batch_every_starting",
                                          "realtime_max_rows", "switch_interval_ms",
-                                         "steady_every", "pause_batch", "first_lookahead",
+                                         "playing_every", "pause_batch", "first_lookahead",
                                          "ramp_tokens"),
                                         config[:3] + (config[3] or switch * 1000, steady,
                                                       pause, lookahead, ramp)))}
         for count in map(int, args.stream_counts.split(",")):
             summary = mode[name][count] = streams_run(args, fast, background, rt[:count])
             print(name, count, summary, flush=True)
-    sched.full_every, sched.full_every_starting, sched.realtime_max_rows = defaults
-    sched.steady_every, sched.pause_batch, sched.ramp_tokens = base_steady, base_pause, base_ramp
+    sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows = defaults
+    sched.playing_every, sched.pause_batch, sched.ramp_tokens = base_steady, base_pause, base_ramp
     set_lookahead(fast, 2)
     sys.setswitchinterval(switch)
 
@@ -147,7 +147,7 @@ def stall_record(fast, since: float, alloc_before: dict) -> dict:
            # (at, gap before, launch, wait, post; ms) and the sequences live, the 12 longest
            "slowest_steps": [[ms(s[0] - since), *map(ms, s[1:5]), s[5]] for s in
                              sorted(steps, key=lambda s: -(s[1] + s[2] + s[3] + s[4]))[:12]]}
-    for lane in fast.loop.codec_worker.lanes.values():
+    for lane in fast.loop.codec_thread.lanes.values():
         rounds = [r for r in lane.stats.slow_rounds if r[0] >= since]
         out[f"codec_{lane.name}_slow_rounds"] = [[ms(r[0] - since), ms(r[1]), r[2]] for r in
                                                  sorted(rounds, key=lambda r: -r[1])[:8]]
@@ -207,7 +207,7 @@ def set_lookahead(engine, frames: int) -> None:
 
 
 def phases_ms(phases: list[dict]) -> dict:
-    """Median milliseconds of each phase on the way to the first chunk (loop.Live)."""
+    """Median milliseconds of each phase on the way to the first chunk (loop.InFlight)."""
     import statistics
 
     if not phases:
@@ -219,8 +219,8 @@ def loop_stats(engine):
     def snap():
         s = engine.loop.stats
         return {"steps": s.steps, "tokens": s.tokens, "decode_rows": s.decode_rows,
-                "padded_rows": s.padded_rows, "codec_calls": engine.loop.codec_worker.calls,
-                "codec_s": engine.loop.codec_worker.busy_s, "launch_s": s.launch_s,
+                "padded_rows": s.padded_rows, "codec_calls": engine.loop.codec_thread.calls,
+                "codec_s": engine.loop.codec_thread.busy_s, "launch_s": s.launch_s,
                 "schedule_s": s.schedule_s, "wait_s": s.wait_s,
                 "post_s": s.post_s, "prefill_steps": s.prefill_steps,
                 "device_s": s.full_device_s + s.realtime_device_s,

@@ -7,7 +7,7 @@
     batch_every_starting = 8    # realtime_batch_every_starting (0 or absent: the default)
     realtime_max_rows = 0       # 0 or absent: the default
     switch_interval_ms = 0.5    # the GIL switch interval (0 or absent: Python's)
-    steady_every = 2            # the scheduler's steady_every (1: no starting-only steps)
+    playing_every = 2            # the scheduler's playing_every (1: no starting-only steps)
     pause_batch = true          # pause the batch rows over the cap (false: preempt them)
     first_lookahead = 1         # the first chunk's lookahead in frames (absent: 2)
     ramp_tokens = 0             # ramp_tokens (absent: the default; 0: none)
@@ -26,7 +26,7 @@ class StreamsConfig:
     batch_every_starting: int = 0
     realtime_max_rows: int = 0
     switch_interval_ms: float = 0.0
-    steady_every: int = 0
+    playing_every: int = 0
     pause_batch: bool | None = None
     first_lookahead: int = 0
     ramp_tokens: int | None = None

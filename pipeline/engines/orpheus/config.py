@@ -74,15 +74,15 @@ class RealtimeConfig:
     # While a stream waits for its first chunk, the streams already playing join every Nth of the
     # realtime-only steps, and the steps between decode the starting streams alone: a lower first
     # audio for less headroom in the playing streams. Every 2nd: every 3rd ran them dry.
-    steady_every: int = 2
+    playing_every: int = 2
     # Frames of lookahead for a stream's first chunk: 2 (out after 21 tokens) or 1 (after 14).
     first_lookahead: int = 2
 
     def __post_init__(self) -> None:
         if min(self.rows, self.max_rows) < 0:
             raise ValueError("realtime rows and max_rows must be >= 0 (0: derived from the rows)")
-        if min(self.batch_every, self.batch_every_starting, self.steady_every) < 1:
-            raise ValueError("realtime batch_every, batch_every_starting and steady_every must "
+        if min(self.batch_every, self.batch_every_starting, self.playing_every) < 1:
+            raise ValueError("realtime batch_every, batch_every_starting and playing_every must "
                              "be >= 1")
         if self.first_lookahead not in (1, 2):
             raise ValueError("realtime first_lookahead must be 1 or 2 frames")

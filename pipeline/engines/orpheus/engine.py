@@ -376,8 +376,8 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
     scheduler = Scheduler(rows, context, reserved=reserved, batch_floor=rows // 8,
                           admit_every=ADMIT_EVERY if on_gpu else 1,
                           realtime_max_rows=rt.max_rows or max(1, rows // 3),
-                          full_every=rt.batch_every, full_every_starting=rt.batch_every_starting,
-                          first_tokens=first, steady_every=rt.steady_every,
+                          batch_every=rt.batch_every, batch_every_starting=rt.batch_every_starting,
+                          first_tokens=first, playing_every=rt.playing_every,
                           ramp_tokens=RAMP_TOKENS, pause_batch=PAUSE_BATCH)
     if config.cuda_graphs:
         runner.codec_fallback = loaded.codec.capture_graphs(realtime_windows(), batch_windows())

@@ -8,7 +8,7 @@ sequences in the inbox and read their chunks from their own queue. The loop thre
 so the host plans and queues a step while the device still runs the one before: the device never
 waits for the host's bookkeeping, and the host's time per step is hidden under the device's
 (``overlap=False`` does one step at a time). The codec works on threads of its own
-(codec_worker.py; its realtime lane is woken as soon as a step's frames are fed), so the language
+(codec_thread.py; its realtime lane is woken as soon as a step's frames are fed), so the language
 model's step never waits for it either. A failed step fails the sequences in it, loudly, and the
 loop carries on; running out of device memory halves the rows and gives the sequences back as
 retryable, never lost.
@@ -28,7 +28,7 @@ import numpy as np
 
 from pipeline.engines.base import AudioChunk
 from pipeline.engines.orpheus.scheduler import Plan, Scheduler, Seq, SeqState
-from pipeline.engines.orpheus.codec_worker import CodecWorker
+from pipeline.engines.orpheus.codec_thread import CodecThread
 from pipeline.engines.orpheus.streaming import StreamState
 from pipeline.errors import EngineError, EngineOverloadedError
 
@@ -67,7 +67,7 @@ class FirstChunkMarks:
 
 
 @dataclass(eq=False)
-class Live:
+class InFlight:
     """A sequence in flight with its stream state and the queue its caller reads."""
 
     seq: Seq
@@ -111,10 +111,10 @@ class EngineLoop:
         self.overlap = overlap
         self._pending: tuple[Plan, object] | None = None   # (plan, launched), not yet collected
         # on_final: (live, last audio) -> the final AudioChunk (the engine's policy)
-        self.codec_worker = CodecWorker(codec, on_final)
+        self.codec_thread = CodecThread(codec, on_final)
         self.stream_factory = stream_factory
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.live: dict[int, Live] = {}   # id(seq) -> Live
+        self.live: dict[int, InFlight] = {}   # id(seq) -> InFlight
         self.stats = LoopStats()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="orpheus-loop", daemon=True)
@@ -122,11 +122,11 @@ class EngineLoop:
 
     def submit(self, items: list[tuple[Seq, Hashable]], sink: queue.SimpleQueue) -> None:
         for seq, key in items:
-            self.inbox.put(Live(seq, sink, self.stream_factory(seq.seed, seq.realtime), key))
+            self.inbox.put(InFlight(seq, sink, self.stream_factory(seq.seed, seq.realtime), key))
 
     def first_chunk_phases(self, clear: bool = False) -> list[dict]:
         """Where the time to the first chunk went, per realtime stream (the last 4096)."""
-        marks, kept = [], self.codec_worker.first_chunks
+        marks, kept = [], self.codec_thread.first_chunks
         if clear:       # popleft, not clear(): the realtime lane may append meanwhile
             while kept:
                 marks.append(kept.popleft())
@@ -138,7 +138,7 @@ class EngineLoop:
         self._stop.set()
         self.inbox.put(None)
         self._thread.join(timeout=30)
-        self.codec_worker.close()
+        self.codec_thread.close()
 
     # The thread ---------------------------------------------------------------------------------
 
@@ -183,14 +183,14 @@ class EngineLoop:
                 break
         return not self._stop.is_set()
 
-    def _add(self, live: Live) -> None:
+    def _add(self, live: InFlight) -> None:
         try:
             self.scheduler.add(live.seq)
         except ValueError as e:
             live.sink.put(AudioChunk(live.key, np.zeros(0, np.float32), True, EngineError(str(e))))
             return
         self.live[id(live.seq)] = live
-        self.codec_worker.register(live)
+        self.codec_thread.register(live)
 
     def _step(self) -> None:
         """Launch the next plan (if any), then collect and post-process the one launched before it
@@ -258,7 +258,7 @@ class EngineLoop:
                 if len(assembler.frames) >= live.stream.first_ready_frames:
                     marks.ready_at = now
         if fed_realtime:
-            self.codec_worker.frames_fed()
+            self.codec_thread.frames_fed()
         s.steps += 1
         if plan.decode:
             n, padded = len(plan.decode), self.runner.padded_batch(plan.rows)
@@ -270,7 +270,7 @@ class EngineLoop:
                 seq.idle_slot_steps += idle
         s.prefill_tokens += sum(c.end - c.start for c in plan.prefill)
         for seq in finished:
-            self.codec_worker.finish(self.live.pop(id(seq)))
+            self.codec_thread.finish(self.live.pop(id(seq)))
         s.post_s += time.perf_counter() - t3
 
     def _fail_all(self, error: Exception) -> None:
@@ -287,7 +287,7 @@ class EngineLoop:
         err.__cause__ = error
         for live in self.live.values():
             live.seq.state = SeqState.FINISHED
-            self.codec_worker.drop(live)
+            self.codec_thread.drop(live)
             live.sink.put(AudioChunk(live.key, np.zeros(0, np.float32), True, err))
         self.live.clear()
         self.scheduler.reset()

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Launched:
+class _LaunchedStep:
     rows: list[int]                       # rows decoded this step
     decoded: object                       # host tensor [B] of last tokens (None: no decode)
     first_rows: list[int]                 # rows whose prompt completed this step
@@ -228,7 +228,7 @@ class ModelRunner:
         """Carry out one plan; returns row -> tokens produced this step."""
         return self.collect(self.launch(plan))
 
-    def launch(self, plan: Plan) -> _Launched:
+    def launch(self, plan: Plan) -> _LaunchedStep:
         """Queue one plan's device work (moves, prefill, the decode step) without waiting for it,
         on the runner's stream (after whatever the caller's stream has queued)."""
         if self.stream is None:
@@ -237,7 +237,7 @@ class ModelRunner:
         with torch.cuda.stream(self.stream):
             return self._launch(plan)
 
-    def _launch(self, plan: Plan) -> _Launched:
+    def _launch(self, plan: Plan) -> _LaunchedStep:
         host, clock = self.host, time.perf_counter
         t0 = clock()
         start = torch.cuda.Event(enable_timing=True) if self._cuda else None
@@ -281,9 +281,9 @@ class ModelRunner:
         host.prefill += t2 - t1 + begin
         host.decode += t3 - t2 - begin
         host.copies += t4 - t3
-        return _Launched(rows, decoded, first_rows, first_host, done, start, prefilled)
+        return _LaunchedStep(rows, decoded, first_rows, first_host, done, start, prefilled)
 
-    def collect(self, launched: _Launched) -> dict[int, list[int]]:
+    def collect(self, launched: _LaunchedStep) -> dict[int, list[int]]:
         """Wait for a launched step; returns row -> tokens it produced."""
         if launched.done is not None:
             launched.done.synchronize()

@@ -26,14 +26,14 @@ the end.
 Realtime-only steps: a realtime stream must get a token every 9.8 ms to play at 0.8x real time,
 and its first chunk needs ``first_tokens`` of them as fast as possible, while a step over a full
 batch takes longer than that. So while realtime streams run, batch rows decode (and batch prompts
-are admitted and prefilled) only every ``full_every``-th step, every ``full_every_starting``-th
+are admitted and prefilled) only every ``batch_every``-th step, every ``batch_every_starting``-th
 while a stream still waits for its first chunk; the steps between are short steps over the
 realtime rows alone. Batch work still gets every full step, so it is slowed, never starved.
 
-Starting-only steps (``steady_every`` > 1; 1 here, 2 in the engine, config.RealtimeConfig: a
+Starting-only steps (``playing_every`` > 1; 1 here, 2 in the engine, config.RealtimeConfig: a
 lower first audio with no underruns, where every 3rd ran the playing streams dry): while a stream
 waits for its first chunk, of the steps that decode the realtime rows alone, the streams already
-playing join only every ``steady_every``-th; the others decode the starting streams alone, with
+playing join only every ``playing_every``-th; the others decode the starting streams alone, with
 those that sent their first chunk less than ``ramp_tokens`` ago (0 here, 2 frames in the engine:
 a stream's buffer is smallest just after its first chunk, one frame, 85 ms, until the next). Such a
 step still runs at the realtime tier's batch (the other rows idle), but a step's time at these
@@ -135,8 +135,8 @@ class Plan:
 class Scheduler:
     def __init__(self, rows: int, max_context: int, reserved: int = 0, batch_floor: int = 0,
                  prefill_tokens: int = 2048, admit_every: int = 1, realtime_max_rows: int = 0,
-                 full_every: int = 1, full_every_starting: int = 1, first_tokens: int = 0,
-                 steady_every: int = 1, pause_batch: bool = False, ramp_tokens: int = 0):
+                 batch_every: int = 1, batch_every_starting: int = 1, first_tokens: int = 0,
+                 playing_every: int = 1, pause_batch: bool = False, ramp_tokens: int = 0):
         if rows < 1 or max_context < 2:
             raise ValueError("need at least one row and a context of two tokens")
         self.capacity = rows
@@ -152,10 +152,10 @@ class Scheduler:
         # (``pause_batch``: they keep their cache) or preempted (youngest first, down to
         # ``batch_floor``: they resume later by prefilling what they had).
         self.realtime_max_rows = realtime_max_rows or rows
-        self.full_every = max(1, full_every)
-        self.full_every_starting = max(1, full_every_starting)
+        self.batch_every = max(1, batch_every)
+        self.batch_every_starting = max(1, batch_every_starting)
         self.first_tokens = first_tokens
-        self.steady_every = max(1, steady_every)
+        self.playing_every = max(1, playing_every)
         self.ramp_tokens = max(0, ramp_tokens)
         self.pause_batch = pause_batch
         self._decode_limit = rows      # full steps decode rows 0 .. this - 1 (pause_batch)
@@ -165,7 +165,7 @@ class Scheduler:
         self._steady_turn = 0
         self._steps = 0                # full steps (batch admission counts these)
         self._rt_turn = 0
-        self._r = 0                    # realtime rows (rows 0 .. r-1), from each schedule() on
+        self._rt_rows = 0                    # realtime rows (rows 0 .. r-1), from each schedule() on
         self.waiting_rt: deque[Seq] = deque()
         self.waiting_batch: deque[Seq] = deque()
         self.by_row: list[Seq] = []             # row i holds by_row[i]
@@ -223,9 +223,9 @@ class Scheduler:
         self._preempt_for_realtime()
         # Holes exist only where something finished, was cancelled or preempted since.
         plan = Plan(moves=self._compact() if self._free_rows else [])
-        self._r = self._realtime_rows()         # no holes now: rows 0 .. r-1 are the streams
+        self._rt_rows = self._realtime_rows()         # no holes now: rows 0 .. r-1 are the streams
         full = self._full_turn()
-        starting = self._starting_turn() if not full or len(self.by_row) == self._r else None
+        starting = self._starting_turn() if not full or len(self.by_row) == self._rt_rows else None
         full = full and starting is None
         budget = self.prefill_tokens
         batch_turn = full and (self._steps % self.admit_every == 0 or self.running_rows == 0)
@@ -246,7 +246,7 @@ class Scheduler:
             plan.rows = min(len(self.by_row), self._decode_limit)
         else:       # the realtime tier, rows 0 .. r-1
             plan.realtime_only = True
-            plan.rows = self._r
+            plan.rows = self._rt_rows
         if starting is not None:
             plan.starting_only = True
             self.starting_steps += 1
@@ -280,16 +280,16 @@ class Scheduler:
 
     def _full_turn(self) -> bool:
         """Whether this step decodes every row, or the realtime rows alone (see the module)."""
-        if self.full_every == 1 and self.full_every_starting == 1:
+        if self.batch_every == 1 and self.batch_every_starting == 1:
             return True
-        rt = self.by_row[: self._r]
-        if not (rt or self.waiting_rt) or len(self.by_row) == self._r:   # no batch rows
+        rt = self.by_row[: self._rt_rows]
+        if not (rt or self.waiting_rt) or len(self.by_row) == self._rt_rows:   # no batch rows
             self._rt_turn = 0
             return True
         starting = bool(self.waiting_rt) or any(
             s.state is SeqState.PREFILL or s.generated + s.inflight < self.first_tokens for s in rt)
         self._rt_turn += 1
-        period = self.full_every_starting if starting else self.full_every
+        period = self.batch_every_starting if starting else self.batch_every
         if self._rt_turn >= period:
             self._rt_turn = 0
             return True
@@ -299,10 +299,10 @@ class Scheduler:
         """On a step over the realtime rows alone: the streams waiting for their first chunk, and
         those within ``ramp_tokens`` after it, if this is a step for them alone (see the module);
         else None."""
-        if self.steady_every == 1:
+        if self.playing_every == 1:
             return None
         running, first = SeqState.RUNNING, self.first_tokens
-        rt = [s for s in self.by_row[: self._r] if s.state is running]
+        rt = [s for s in self.by_row[: self._rt_rows] if s.state is running]
         if not any(s.generated + s.inflight < first for s in rt):
             self._steady_turn = 0       # none waits for its first chunk: an ordinary step
             return None
@@ -311,7 +311,7 @@ class Scheduler:
             self._steady_turn = 0       # none playing yet: an ordinary step
             return None
         self._steady_turn += 1
-        if self._steady_turn >= self.steady_every:
+        if self._steady_turn >= self.playing_every:
             self._steady_turn = 0
             return None
         return starting
@@ -352,7 +352,7 @@ class Scheduler:
         if free <= 0:
             return None
         batch_waiting = bool(self.waiting_batch)
-        running_rt = self._r
+        running_rt = self._rt_rows
         rt_limit = self.capacity - (self.batch_floor if batch_waiting else 0)
         if self.waiting_rt and running_rt < rt_limit:
             return self.waiting_rt.popleft()
@@ -423,8 +423,8 @@ class Scheduler:
         (the batch sequence there moves to the end; the new one has nothing in the cache yet)."""
         seq.state = SeqState.PREFILL
         n = len(self.by_row)
-        r = self._r if seq.realtime else n
-        self._r += seq.realtime
+        r = self._rt_rows if seq.realtime else n
+        self._rt_rows += seq.realtime
         if r < n:
             moved = self.by_row[r]
             plan.moves.append((r, n, moved.context))

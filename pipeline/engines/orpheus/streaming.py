@@ -116,7 +116,7 @@ def decode_ready(codec, streams: dict, finished: set, urgent: bool = False, stat
 
     ``streams`` maps key -> StreamState; keys in ``finished`` are flushed. Returns key -> audio for
     streams that produced audio, and advances their ``emitted``/``chunks``. ``urgent``: the codec's
-    realtime lane (its high-priority stream and graphs). ``stats`` (codec_worker.LaneStats):
+    realtime lane (its high-priority stream and graphs). ``stats`` (codec_thread.LaneStats):
     counts the calls, windows and window frames.
     """
     plan: dict[int, list] = defaultdict(list)       # window length -> [(key, chunk)]

@@ -48,7 +48,7 @@ class LaneStats:
 
 
 class _Lane:
-    """One thread's streams (id -> Live), its ended streams and its counters."""
+    """One thread's streams (id -> InFlight), its ended streams and its counters."""
 
     def __init__(self, name: str, urgent: bool):
         self.name, self.urgent = name, urgent
@@ -68,7 +68,7 @@ class _Lane:
         return final
 
 
-class CodecWorker:
+class CodecThread:
     def __init__(self, codec, on_final, batch_interval_s: float = 0.05, batch_slice: int = 32):
         self.codec, self.on_final = codec, on_final
         self.batch_interval_s = batch_interval_s
