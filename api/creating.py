@@ -20,7 +20,7 @@ from api.idempotency import Claim, remember, replay
 from pipeline.db.jobs import PlannedBatch, insert_batches
 from pipeline.db.models import Batch, utcnow
 from pipeline.db.models_api import ApiKey
-from pipeline.errors import InputError, ServiceUnavailableError
+from pipeline.errors import ServiceUnavailableError
 from pipeline.routing import REALTIME_QUEUE
 from pipeline.submit import BatchOptions, Item, create_item_batch
 from pipeline.webhooks.ssrf import validate_callback_url
@@ -77,9 +77,10 @@ class SpeechCreator:
     waiting are made first, without the database, and written in two statements and a commit:
     the lock is held that long per group, not once per request.
 
-    A create is a function that plans the batch (``plan_item_batch``: it validates, and an
-    InputError fails that request alone); a database error fails the group's transaction, and
-    every request in it gets that error, as each would have on its own."""
+    A create is a function that plans the batch (``plan_item_batch``: it validates, without the
+    database, and its error, an InputError above all, fails that request alone); a database error
+    fails the group's transaction, and every request in it gets that error, as each would have on
+    its own."""
 
     MAX_GROUP = 64
 
@@ -130,7 +131,7 @@ class SpeechCreator:
         for plan, done in group:
             try:
                 planned.append((done, plan()))
-            except InputError as e:     # this request alone
+            except Exception as e:  # noqa: BLE001 - planning touches no shared state: this request's own error
                 done.set_exception(e)
         if not planned:
             return
