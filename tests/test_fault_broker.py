@@ -13,15 +13,7 @@ from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.reports.fleet import WORKER_PREFIX
 from tests.cli_helpers import start_synth, synth, synth_env
 from tests.conftest import free_port
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.waiting import eventually
 
 
 def test_a_worker_waits_out_a_redis_outage_and_renders_the_next_batch(tmp_path):
@@ -34,7 +26,8 @@ def test_a_worker_waits_out_a_redis_outage_and_renders_the_next_batch(tmp_path):
         client = redis.Redis(port=server.port)
         worker = start_synth("worker", env=env, log=tmp_path / "worker.log")
         try:
-            wait_for(lambda: any(client.scan_iter(match=WORKER_PREFIX + "*")), 120, "the worker to start")
+            eventually(lambda: any(client.scan_iter(match=WORKER_PREFIX + "*")), 120, "the worker to start",
+                       interval=0.2)
             server.kill()
             time.sleep(20)  # Celery gave up after 3 tries, about 12 s
             assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
@@ -51,7 +44,7 @@ def test_a_worker_waits_out_a_redis_outage_and_renders_the_next_batch(tmp_path):
                 with sessions() as s:
                     return s.scalars(select(Job.status).where(Job.batch_id == batch_id)).all() == [
                         JobStatus.DONE] * 2
-            wait_for(done, 120, "the batch to be rendered after the outage")
+            eventually(done, 120, "the batch to be rendered after the outage", interval=0.2)
         finally:
             worker.terminate()
             worker.wait(timeout=30)

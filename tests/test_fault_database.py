@@ -13,20 +13,12 @@ from pipeline.corpus import parse_corpus
 from pipeline.db.models import Batch, Job, JobStatus
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch
+from tests.waiting import eventually
 from tests.workers import app_with_worker
 from worker.app import make_app
 from worker.enqueue import enqueue_batch
 
 LINES = "".join(f"Sentence number {n} is short.\n" for n in range(1, 7))
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_database_outage_past_the_retry_budget_leaves_every_job_done_and_the_batch_closed(
@@ -53,7 +45,7 @@ def test_a_database_outage_past_the_retry_budget_leaves_every_job_done_and_the_b
             def closed():
                 with sessions() as s:
                     return s.get(Batch, batch.id).finished_at is not None
-            wait_for(closed, 90, "the batch to close after the outage")
+            eventually(closed, 90, "the batch to close after the outage", interval=0.2)
 
     with sessions() as s:
         jobs = s.scalars(select(Job).where(Job.batch_id == batch.id)).all()

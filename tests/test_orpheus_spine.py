@@ -2,7 +2,6 @@
 that `synth models make-tiny` writes, and each job records the engine, quantization and device."""
 
 import io
-import time
 import wave
 
 import pytest
@@ -18,6 +17,7 @@ from tests.cli_helpers import synth, synth_env
 from worker.app import make_app
 from worker.boot import boot
 from worker.enqueue import enqueue_batch
+from tests.waiting import eventually
 from tests.workers import thread_worker
 
 pytest.importorskip("torch")
@@ -42,14 +42,18 @@ def test_orpheus_batch_through_a_real_worker(settings, sessions, redis_url, tiny
     with sessions() as s:
         batch = create_batch(s, settings, corpus, BatchOptions(voice="tara"), source="c")
         s.commit()
+    def finished():
+        with sessions() as s:
+            return db.batch_finished(s, batch.id)
+
     with thread_worker(app, all_queues(settings.bucket_seconds), concurrency=1, shutdown_timeout=60):
         enqueue_batch(app, sessions, batch.id, settings.jobs_per_task)
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
+        try:
+            eventually(finished, 240, f"batch {batch.id} to finish", interval=0.2)
+        except AssertionError as timed_out:
             with sessions() as s:
-                if db.batch_finished(s, batch.id):
-                    break
-            time.sleep(0.2)
+                jobs = [(j.status.value, j.error) for j, _ in db.jobs_with_metrics(s, batch.id)]
+            raise AssertionError(f"{timed_out}; its jobs (status, error): {jobs}") from None
     engine.close()
     store = make_store(settings)
     with sessions() as s:

@@ -1,7 +1,6 @@
 """A batch through the whole path: Redis, a real Celery worker (thread), Piper, SQL, storage."""
 
 import json
-import time
 
 import pytest
 
@@ -15,6 +14,7 @@ from pipeline.summary import summarize
 from worker.app import default_queues, make_app
 from worker.boot import boot
 from worker.enqueue import enqueue_batch
+from tests.waiting import eventually
 from tests.workers import app_with_worker, thread_worker
 
 CORPUS = """\
@@ -43,13 +43,11 @@ def running_worker(store_settings, redis_url, piper_engine):
 def wait_finished(sessions, batch_id, timeout=120):
     """Until the batch is closed: every job ended, then its manifest written and its key stored
     (the worker does that just after the last job, so the jobs alone can end first)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def closed():
         with sessions() as s:
-            if db.batch_finished(s, batch_id) and s.get(Batch, batch_id).manifest_key:
-                return
-        time.sleep(0.2)
-    raise AssertionError("batch did not finish")
+            return db.batch_finished(s, batch_id) and s.get(Batch, batch_id).manifest_key
+
+    eventually(closed, timeout, f"batch {batch_id} to finish with its manifest", interval=0.2)
 
 
 def test_batch_renders_with_one_bad_line_failing_alone(store_settings, sessions, running_worker):

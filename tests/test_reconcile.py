@@ -20,6 +20,7 @@ from pipeline.render import Renderer, render_jobs
 from pipeline.routing import all_queues
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch
+from tests.waiting import eventually
 from tests.workers import app_with_worker
 from worker.app import make_app
 from worker.beat import beat_schedule
@@ -120,12 +121,11 @@ def test_the_reconcile_task_runs_in_a_worker_and_puts_a_lost_message_back(settin
     age(sessions, ids)  # queued long ago; the messages were lost with Redis
     with app_with_worker(settings, redis_url, piper_engine) as app:
         app.send_task(RECONCILE_TASK)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        def closed():
             with sessions() as s:
-                if s.get(Batch, batch_id).finished_at is not None:
-                    break
-            time.sleep(0.2)
+                return s.get(Batch, batch_id).finished_at is not None
+        eventually(closed, 60, f"the reconciler to put the lost messages back and batch {batch_id} to close",
+                   interval=0.2)
     with sessions() as s:
         statuses = {s.get(Job, j).status for j in ids}
         assert statuses == {JobStatus.DONE} and s.get(Batch, batch_id).manifest_key

@@ -3,7 +3,6 @@ ends done exactly once, with one object each."""
 
 import os
 import signal
-import time
 
 import redis
 from sqlalchemy import select
@@ -13,6 +12,7 @@ from pipeline.live import redis_client_url
 from pipeline.settings import Settings
 from pipeline.storage import make_store
 from tests.cli_helpers import start_synth, synth, synth_env
+from tests.waiting import eventually
 from worker.app import make_app
 
 SENTENCE = "The committee reviewed every proposal carefully before the final vote was taken. "
@@ -21,15 +21,6 @@ SENTENCE = "The committee reviewed every proposal carefully before the final vot
 def jobs(sessions, batch_id):
     with sessions() as s:
         return s.scalars(select(Job).where(Job.batch_id == batch_id).order_by(Job.line_no)).all()
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def submit_eight_long_lines(tmp_path, env) -> str:
@@ -44,13 +35,14 @@ def wait_mid_batch(sessions, batch_id) -> None:
     def mid_job():
         states = [j.status for j in jobs(sessions, batch_id)]
         return JobStatus.DONE in states and JobStatus.RUNNING in states
-    wait_for(mid_job, 120, "the first worker to be mid-batch")
+    eventually(mid_job, 120, "the first worker to be mid-batch", interval=0.1)
 
 
 def finish_with_a_second_worker(tmp_path, env, sessions, batch_id) -> None:
     second = start_synth("worker", env=env, log=tmp_path / "worker2.log")
     try:
-        wait_for(lambda: all(j.status.terminal for j in jobs(sessions, batch_id)), 180, "the batch to finish")
+        eventually(lambda: all(j.status.terminal for j in jobs(sessions, batch_id)), 180, "the batch to finish",
+                   interval=0.1)
     finally:
         second.terminate()
         second.wait(timeout=30)

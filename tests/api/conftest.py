@@ -4,7 +4,6 @@ tests/conftest.py, keys made through pipeline.api_keys, and a real Celery worker
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -16,6 +15,7 @@ from pipeline import api_keys
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.routing import all_queues
 from tests.conftest import free_port
+from tests.waiting import eventually
 from tests.workers import app_with_worker
 
 
@@ -29,11 +29,11 @@ class Server:
 
     def __enter__(self) -> Server:
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
+
+        def started() -> bool:
+            assert self.thread.is_alive(), "uvicorn's thread ended before it started"
+            return self.server.started
+        eventually(started, 30, "uvicorn to start", interval=0.02)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -91,21 +91,21 @@ def running_worker(api_settings, redis_url, piper_engine):
         yield app
 
 
+def _wait_status(client: httpx.Client, path: str, ends: tuple[str, ...], timeout: float, interval: float) -> dict:
+    """The resource at ``path`` once its status is one of ``ends``; on a timeout, the message shows it."""
+    def ended():
+        body = client.get(path).json()
+        return body if body["status"] in ends else None
+
+    try:
+        return eventually(ended, timeout, f"{path} to finish", interval=interval)
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}: {client.get(path).json()}") from None
+
+
 def wait_job(client: httpx.Client, job_id: str, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        body = client.get(f"/v1/jobs/{job_id}").json()
-        if body["status"] in ("done", "failed", "cancelled"):
-            return body
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not finish: {body}")
+    return _wait_status(client, f"/v1/jobs/{job_id}", ("done", "failed", "cancelled"), timeout, 0.1)
 
 
 def wait_batch(client: httpx.Client, batch_id: str, timeout: float = 180) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        body = client.get(f"/v1/batches/{batch_id}").json()
-        if body["status"] in ("finished", "cancelled"):
-            return body
-        time.sleep(0.2)
-    raise AssertionError(f"batch {batch_id} did not finish: {body}")
+    return _wait_status(client, f"/v1/batches/{batch_id}", ("finished", "cancelled"), timeout, 0.2)

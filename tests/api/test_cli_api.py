@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 
 from tests.cli_helpers import start_synth, synth, synth_env
 from tests.conftest import free_port
+from tests.waiting import eventually
 
 
 def test_keys_and_api_server_from_the_cli(database_url, redis_url, tmp_path):
@@ -22,18 +22,23 @@ def test_keys_and_api_server_from_the_cli(database_url, redis_url, tmp_path):
     assert key.startswith(listed[0]["prefix"]) and key not in json.dumps(listed)  # only a prefix is shown
 
     port = free_port()
-    server = start_synth("api", "--port", str(port), env=env, log=tmp_path / "api.log")
+    log = tmp_path / "api.log"
+    server = start_synth("api", "--port", str(port), env=env, log=log)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
+
+        def healthy() -> bool:
             try:
                 if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
+                    return True
             except httpx.TransportError:
                 pass
-            assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "api.log").read_text()
-            time.sleep(0.2)
+            assert server.poll() is None, f"synth api exited with {server.returncode}"
+            return False
+        try:
+            eventually(healthy, 60, "synth api to answer /healthz", interval=0.2)
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}; its log:\n{log.read_text()}") from None
         spec = httpx.get(f"{url}/openapi.json").json()
         assert "/v1/batches" in spec["paths"] and "/v1/audio/speech" in spec["paths"]
         assert httpx.get(f"{url}/docs").status_code == 200

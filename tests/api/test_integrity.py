@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 import wave
 
 import redis
@@ -18,16 +17,15 @@ from pipeline.storage import make_store
 from pipeline.storage.base import manifest_key
 from tests.api.conftest import wait_batch, wait_job
 from tests.speech import transcribe, word_error_rate
+from tests.waiting import eventually
 
 TEXTS = {"a/b": "Apple banana cherry.", "a_b": "Seven eight nine ten.", "a b": "Good morning everyone."}
 
 
 def _stored_manifest(store, batch_id: str, timeout: float = 30) -> list[dict]:
     """The worker writes it just after the last job ends."""
-    deadline = time.monotonic() + timeout
-    while not store.exists(manifest_key(batch_id)):
-        assert time.monotonic() < deadline, "the manifest was not written"
-        time.sleep(0.1)
+    eventually(lambda: store.exists(manifest_key(batch_id)), timeout, f"the manifest of batch {batch_id}",
+               interval=0.1)
     return [json.loads(line) for line in store.get(manifest_key(batch_id)).decode().splitlines()]
 
 

@@ -16,19 +16,10 @@ from sqlalchemy import select
 from pipeline.db.models import Job, JobStatus
 from tests.api.conftest import client_for, serve
 from tests.cli_helpers import start_synth, synth, synth_env
+from tests.waiting import eventually
 
 LONG = "The committee reviewed every proposal carefully before the final vote was taken. " * 5
 SPEECH = "/v1/audio/speech"
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def jobs_of(sessions, batch_id: str) -> list[Job]:
@@ -67,15 +58,15 @@ def test_a_realtime_job_starts_before_batch_work_queued_ahead_of_it_while_every_
     corpus = tmp_path / "batch.txt"
     corpus.write_text("\n".join([LONG] * 6) + "\n")
     batch_id = submit(worker_env, corpus)
-    wait_for(lambda: any(j.status == JobStatus.RUNNING for j in jobs_of(sessions, batch_id)), 120,
-             "the only batch slot to be busy")
+    eventually(lambda: any(j.status == JobStatus.RUNNING for j in jobs_of(sessions, batch_id)), 120,
+               "the only batch slot to be busy")
 
     line = tmp_path / "realtime.txt"
     line.write_text("Realtime goes first.\n")
     realtime_id = submit(worker_env, line, "--priority", "realtime")
     submitted = time.monotonic()
-    (job,) = wait_for(lambda: [j for j in jobs_of(sessions, realtime_id) if j.status.terminal], 120,
-                      "the realtime job to finish")
+    (job,) = eventually(lambda: [j for j in jobs_of(sessions, realtime_id) if j.status.terminal], 120,
+                        "the realtime job to finish")
     waited = time.monotonic() - submitted
 
     assert job.status == JobStatus.DONE, job.error
@@ -110,7 +101,7 @@ def test_the_api_under_more_live_streams_than_it_serves_answers_503_with_retry_a
                                           for i in range(30)])
         results = asyncio.run(burst())
         hub = server.server.config.app.state.synth.live
-        wait_for(lambda: hub.streams == 0, 10, "every listener to be closed")
+        eventually(lambda: hub.streams == 0, 10, "every listener to be closed")
 
     statuses = [status for status, _, _ in results]
     assert 500 not in statuses and set(statuses) <= {200, 503}, statuses
@@ -132,7 +123,7 @@ def test_a_client_that_goes_away_frees_its_live_stream_at_once(api_settings, red
             assert r.status_code == 200
             next(r.iter_bytes())
             assert hub.streams == 1
-        wait_for(lambda: hub.streams == 0, 15, "the listener to be closed after the client left")
+        eventually(lambda: hub.streams == 0, 15, "the listener to be closed after the client left")
 
 
 def test_a_worker_killed_mid_stream_cuts_the_clients_stream_within_seconds(
@@ -184,8 +175,8 @@ def test_a_stream_published_by_an_engine_in_its_own_process_carries_the_whole_jo
                 assert r.status_code == 200
                 job_id = r.headers["x-job-id"]
                 body = b"".join(r.iter_bytes())
-        job = wait_for(lambda: (j := _job(sessions, job_id)) is not None and j.status.terminal and j, 60,
-                       "the job to be recorded")
+        job = eventually(lambda: (j := _job(sessions, job_id)) is not None and j.status.terminal and j, 60,
+                         "the job to be recorded")
         assert job.status == JobStatus.DONE
         with sessions() as s:
             stored_s = s.get(JobMetrics, job_id).audio_s

@@ -4,7 +4,6 @@ worker: jobs stay queued unless a test says otherwise)."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -14,6 +13,7 @@ from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.lifecycle import expire_batches
 from pipeline.storage import make_store
 from tests.api.conftest import client_for, serve, wait_batch
+from tests.waiting import eventually
 
 ITEMS = {"items": [{"text": "One."}, {"text": "Two."}]}
 
@@ -157,10 +157,8 @@ def test_expire_task_runs_on_a_worker(client, running_worker):
     assert wait_batch(client, batch["id"])["counts"]["done"] == 2
     future = (utcnow() + timedelta(days=8)).isoformat()
     running_worker.send_task("synth.expire", args=[future], queue="realtime")
-    deadline = time.monotonic() + 60
-    while client.get(f"/v1/batches/{batch['id']}").status_code != 404:
-        assert time.monotonic() < deadline, "synth.expire did not delete the expired batch"
-        time.sleep(0.2)
+    eventually(lambda: client.get(f"/v1/batches/{batch['id']}").status_code == 404, 60,
+               "synth.expire to delete the expired batch", interval=0.2)
 
 
 @pytest.mark.parametrize("field, value", [

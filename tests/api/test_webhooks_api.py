@@ -2,12 +2,11 @@
 and rotated through /v1/webhooks/secret, the batch's callbacks arrive signed with it, and
 /v1/webhooks/deliveries shows every attempt, to the owning key only."""
 
-import time
-
 import pytest
 
 from pipeline.webhooks.receiver import Receiver
 from tests.api.conftest import client_for, wait_batch
+from tests.waiting import eventually
 from tests.workers import app_with_worker
 
 
@@ -39,12 +38,12 @@ def test_callbacks_secret_rotation_and_delivery_log(api_server, new_key, callbac
             got = receiver.wait_for(3)
             assert sorted(g.body.count(b'"batch.finished"') for g in got) == [0, 0, 1]
 
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+            def first_page_succeeded():
                 page = a.get("/v1/webhooks/deliveries", params={"limit": 2}).json()
-                if all(d["status"] == "succeeded" for d in page["data"]):
-                    break
-                time.sleep(0.1)
+                return page if all(d["status"] == "succeeded" for d in page["data"]) else None
+
+            page = eventually(first_page_succeeded, 30, "the first page of deliveries to have succeeded",
+                              interval=0.1)
             assert len(page["data"]) == 2 and page["next_cursor"]
             rest = a.get("/v1/webhooks/deliveries", params={"limit": 2, "cursor": page["next_cursor"]}).json()
             deliveries = page["data"] + rest["data"]

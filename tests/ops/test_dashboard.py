@@ -9,7 +9,6 @@ import json
 import shutil
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,6 +22,7 @@ from pipeline.reports.publish import publish_report
 from pipeline.storage import make_store
 from tests.conftest import IN_CI, free_port
 from tests.reports.known_fleet import PRICES, T0, UNTIL, fill
+from tests.waiting import eventually
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 REPORT_MAGENTA = (0xC2, 0x18, 0x5B)   # .card .value in api/templates/dashboard.html
@@ -57,10 +57,11 @@ def server(settings, sessions, redis_url):
                                         log_level="warning", lifespan="on"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
+
+    def started() -> bool:
+        assert thread.is_alive(), "uvicorn's thread ended before it started"
+        return srv.started
+    eventually(started, 30, "uvicorn to start")
     yield f"http://127.0.0.1:{port}"
     srv.should_exit = True
     thread.join(10)

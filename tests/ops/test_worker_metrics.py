@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.request
 from datetime import timedelta
 
@@ -22,6 +21,7 @@ from pipeline.reports import fleet
 from pipeline.routing import all_queues
 from pipeline.submit import BatchOptions, create_batch
 from tests.conftest import REPO, free_port
+from tests.waiting import eventually
 from worker.app import default_queues, make_app
 from worker.boot import boot
 from worker.enqueue import enqueue_batch
@@ -72,12 +72,10 @@ def test_queue_depth_in_flight_histograms_and_heartbeat(app, settings, sessions,
     assert beat["device"] and beat["model"] == "en_US-joe-medium"
 
     with thread_worker(app, all_queues(settings.bucket_seconds), concurrency=1):
-        deadline = time.monotonic() + 120
-        while not _finished(sessions, batch.id):
-            assert time.monotonic() < deadline, "batch did not finish"
-            time.sleep(0.2)
-        time.sleep(0.5)  # task_postrun runs after the last job is recorded
-        assert fleet.workers(client)[0]["jobs_in_flight"] == "0"
+        eventually(lambda: _finished(sessions, batch.id), 120, "the batch to finish", interval=0.2)
+        # task_postrun runs after the last job is recorded, and the heartbeat is written on its timer.
+        eventually(lambda: fleet.workers(client)[0]["jobs_in_flight"] == "0", 10,
+                   "the heartbeat to show no job in flight")
         ttl = client.ttl(fleet.WORKER_PREFIX + "test-host/gpu7")
         assert 0 < ttl <= fleet.HEARTBEAT_TTL
     after = scrape(port)
@@ -121,10 +119,7 @@ def test_the_reconcilers_actions_are_counted(app, settings, sessions):
         s.commit()
     with thread_worker(app, default_queues(settings), concurrency=1):
         app.send_task(RECONCILE_TASK)
-        deadline = time.monotonic() + 120
-        while not _finished(sessions, batch.id):
-            assert time.monotonic() < deadline, "batch did not finish"
-            time.sleep(0.2)
+        eventually(lambda: _finished(sessions, batch.id), 120, "the batch to finish", interval=0.2)
     samples = scrape(app.synth_settings.worker_metrics_port)
     assert value(samples, "synth_reconciler_actions_total", action="requeued") == 4
     assert value(samples, "synth_reconciler_actions_total", action="closed") == 0

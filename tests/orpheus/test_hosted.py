@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ from pipeline.engines.hosted import HostedEngine
 from pipeline.engines.registry import load_engine, separate_process
 from pipeline.errors import EngineError, RetryableError
 from pipeline.live import LiveAudio, LiveJob, redis_client_url, stream_key
+from tests.waiting import eventually
 
 REQUESTS = [SynthesisRequest("a", "Hello there.", "tara", seed=1),
             SynthesisRequest("bad-voice", "Hello.", "nobody"),
@@ -122,14 +122,13 @@ def test_a_batch_request_comes_back_in_two_chunks_and_a_realtime_one_as_it_is_ma
 
 def _live_pcm(client, job_id: str, timeout_s: float = 60.0) -> np.ndarray:
     """The PCM of a job's live stream, once its end entry is there."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def ended():
         entries = client.xrange(stream_key(job_id))
-        if entries and entries[-1][1][b"kind"] == b"end":
-            assert entries[0][1][b"kind"] == b"start" and entries[-1][1][b"error"] == b""
-            return np.frombuffer(b"".join(f[b"data"] for _, f in entries if f[b"kind"] == b"pcm"), "<i2")
-        time.sleep(0.05)
-    raise AssertionError(f"the live stream of {job_id} did not end")
+        return entries if entries and entries[-1][1][b"kind"] == b"end" else None
+
+    entries = eventually(ended, timeout_s, f"the live stream of {job_id} to end")
+    assert entries[0][1][b"kind"] == b"start" and entries[-1][1][b"error"] == b""
+    return np.frombuffer(b"".join(f[b"data"] for _, f in entries if f[b"kind"] == b"pcm"), "<i2")
 
 
 def test_the_engine_process_publishes_a_realtime_jobs_live_audio_as_the_worker_would(

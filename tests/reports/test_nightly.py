@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 
 import pytest
 
@@ -15,6 +14,7 @@ from pipeline.storage import make_store
 from tests.reports.known_fleet import PRICES, T0, UNTIL, at, fill
 from worker.app import make_app
 from worker.beat import REPORT_TASK, beat_schedule, parse_cron, report_period
+from tests.waiting import eventually
 from tests.workers import thread_worker
 
 
@@ -24,14 +24,11 @@ def s3_settings(settings, s3_endpoint, s3_bucket):
 
 
 def wait_report(sessions, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def recorded():
         with sessions() as s:
-            row = latest_report(s)
-        if row is not None:
-            return row
-        time.sleep(0.2)
-    raise AssertionError("no report recorded")
+            return latest_report(s)
+
+    return eventually(recorded, timeout, "a report to be recorded", interval=0.2)
 
 
 def test_nightly_task_writes_html_and_json_to_s3_and_records_them(s3_settings, sessions, redis_url):
@@ -86,19 +83,20 @@ def test_synth_beat_sends_the_report_task(tmp_path, redis_url):
     env = synth_env(SYNTH_REDIS_URL=redis_url,  # the embedded SQLite of the data folder
                     SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REPORT_CRON="* * * * *",
                     SYNTH_EXPIRE_CRON="0 0 1 1 *")
-    proc = start_synth("beat", "--loglevel", "INFO", env=env, log=tmp_path / "beat.log")
+    log = tmp_path / "beat.log"
+    proc = start_synth("beat", "--loglevel", "INFO", env=env, log=log)
     client = redis_lib.Redis.from_url(redis_client_url(redis_url))
-    try:
-        deadline = time.monotonic() + 150  # the next minute boundary, on a busy machine
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, (tmp_path / "beat.log").read_text()
-            bodies = [m for key in client.keys("batch.*") if client.type(key) == b"list"
-                      for m in client.lrange(key, 0, -1)]
-            if any(b"synth.nightly_report" in m for m in bodies):
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError("beat sent no report task: " + (tmp_path / "beat.log").read_text()[-2000:])
+
+    def report_task_sent():
+        assert proc.poll() is None, f"synth beat exited with {proc.returncode}"
+        bodies = [m for key in client.keys("batch.*") if client.type(key) == b"list"
+                  for m in client.lrange(key, 0, -1)]
+        return any(b"synth.nightly_report" in m for m in bodies)
+
+    try:  # 150 s: the next minute boundary, on a busy machine
+        eventually(report_task_sent, 150, "beat to send the report task", interval=0.5)
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}; beat's log ends:\n{log.read_text()[-3000:]}") from None
     finally:
         proc.terminate()
         proc.wait(30)

@@ -5,9 +5,9 @@ of every event. Each event must be accepted exactly once, also after the render 
 again (a redelivery), with every attempt logged."""
 
 import json
-import time
 
 import pytest
+from celery.signals import task_postrun
 
 from pipeline.db import jobs as db
 from pipeline.db.models_webhooks import DeliveryStatus
@@ -15,6 +15,7 @@ from pipeline.webhooks import events as ev
 from tests.webhooks.conftest import deliveries_and_attempts, make_batch
 from worker.enqueue import enqueue_batch
 from worker.tasks import RENDER_TASK
+from tests.waiting import eventually
 from tests.workers import app_with_worker
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "--- ... ---", "Callbacks are signed.",
@@ -28,13 +29,17 @@ def running_worker(wh_settings, redis_url, piper_engine):
 
 
 def wait_closed(sessions, n, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def closed():
         rows, attempts = deliveries_and_attempts(sessions)
         if len(rows) >= n and all(r.status in ("succeeded", "failed") for r in rows.values()):
             return rows, attempts
-        time.sleep(0.1)
-    raise AssertionError(f"deliveries not closed: {[(r.event_type, r.status) for r in rows.values()]}")
+        return None
+
+    try:
+        return eventually(closed, timeout, f"{n} deliveries to close", interval=0.1)
+    except AssertionError as timed_out:
+        rows, _ = deliveries_and_attempts(sessions)
+        raise AssertionError(f"{timed_out}: {[(r.event_type, r.status) for r in rows.values()]}") from None
 
 
 def test_each_event_is_delivered_once_after_the_receiver_recovers(sessions, wh_settings, key, receiver,
@@ -47,8 +52,19 @@ def test_each_event_is_delivered_once_after_the_receiver_recovers(sessions, wh_s
     # The render messages again, as after a redelivery: jobs are skipped, events not re-emitted.
     with sessions() as s:
         job_ids = [j for ids in db.job_ids_by_queue(s, batch_id).values() for j in ids]
-    running_worker.send_task(RENDER_TASK, args=[job_ids], queue="batch.le10s")
-    time.sleep(3)
+    # Wait for that task to have run (the worker is a thread of this process), not for a fixed time.
+    finished = {}
+
+    def on_postrun(task_id=None, state=None, retval=None, **_):
+        finished[task_id] = (state, retval)
+
+    task_postrun.connect(on_postrun, weak=False)
+    try:
+        resent = running_worker.send_task(RENDER_TASK, args=[job_ids], queue="batch.le10s")
+        state, retval = eventually(lambda: finished.get(resent.id), 60, f"the re-sent render task {resent.id}")
+    finally:
+        task_postrun.disconnect(on_postrun)
+    assert state == "SUCCESS" and retval["skipped"] == len(job_ids) == 4, (state, retval)
 
     types = sorted(json.loads(r.body)["type"] for r in receiver.accepted())
     assert types == ["batch.finished", "job.failed", "job.finished", "job.finished", "job.finished"]
