@@ -4,7 +4,7 @@ the render hook) to the receiver having the request (its own clock; same machine
     python -m ops.bench.webhooks --events 20 --markdown .bench/webhooks.md
 
 A real Celery worker (threads, in this process, Piper on the CPU) consumes realtime, callbacks and
-the length buckets like `synth worker`; the receiver (pipeline/webhooks/receiver.py) verifies every
+the length buckets like `synth worker`; the receiver (ops/bench/webhook_receiver.py) verifies every
 signature and answers 200 at once. Two scenarios:
 
 - idle: one single-job batch at a time, the next submitted after the previous callback arrived,
@@ -43,7 +43,7 @@ from pipeline.settings import Settings
 from pipeline.submit import BatchOptions, Item, create_item_batch
 from pipeline.summary import percentile
 from pipeline.webhooks import secrets
-from pipeline.webhooks.receiver import Receiver
+from ops.bench.webhook_receiver import Receiver
 from worker.app import default_queues, make_app
 from worker.boot import boot
 from worker.embedded import EmbeddedRedis

@@ -4,7 +4,7 @@ and rotated through /v1/webhooks/secret, the batch's callbacks arrive signed wit
 
 import pytest
 
-from pipeline.webhooks.receiver import Receiver
+from ops.bench.webhook_receiver import Receiver
 from tests.api.conftest import client_for, wait_batch
 from tests.waiting import eventually
 from tests.workers import app_with_worker
