@@ -12,7 +12,7 @@ from pipeline.engines.orpheus.generate import GenJob, generate_batched, referenc
 from pipeline.engines.orpheus.prompt import prompt_ids
 from pipeline.engines.orpheus.runner import ModelRunner
 from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.scheduler import Scheduler, Seq
+from pipeline.engines.orpheus.scheduler import Scheduler, SchedulerConfig, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
 
 TEXTS = ["Hello there.", "A somewhat longer sentence to speak aloud, my friend.", "Hi",
@@ -29,7 +29,7 @@ def drive(tiny, params, rows: int, arrivals: dict[int, list[int]], prefill_token
     seqs = [Seq(i, p, b, seed=1000 + i, stop_token=END_OF_SPEECH, realtime=i in realtime)
             for i, (p, b) in enumerate(zip(prompts, BUDGETS))]
     runner = ModelRunner(tiny.model, rows, 256, params, logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
-    sched = Scheduler(rows, 256, prefill_tokens=prefill_tokens, **scheduling)
+    sched = Scheduler(rows, 256, config=SchedulerConfig(prefill_tokens=prefill_tokens, **scheduling))
     step, last, pending = 0, max(arrivals), None
     while step <= last or not sched.idle or pending:
         for i in arrivals.get(step, []):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipeline.engines.orpheus.scheduler import Plan, Scheduler, Seq, SeqState
+from pipeline.engines.orpheus.scheduler import Plan, Scheduler, SchedulerConfig, Seq, SeqState
 
 STOP = 99
 
@@ -60,7 +60,7 @@ def test_rows_stay_compact_when_a_low_row_finishes():
 
 
 def test_realtime_goes_first_and_batch_work_leaves_reserved_rows_free():
-    s = Scheduler(rows=4, max_context=100, reserved=1)
+    s = Scheduler(rows=4, max_context=100, config=SchedulerConfig(reserved=1))
     batch = [Seq(f"b{i}", [1], budget=50) for i in range(5)]
     for q in batch:
         s.add(q)
@@ -73,7 +73,7 @@ def test_realtime_goes_first_and_batch_work_leaves_reserved_rows_free():
 
 
 def test_realtime_flood_cannot_take_the_batch_floor():
-    s = Scheduler(rows=4, max_context=100, reserved=1, batch_floor=1)
+    s = Scheduler(rows=4, max_context=100, config=SchedulerConfig(reserved=1, batch_floor=1))
     for i in range(6):
         s.add(Seq(f"rt{i}", [1], budget=50, realtime=True))
     s.add(Seq("b", [1], budget=50))
@@ -83,7 +83,7 @@ def test_realtime_flood_cannot_take_the_batch_floor():
 
 
 def test_long_prompts_are_prefilled_in_chunks_within_the_token_budget():
-    s = Scheduler(rows=2, max_context=100, prefill_tokens=4)
+    s = Scheduler(rows=2, max_context=100, config=SchedulerConfig(prefill_tokens=4))
     long = Seq("long", list(range(10)), budget=5)
     s.add(long)
     spans = []
@@ -95,7 +95,7 @@ def test_long_prompts_are_prefilled_in_chunks_within_the_token_budget():
 
 
 def test_running_streams_keep_decoding_while_a_long_prompt_is_prefilled():
-    s = Scheduler(rows=2, max_context=100, prefill_tokens=3)
+    s = Scheduler(rows=2, max_context=100, config=SchedulerConfig(prefill_tokens=3))
     short = Seq("short", [1, 2], budget=20)
     s.add(short)
     run_step(s, lambda q: 7)
@@ -127,7 +127,7 @@ def test_cancel_a_waiting_and_a_running_sequence():
 
 
 def test_batch_work_is_admitted_every_few_steps_and_realtime_at_once():
-    s = Scheduler(rows=8, max_context=100, admit_every=4)
+    s = Scheduler(rows=8, max_context=100, config=SchedulerConfig(admit_every=4))
     s.add(Seq("b0", [1], budget=50))
     plan, _ = run_step(s, lambda q: 7)                  # nothing running: admitted at once
     assert [c.seq.key for c in plan.prefill] == ["b0"]
@@ -143,7 +143,7 @@ def test_batch_work_is_admitted_every_few_steps_and_realtime_at_once():
 
 
 def test_realtime_preempts_young_batch_work_which_resumes_with_what_it_had():
-    s = Scheduler(rows=4, max_context=100, batch_floor=1, realtime_max_rows=3)
+    s = Scheduler(rows=4, max_context=100, config=SchedulerConfig(batch_floor=1, realtime_max_rows=3))
     batch = [Seq(f"b{i}", [1, 2], budget=40) for i in range(4)]
     for q in batch:
         s.add(q)
@@ -209,7 +209,7 @@ def test_overlapped_steps_never_run_past_the_budget():
 
 
 def test_tokens_in_flight_at_a_preemption_are_drawn_again_after_it():
-    s = Scheduler(rows=2, max_context=100, batch_floor=0, realtime_max_rows=1)
+    s = Scheduler(rows=2, max_context=100, config=SchedulerConfig(batch_floor=0, realtime_max_rows=1))
     b = Seq("b", [1, 2], budget=40)
     s.add(b)
     overlapped(s, lambda q: 7, 3)                       # b: one token back, one in flight
@@ -252,9 +252,9 @@ def test_tiers_hold_through_arrivals_finishes_and_preemptions(playing_every, pau
     import random
 
     rng = random.Random(7)
-    s = Scheduler(rows=8, max_context=200, batch_floor=1, realtime_max_rows=6, admit_every=2,
-                  batch_every=2, batch_every_starting=3, first_tokens=4, playing_every=playing_every,
-                  pause_batch=pause)
+    s = Scheduler(rows=8, max_context=200, config=SchedulerConfig(batch_floor=1, realtime_max_rows=6,
+            admit_every=2, batch_every=2, batch_every_starting=3, first_tokens=4,
+            playing_every=playing_every, pause_batch=pause))
     made = 0
     for step in range(300):
         if rng.random() < 0.3:
@@ -278,7 +278,8 @@ def test_tiers_hold_through_arrivals_finishes_and_preemptions(playing_every, pau
 
 
 def test_realtime_only_steps_between_full_ones_while_streams_run():
-    s = Scheduler(rows=8, max_context=200, batch_every=2, batch_every_starting=4, first_tokens=3)
+    s = Scheduler(rows=8, max_context=200, config=SchedulerConfig(batch_every=2, batch_every_starting=4,
+            first_tokens=3))
     batch = [Seq(f"b{i}", [1, 2], budget=100) for i in range(3)]
     for q in batch:
         s.add(q)
@@ -302,7 +303,8 @@ def test_realtime_only_steps_between_full_ones_while_streams_run():
 
 
 def test_batch_prompts_wait_for_a_full_step_while_streams_run():
-    s = Scheduler(rows=8, max_context=200, batch_every=3, batch_every_starting=3, first_tokens=1)
+    s = Scheduler(rows=8, max_context=200, config=SchedulerConfig(batch_every=3, batch_every_starting=3,
+            first_tokens=1))
     s.add(Seq("b0", [1, 2], budget=100))
     run_step(s, lambda q: 7)
     s.add(Seq("rt", [1], budget=100, realtime=True))
@@ -322,8 +324,8 @@ def test_batch_prompts_wait_for_a_full_step_while_streams_run():
 def test_batch_work_keeps_its_floor_under_a_steady_flood_of_streams():
     """Streams fill the realtime cap before any batch job starts, and more keep coming: batch jobs
     are still admitted up to the floor, and finish."""
-    s = Scheduler(rows=8, max_context=200, batch_floor=2, realtime_max_rows=4, batch_every=2,
-                  batch_every_starting=2, first_tokens=2)
+    s = Scheduler(rows=8, max_context=200, config=SchedulerConfig(batch_floor=2, realtime_max_rows=4,
+            batch_every=2, batch_every_starting=2, first_tokens=2))
     made = 0
     for _ in range(6):
         s.add(Seq(f"rt{made}", [1], budget=20, realtime=True))
@@ -344,8 +346,8 @@ def test_starting_only_steps_decode_the_new_stream_alone_between_the_others():
     """With ``playing_every=2``, while a stream waits for its first chunk, every other step over the
     realtime rows decodes it alone (at the realtime tier's batch, the playing stream's row idle);
     once it has its first tokens, the steps are as before."""
-    s = Scheduler(rows=8, max_context=400, batch_every=2, batch_every_starting=4, first_tokens=6,
-                  playing_every=2)
+    s = Scheduler(rows=8, max_context=400, config=SchedulerConfig(batch_every=2, batch_every_starting=4,
+            first_tokens=6, playing_every=2))
     s.add(Seq("b", [1, 2], budget=300))
     s.add(Seq("old", [1], budget=300, realtime=True))
     for _ in range(12):                              # "old" is past its first tokens
@@ -376,8 +378,8 @@ def test_starting_only_steps_decode_the_new_stream_alone_between_the_others():
 def test_starting_only_steps_without_batch_work():
     """Streams alone: every step is a full one over the realtime rows, and with ``playing_every``
     every other one decodes the starting stream alone."""
-    s = Scheduler(rows=4, max_context=200, batch_every=2, batch_every_starting=4, first_tokens=4,
-                  playing_every=2)
+    s = Scheduler(rows=4, max_context=200, config=SchedulerConfig(batch_every=2, batch_every_starting=4,
+            first_tokens=4, playing_every=2))
     s.add(Seq("old", [1], budget=100, realtime=True))
     for _ in range(8):
         run_step(s, lambda q: 7)
@@ -395,7 +397,8 @@ def test_a_stream_just_past_its_first_chunk_keeps_the_starting_pace_for_ramp_tok
     """With ``ramp_tokens``, a stream that has its first tokens decodes in the starting-only steps
     for that many more while another stream still waits for its first chunk; the streams
     playing longer join every other step as before, and past its ramp the stream does too."""
-    s = Scheduler(rows=8, max_context=400, first_tokens=4, playing_every=2, ramp_tokens=3)
+    s = Scheduler(rows=8, max_context=400, config=SchedulerConfig(first_tokens=4, playing_every=2,
+            ramp_tokens=3))
     s.add(Seq("old", [1], budget=300, realtime=True))
     for _ in range(10):                              # "old" is past its first tokens and ramp
         run_step(s, lambda q: 7)
@@ -424,8 +427,8 @@ def test_the_realtime_cap_preempts_or_pauses_batch_work(pause):
     Preempting gives the youngest batch rows back (they prefill again later); pausing keeps every
     row (two are free for the streams) and full steps decode the streams and the two lowest batch
     rows, the others waiting where they are, and finishing once the streams have."""
-    s = Scheduler(rows=8, max_context=200, realtime_max_rows=4, batch_floor=1, batch_every=2,
-                  batch_every_starting=2, first_tokens=2, pause_batch=pause)
+    s = Scheduler(rows=8, max_context=200, config=SchedulerConfig(realtime_max_rows=4, batch_floor=1,
+            batch_every=2, batch_every_starting=2, first_tokens=2, pause_batch=pause))
     jobs = [Seq(f"b{i}", [1, 2], budget=40) for i in range(6)]
     for q in jobs:
         s.add(q)

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     from ops.bench.orpheus.models import load_model
     from pipeline.engines.orpheus.runner import HostTimes, ModelRunner
     from pipeline.engines.orpheus.sampling import SamplingParams
-    from pipeline.engines.orpheus.scheduler import Scheduler, Seq
+    from pipeline.engines.orpheus.scheduler import Scheduler, SchedulerConfig, Seq
     from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
     lm = load_model("random-3b", "auto", "auto", "none")
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
                          logits_lo=CUSTOM_TOKEN_BASE, kv_dtype=args.kv_dtype)
     print(f"{torch.cuda.get_device_name()}, {args.layers} layers, KV {runner.cache.k[0].dtype}, "
           f"fused sampler {runner.sampler.fused is not None}", flush=True)
-    sched = Scheduler(64, 2048, reserved=8, prefill_tokens=1024, admit_every=1)
+    sched = Scheduler(64, 2048, config=SchedulerConfig(reserved=8, prefill_tokens=1024, admit_every=1))
     gen = torch.Generator().manual_seed(0)
 
     def prompt(n):

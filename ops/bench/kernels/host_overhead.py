@@ -29,7 +29,7 @@ from pipeline.engines.orpheus.engine import ADMIT_EVERY, PAUSE_BATCH, RAMP_TOKEN
 from pipeline.engines.orpheus.loop import EngineLoop
 from pipeline.engines.orpheus.runner import ModelRunner, _LaunchedStep, ladder
 from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.scheduler import Plan, Scheduler, Seq
+from pipeline.engines.orpheus.scheduler import Plan, Scheduler, SchedulerConfig, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH, audio_range
 
 CONTEXT = 2048
@@ -89,10 +89,11 @@ def scheduler_for(rows: int) -> Scheduler:
     (realtime_max_rows in runs of streams beside batch work), so the step covers all the rows."""
     realtime = RealtimeConfig()
     first = stream_state(0, True).first_ready_frames * SNAC_TOKENS_PER_FRAME
-    return Scheduler(rows, CONTEXT, reserved=max(1, rows // 8), batch_floor=rows // 8,
-                     admit_every=ADMIT_EVERY, realtime_max_rows=rows, batch_every=realtime.batch_every,
-                     batch_every_starting=realtime.batch_every_starting, first_tokens=first,
-                     playing_every=realtime.playing_every, ramp_tokens=RAMP_TOKENS, pause_batch=PAUSE_BATCH)
+    return Scheduler(rows, CONTEXT, config=SchedulerConfig(
+        reserved=max(1, rows // 8), batch_floor=rows // 8, admit_every=ADMIT_EVERY, realtime_max_rows=rows,
+        batch_every=realtime.batch_every, batch_every_starting=realtime.batch_every_starting,
+        first_tokens=first, playing_every=realtime.playing_every, ramp_tokens=RAMP_TOKENS,
+        pause_batch=PAUSE_BATCH))
 
 
 def steady_loop(rows: int, seed: int = 0) -> tuple[EngineLoop, InstantRunner, Workload]:

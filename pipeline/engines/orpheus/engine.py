@@ -351,7 +351,7 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
     from pipeline.engines.orpheus.decoder import KVCache, kv_storage_dtype
     from pipeline.engines.orpheus.loop import EngineLoop
     from pipeline.engines.orpheus.runner import ModelRunner
-    from pipeline.engines.orpheus.scheduler import Scheduler
+    from pipeline.engines.orpheus.scheduler import Scheduler, SchedulerConfig
 
     context, kv_dtype, rt = config.context, config.kv_dtype, config.realtime
     cfg = loaded.model.config
@@ -373,12 +373,11 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
     reserved = rt.rows or max(1, rows // 8) if rows > 1 else 0
     on_gpu = loaded.device.startswith("cuda")
     first = stream_state(0, True, rt.first_lookahead).first_ready_frames * SNAC_TOKENS_PER_FRAME
-    scheduler = Scheduler(rows, context, reserved=reserved, batch_floor=rows // 8,
-                          admit_every=ADMIT_EVERY if on_gpu else 1,
-                          realtime_max_rows=rt.max_rows or max(1, rows // 3),
-                          batch_every=rt.batch_every, batch_every_starting=rt.batch_every_starting,
-                          first_tokens=first, playing_every=rt.playing_every,
-                          ramp_tokens=RAMP_TOKENS, pause_batch=PAUSE_BATCH)
+    scheduler = Scheduler(rows, context, config=SchedulerConfig(
+        reserved=reserved, batch_floor=rows // 8, admit_every=ADMIT_EVERY if on_gpu else 1,
+        realtime_max_rows=rt.max_rows or max(1, rows // 3), batch_every=rt.batch_every,
+        batch_every_starting=rt.batch_every_starting, first_tokens=first, playing_every=rt.playing_every,
+        ramp_tokens=RAMP_TOKENS, pause_batch=PAUSE_BATCH))
     if config.cuda_graphs:
         runner.codec_fallback = loaded.codec.capture_graphs(realtime_windows(), batch_windows())
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "

@@ -132,37 +132,54 @@ class Plan:
         return not (self.prefill or self.decode)
 
 
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How the scheduler shares its rows and steps between realtime and batch work (what each
+    knob does: the module's docstring and ``Scheduler.__init__``). The defaults are the plain
+    scheduler's; the engine derives its own from RealtimeConfig and the rows (engine.py
+    ``build_loop``)."""
+
+    reserved: int = 0               # rows batch work leaves free for realtime arrivals
+    batch_floor: int = 0            # batch rows that preemption leaves running
+    prefill_tokens: int = 2048      # prompt tokens prefilled per step
+    admit_every: int = 1            # batch work is admitted every Nth step
+    realtime_max_rows: int = 0      # rows decoding while realtime streams run (0: all)
+    batch_every: int = 1            # while streams run, batch rows decode every Nth step ...
+    batch_every_starting: int = 1   # ... and every Nth while a stream waits for its first chunk
+    first_tokens: int = 0           # tokens a stream's first chunk needs
+    playing_every: int = 1          # playing streams join every Nth realtime-only step then
+    pause_batch: bool = False       # batch rows over the realtime cap pause (else: preempted)
+    ramp_tokens: int = 0            # a stream counts as starting this long after its first chunk
+
+
 class Scheduler:
-    def __init__(self, rows: int, max_context: int, reserved: int = 0, batch_floor: int = 0,
-                 prefill_tokens: int = 2048, admit_every: int = 1, realtime_max_rows: int = 0,
-                 batch_every: int = 1, batch_every_starting: int = 1, first_tokens: int = 0,
-                 playing_every: int = 1, pause_batch: bool = False, ramp_tokens: int = 0):
+    def __init__(self, rows: int, max_context: int, config: SchedulerConfig = SchedulerConfig()):
         if rows < 1 or max_context < 2:
             raise ValueError("need at least one row and a context of two tokens")
         self.capacity = rows
         self.max_context = max_context
-        self.reserved = min(reserved, rows - 1)
-        self.batch_floor = min(batch_floor, rows - 1)
-        self.prefill_tokens = max(1, prefill_tokens)
+        self.reserved = min(config.reserved, rows - 1)
+        self.batch_floor = min(config.batch_floor, rows - 1)
+        self.prefill_tokens = max(1, config.prefill_tokens)
         # Batch work is admitted every ``admit_every`` steps, so its prompts are prefilled a few
         # at a time instead of one per step (each prefill is an eager pass); realtime: every step.
-        self.admit_every = max(1, admit_every)
+        self.admit_every = max(1, config.admit_every)
         # While realtime streams run, at most this many rows decode (0: no cap), so the step stays
         # short enough for them to play in real time; batch sequences over it are paused
         # (``pause_batch``: they keep their cache) or preempted (youngest first, down to
         # ``batch_floor``: they resume later by prefilling what they had).
-        self.realtime_max_rows = realtime_max_rows or rows
-        self.batch_every = max(1, batch_every)
-        self.batch_every_starting = max(1, batch_every_starting)
-        self.first_tokens = first_tokens
-        self.playing_every = max(1, playing_every)
-        self.ramp_tokens = max(0, ramp_tokens)
-        self.pause_batch = pause_batch
+        self.realtime_max_rows = config.realtime_max_rows or rows
+        self.batch_every = max(1, config.batch_every)
+        self.batch_every_starting = max(1, config.batch_every_starting)
+        self.first_tokens = config.first_tokens
+        self.playing_every = max(1, config.playing_every)
+        self.ramp_tokens = max(0, config.ramp_tokens)
+        self.pause_batch = config.pause_batch
         self._decode_limit = rows      # full steps decode rows 0 .. this - 1 (pause_batch)
         self.preempted = 0
         self.realtime_steps = 0        # steps that decoded the realtime rows alone
         self.starting_steps = 0        # ... of which the starting streams alone
-        self._steady_turn = 0
+        self._playing_turn = 0
         self._steps = 0                # full steps (batch admission counts these)
         self._rt_turn = 0
         self._rt_rows = 0                    # realtime rows (rows 0 .. r-1), from each schedule() on
@@ -207,7 +224,7 @@ class Scheduler:
         self.waiting_rt.clear()
         self.waiting_batch.clear()
         self.by_row, self._free_rows = [], []
-        self._rt_turn = self._steady_turn = 0
+        self._rt_turn = self._playing_turn = 0
 
     @property
     def idle(self) -> bool:
@@ -304,15 +321,15 @@ class Scheduler:
         running, first = SeqState.RUNNING, self.first_tokens
         rt = [s for s in self.by_row[: self._rt_rows] if s.state is running]
         if not any(s.generated + s.inflight < first for s in rt):
-            self._steady_turn = 0       # none waits for its first chunk: an ordinary step
+            self._playing_turn = 0       # none waits for its first chunk: an ordinary step
             return None
         starting = [s for s in rt if s.generated + s.inflight < first + self.ramp_tokens]
         if len(starting) == len(rt):
-            self._steady_turn = 0       # none playing yet: an ordinary step
+            self._playing_turn = 0       # none playing yet: an ordinary step
             return None
-        self._steady_turn += 1
-        if self._steady_turn >= self.playing_every:
-            self._steady_turn = 0
+        self._playing_turn += 1
+        if self._playing_turn >= self.playing_every:
+            self._playing_turn = 0
             return None
         return starting
 
