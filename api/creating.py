@@ -139,13 +139,14 @@ class SpeechCreator:
             insert_batches(session, [p for _, p in planned])
             session.commit()
         for done, p in planned:
+            by_queue = p.job_ids_by_queue()
             try:
-                send_messages(state.celery, p.job_ids_by_queue(), state.settings.jobs_per_task)
+                send_messages(state.celery, by_queue, state.settings.jobs_per_task)
             except ServiceUnavailableError as e:
                 _discard(state, p.id)
                 done.set_exception(e)
                 continue
-            done.set_result(_only_job(p.job_ids_by_queue()))
+            done.set_result(_only_job(by_queue))
 
 
 def _only_job(by_queue: dict[str, list[str]]) -> str:

@@ -95,9 +95,7 @@ def create_item_batch(session: Session, settings: Settings, items: Sequence[Item
                       *, source: str, **batch_columns) -> Batch:
     """A batch from explicit items (the API). Everything is validated before anything is written:
     InputError names the first bad item."""
-    planned = plan_item_batch(settings, items, options, source=source, **batch_columns)
-    db.insert_batches(session, [planned])
-    return session.get(Batch, planned.id)
+    return db.insert_batch(session, plan_item_batch(settings, items, options, source=source, **batch_columns))
 
 
 def plan_item_batch(settings: Settings, items: Sequence[Item], options: BatchOptions, *, source: str,

@@ -19,7 +19,7 @@ from api.routes.jobs import job_finished, open_live_or_fail
 from api.schemas import SpeechCreate
 from api.streaming import CONTENT_TYPES, OPENAI_PCM_RATE, SPEECH_FORMATS, encode, once, wav_pcm
 from api.whole_audio import whole
-from pipeline.db.jobs import PlannedBatch, insert_batches
+from pipeline.db.jobs import PlannedBatch, insert_batch
 from pipeline.db.models import Batch, Job
 from pipeline.db.models_api import ApiKey
 from pipeline.engines.registry import engine_voices
@@ -94,9 +94,7 @@ def _plan(state, key: ApiKey, body: SpeechCreate, voice: str | None, *, queued: 
 
 
 def _build(state, key: ApiKey, body: SpeechCreate, voice: str | None, session: OrmSession) -> Batch:
-    planned = _plan(state, key, body, voice, queued=False)
-    insert_batches(session, [planned])
-    return session.get(Batch, planned.id)
+    return insert_batch(session, _plan(state, key, body, voice, queued=False))
 
 
 def _create(state, key: ApiKey, body: SpeechCreate, voice: str | None, idempotency_key: str) -> str:

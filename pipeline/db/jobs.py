@@ -78,12 +78,16 @@ def insert_batches(session: Session, planned: Sequence[PlannedBatch]) -> None:
         session.execute(insert(Job), jobs[start:start + 5000])
 
 
+def insert_batch(session: Session, planned: PlannedBatch) -> Batch:
+    """Insert one planned batch and its jobs; the caller commits."""
+    insert_batches(session, [planned])
+    return session.get(Batch, planned.id)
+
+
 def create_batch(session: Session, **fields) -> Batch:
     """Insert a batch and all its jobs (PENDING) with bulk inserts (``plan_batch``'s fields); the
     caller commits."""
-    planned = plan_batch(**fields)
-    insert_batches(session, [planned])
-    return session.get(Batch, planned.id)
+    return insert_batch(session, plan_batch(**fields))
 
 
 def job_ids_by_queue(session: Session, batch_id: str) -> dict[str, list[str]]:
