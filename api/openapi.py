@@ -16,7 +16,7 @@ from fastapi.openapi.utils import get_openapi
 from api.errors import OPENAI_PREFIX
 from api.routes.speech import OPENAI_VOICES
 from api.streaming import CONTENT_TYPES, SPEECH_FORMATS
-from pipeline.audio import get_format
+from pipeline.formats import get_format
 from pipeline.engines.registry import engine_voices
 from pipeline.settings import FORMATS, Settings
 from pipeline.submit import SAMPLE_RATES

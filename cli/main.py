@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -12,7 +13,27 @@ from pydantic import ValidationError
 from pipeline.errors import InputError, ServiceUnavailableError, SynthError, StorageError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# Each command's module is imported when that command runs: importing them all (the API's web
+# stack, the worker's, the report's) cost `synth submit` more than its own work.
+COMMANDS = {
+    "api": "cli.api:api", "beat": "cli.beat:beat", "db": "cli.db:db", "fetch": "cli.inspect:fetch",
+    "keys": "cli.keys:keys", "models": "cli.models:models", "report": "cli.report:report",
+    "status": "cli.inspect:status", "submit": "cli.submit:submit", "worker": "cli.worker:worker",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attr = COMMANDS[name].split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--config", type=click.Path(exists=True, dir_okay=False),
               help="TOML settings file (same keys as the SYNTH_* variables, lower case).")
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
@@ -29,27 +50,6 @@ def cli(config: str | None, verbose: int) -> None:
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-
-def _register() -> None:
-    from cli import api, beat, db, inspect, keys, report, submit, worker
-
-    cli.add_command(submit.submit)
-    cli.add_command(inspect.status)
-    cli.add_command(inspect.fetch)
-    cli.add_command(worker.worker)
-    cli.add_command(db.db)
-    cli.add_command(report.report)
-    cli.add_command(beat.beat)
-    cli.add_command(keys.keys)
-    cli.add_command(api.api)
-    try:
-        from cli.models import models
-    except ImportError:  # the Orpheus tooling is optional
-        return
-    cli.add_command(models)
-
-
-_register()
 
 EXIT_CODES = ((InputError, 2), (ServiceUnavailableError, 3), (StorageError, 3), (SynthError, 1))
 

@@ -26,6 +26,7 @@ from pipeline.errors import (
     PermanentError,
     RetryableError,
 )
+from pipeline.formats import get_format
 from pipeline.hostinfo import hostname
 from pipeline.live import LiveAudio, LiveJob
 from pipeline.manifest import close_if_finished
@@ -237,7 +238,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         _fail(r, job.id, "engine produced no audio", outcome)
         return
     try:
-        fmt = audio.get_format(job.format)
+        fmt = get_format(job.format)
         data = audio.encode(samples, info.sample_rate, job.format, job.sample_rate)
         key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)

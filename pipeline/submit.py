@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.audio import get_format
+from pipeline.formats import get_format
 from pipeline.corpus import Corpus, client_id_for
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch

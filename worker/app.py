@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from celery import Celery
-from celery.bin.celery import celery
 from kombu import Queue
 
 from pipeline.routing import all_queues
@@ -29,6 +28,10 @@ def restore_interval(settings: Settings) -> int:
 def run_worker(app: Celery, argv: list[str]) -> int:
     """``celery worker`` on ``app``; returns its exit status (``app.worker_main`` drops it, so a
     worker that stopped on an error would exit 0)."""
+    # Imported here: Celery's command line (an interactive shell's toolkit with it) is a tenth of
+    # a second that producers such as `synth submit` need not pay.
+    from celery.bin.celery import celery
+
     celery.params[0].default = app
     try:
         return celery.main(args=argv, standalone_mode=False) or 0

@@ -16,7 +16,7 @@ from api.streaming import CONTENT_TYPES, LiveStartTimeout, LiveStreamError, enco
 from api.views import job_out
 from api.whole_audio import stored_pcm, whole
 from pipeline import lifecycle
-from pipeline.audio import get_format
+from pipeline.formats import get_format
 from pipeline.db import owned
 from pipeline.db.models import Job, JobStatus
 from pipeline.db.models_api import ApiKey

@@ -1,11 +1,11 @@
-"""Name -> engine class, imported lazily so the core needs no engine package installed."""
+"""Name -> engine class, imported lazily so the core needs no engine package installed, and a
+producer that only checks a voice (`synth submit`, the API) loads no engine code and no numpy."""
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
 
-from pipeline.engines.hosted import HostedEngine
 from pipeline.errors import EngineUnavailableError
 
 if TYPE_CHECKING:
@@ -21,6 +21,8 @@ ENGINES = {
 def load_engine(settings: EngineSettings) -> Engine:
     """The engine the settings name: in a process of its own or in this one (``separate_process``)."""
     if separate_process(settings):
+        from pipeline.engines.hosted import HostedEngine
+
         return HostedEngine(settings, load_inline)
     return load_inline(settings)
 

@@ -23,8 +23,9 @@ def check_synth_args(args: list[str]) -> None:
     command, rest = cli, list(args)
     while isinstance(command, click.Group):
         name, rest = rest[0], rest[1:]
-        assert name in command.commands, f"`synth {' '.join(args)}`: no command {name!r}"
-        command = command.commands[name]
+        sub = command.get_command(click.Context(command), name)
+        assert sub is not None, f"`synth {' '.join(args)}`: no command {name!r}"
+        command = sub
     command.make_context(command.name, rest)
 
 
