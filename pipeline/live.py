@@ -178,8 +178,11 @@ def _publish(ref: weakref.ref[LiveAudio], outbox: queue.SimpleQueue) -> None:
 @dataclass
 class LiveJob:
     """Publishes one job's pieces in text order as the engine yields them (pieces may finish out of
-    order), joined with the same crossfade as the stored file: the last ``fade`` samples are held
-    back until the next piece (or the end) arrives."""
+    order), joined with the same crossfade as the stored file: while a later piece will fade into
+    this one, its last ``fade`` samples are held back until the next chunk (or the end) arrives.
+    The last piece's chunks go out whole: held back, each would reach the player ``fade`` later
+    than the engine made it, and a stream whose engine keeps only a little ahead of playback
+    would run dry by that much at each chunk."""
 
     live: LiveAudio
     job_id: str
@@ -220,7 +223,8 @@ class LiveJob:
                 part = part[n:]
         self._piece_started = True
         joined = np.concatenate([head, part.astype(np.float32, copy=False)])
-        cut = max(0, joined.size - self.fade)
+        last_piece = self._current >= self.pieces - 1
+        cut = joined.size if last_piece else max(0, joined.size - self.fade)
         self._tail = joined[cut:]
         if cut:
             self._ok = self.live.pcm(self.job_id, joined[:cut])

@@ -1,0 +1,58 @@
+"""A job's live copy in Redis as `LiveJob` writes it from the engine's chunks: the stored file's
+crossfades, and no audio held back where no crossfade needs it."""
+
+from __future__ import annotations
+
+import numpy as np
+import redis
+
+from pipeline import audio
+from pipeline.live import LiveAudio, LiveJob, redis_client_url, stream_key
+from tests.waiting import eventually
+
+RATE, FADE_MS = 24_000, 30
+FADE = RATE * FADE_MS // 1000
+
+
+def _published(client: redis.Redis, job_id: str) -> np.ndarray:
+    entries = client.xrange(stream_key(job_id))
+    return np.frombuffer(b"".join(f[b"data"] for _, f in entries if f[b"kind"] == b"pcm"), "<i2")
+
+
+def _tone(n: int, hz: float) -> np.ndarray:
+    return (0.3 * np.sin(2 * np.pi * hz * np.arange(n) / RATE)).astype(np.float32)
+
+
+def test_a_single_piece_job_publishes_each_chunk_whole_as_it_arrives(redis_url):
+    client = redis.Redis.from_url(redis_client_url(redis_url))
+    live = LiveAudio(client, ttl=60)
+    live.start("one", RATE)
+    job = LiveJob(live, "one", pieces=1, fade=FADE)
+    first = _tone(4096, 220)
+    job.add(0, first, final=False)
+    # all of the first chunk reaches the player before the engine makes the next
+    eventually(lambda: _published(client, "one").size == first.size, 5, "the first chunk's samples in the stream")
+    np.testing.assert_array_equal(_published(client, "one"), audio.to_int16(first))
+    second = _tone(2048, 330)
+    job.add(0, second, final=True)
+    job.close()
+    want = audio.to_int16(np.concatenate([first, second]))
+    eventually(lambda: _published(client, "one").size == want.size, 5, "the whole job in the stream")
+    np.testing.assert_array_equal(_published(client, "one"), want)
+
+
+def test_pieces_are_joined_with_the_stored_files_crossfade(redis_url):
+    client = redis.Redis.from_url(redis_client_url(redis_url))
+    live = LiveAudio(client, ttl=60)
+    live.start("two", RATE)
+    job = LiveJob(live, "two", pieces=2, fade=FADE)
+    pieces = [[_tone(3000, 220), _tone(1500, 250)], [_tone(2500, 330), _tone(900, 300)]]
+    # the second piece finishes first: it waits for the first, whose tail it fades into
+    for index, chunks in reversed(list(enumerate(pieces))):
+        for n, chunk in enumerate(chunks):
+            job.add(index, chunk, final=n == len(chunks) - 1)
+    job.close()
+    stored = audio.join([np.concatenate(c) for c in pieces], RATE, FADE_MS)
+    want = audio.to_int16(stored)
+    eventually(lambda: _published(client, "two").size == want.size, 5, "the whole job in the stream")
+    np.testing.assert_allclose(_published(client, "two"), want, atol=1)
