@@ -112,6 +112,9 @@ class Settings(BaseSettings):
     # 14: lower TTFB, slightly rougher end of the first frame, and gap-free only while the stream
     # is generated at 0.5x real time or faster).
     realtime_first_lookahead: int = Field(default=_REALTIME.first_lookahead, ge=1, le=2)
+    # A playing stream whose audio runs less than this many ms ahead of its player gets every
+    # realtime step (the steps for starting streams too) until it is ahead again. 0: off.
+    realtime_low_lead_ms: int = Field(default=_REALTIME.low_lead_ms, ge=0)
 
     # Jobs.
     default_voice: str | None = None  # None: the engine's first voice

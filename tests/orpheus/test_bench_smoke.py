@@ -22,13 +22,13 @@ def bench(tiny_dir, tmp_path, lines: str, *args: str) -> dict:
 def scenario(tmp_path):
     """A scenario file of three scheduler configs: the engine's defaults; a batch step every step,
     3 realtime rows, a 0.5 ms switch interval, no starting-only steps, the batch preempted; and
-    starting-only steps every 2nd, the batch paused, a one-frame lookahead, no ramp."""
+    starting-only steps every 2nd, the batch paused, a one-frame lookahead, no low-lead rule."""
     path = tmp_path / "scenario.toml"
     path.write_text("[[config]]\n\n"
                     "[[config]]\nbatch_every = 1\nbatch_every_starting = 1\nrealtime_max_rows = 3\n"
                     "switch_interval_ms = 0.5\nplaying_every = 1\npause_batch = false\n\n"
                     "[[config]]\nbatch_every = 2\nbatch_every_starting = 4\nplaying_every = 2\n"
-                    "pause_batch = true\nfirst_lookahead = 1\nramp_tokens = 0\n")
+                    "pause_batch = true\nfirst_lookahead = 1\nlow_lead_ms = 0\n")
     return path
 
 
@@ -72,11 +72,11 @@ def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     plain = mode["streams_every1_starting1_max3_switch0.5ms_preempting"]
     assert plain["config"] == {"batch_every": 1, "batch_every_starting": 1, "realtime_max_rows": 3,
                                "switch_interval_ms": 0.5, "playing_every": 1, "pause_batch": False,
-                               "first_lookahead": 2, "ramp_tokens": 14}
+                               "first_lookahead": 2, "low_lead_ms": 300}
     assert plain["1"]["ok"] == 1 and plain["1"]["realtime_only_steps"] == 0
-    steady = next(v for k, v in mode.items() if k.endswith("_steady2_paused_lookahead1_ramp0"))
+    steady = next(v for k, v in mode.items() if k.endswith("_steady2_paused_lookahead1_lead0ms"))
     assert steady["config"]["playing_every"] == 2 and steady["config"]["pause_batch"]
-    assert steady["config"]["first_lookahead"] == 1 and steady["config"]["ramp_tokens"] == 0
+    assert steady["config"]["first_lookahead"] == 1 and steady["config"]["low_lead_ms"] == 0
     assert steady["1"]["ok"] == 1
     assert "starting_only_steps" in steady["1"]
     assert len(mode["single_stream"]["ttfb_s"]) == 1

@@ -393,32 +393,46 @@ def test_starting_only_steps_without_batch_work():
     assert all(len(p.decode) == 2 for p in plans[1:] if not p.starting_only)
 
 
-def test_a_stream_just_past_its_first_chunk_keeps_the_starting_pace_for_ramp_tokens():
-    """With ``ramp_tokens``, a stream that has its first tokens decodes in the starting-only steps
-    for that many more while another stream still waits for its first chunk; the streams
-    playing longer join every other step as before, and past its ramp the stream does too."""
-    s = Scheduler(rows=8, max_context=400, config=SchedulerConfig(first_tokens=4, playing_every=2,
-            ramp_tokens=3))
-    s.add(Seq("old", [1], budget=300, realtime=True))
-    for _ in range(10):                              # "old" is past its first tokens and ramp
+def test_a_playing_stream_low_on_audio_joins_the_starting_only_steps_until_it_is_ahead_again():
+    """With ``low_lead_s``, a playing stream whose audio runs less than that ahead of its player
+    (started at its first chunk, playing ``playback_tokens_per_s``) decodes in the starting-only
+    steps too; a stream well ahead does not, and neither does the low one once it is ahead."""
+    now = [0.0]
+    s = Scheduler(rows=8, max_context=400, config=SchedulerConfig(
+        first_tokens=4, playing_every=2, frame_tokens=2, playback_tokens_per_s=10.0, low_lead_s=0.3,
+        clock=lambda: now[0]))
+    ahead = Seq("ahead", [1], budget=300, realtime=True)
+    s.add(ahead)
+    for _ in range(20):
         run_step(s, lambda q: 7)
-    ramping = Seq("ramping", [1], budget=300, realtime=True)
-    s.add(ramping)
-    while ramping.generated < 4:                     # its first chunk's tokens
+    assert ahead.first_chunk_at == 0.0
+    now[0] = 1.0                                  # its audio: 1.8 s made, 1.0 s played
+    low = Seq("low", [1], budget=300, realtime=True)
+    s.add(low)
+    while low.generated < 4:
         run_step(s, lambda q: 7)
+    assert low.first_chunk_at == 1.0
+    now[0] = 1.1                                  # its audio: 0.2 s made, 0.1 s played
+
+    def lead(q: Seq) -> float:
+        return (q.generated - 2) / 10.0 - (now[0] - q.first_chunk_at)
     new = Seq("new", [1], budget=300, realtime=True)
     s.add(new)
     seen = []
     while new.generated < 4:
-        before = ramping.generated
+        was_low = lead(low) < 0.3
         plan, _ = run_step(s, lambda q: 7)
         if plan.starting_only:
-            seen.append((before, sorted(q.key for q in plan.decode)))
-    assert seen
-    for generated, keys in seen:
-        assert keys == (["new", "ramping"] if generated < 4 + 3 else ["new"])
-    assert ["new", "ramping"] in [k for _, k in seen] and ["new"] in [k for _, k in seen]
-    assert all("old" not in k for _, k in seen)
+            seen.append(sorted(q.key for q in plan.decode))
+            assert seen[-1] == (["low", "new"] if was_low else ["new"])
+    assert ["low", "new"] in seen and ["new"] in seen      # low, then ahead again
+    assert lead(ahead) > 0.3 and all("ahead" not in k for k in seen)
+
+
+def test_leads_are_not_tracked_without_a_playback_rate():
+    s = Scheduler(rows=4, max_context=200, config=SchedulerConfig(first_tokens=4, playing_every=2,
+                                                                   low_lead_s=0.3))
+    assert s.low_lead_s == 0.0
 
 
 @pytest.mark.parametrize("pause", [False, True], ids=["preempt", "pause"])

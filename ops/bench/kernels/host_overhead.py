@@ -20,16 +20,17 @@ import pstats
 import random
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 
 from pipeline.constants import SNAC_TOKENS_PER_FRAME
 from pipeline.engines.orpheus.config import RealtimeConfig
-from pipeline.engines.orpheus.engine import ADMIT_EVERY, PAUSE_BATCH, RAMP_TOKENS, stream_state
+from pipeline.engines.orpheus.engine import scheduler_config, stream_state
 from pipeline.engines.orpheus.loop import EngineLoop
 from pipeline.engines.orpheus.runner import ModelRunner, _LaunchedStep, ladder
 from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.scheduler import Plan, Scheduler, SchedulerConfig, Seq
+from pipeline.engines.orpheus.scheduler import Plan, Scheduler, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH, audio_range
 
 CONTEXT = 2048
@@ -87,13 +88,8 @@ class InstantRunner(ModelRunner):
 def scheduler_for(rows: int) -> Scheduler:
     """As engine.build_loop sets it up on a GPU, with every row allowed to decode beside streams
     (realtime_max_rows in runs of streams beside batch work), so the step covers all the rows."""
-    realtime = RealtimeConfig()
-    first = stream_state(0, True).first_ready_frames * SNAC_TOKENS_PER_FRAME
-    return Scheduler(rows, CONTEXT, config=SchedulerConfig(
-        reserved=max(1, rows // 8), batch_floor=rows // 8, admit_every=ADMIT_EVERY, realtime_max_rows=rows,
-        batch_every=realtime.batch_every, batch_every_starting=realtime.batch_every_starting,
-        first_tokens=first, playing_every=realtime.playing_every, ramp_tokens=RAMP_TOKENS,
-        pause_batch=PAUSE_BATCH))
+    config = replace(scheduler_config(rows, RealtimeConfig(), on_gpu=True), realtime_max_rows=rows)
+    return Scheduler(rows, CONTEXT, config=config)
 
 
 def steady_loop(rows: int, seed: int = 0) -> tuple[EngineLoop, InstantRunner, Workload]:

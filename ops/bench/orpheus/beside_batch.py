@@ -22,33 +22,36 @@ def bench_streams(args, fast, batch: list[Job], rt: list[Job], mode: dict) -> No
     background = [j for j in batch if int(j.key.split("-", 1)[1].split(".")[0]) < args.batch_lines]
     sched = fast.loop.scheduler
     defaults = (sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows)
-    base_steady, base_pause, base_ramp = sched.playing_every, sched.pause_batch, sched.ramp_tokens
+    base_steady, base_pause = sched.playing_every, sched.pause_batch
+    base_lead = round(sched.low_lead_s * 1000)
     switch = sys.getswitchinterval()
     for c in load_scenarios(args.scenario):
         steady = c.playing_every or base_steady
-        ramp = base_ramp if c.ramp_tokens is None else c.ramp_tokens
         pause = base_pause if c.pause_batch is None else c.pause_batch
+        lead = base_lead if c.low_lead_ms is None else c.low_lead_ms
+        sched.low_lead_s = lead / 1000
         lookahead = c.first_lookahead or 2
         set_lookahead(fast, lookahead)
         config = tuple(v or d for v, d in zip(
             (c.batch_every, c.batch_every_starting, c.realtime_max_rows), defaults)) + \
             (float(c.switch_interval_ms),)
         sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows = config[:3]
-        sched.playing_every, sched.pause_batch, sched.ramp_tokens = max(1, steady), pause, ramp
+        sched.playing_every, sched.pause_batch = max(1, steady), pause
         sys.setswitchinterval(config[3] / 1000 or switch)
-        name = streams_key(config, (steady, pause, lookahead, ramp),
-                           (base_steady, base_pause, 2, base_ramp), defaults)
+        name = streams_key(config, (steady, pause, lookahead, lead),
+                           (base_steady, base_pause, 2, base_lead), defaults)
         mode[name] = {"config": dict(zip(("batch_every", "batch_every_starting",
                                          "realtime_max_rows", "switch_interval_ms",
                                          "playing_every", "pause_batch", "first_lookahead",
-                                         "ramp_tokens"),
+                                         "low_lead_ms"),
                                         config[:3] + (config[3] or switch * 1000, steady,
-                                                      pause, lookahead, ramp)))}
+                                                      pause, lookahead, lead)))}
         for count in map(int, args.stream_counts.split(",")):
             summary = mode[name][count] = streams_run(args, fast, background, rt[:count])
             print(name, count, summary, flush=True)
     sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows = defaults
-    sched.playing_every, sched.pause_batch, sched.ramp_tokens = base_steady, base_pause, base_ramp
+    sched.playing_every, sched.pause_batch = base_steady, base_pause
+    sched.low_lead_s = base_lead / 1000
     set_lookahead(fast, 2)
     sys.setswitchinterval(switch)
 
@@ -56,7 +59,7 @@ def bench_streams(args, fast, batch: list[Job], rt: list[Job], mode: dict) -> No
 def streams_key(config: tuple, settings: tuple, base: tuple, defaults: tuple) -> str:
     """The JSON key of a scenario config's figures: "streams" for the engine's defaults, else the
     settings that differ (the key ops/bench/e2e and older raw files use)."""
-    steady, pause, lookahead, ramp = settings
+    steady, pause, lookahead, lead = settings
     if config[:3] == defaults and not config[3] and settings == base:
         return "streams"
     return "streams_every{}_starting{}_max{}".format(*config) + \
@@ -64,7 +67,7 @@ def streams_key(config: tuple, settings: tuple, base: tuple, defaults: tuple) ->
         (f"_steady{steady}" if steady > 1 else "") + \
         ("_paused" if pause else "_preempting") + \
         (f"_lookahead{lookahead}" if lookahead != 2 else "") + \
-        (f"_ramp{ramp}" if ramp != base[3] else "")
+        (f"_lead{lead}ms" if lead != base[3] else "")
 
 
 def streams_run(args, fast, background: list[Job], streams: list[Job]) -> dict:

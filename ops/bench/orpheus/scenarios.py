@@ -10,7 +10,7 @@
     playing_every = 2            # the scheduler's playing_every (1: no starting-only steps)
     pause_batch = true          # pause the batch rows over the cap (false: preempt them)
     first_lookahead = 1         # the first chunk's lookahead in frames (absent: 2)
-    ramp_tokens = 0             # ramp_tokens (absent: the default; 0: none)
+    low_lead_ms = 0             # realtime_low_lead_ms (absent: the default; 0: off)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class StreamsConfig:
     playing_every: int = 0
     pause_batch: bool | None = None
     first_lookahead: int = 0
-    ramp_tokens: int | None = None
+    low_lead_ms: int | None = None
 
 
 def load_scenarios(paths: list[Path]) -> list[StreamsConfig]:

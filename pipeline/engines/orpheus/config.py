@@ -77,6 +77,11 @@ class RealtimeConfig:
     playing_every: int = 2
     # Frames of lookahead for a stream's first chunk: 2 (out after 21 tokens) or 1 (after 14).
     first_lookahead: int = 2
+    # A playing stream whose audio runs less than this far ahead of its player joins the steps
+    # for starting streams, so it gets every realtime step until it is ahead again; 0: off.
+    # Wider keeps more streams ahead when there are more than the rows can pace, for a few ms
+    # more of first audio.
+    low_lead_ms: int = 300
 
     def __post_init__(self) -> None:
         if min(self.rows, self.max_rows) < 0:
@@ -84,6 +89,8 @@ class RealtimeConfig:
         if min(self.batch_every, self.batch_every_starting, self.playing_every) < 1:
             raise ValueError("realtime batch_every, batch_every_starting and playing_every must "
                              "be >= 1")
+        if self.low_lead_ms < 0:
+            raise ValueError("realtime low_lead_ms must be >= 0 (0: off)")
         if self.first_lookahead not in (1, 2):
             raise ValueError("realtime first_lookahead must be 1 or 2 frames")
 

@@ -26,7 +26,7 @@ from pipeline.constants import (
 )
 from pipeline.engines.base import AudioChunk, Engine, EngineInfo, SynthesisRequest
 from pipeline.engines.orpheus import device as devices
-from pipeline.engines.orpheus.config import OrpheusConfig
+from pipeline.engines.orpheus.config import OrpheusConfig, RealtimeConfig
 from pipeline.engines.orpheus.generate import GenJob, generate_batched
 from pipeline.engines.orpheus.loading import LoadedModel, load
 from pipeline.engines.orpheus.prompt import prompt_ids
@@ -41,7 +41,7 @@ from pipeline.engines.orpheus.streaming import (
     StreamState,
     decode_ready,
 )
-from pipeline.engines.orpheus.scheduler import Seq
+from pipeline.engines.orpheus.scheduler import SchedulerConfig, Seq
 from pipeline.engines.orpheus.vocab import (
     CUSTOM_TOKEN_BASE,
     END_OF_SPEECH,
@@ -333,15 +333,21 @@ def text_chars_for(context: int, slack: float = BUDGET_SLACK) -> int:
     return max(20, int((context - PROMPT_OVERHEAD_TOKENS) / per_char))
 
 
-# A stream that has just sent its first chunk stays in the starting-only steps (scheduler
-# ``ramp_tokens``) for 2 more frames of tokens: its buffer then holds a single frame (85 ms), and at
-# the pace of the playing streams while others start its next frame is due with little to spare,
-# which a mixed step or a codec round can take.
-RAMP_TOKENS = 2 * SNAC_TOKENS_PER_FRAME
 # Batch rows over the realtime cap wait with their cache (scheduler ``pause_batch``) rather than
 # being preempted and prefilled again: more streams keep ahead of real time, and batch work loses
 # no prefill.
 PAUSE_BATCH = True
+
+
+def scheduler_config(rows: int, rt: RealtimeConfig, on_gpu: bool) -> SchedulerConfig:
+    """How the engine's scheduler shares ``rows`` between realtime and batch work."""
+    first = stream_state(0, True, rt.first_lookahead).first_ready_frames * SNAC_TOKENS_PER_FRAME
+    return SchedulerConfig(
+        reserved=rt.rows or max(1, rows // 8) if rows > 1 else 0, batch_floor=rows // 8,
+        admit_every=ADMIT_EVERY if on_gpu else 1, realtime_max_rows=rt.max_rows or max(1, rows // 3),
+        batch_every=rt.batch_every, batch_every_starting=rt.batch_every_starting, first_tokens=first,
+        playing_every=rt.playing_every, pause_batch=PAUSE_BATCH, frame_tokens=SNAC_TOKENS_PER_FRAME,
+        playback_tokens_per_s=LM_TOKENS_PER_AUDIO_SECOND, low_lead_s=rt.low_lead_ms / 1000)
 
 
 def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, config: OrpheusConfig,
@@ -351,7 +357,7 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
     from pipeline.engines.orpheus.decoder import KVCache, kv_storage_dtype
     from pipeline.engines.orpheus.loop import EngineLoop
     from pipeline.engines.orpheus.runner import ModelRunner
-    from pipeline.engines.orpheus.scheduler import Scheduler, SchedulerConfig
+    from pipeline.engines.orpheus.scheduler import Scheduler
 
     context, kv_dtype, rt = config.context, config.kv_dtype, config.realtime
     cfg = loaded.model.config
@@ -370,18 +376,12 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
     runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo,
                          use_graphs=config.cuda_graphs, kv_dtype=kv_dtype,
                          switches=config.switches)
-    reserved = rt.rows or max(1, rows // 8) if rows > 1 else 0
     on_gpu = loaded.device.startswith("cuda")
-    first = stream_state(0, True, rt.first_lookahead).first_ready_frames * SNAC_TOKENS_PER_FRAME
-    scheduler = Scheduler(rows, context, config=SchedulerConfig(
-        reserved=reserved, batch_floor=rows // 8, admit_every=ADMIT_EVERY if on_gpu else 1,
-        realtime_max_rows=rt.max_rows or max(1, rows // 3), batch_every=rt.batch_every,
-        batch_every_starting=rt.batch_every_starting, first_tokens=first, playing_every=rt.playing_every,
-        ramp_tokens=RAMP_TOKENS, pause_batch=PAUSE_BATCH))
+    scheduler = Scheduler(rows, context, config=scheduler_config(rows, rt, on_gpu))
     if config.cuda_graphs:
         runner.codec_fallback = loaded.codec.capture_graphs(realtime_windows(), batch_windows())
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "
-             "realtime", rows, context, rows * per_row / 2**30, store, reserved)
+             "realtime", rows, context, rows * per_row / 2**30, store, scheduler.reserved)
     return EngineLoop(runner, scheduler, loaded.codec, on_final,
                       stream_factory=lambda seed, realtime: stream_state(seed, realtime,
                                                                          rt.first_lookahead))

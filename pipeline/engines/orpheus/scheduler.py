@@ -30,15 +30,16 @@ are admitted and prefilled) only every ``batch_every``-th step, every ``batch_ev
 while a stream still waits for its first chunk; the steps between are short steps over the
 realtime rows alone. Batch work still gets every full step, so it is slowed, never starved.
 
-Starting-only steps (``playing_every`` > 1; 1 here, 2 in the engine, config.RealtimeConfig: a
-lower first audio with no underruns, where every 3rd ran the playing streams dry): while a stream
-waits for its first chunk, of the steps that decode the realtime rows alone, the streams already
-playing join only every ``playing_every``-th; the others decode the starting streams alone, with
-those that sent their first chunk less than ``ramp_tokens`` ago (0 here, 2 frames in the engine:
-a stream's buffer is smallest just after its first chunk, one frame, 85 ms, until the next). Such a
-step still runs at the realtime tier's batch (the other rows idle), but a step's time at these
-batches is mostly the weights and the attention over the rows that decode, so it is shorter with
-few rows attending, and the first chunk's tokens come faster at some cost to the steady streams.
+Starting-only steps (``playing_every`` > 1; 1 here, 2 in the engine): while a stream waits for its
+first chunk, of the steps over the realtime rows alone, the streams already playing join only every
+``playing_every``-th; the others decode the starting streams alone. Such a step still runs at the
+realtime tier's batch, but its time is mostly the weights and the attention over the rows that
+decode, so the first chunk's tokens come faster at some cost to the playing streams. A playing
+stream whose audio runs less than ``low_lead_s`` ahead of its player (who started at its first
+chunk and plays ``playback_tokens_per_s``) joins them too (0 here): its buffer is smallest just
+after its first chunk (one frame, 85 ms), and long steps (prefills, batch steps) eat into it, so it
+gets every realtime step until it is ahead again, while streams well ahead give the starting ones
+their steps.
 
 ``pause_batch`` (the engine's default: more streams keep ahead of real time, and batch work loses
 no prefill, so it keeps more of its pace): the realtime cap pauses the batch rows
@@ -57,8 +58,9 @@ from __future__ import annotations
 
 import enum
 import itertools
+import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 
@@ -89,6 +91,7 @@ class Seq:
     preemptions: int = 0
     slot_steps: float = 0.0         # graph rows spent on it: its decode steps + its share of idle
     idle_slot_steps: float = 0.0    # its share of the padded rows of the steps it decoded in
+    first_chunk_at: float | None = None  # the scheduler's clock when its first chunk's tokens came
 
     @property
     def prefix(self) -> list[int]:
@@ -149,7 +152,10 @@ class SchedulerConfig:
     first_tokens: int = 0           # tokens a stream's first chunk needs
     playing_every: int = 1          # playing streams join every Nth realtime-only step then
     pause_batch: bool = False       # batch rows over the realtime cap pause (else: preempted)
-    ramp_tokens: int = 0            # a stream counts as starting this long after its first chunk
+    frame_tokens: int = 7           # tokens of one audio frame (its first chunk holds one frame)
+    playback_tokens_per_s: float = 0.0  # tokens a player consumes a second (0: leads not tracked)
+    low_lead_s: float = 0.0         # a playing stream this little ahead of its player starts again
+    clock: Callable[[], float] = time.monotonic
 
 
 class Scheduler:
@@ -173,8 +179,10 @@ class Scheduler:
         self.batch_every_starting = max(1, config.batch_every_starting)
         self.first_tokens = config.first_tokens
         self.playing_every = max(1, config.playing_every)
-        self.ramp_tokens = max(0, config.ramp_tokens)
         self.pause_batch = config.pause_batch
+        self.frame_tokens, self.playback_tokens_per_s, self.clock = \
+            max(1, config.frame_tokens), config.playback_tokens_per_s, config.clock
+        self.low_lead_s = config.low_lead_s if config.playback_tokens_per_s > 0 else 0.0
         self._decode_limit = rows      # full steps decode rows 0 .. this - 1 (pause_batch)
         self.preempted = 0
         self.realtime_steps = 0        # steps that decoded the realtime rows alone
@@ -314,8 +322,7 @@ class Scheduler:
 
     def _starting_turn(self) -> list[Seq] | None:
         """On a step over the realtime rows alone: the streams waiting for their first chunk, and
-        those within ``ramp_tokens`` after it, if this is a step for them alone (see the module);
-        else None."""
+        those low on audio, if this is a step for them alone (see the module); else None."""
         if self.playing_every == 1:
             return None
         running, first = SeqState.RUNNING, self.first_tokens
@@ -323,7 +330,8 @@ class Scheduler:
         if not any(s.generated + s.inflight < first for s in rt):
             self._playing_turn = 0       # none waits for its first chunk: an ordinary step
             return None
-        starting = [s for s in rt if s.generated + s.inflight < first + self.ramp_tokens]
+        low = self._low_lead_rule()
+        starting = [s for s in rt if s.generated + s.inflight < first or low is not None and low(s)]
         if len(starting) == len(rt):
             self._playing_turn = 0       # none playing yet: an ordinary step
             return None
@@ -333,11 +341,21 @@ class Scheduler:
             return None
         return starting
 
+    def _low_lead_rule(self) -> Callable[[Seq], bool] | None:
+        """Whether a stream's audio (its tokens less the first chunk's lookahead) runs less than
+        ``low_lead_s`` ahead of its player; None when leads are not tracked."""
+        if not self.low_lead_s:
+            return None
+        now, rate, behind = self.clock(), self.playback_tokens_per_s, self.first_tokens - self.frame_tokens
+        return lambda seq: seq.first_chunk_at is not None and \
+            (seq.generated - behind) / rate - (now - seq.first_chunk_at) < self.low_lead_s
+
     def postprocess(self, plan: Plan, tokens: dict[int, list[int]]) -> list[Seq]:
         """``tokens``: row -> the tokens that row produced this step: one per decoded row, and one
         from the last prefill logits for a sequence whose prompt completed. Returns the sequences
         that finished."""
         finished, owners, running = [], plan.owners, SeqState.RUNNING
+        first, now = self.first_tokens, self.clock() if self.low_lead_s else 0.0
         for row, toks in tokens.items():
             seq, epoch = owners[row]
             if seq.epoch != epoch or seq.state is not running:
@@ -348,6 +366,8 @@ class Scheduler:
                 seq.inflight -= 1
                 seq.generated += 1
                 seq.tokens.append(tok)
+                if seq.generated == first and seq.realtime and seq.first_chunk_at is None:
+                    seq.first_chunk_at = now
                 if seq.stop_token is not None and tok == seq.stop_token:
                     self._finish(seq, "eos")
                 elif seq.generated >= seq.budget:
