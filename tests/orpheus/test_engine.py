@@ -84,7 +84,7 @@ def test_budget_grows_with_text_in_whole_frames():
 
 def test_paths_switched_off_in_the_settings_are_off_in_the_runner(engine_settings, monkeypatch):
     """SYNTH_ORPHEUS_DISABLE reaches the parts the engine builds (no environment read there)."""
-    from pipeline.engines.orpheus import fused
+    from pipeline.engines.orpheus.kernels import fused
     from pipeline.engines.registry import load_engine
     from pipeline.settings import Settings
 

@@ -9,10 +9,10 @@ from pipeline.engines.base import SynthesisRequest
 from pipeline.engines.orpheus.config import OrpheusConfig
 from pipeline.engines.orpheus.engine import OrpheusEngine
 from pipeline.engines.orpheus.generate import GenJob, generate_batched, reference_generate
+from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.prompt import prompt_ids
-from pipeline.engines.orpheus.runner import ModelRunner
-from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.scheduler import Scheduler, SchedulerConfig, Seq
+from pipeline.engines.orpheus.serving.runner import ModelRunner
+from pipeline.engines.orpheus.serving.scheduler import Scheduler, SchedulerConfig, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
 
 TEXTS = ["Hello there.", "A somewhat longer sentence to speak aloud, my friend.", "Hi",
@@ -98,8 +98,8 @@ def test_sampled_tokens_equal_the_part_one_loop_whatever_the_neighbours(tiny):
 def test_the_active_mask_follows_the_decoded_rows_through_its_cache(tiny):
     """The runner copies the active mask only when the decoded rows change, from masks it keeps
     for the last few row sets: whatever the order of the sets, the device mask is the plan's."""
-    from pipeline.engines.orpheus.runner import ACTIVE_MASKS
-    from pipeline.engines.orpheus.scheduler import Plan
+    from pipeline.engines.orpheus.serving.runner import ACTIVE_MASKS
+    from pipeline.engines.orpheus.serving.scheduler import Plan
 
     rows = 6
     runner = ModelRunner(tiny.model, rows, 256, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE,

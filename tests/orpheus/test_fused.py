@@ -17,8 +17,8 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
-from pipeline.engines.orpheus import fused
-from pipeline.engines.orpheus.decoder import Decoder, KVCache, fuse_weights
+from pipeline.engines.orpheus.kernels import fused
+from pipeline.engines.orpheus.model.decoder import Decoder, KVCache, fuse_weights
 from pipeline.engines.orpheus.tiny import TINY_LLAMA
 
 CONTEXT = 128
@@ -166,7 +166,7 @@ def test_fused_decoder_logits_equal_the_unfused_and_transformers():
 
 
 def test_fp8_projections_are_fused_as_fp8_modules_sharing_their_bytes():
-    from pipeline.engines.orpheus.quant import quantize
+    from pipeline.engines.orpheus.model.quant import quantize
 
     model = small_model(seed=3)
     report = quantize(model, "fp8", "cpu", torch.float32)
@@ -226,7 +226,7 @@ def test_a_fused_sampler_that_cannot_run_falls_back_to_the_torch_draw():
     """Asked for where its kernel cannot run (Triton with no GPU and no interpreter), the sampler
     says why and draws with torch: the same tokens as one never asked."""
     pytest.importorskip("triton")
-    from pipeline.engines.orpheus.sampling import RowSampler, SamplingParams
+    from pipeline.engines.orpheus.model.sampling import RowSampler, SamplingParams
     from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
 
     if os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available():

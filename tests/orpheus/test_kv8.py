@@ -16,10 +16,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from pipeline.engines.base import SynthesisRequest
-from pipeline.engines.orpheus import fused
 from pipeline.engines.orpheus.config import OrpheusConfig
-from pipeline.engines.orpheus.decoder import Decoder, KVCache, kv_storage_dtype
 from pipeline.engines.orpheus.engine import OrpheusEngine
+from pipeline.engines.orpheus.kernels import fused
+from pipeline.engines.orpheus.model.decoder import Decoder, KVCache, kv_storage_dtype
 from pipeline.engines.orpheus.tiny import TINY_LLAMA
 
 CONTEXT = 128

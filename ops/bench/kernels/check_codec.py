@@ -1,4 +1,4 @@
-"""codec_kernels.py against the modules it replaces, then SNAC decodes fused against unfused, and
+"""kernels/codec.py against the modules it replaces, then SNAC decodes fused against unfused, and
 (on CUDA) a codec call's time per lane and shape, fused against unfused, in the codec's graphs.
 
     .venv/bin/python -m ops.bench.kernels.check_codec                 # CUDA, SNAC 24 kHz shapes
@@ -27,8 +27,8 @@ import time
 import numpy as np
 import torch
 
-from pipeline.engines.orpheus import codec_kernels
-from pipeline.engines.orpheus.codec import SnacCodec
+from pipeline.engines.orpheus.codec.snac import SnacCodec
+from pipeline.engines.orpheus.kernels import codec as codec_kernels
 from pipeline.engines.orpheus.tiny import SNAC_24KHZ, TINY_SNAC
 
 from ops.bench.kernels.check_fused import Report, kernels_runnable, start

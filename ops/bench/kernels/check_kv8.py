@@ -45,9 +45,9 @@ from ops.bench.kernels.check_fused import (
     start,
 )
 from ops.bench.timing import median_device_ms
-from pipeline.engines.orpheus import attention, fused
-from pipeline.engines.orpheus.decoder import Decoder, KVCache
-from pipeline.engines.orpheus.quant import FP8_MAX, quantize
+from pipeline.engines.orpheus.kernels import FP8_MAX, attention, fused
+from pipeline.engines.orpheus.model.decoder import Decoder, KVCache
+from pipeline.engines.orpheus.model.quant import quantize
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
@@ -288,7 +288,7 @@ def main(argv=None) -> int:
         check_rope_store(report, b, dtype, args.device, grid_only=not on_cuda)
     def model():
         if args.model:
-            from pipeline.engines.orpheus.loading import load_lm
+            from pipeline.engines.orpheus.model.loading import load_lm
 
             return load_lm(args.model, str(dtype)[6:], args.device)[1]
         return random_model(args.layers or (ORPHEUS_3B["num_hidden_layers"] if on_cuda else 2),

@@ -25,7 +25,7 @@ import time
 import torch
 
 from ops.bench.kernels.check_fused import Report, random_model
-from pipeline.engines.orpheus.scheduler import Plan, PrefillChunk, Seq
+from pipeline.engines.orpheus.serving.scheduler import Plan, PrefillChunk, Seq
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check", file=sys.stderr)
         return 2
-    from pipeline.engines.orpheus.runner import ModelRunner
-    from pipeline.engines.orpheus.sampling import SamplingParams
+    from pipeline.engines.orpheus.model.sampling import SamplingParams
+    from pipeline.engines.orpheus.serving.runner import ModelRunner
 
     print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; "
           f"KV cache {'fp8' if args.kv8 else 'bf16'}", flush=True)

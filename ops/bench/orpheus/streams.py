@@ -139,9 +139,9 @@ def logits_check(lm, prompts: list[list[int]], context: int = 512, kv_dtype: str
     import torch
 
     from pipeline.engines.orpheus.generate import left_pad
-    from pipeline.engines.orpheus.runner import ModelRunner
-    from pipeline.engines.orpheus.sampling import SamplingParams
-    from pipeline.engines.orpheus.scheduler import Scheduler, Seq
+    from pipeline.engines.orpheus.model.sampling import SamplingParams
+    from pipeline.engines.orpheus.serving.runner import ModelRunner
+    from pipeline.engines.orpheus.serving.scheduler import Scheduler, Seq
     from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
     params = SamplingParams(temperature=0, ignore_eos=True)

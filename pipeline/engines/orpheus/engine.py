@@ -25,13 +25,13 @@ from pipeline.constants import (
     SNAC_TOKENS_PER_FRAME,
 )
 from pipeline.engines.base import AudioChunk, Engine, EngineInfo, SynthesisRequest
-from pipeline.engines.orpheus import device as devices
 from pipeline.engines.orpheus.config import OrpheusConfig
 from pipeline.engines.orpheus.generate import GenJob, generate_batched
-from pipeline.engines.orpheus.loading import LoadedModel, load
+from pipeline.engines.orpheus.model import device as devices
+from pipeline.engines.orpheus.model.loading import LoadedModel, load
+from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.prompt import prompt_ids
-from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.streaming import (
+from pipeline.engines.orpheus.codec.streaming import (
     BATCH_CHUNK_FRAMES,
     FIRST_CHUNK_FRAMES,
     LEFT_CONTEXT_FRAMES,
@@ -41,7 +41,7 @@ from pipeline.engines.orpheus.streaming import (
     StreamState,
     decode_ready,
 )
-from pipeline.engines.orpheus.scheduler import Seq
+from pipeline.engines.orpheus.serving.scheduler import Seq
 from pipeline.engines.orpheus.vocab import (
     CUSTOM_TOKEN_BASE,
     END_OF_SPEECH,
@@ -305,7 +305,7 @@ def freeze_boot_objects() -> None:
 
 def realtime_windows() -> tuple[int, ...]:
     """Codec window lengths of realtime chunks: the ramp's sizes (with a first lookahead of one
-    frame too) and the full realtime chunk (streaming.py)."""
+    frame too) and the full realtime chunk (codec/streaming.py)."""
     edge = LEFT_CONTEXT_FRAMES + RIGHT_CONTEXT_FRAMES
     ramp = [RAMP_FIRST_FRAMES + RIGHT_CONTEXT_FRAMES, RAMP_FIRST_FRAMES + 1] + \
         [c + edge for c in range(1, REALTIME_CHUNK_FRAMES)]
@@ -313,7 +313,7 @@ def realtime_windows() -> tuple[int, ...]:
 
 
 def batch_windows() -> tuple[int, ...]:
-    """Codec window lengths of batch chunks: the first, and every one after (streaming.py)."""
+    """Codec window lengths of batch chunks: the first, and every one after (codec/streaming.py)."""
     edge = LEFT_CONTEXT_FRAMES + RIGHT_CONTEXT_FRAMES
     return (FIRST_CHUNK_FRAMES + RIGHT_CONTEXT_FRAMES, BATCH_CHUNK_FRAMES + edge)
 
@@ -348,10 +348,10 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
                on_final):
     """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
     graphs, start the loop thread."""
-    from pipeline.engines.orpheus.decoder import KVCache, kv_storage_dtype
-    from pipeline.engines.orpheus.loop import EngineLoop
-    from pipeline.engines.orpheus.runner import ModelRunner
-    from pipeline.engines.orpheus.scheduler import Scheduler, SchedulerConfig
+    from pipeline.engines.orpheus.model.decoder import KVCache, kv_storage_dtype
+    from pipeline.engines.orpheus.serving.loop import EngineLoop
+    from pipeline.engines.orpheus.serving.runner import ModelRunner
+    from pipeline.engines.orpheus.serving.scheduler import Scheduler, SchedulerConfig
 
     context, kv_dtype, rt = config.context, config.kv_dtype, config.realtime
     cfg = loaded.model.config

@@ -16,8 +16,8 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 
 from pipeline.constants import SNAC_TOKENS_PER_FRAME
+from pipeline.engines.orpheus.model.sampling import Sampler, SamplingParams, code_mask
 from pipeline.engines.orpheus.rng import mix_keys
-from pipeline.engines.orpheus.sampling import Sampler, SamplingParams, code_mask
 from pipeline.engines.orpheus.vocab import END_OF_SPEECH, PAD
 
 

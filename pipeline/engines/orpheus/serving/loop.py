@@ -8,7 +8,7 @@ sequences in the inbox and read their chunks from their own queue. The loop thre
 so the host plans and queues a step while the device still runs the one before: the device never
 waits for the host's bookkeeping, and the host's time per step is hidden under the device's
 (``overlap=False`` does one step at a time). The codec works on threads of its own
-(codec_thread.py; its realtime lane is woken as soon as a step's frames are fed), so the language
+(codec/thread.py; its realtime lane is woken as soon as a step's frames are fed), so the language
 model's step never waits for it either. A failed step fails the sequences in it, loudly, and the
 loop carries on; running out of device memory halves the rows and gives the sequences back as
 retryable, never lost.
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.engines.base import AudioChunk
-from pipeline.engines.orpheus.scheduler import Plan, Scheduler, Seq, SeqState
-from pipeline.engines.orpheus.codec_thread import CodecThread
-from pipeline.engines.orpheus.streaming import StreamState
+from pipeline.engines.orpheus.codec.streaming import StreamState
+from pipeline.engines.orpheus.codec.thread import CodecThread
+from pipeline.engines.orpheus.serving.scheduler import Plan, Scheduler, Seq, SeqState
 from pipeline.errors import EngineError, EngineOverloadedError
 
 log = logging.getLogger(__name__)

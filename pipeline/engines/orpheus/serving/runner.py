@@ -22,14 +22,14 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline.engines.orpheus import attention, fused
 from pipeline.engines.orpheus.config import Switches
-from pipeline.engines.orpheus.decoder import Decoder, KVCache
-from pipeline.engines.orpheus.prefill_graphs import LENGTHS as PREFILL_LENGTHS
-from pipeline.engines.orpheus.prefill_graphs import PrefillGraphs, StaticGraph, pack, shape_for
+from pipeline.engines.orpheus.kernels import attention, fused
+from pipeline.engines.orpheus.model.decoder import Decoder, KVCache
+from pipeline.engines.orpheus.model.sampling import RowSampler, SamplingParams
 from pipeline.engines.orpheus.rng import mix_keys
-from pipeline.engines.orpheus.sampling import RowSampler, SamplingParams
-from pipeline.engines.orpheus.scheduler import Plan
+from pipeline.engines.orpheus.serving.graphs import LENGTHS as PREFILL_LENGTHS
+from pipeline.engines.orpheus.serving.graphs import PrefillGraphs, StaticGraph, pack, shape_for
+from pipeline.engines.orpheus.serving.scheduler import Plan
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ LM_STREAM_PRIORITY = -1
 
 # Mixed steps (the module): the decode batches they run at (a step over fewer rows pads up: an
 # idle row costs a small fraction of a step, whose time is mostly reading the weights) and, per
-# batch, one graph for each prompt length of the prefill graphs' ladder (prefill_graphs.LENGTHS):
+# batch, one graph for each prompt length of the prefill graphs' ladder (graphs.LENGTHS):
 # 36 graphs.
 MIXED_BATCHES = (8, 16, 32, 64, 96, 128)
 
@@ -171,7 +171,7 @@ class ModelRunner:
         self._advance(b, act, logits)
 
     def _step_mixed(self, b: int, length: int, packed):
-        """``_step`` with one whole prompt, packed [1, S + 2] (prefill_graphs.pack), in the same
+        """``_step`` with one whole prompt, packed [1, S + 2] (graphs.pack), in the same
         pass; returns the prompt's logits [1, Vs]. Its row must not be active."""
         act = self.active[:b]
         wpos = torch.where(act, self.pos[:b], self.cache.scratch)
@@ -345,7 +345,7 @@ class ModelRunner:
 
     def _prefill(self, plan: Plan):
         chunks = plan.prefill
-        # Whole short prompts replay a captured prefill (prefill_graphs.py); the rest runs eagerly.
+        # Whole short prompts replay a captured prefill (graphs.py); the rest runs eagerly.
         logits = self.prefill_graphs.run(chunks) if self.prefill_graphs is not None else None
         if logits is None:
             logits = self._prefill_eager(chunks)                                  # [N, Vs]
@@ -407,7 +407,7 @@ class ModelRunner:
                 side = torch.cuda.Stream(self.device)
                 for b in reversed(self.mixed_sizes):
                     for s in reversed(lengths):
-                        # Padding only: the prompt writes row 0's scratch slot (prefill_graphs.py).
+                        # Padding only: the prompt writes row 0's scratch slot (graphs.py).
                         packed = torch.zeros((1, s + 2), dtype=torch.int64, device=self.device)
                         side.wait_stream(torch.cuda.current_stream())
                         with torch.cuda.stream(side):

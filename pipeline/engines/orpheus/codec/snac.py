@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from pipeline.constants import SNAC_SAMPLE_RATE, SNAC_SAMPLES_PER_FRAME
-from pipeline.engines.orpheus.codes import frames_to_levels
+from pipeline.engines.orpheus.codec.codes import frames_to_levels
 from pipeline.errors import EngineUnavailableError
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,8 @@ class _NoiseKeys(threading.local):
 def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
     import torch
 
-    from pipeline.engines.orpheus import codec_kernels, rng
+    from pipeline.engines.orpheus import rng
+    from pipeline.engines.orpheus.kernels import codec as codec_kernels
 
     class KeyedNoiseBlock(torch.nn.Module):
         def __init__(self):
@@ -56,7 +57,7 @@ class SnacCodec:
     """Decodes batches of equal-length windows of frames into audio on one device."""
 
     def __init__(self, model, device: str, fold: bool = True, fuse: bool | None = None):
-        """``fuse``: the decoder's residual units and noise as Triton kernels (codec_kernels.py);
+        """``fuse``: the decoder's residual units and noise as Triton kernels (kernels/codec.py);
         None: where they can run (CUDA with Triton)."""
         self.device = device
         self.model = model.eval().to(device)
@@ -85,7 +86,7 @@ class SnacCodec:
         device are logged, and the module's own ops stay."""
         import torch
 
-        from pipeline.engines.orpheus import codec_kernels
+        from pipeline.engines.orpheus.kernels import codec as codec_kernels
 
         try:
             with torch.inference_mode():
@@ -147,7 +148,7 @@ class SnacCodec:
         own graphs, so their static buffers are never shared. Returns a fallback reason."""
         if not str(self.device).startswith("cuda"):
             return None
-        from pipeline.engines.orpheus.codec_graphs import CodecGraphs
+        from pipeline.engines.orpheus.codec.graphs import CodecGraphs
 
         self.graphs, reasons = {}, []
         for urgent, windows in ((True, realtime), (False, batch)):
@@ -174,7 +175,7 @@ class SnacCodec:
 
 
 def _fuse_by_default(device: str) -> bool:
-    from pipeline.engines.orpheus import codec_kernels
+    from pipeline.engines.orpheus.kernels import codec as codec_kernels
 
     return codec_kernels.available(device)
 

@@ -11,11 +11,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.engines.orpheus import device as devices
-from pipeline.engines.orpheus.codec import DEFAULT_CODEC, SnacCodec, load_codec
+from pipeline.engines.orpheus.codec.snac import DEFAULT_CODEC, SnacCodec, load_codec
 from pipeline.engines.orpheus.config import Switches
+from pipeline.engines.orpheus.model import device as devices
+from pipeline.engines.orpheus.model.quant import QuantReport, quantize
 from pipeline.engines.orpheus.prompt import check_prompt_start
-from pipeline.engines.orpheus.quant import QuantReport, quantize
 from pipeline.engines.orpheus.vocab import VOCAB_SIZE
 from pipeline.errors import EngineUnavailableError
 

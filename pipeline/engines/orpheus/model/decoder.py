@@ -8,8 +8,9 @@ so the step can be captured as a CUDA graph.
 
 Where the projections are plain Linear, q/k/v are one GEMM and gate/up another, over fused weights
 that the modules' own weights are views into (``fuse_weights``); the norms with their residual adds,
-RoPE with the cache write, and silu * up are fused.py's ops, Triton kernels on CUDA. The decode step
-then launches about ten kernels a layer, not forty, which is what batch-1 decode is bound by.
+RoPE with the cache write, and silu * up are kernels/fused.py's ops, Triton kernels on CUDA. The
+decode step then launches about ten kernels a layer, not forty, which is what batch-1 decode is
+bound by.
 
 The language-model head is computed only for the ids the sampler can pick (``logits_lo`` .. vocab:
 the audio codes, end-of-speech and the control tokens), a sixth of the vocabulary: the head's weight
@@ -22,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from pipeline.engines.orpheus import attention, fused
-from pipeline.engines.orpheus.device import KV_DTYPES
-from pipeline.engines.orpheus.quant import fuse_float8
+from pipeline.engines.orpheus.kernels import attention, fused
+from pipeline.engines.orpheus.model.device import KV_DTYPES
+from pipeline.engines.orpheus.model.quant import fuse_float8
 
 
 # A prefill's attention on CUDA (Decoder._prefill_attention); math only where the efficient kernel
@@ -123,7 +124,7 @@ def _adjacent(ws) -> bool:
 
 class Decoder:
     """``fuse``: one GEMM for q/k/v and one for gate/up where the projections are plain Linear
-    (fuse_weights). ``ops``: the elementwise set (fused.py), by default Triton on CUDA.
+    (fuse_weights). ``ops``: the elementwise set (kernels/fused.py), by default Triton on CUDA.
     ``prefill_attention``: a prefill's attention as Triton kernels where the fused ops run on
     CUDA; False keeps the torch path (rotations, indexed cache writes and reads, SDPA), which the
     CPU runs."""
@@ -242,7 +243,7 @@ class Decoder:
     def _decode_attention(self, wpos, length: int, per_row: bool):
         """The attention of one-token rows ``0 .. B-1`` at write positions wpos [B] (scratch for
         idle rows), as ``_layers``' ``attend``: over cache positions [0, length), or with
-        ``per_row`` over each row's own [0, wpos] (attention.py)."""
+        ``per_row`` over each row's own [0, wpos] (kernels/attention.py)."""
         b, d = wpos.shape[0], self.head_dim
         lens = torch.where(wpos == self.cache.scratch, 1, wpos + 1) if per_row else None
         mask = (self.key_pos[:length].view(1, -1) <= wpos.view(-1, 1)).view(b, 1, 1, length)
@@ -321,7 +322,7 @@ class Decoder:
     def decode(self, tokens, wpos, length: int, per_row: bool = False):
         """One token for rows ``0 .. B-1``: tokens [B], write positions [B] (scratch for idle rows);
         attends over cache positions [0, length), or with ``per_row`` over each row's own
-        [0, wpos] (attention.py). Returns logits [B, Vs] fp32."""
+        [0, wpos] (kernels/attention.py). Returns logits [B, Vs] fp32."""
         h = self._layers(*self._embed(tokens), self._decode_attention(wpos, length, per_row))
         return F.linear(h, self.head_w).float()
 

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from pipeline.engines.orpheus.quant import FP8_MAX
+from pipeline.engines.orpheus.kernels import FP8_MAX
 
 try:
     import triton

@@ -133,7 +133,7 @@ class RowSampler:
 
     def __init__(self, params: SamplingParams, width: int, lo: int, device,
                  fused: bool | None = None):
-        """``fused``: draw with one Triton kernel (sample_kernel.py; with the code constraint and
+        """``fused``: draw with one Triton kernel (kernels/sample.py; with the code constraint and
         no top-k); None: on CUDA. It draws the same tokens as the torch draw, whose some 67 small
         kernels it replaces, so a decode step is shorter (docs/performance.md)."""
         import torch
@@ -143,7 +143,7 @@ class RowSampler:
         self.fused = None
         if fused and params.top_k == 0 and params.constrain_codes:
             try:
-                from pipeline.engines.orpheus.sample_kernel import fused_draw
+                from pipeline.engines.orpheus.kernels.sample import fused_draw
             except ImportError:      # no Triton
                 fused_draw = None
             self.fused = fused_draw

@@ -1,0 +1,6 @@
+"""Serving: the continuous-batching engine around the model.
+
+scheduler (which sequences hold a cache row, are prefilled and decode this step; no torch), runner
+(a plan into device work: prefill, the decode step, the rows' state), graphs (the CUDA graphs of
+the prefill), loop (the thread that steps them and feeds the codec).
+"""
