@@ -173,6 +173,13 @@ def test_the_orpheus_layers_import_only_downwards():
     assert upward == [], "an Orpheus layer imports one above it: " + ", ".join(upward)
 
 
+
+def test_nothing_the_product_runs_imports_the_orpheus_reference():
+    """reference.py is the tests' oracle and the benchmark's baseline, not a way to serve."""
+    known = modules()
+    users = [name for name, path in known.items() if f"{ORPHEUS}.reference" in imported(name, path, known)]
+    assert users == [], f"the Orpheus reference is imported by {users}"
+
 # Sizes ---------------------------------------------------------------------------------------
 
 MAX_FILE_LINES = 500

@@ -8,7 +8,7 @@ import pytest
 from pipeline.engines.base import SynthesisRequest
 from pipeline.engines.orpheus.config import OrpheusConfig
 from pipeline.engines.orpheus.engine import OrpheusEngine
-from pipeline.engines.orpheus.generate import GenJob, generate_batched, reference_generate
+from pipeline.engines.orpheus.reference import GenJob, ReferenceEngine, generate_batched, reference_generate
 from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.prompt import prompt_ids
 from pipeline.engines.orpheus.serving.runner import ModelRunner
@@ -138,7 +138,7 @@ def test_first_token_draws_get_aligned_per_row_tensors(tiny, n):
     assert runner.pos[:n].tolist() == [3] * n and runner.steps[:n].tolist() == [1] * n
 
 
-def test_continuous_engine_audio_equals_the_static_engine(tiny):
+def test_the_engine_audio_equals_the_reference_engine(tiny):
     requests = [SynthesisRequest(i, t, "tara", seed=7 + i, realtime=i == 1) for i, t in enumerate(TEXTS)]
 
     def render(engine):
@@ -151,13 +151,13 @@ def test_continuous_engine_audio_equals_the_static_engine(tiny):
         assert finals == len(requests)
         return {k: np.concatenate(v) for k, v in pieces.items()}
 
-    fast = OrpheusEngine(tiny, OrpheusConfig(loop="continuous", context=2048), max_batch=2)
+    fast = OrpheusEngine(tiny, OrpheusConfig(context=2048), max_batch=2)
     try:
         assert fast.info.extra["loop"] == "continuous" and fast.info.max_batch == 2
         got = render(fast)
     finally:
         fast.close()
-    want = render(OrpheusEngine(tiny, OrpheusConfig(loop="static"), max_batch=2))
+    want = render(ReferenceEngine(tiny, OrpheusConfig(), max_batch=2))
     for k in want:
         assert got[k].size > 0
         np.testing.assert_allclose(got[k], want[k], atol=1e-5)

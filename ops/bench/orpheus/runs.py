@@ -21,7 +21,7 @@ from pipeline.engines.base import SynthesisRequest
 from pipeline.engines.orpheus.codec.codes import tokens_to_frames
 from pipeline.engines.orpheus.codec.streaming import decode_frames
 from pipeline.engines.orpheus.engine import OrpheusEngine
-from pipeline.engines.orpheus.generate import reference_generate
+from pipeline.engines.orpheus.reference import reference_generate
 from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.prompt import prompt_ids
 

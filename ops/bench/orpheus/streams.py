@@ -138,7 +138,7 @@ def logits_check(lm, prompts: list[list[int]], context: int = 512, kv_dtype: str
     decode steps (greedy)."""
     import torch
 
-    from pipeline.engines.orpheus.generate import left_pad
+    from pipeline.engines.orpheus.reference import left_pad
     from pipeline.engines.orpheus.model.sampling import SamplingParams
     from pipeline.engines.orpheus.serving.runner import ModelRunner
     from pipeline.engines.orpheus.serving.scheduler import Scheduler, Seq

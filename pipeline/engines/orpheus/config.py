@@ -93,9 +93,6 @@ class RealtimeConfig:
 class OrpheusConfig:
     """Everything the Orpheus engine is configured with, beside the model it loads."""
 
-    # "continuous" (continuous batching, loop.py) or "static" (length-bucketed batches one at a
-    # time through transformers' generate(): the reference loop).
-    loop: str = "continuous"
     # Tokens per KV-cache row (prompt and audio of one text chunk); long texts are split to fit.
     context: int = 2048
     # Capture the decode step and the common codec windows as CUDA graphs at boot; off: eager.
