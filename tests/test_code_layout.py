@@ -146,7 +146,7 @@ ORPHEUS = "pipeline.engines.orpheus"
 # Top to bottom; a module imports only from its own layer and those below it. The package's
 # root modules not named here (engine, the reference, make-tiny) sit above every layer.
 ORPHEUS_LAYERS = ("serving", "model", "codec", "kernels", "shared")
-ORPHEUS_SHARED = {"config", "vocab", "prompt", "rng"}
+ORPHEUS_SHARED = {"config", "fallbacks", "vocab", "prompt", "rng"}
 
 
 def orpheus_layer(name: str) -> int | None:

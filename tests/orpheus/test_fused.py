@@ -232,10 +232,12 @@ def test_a_fused_sampler_that_cannot_run_falls_back_to_the_torch_draw():
     if os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available():
         pytest.skip("the kernel can run here")
     width = 7 * 4096 + 10 + (END_OF_SPEECH - CUSTOM_TOKEN_BASE + 1)
-    asked = RowSampler(SamplingParams(), width, CUSTOM_TOKEN_BASE, "cpu", fused=True)
-    plain = RowSampler(SamplingParams(), width, CUSTOM_TOKEN_BASE, "cpu")
-    assert asked.fused is None and "fused sampler failed" in asked.fused_fallback
-    assert plain.fused is None and plain.fused_fallback is None
+    fallbacks: list[str] = []
+    asked = RowSampler(SamplingParams(), width, CUSTOM_TOKEN_BASE, "cpu", fused=True,
+                       fallbacks=fallbacks)
+    plain = RowSampler(SamplingParams(), width, CUSTOM_TOKEN_BASE, "cpu", fallbacks=fallbacks)
+    assert asked.fused is None and plain.fused is None
+    assert len(fallbacks) == 1 and "fused sampler failed" in fallbacks[0]
     gen = torch.Generator().manual_seed(0)
     args = (torch.randn(5, width, generator=gen), torch.zeros(5, width + 1, dtype=torch.bool),
             torch.arange(5), torch.arange(5) * 1000)

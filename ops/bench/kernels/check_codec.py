@@ -85,8 +85,8 @@ def codecs(device: str, tiny: bool):
 
 
 def check_decode(report: Report, plain, fused, device: str) -> None:
-    print(f"fused codec: {fused.fused_units} residual units swapped, fallback: "
-          f"{fused.fused_fallback}", flush=True)
+    print(f"fused codec: {fused.fused_units} residual units swapped, fallbacks: "
+          f"{fused.fallbacks}", flush=True)
     if not fused.fused_units:
         report.failures.append("no residual unit was swapped")
         return
@@ -123,7 +123,7 @@ def time_calls(plain, fused, reps: int) -> None:
     from pipeline.engines.orpheus.engine import batch_windows, realtime_windows
 
     for codec in (plain, fused):
-        codec.capture_graphs(realtime_windows(), batch_windows())
+        codec.capture_graphs(realtime_windows(), batch_windows(), codec.fallbacks)
     rng = np.random.default_rng(1)
     print(f"{'lane':>8} {'windows':>7} {'frames':>6} | {'module ms':>9} {'fused ms':>8} "
           f"{'x':>5} | {'fused us/frame':>14}", flush=True)

@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     for label in ("eager", "graphs"):
         if label == "graphs":
-            lm.codec.capture_graphs(realtime_windows(), batch_windows())
+            lm.codec.capture_graphs(realtime_windows(), batch_windows(), lm.codec.fallbacks)
         for g, w in ((64, 4), (32, 19), (64, 19), (16, 7)):
             frames = rng.integers(0, 4096, size=(g, w, 7))
             keys = np.arange(g)

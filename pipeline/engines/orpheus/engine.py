@@ -119,18 +119,14 @@ class OrpheusEngine(Engine):
                 "graph_capture_s": round(runner.capture_s, 2), "codec_graphs": codec.graph_count,
                 "mixed_graphs": len(runner.mixed_graphs), "context": runner.context,
                 "kv_dtype": str(runner.cache.k.dtype).removeprefix("torch."),
-                **self._device_extra(runner)}
+                **self._device_extra(runner.fallbacks)}
 
-    def _device_extra(self, runner=None) -> dict:
+    def _device_extra(self, fallbacks: list[str]) -> dict:
         """What every job records of the device, the weights and the paths that fell back."""
         c, q, codec = self.lm.choice, self.lm.quant, self.lm.codec
-        fallbacks = [r for r in (c.fallback, q.fallback, runner and runner.graph_fallback,
-                                 runner and runner.prefill_fallback,
-                                 runner and runner.mixed_fallback,
-                                 runner and runner.codec_fallback,
-                                 getattr(codec, "fused_fallback", None)) if r]
         return {"device": c.device, "dtype": c.dtype_name, "compute_capability": c.capability,
-                "quantization_requested": q.requested, "kernel": q.kernel, "fallbacks": fallbacks,
+                "quantization_requested": q.requested, "kernel": q.kernel,
+                "fallbacks": list(fallbacks),
                 "random_weights": self.lm.random_weights, "budget_policy": self.budget_policy,
                 "codec_noise": "keyed per window",
                 "codec_fused_units": getattr(codec, "fused_units", 0)}
@@ -324,7 +320,7 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
     lo = CUSTOM_TOKEN_BASE if params.constrain_codes else 0
     runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo,
                          use_graphs=config.cuda_graphs, kv_dtype=kv_dtype,
-                         switches=config.switches)
+                         switches=config.switches, fallbacks=loaded.fallbacks)
     reserved = rt.rows or max(1, rows // 8) if rows > 1 else 0
     on_gpu = loaded.device.startswith("cuda")
     first = stream_state(0, True, rt.first_lookahead).first_ready_frames * SNAC_TOKENS_PER_FRAME
@@ -334,7 +330,7 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
         batch_every_starting=rt.batch_every_starting, first_tokens=first, playing_every=rt.playing_every,
         ramp_tokens=RAMP_TOKENS, pause_batch=PAUSE_BATCH))
     if config.cuda_graphs:
-        runner.codec_fallback = loaded.codec.capture_graphs(realtime_windows(), batch_windows())
+        loaded.codec.capture_graphs(realtime_windows(), batch_windows(), runner.fallbacks)
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "
              "realtime", rows, context, rows * per_row / 2**30, store, reserved)
     return EngineLoop(runner, scheduler, loaded.codec, on_final,

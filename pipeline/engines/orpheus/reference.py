@@ -211,7 +211,8 @@ class ReferenceEngine(OrpheusEngine):
         return devices.choose_max_batch(max_batch, self.lm.device, per_seq), None
 
     def _extra(self) -> dict:
-        return {"loop": "reference", "kv_dtype": self.lm.choice.dtype_name, **self._device_extra()}
+        return {"loop": "reference", "kv_dtype": self.lm.choice.dtype_name,
+                **self._device_extra(self.lm.fallbacks)}
 
     def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
         refused, seqs = self._admit(requests)

@@ -38,6 +38,12 @@ class LoadedModel:
     def device(self) -> str:
         return self.choice.device
 
+    @property
+    def fallbacks(self) -> list[str]:
+        """What fell back while loading, and why: the dtype, the quantization, the codec's kernels."""
+        asked = [r for r in (self.choice.fallback, self.quant.fallback) if r]
+        return asked + list(getattr(self.codec, "fallbacks", ()))
+
 
 def codec_source(model_source: str, codec: str | None) -> str:
     if codec:

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 import torch
 
 from pipeline.engines.orpheus.config import Switches
+from pipeline.engines.orpheus.fallbacks import Graph, capture_graphs
 from pipeline.engines.orpheus.kernels import attention, fused
 from pipeline.engines.orpheus.model.decoder import Decoder, KVCache
 from pipeline.engines.orpheus.model.sampling import RowSampler, SamplingParams
 from pipeline.engines.orpheus.rng import mix_keys
 from pipeline.engines.orpheus.serving.graphs import LENGTHS as PREFILL_LENGTHS
-from pipeline.engines.orpheus.serving.graphs import PrefillGraphs, StaticGraph, pack, shape_for
+from pipeline.engines.orpheus.serving.graphs import PrefillGraphs, pack, replay_packed, shape_for
 from pipeline.engines.orpheus.serving.scheduler import Plan
 
 log = logging.getLogger(__name__)
@@ -98,8 +99,11 @@ def length_ladder(context: int, step: int = LENGTH_STEP) -> list[int]:
 class ModelRunner:
     def __init__(self, model, rows: int, context: int, params: SamplingParams,
                  logits_lo: int = 0, use_graphs: bool = True, per_row_attention: bool = True,
-                 kv_dtype: str | None = None, switches: Switches = Switches()):
-        """``switches``: which of the faster paths run (config.py); all, by default."""
+                 kv_dtype: str | None = None, switches: Switches = Switches(),
+                 fallbacks: list[str] | None = None):
+        """``switches``: which of the faster paths run (config.py); all, by default.
+        ``fallbacks``: the list where the paths that fell back say why (fallbacks.py)."""
+        self.fallbacks = [] if fallbacks is None else fallbacks
         cfg, device = model.config, model.device
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.device, self.rows, self.context = device, rows, context
@@ -110,7 +114,8 @@ class ModelRunner:
                                prefill_attention=switches.prefill_attention)
         width = self.decoder.logits_width
         self.sampler = RowSampler(params, width, logits_lo, device,
-                                  fused=None if switches.fused_sampler else False)
+                                  fused=None if switches.fused_sampler else False,
+                                  fallbacks=self.fallbacks)
         self.lo, self.width = logits_lo, width
         i64 = dict(dtype=torch.int64, device=device)
         self.tokens = torch.zeros(rows, **i64)            # the last token of each row
@@ -125,19 +130,15 @@ class ModelRunner:
         self.batch_sizes = ladder(rows)
         self.lengths = length_ladder(context)
         self.per_row_attention = per_row_attention and attention.available(device)
-        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        self.graph_fallback: str | None = None
-        self.codec_fallback: str | None = None
+        self.graphs: dict[tuple[int, int], Graph] = {}
         self.capture_s = 0.0
         self.host = HostTimes()
         self.prefill_graphs: PrefillGraphs | None = None
-        self.prefill_fallback: str | None = None
         # Mixed steps: on the CPU they run eagerly, on CUDA only from their graphs.
         self.mixed_sizes = tuple(sorted({min(b, rows) for b in MIXED_BATCHES})) \
             if switches.mixed_steps else ()
         self.mixed_lengths = tuple(s for s in PREFILL_LENGTHS if s <= context)
-        self.mixed_graphs: dict[tuple[int, int], StaticGraph] = {}   # the prompt's logits
-        self.mixed_fallback: str | None = None
+        self.mixed_graphs: dict[tuple[int, int], Graph] = {}   # output: the prompt's logits
         self.mixed_steps = 0
         if use_graphs and str(device).startswith("cuda"):
             self._capture_all()
@@ -194,30 +195,23 @@ class ModelRunner:
         self.steps[:b] += act
 
     def _capture_all(self) -> None:
+        """The decode step's graphs, after two warm-ups at the largest and the smallest shape."""
         started = time.monotonic()
-        pool = torch.cuda.graph_pool_handle()
         self.active.zero_()                      # capture with every row idle: no state changes
         self._active_rows = ()
-        try:
-            with torch.inference_mode():
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for _ in range(2):
-                        self._step(self.batch_sizes[-1], self.lengths[-1])
-                        self._step(self.batch_sizes[0], self.lengths[0])
-                torch.cuda.current_stream().wait_stream(side)
-                for b in reversed(self.batch_sizes):
-                    for length in reversed(self.lengths) if not self._per_row(b) else [self.context]:
-                        graph = torch.cuda.CUDAGraph()
-                        with torch.cuda.graph(graph, pool=pool):
-                            self._step(b, length)
-                        self.graphs[(b, length)] = graph
-            torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001 - any capture failure means "run eagerly, say why"
-            self.graphs.clear()
-            self.graph_fallback = f"CUDA graph capture failed ({type(e).__name__}: {e}); running eagerly"
-            log.warning(self.graph_fallback)
+        big, small = (self.batch_sizes[-1], self.lengths[-1]), (self.batch_sizes[0], self.lengths[0])
+
+        def warm_up() -> None:
+            for _ in range(2):
+                self._step(*big)
+                self._step(*small)
+
+        shapes = [(b, length) for b in reversed(self.batch_sizes)
+                  for length in (reversed(self.lengths) if not self._per_row(b) else [self.context])]
+        self.graphs = capture_graphs(
+            shapes, lambda shape: None, lambda shape, _: self._step(*shape), device=self.device,
+            what="CUDA graph capture", instead="running eagerly", fallbacks=self.fallbacks,
+            warm_up=warm_up)
         self.capture_s = time.monotonic() - started
         if self.graphs:
             log.info("captured %d decode graphs in %.1f s", len(self.graphs), self.capture_s)
@@ -340,8 +334,7 @@ class ModelRunner:
             t[dst] = t[src]
 
     def _capture_prefill(self) -> None:
-        self.prefill_graphs = PrefillGraphs(self.decoder)
-        self.prefill_fallback = self.prefill_graphs.fallback
+        self.prefill_graphs = PrefillGraphs(self.decoder, fallbacks=self.fallbacks)
 
     def _prefill(self, plan: Plan):
         chunks = plan.prefill
@@ -385,7 +378,7 @@ class ModelRunner:
         host = pack(plan.prefill, 1, s)
         graph = self.mixed_graphs.get((b, s))
         if graph is not None:
-            logits = graph.replay(host)
+            logits = replay_packed(graph, host)
         else:
             logits = self._step_mixed(b, self._length(b, plan.context), self._h2d(host))
         self.mixed_steps += 1
@@ -398,31 +391,18 @@ class ModelRunner:
                 not all(self._per_row(b) for b in self.mixed_sizes):
             return
         started = time.monotonic()
-        pool = torch.cuda.graph_pool_handle()
         self.active.zero_()                  # every row idle, so capture changes no row's state
         self._active_rows = ()
         lengths = self.mixed_lengths
-        try:
-            with torch.inference_mode():
-                side = torch.cuda.Stream(self.device)
-                for b in reversed(self.mixed_sizes):
-                    for s in reversed(lengths):
-                        # Padding only: the prompt writes row 0's scratch slot (graphs.py).
-                        packed = torch.zeros((1, s + 2), dtype=torch.int64, device=self.device)
-                        side.wait_stream(torch.cuda.current_stream())
-                        with torch.cuda.stream(side):
-                            self._step_mixed(b, self.context, packed)
-                        torch.cuda.current_stream().wait_stream(side)
-                        graph = torch.cuda.CUDAGraph()
-                        with torch.cuda.graph(graph, pool=pool):
-                            logits = self._step_mixed(b, self.context, packed)
-                        self.mixed_graphs[(b, s)] = StaticGraph(graph, packed, logits)
-            torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001 - any capture failure: prefill separately, say why
-            self.mixed_graphs.clear()
-            self.mixed_fallback = (f"mixed step capture failed ({type(e).__name__}: {e}); "
-                                   "prefilling in steps of their own")
-            log.warning(self.mixed_fallback)
+        shapes = [(b, s) for b in reversed(self.mixed_sizes) for s in reversed(lengths)]
+
+        def padding(shape):         # padding only: the prompt writes row 0's scratch slot (graphs.py)
+            return torch.zeros((1, shape[1] + 2), dtype=torch.int64, device=self.device)
+
+        self.mixed_graphs = capture_graphs(
+            shapes, padding, lambda shape, packed: self._step_mixed(shape[0], self.context, packed),
+            device=self.device, what="mixed step capture",
+            instead="prefilling in steps of their own", fallbacks=self.fallbacks)
         torch.cuda.empty_cache()          # the warm-ups' blocks; the pool stays with its graphs
         took = time.monotonic() - started
         self.capture_s += took
