@@ -232,7 +232,7 @@ def test_a_stalled_step_is_kept_with_where_its_time_went(tiny, caplog):
     import logging
     import time
 
-    from pipeline.engines.orpheus.serving.loop import SLOW_STEP_S, STALL_S
+    from pipeline.engines.orpheus.serving.stats import SLOW_STEP_S, STALL_S
 
     class StallingRunner(ScriptedRunner):
         def __init__(self, ends, stall_at: int):
@@ -249,7 +249,7 @@ def test_a_stalled_step_is_kept_with_where_its_time_went(tiny, caplog):
     loop = EngineLoop(StallingRunner(ends, stall_at=20), Scheduler(rows=2, max_context=256),
                       tiny.codec, on_final=final_chunk)
     sink: queue.SimpleQueue = queue.SimpleQueue()
-    caplog.set_level(logging.WARNING, logger="pipeline.engines.orpheus.serving.loop")
+    caplog.set_level(logging.WARNING, logger="pipeline.engines.orpheus.serving.stats")
     try:
         began = time.monotonic()
         loop.submit([(Seq("a", [1, 2, 3], budget=100, stop_token=END_OF_SPEECH), "a")], sink)

@@ -255,11 +255,11 @@ def bench_single(args, fast, rt: list[Job], mode: dict) -> None:
     """One realtime stream alone, --single-runs times at each of --lookaheads."""
     for lookahead in map(int, args.lookaheads.split(",")):
         set_lookahead(fast, lookahead)
-        fast.loop.first_chunk_phases(clear=True)
+        fast.loop.observer.first_chunk_phases(clear=True)
         res = [run_streams(fast, [], [j], 0, 0).streams[0] for j in rt[: args.single_runs]]
         key = "single_stream" if lookahead == 2 else f"single_stream_lookahead{lookahead}"
         mode[key] = {"ttfb_s": sorted(s.ttfb for s in res), "rtf": sorted(s.rtf for s in res),
-                     "first_chunk_ms": phases_ms(fast.loop.first_chunk_phases(clear=True))}
+                     "first_chunk_ms": phases_ms(fast.loop.observer.first_chunk_phases(clear=True))}
         print("single, lookahead", lookahead, mode[key], flush=True)
     set_lookahead(fast, 2)
 

@@ -3,7 +3,7 @@
 The package in layers, each importing only those below it (tests/test_code_layout.py):
 
     engine.py        the ``Engine`` the worker runs: admission, the loop's boot, final chunks
-    serving/         continuous batching: scheduler (no torch), runner, graphs, loop
+    serving/         continuous batching: scheduler (no torch), runner, graphs, loop, stats
     model/           the language model: decoder and KV cache, sampling, quant, device, loading
     codec/           SNAC: codes, the codec and its graphs, the chunk grid, the codec's lanes
     kernels/         the Triton kernels, each beside its torch reference
