@@ -248,21 +248,11 @@ class ModelRunner:
             if start is not None and (plan.prefill or plan.moves) and not mixed:
                 prefilled = torch.cuda.Event(enable_timing=True)
                 prefilled.record()
-            t2 = clock()
-            b, begin = 0, host.begin
+            t2, begin = clock(), host.begin
             if mixed:
-                b, s = mixed
-                self._activate(rows)
-                first_rows, first = self._run_mixed(plan, b, s)
-            elif rows:
-                b = self.batch_sizes[bisect.bisect_left(self.batch_sizes, plan.rows)]
-                length = self._length(b, plan.context)
-                self._activate(rows)
-                graph = self.graphs.get((b, length))
-                if graph is not None:
-                    graph.replay()
-                else:
-                    self._step(b, length)
+                b, first_rows, first = self._decode_mixed(plan, rows, *mixed)
+            else:
+                b = self._decode(plan, rows)
             t3 = clock()
             decoded = self._d2h(self.tokens[:b]) if b else None
             first_host = self._d2h(first) if first is not None else None
@@ -276,6 +266,21 @@ class ModelRunner:
         host.decode += t3 - t2 - begin
         host.copies += t4 - t3
         return _LaunchedStep(rows, decoded, first_rows, first_host, done, start, prefilled)
+
+    def _decode(self, plan: Plan, rows: list[int]) -> int:
+        """The decode step over ``rows``, replayed from the smallest graph that fits (eager where
+        none does); returns the batch it ran at (0: no rows)."""
+        if not rows:
+            return 0
+        b = self.padded_batch(plan.rows)
+        length = self._length(b, plan.context)
+        self._activate(rows)
+        graph = self.graphs.get((b, length))
+        if graph is not None:
+            graph.replay()
+        else:
+            self._step(b, length)
+        return b
 
     def collect(self, launched: _LaunchedStep) -> dict[int, list[int]]:
         """Wait for a launched step; returns row -> tokens it produced."""
@@ -374,7 +379,10 @@ class ModelRunner:
             return None
         return b, shape[1]
 
-    def _run_mixed(self, plan: Plan, b: int, s: int):
+    def _decode_mixed(self, plan: Plan, rows: list[int], b: int, s: int):
+        """The decode step over ``rows`` at batch ``b`` with the plan's prompt (padded to ``s``
+        tokens) in the same pass: (b, rows whose prompt completed, their first tokens)."""
+        self._activate(rows)
         host = pack(plan.prefill, 1, s)
         graph = self.mixed_graphs.get((b, s))
         if graph is not None:
@@ -382,7 +390,7 @@ class ModelRunner:
         else:
             logits = self._step_mixed(b, self._length(b, plan.context), self._h2d(host))
         self.mixed_steps += 1
-        return self._first_tokens(plan.prefill, logits)
+        return (b, *self._first_tokens(plan.prefill, logits))
 
     def _capture_mixed(self) -> None:
         """A graph per (mixed batch, prompt length), largest first in one pool; on CUDA, where the
