@@ -18,7 +18,8 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from pipeline.engines.orpheus.kernels import fused
-from pipeline.engines.orpheus.model.decoder import Decoder, KVCache, fuse_weights
+from pipeline.engines.orpheus.model.decoder import Decoder, fuse_weights
+from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.tiny import TINY_LLAMA
 
 CONTEXT = 128

@@ -19,7 +19,8 @@ from pipeline.engines.base import SynthesisRequest
 from pipeline.engines.orpheus.config import OrpheusConfig
 from pipeline.engines.orpheus.engine import OrpheusEngine
 from pipeline.engines.orpheus.kernels import fused
-from pipeline.engines.orpheus.model.decoder import Decoder, KVCache, kv_storage_dtype
+from pipeline.engines.orpheus.model.decoder import Decoder
+from pipeline.engines.orpheus.model.kv_cache import KVCache, kv_storage_dtype
 from pipeline.engines.orpheus.reference import ReferenceEngine
 from pipeline.engines.orpheus.tiny import TINY_LLAMA
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.engines.orpheus.model.decoder import Decoder, KVCache
+from pipeline.engines.orpheus.model.decoder import Decoder
+
+from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.prompt import prompt_ids
 from pipeline.engines.orpheus.serving.graphs import PrefillGraphs, pack, padded_prefill, shape_for

@@ -1,4 +1,4 @@
-"""The fp8 KV cache (decoder.KVCache with kv_dtype "fp8") against the bf16 cache it came from, at
+"""The fp8 KV cache (model/kv_cache.py KVCache with kv_dtype "fp8") against the bf16 cache it came from, at
 Orpheus-3B shapes on random data. Run on a CUDA machine with Triton (sm_89 or later):
 
     python3 -m ops.bench.kernels.check_kv8
@@ -46,7 +46,8 @@ from ops.bench.kernels.check_fused import (
 )
 from ops.bench.timing import median_device_ms
 from pipeline.engines.orpheus.kernels import FP8_MAX, attention, fused
-from pipeline.engines.orpheus.model.decoder import Decoder, KVCache
+from pipeline.engines.orpheus.model.decoder import Decoder
+from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.model.quant import quantize
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE

@@ -43,7 +43,8 @@ from ops.bench.kernels.check_fused import (
 from ops.bench.kernels.check_kv8 import F16_TOLERANCE, quantized
 from ops.bench.timing import median_device_ms
 from pipeline.engines.orpheus.kernels import attention, fused
-from pipeline.engines.orpheus.model.decoder import Decoder, KVCache
+from pipeline.engines.orpheus.model.decoder import Decoder
+from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
 # (start, valid tokens) per chunk, S = the longest: fresh prompts, a one-token chunk, chunks that

@@ -299,7 +299,7 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
                on_final):
     """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
     graphs, start the loop thread."""
-    from pipeline.engines.orpheus.model.decoder import KVCache, kv_storage_dtype
+    from pipeline.engines.orpheus.model.kv_cache import KVCache, kv_storage_dtype
     from pipeline.engines.orpheus.serving.loop import EngineLoop
     from pipeline.engines.orpheus.serving.runner import ModelRunner
     from pipeline.engines.orpheus.serving.scheduler import Scheduler, SchedulerConfig

@@ -25,7 +25,8 @@ import torch
 from pipeline.engines.orpheus.config import Switches
 from pipeline.engines.orpheus.fallbacks import Graph, capture_graphs
 from pipeline.engines.orpheus.kernels import attention, fused
-from pipeline.engines.orpheus.model.decoder import Decoder, KVCache
+from pipeline.engines.orpheus.model.decoder import Decoder
+from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.model.sampling import RowSampler, SamplingParams
 from pipeline.engines.orpheus.rng import mix_keys
 from pipeline.engines.orpheus.serving.graphs import LENGTHS as PREFILL_LENGTHS
