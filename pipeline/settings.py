@@ -81,13 +81,10 @@ class Settings(BaseSettings):
     # for the GIL behind the worker's task threads; "inline", the worker's process. "auto":
     # separate for a GPU engine (orpheus on CUDA), inline otherwise.
     engine_process: Literal["auto", "separate", "inline"] = "auto"
-    # "static": length-bucketed batches one at a time through transformers' generate(), the
-    # reference loop (a baseline).
-    orpheus_loop: str = _ORPHEUS.loop
     orpheus_context: int = _ORPHEUS.context  # tokens per KV-cache row; long texts are split to fit
     # KV-cache storage: "auto" = the model dtype; "fp8" (opt-in, unvalidated on real weights) =
     # e4m3 with a fixed, uncalibrated scale of 1, half the bytes, so twice the rows fit and
-    # attention reads half as much (continuous loop, sm_89+).
+    # attention reads half as much (sm_89+).
     orpheus_kv_dtype: Literal["auto", "fp8"] = _ORPHEUS.kv_dtype
     # Orpheus paths to turn off when ruling one out (a new GPU, driver or Triton), each falling
     # back to the path it replaces (pipeline/engines/orpheus/config.py, Switches), e.g.
@@ -258,9 +255,9 @@ class Settings(BaseSettings):
         """The engine's config: each ``RealtimeConfig`` field from the setting ``realtime_<field>``."""
         realtime = RealtimeConfig(**{f.name: getattr(self, f"realtime_{f.name}")
                                      for f in fields(RealtimeConfig)})
-        return OrpheusConfig(loop=self.orpheus_loop, context=self.orpheus_context,
-                             cuda_graphs=self.cuda_graphs, kv_dtype=self.orpheus_kv_dtype,
-                             realtime=realtime, switches=Switches.without(self.orpheus_disable))
+        return OrpheusConfig(context=self.orpheus_context, cuda_graphs=self.cuda_graphs,
+                             kv_dtype=self.orpheus_kv_dtype, realtime=realtime,
+                             switches=Switches.without(self.orpheus_disable))
 
     def with_overrides(self, **overrides: Any) -> Settings:
         return self.model_copy(update={k: v for k, v in overrides.items() if v is not None})

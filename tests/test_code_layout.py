@@ -138,3 +138,64 @@ def test_the_product_packages_import_one_another_without_a_cycle():
     assert graph["pipeline.engines.orpheus.engine"], "the graph sees no imports: the test is broken"
     cycle = find_cycle(graph)
     assert cycle is None, "an import cycle: " + " -> ".join(cycle)
+
+
+# The Orpheus engine's layers ----------------------------------------------------------------
+
+ORPHEUS = "pipeline.engines.orpheus"
+# Top to bottom; a module imports only from its own layer and those below it. The package's
+# root modules not named here (engine, the reference, make-tiny) sit above every layer.
+ORPHEUS_LAYERS = ("serving", "model", "codec", "kernels", "shared")
+ORPHEUS_SHARED = {"config", "fallbacks", "vocab", "prompt", "rng"}
+
+
+def orpheus_layer(name: str) -> int | None:
+    """The index in ``ORPHEUS_LAYERS`` of an Orpheus module; None above them all or outside."""
+    if not name.startswith(ORPHEUS + "."):
+        return None
+    first = name.removeprefix(ORPHEUS + ".").split(".")[0]
+    if first in ORPHEUS_SHARED:
+        return ORPHEUS_LAYERS.index("shared")
+    return ORPHEUS_LAYERS.index(first) if first in ORPHEUS_LAYERS else None
+
+
+def test_the_orpheus_layers_import_only_downwards():
+    known = modules()
+    assert orpheus_layer(f"{ORPHEUS}.serving.loop") == 0 and orpheus_layer(f"{ORPHEUS}.rng") == 4
+    upward = []
+    for name, path in known.items():
+        layer = orpheus_layer(name)
+        if layer is None:
+            continue
+        for dep in imported(name, path, known):
+            if dep.startswith(ORPHEUS) and (orpheus_layer(dep) is None or orpheus_layer(dep) < layer):
+                upward.append(f"{name} -> {dep}")
+    assert upward == [], "an Orpheus layer imports one above it: " + ", ".join(upward)
+
+
+
+def test_nothing_the_product_runs_imports_the_orpheus_reference():
+    """reference.py is the tests' oracle and the benchmark's baseline, not a way to serve."""
+    known = modules()
+    users = [name for name, path in known.items() if f"{ORPHEUS}.reference" in imported(name, path, known)]
+    assert users == [], f"the Orpheus reference is imported by {users}"
+
+# Sizes ---------------------------------------------------------------------------------------
+
+MAX_FILE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_product_file_or_function_is_too_long_to_read():
+    """Split by concern before a file passes 500 lines or a function 60 (STYLE.md)."""
+    long = []
+    for path in modules().values():
+        source = path.read_text()
+        if len(source.splitlines()) > MAX_FILE_LINES:
+            long.append(f"{path.relative_to(ROOT)}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source, str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines} lines")
+    assert long == [], "too long: " + "; ".join(long)

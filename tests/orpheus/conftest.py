@@ -28,7 +28,7 @@ def tiny_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny(tiny_dir):
     """The tiny model, tokenizer and codec loaded by the engine's own loader, fp32 on the CPU."""
-    from pipeline.engines.orpheus.loading import load
+    from pipeline.engines.orpheus.model.loading import load
 
     return load(str(tiny_dir), None, "float32", "none", "cpu")
 

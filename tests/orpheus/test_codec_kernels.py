@@ -1,4 +1,4 @@
-"""codec_kernels.py: its torch references against SNAC's own modules (CPU), and its Triton kernels
+"""kernels/codec.py: its torch references against SNAC's own modules (CPU), and its Triton kernels
 against the references, whole decodes included (check_codec.py, in Triton's interpreter)."""
 
 from __future__ import annotations
@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.engines.orpheus import codec_kernels, rng
-from pipeline.engines.orpheus.codec import fold_weight_norms
+from pipeline.engines.orpheus import rng
+
+from pipeline.engines.orpheus.codec.snac import fold_weight_norms
+from pipeline.engines.orpheus.kernels import codec as codec_kernels
 
 
 def snac_unit(channels: int, dilation: int, seed: int):

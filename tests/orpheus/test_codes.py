@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.engines.orpheus.codes import FrameAssembler, frames_to_levels, tokens_to_frames
+from pipeline.engines.orpheus.codec.codes import FrameAssembler, frames_to_levels, tokens_to_frames
 from pipeline.engines.orpheus.vocab import (
     AUDIO_TOKEN_BASE,
     END_OF_SPEECH,

@@ -38,6 +38,14 @@ def test_info_records_device_dtype_and_quantization(engine):
     assert info.device_type                                   # the CPU model name
 
 
+def test_the_job_records_one_list_of_fallbacks_that_the_engine_parts_add_to(engine):
+    """The loader's fallbacks, then those of the sampler and the graphs (none on the CPU): one
+    list, the runner's, which its parts are handed."""
+    runner = engine.loop.runner
+    assert runner.sampler.fallbacks is runner.fallbacks
+    assert engine.info.extra["fallbacks"] == runner.fallbacks == engine.lm.fallbacks == []
+
+
 @pytest.fixture(scope="module")
 def quick(tiny):
     """The same engine class on the session's model, with short budgets (random weights never stop)."""
@@ -84,7 +92,7 @@ def test_budget_grows_with_text_in_whole_frames():
 
 def test_paths_switched_off_in_the_settings_are_off_in_the_runner(engine_settings, monkeypatch):
     """SYNTH_ORPHEUS_DISABLE reaches the parts the engine builds (no environment read there)."""
-    from pipeline.engines.orpheus import fused
+    from pipeline.engines.orpheus.kernels import fused
     from pipeline.engines.registry import load_engine
     from pipeline.settings import Settings
 

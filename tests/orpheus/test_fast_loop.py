@@ -8,11 +8,11 @@ import pytest
 from pipeline.engines.base import SynthesisRequest
 from pipeline.engines.orpheus.config import OrpheusConfig
 from pipeline.engines.orpheus.engine import OrpheusEngine
-from pipeline.engines.orpheus.generate import GenJob, generate_batched, reference_generate
+from pipeline.engines.orpheus.reference import GenJob, ReferenceEngine, generate_batched, reference_generate
+from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.prompt import prompt_ids
-from pipeline.engines.orpheus.runner import ModelRunner
-from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.scheduler import Scheduler, SchedulerConfig, Seq
+from pipeline.engines.orpheus.serving.runner import ModelRunner
+from pipeline.engines.orpheus.serving.scheduler import Scheduler, SchedulerConfig, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
 
 TEXTS = ["Hello there.", "A somewhat longer sentence to speak aloud, my friend.", "Hi",
@@ -98,8 +98,8 @@ def test_sampled_tokens_equal_the_part_one_loop_whatever_the_neighbours(tiny):
 def test_the_active_mask_follows_the_decoded_rows_through_its_cache(tiny):
     """The runner copies the active mask only when the decoded rows change, from masks it keeps
     for the last few row sets: whatever the order of the sets, the device mask is the plan's."""
-    from pipeline.engines.orpheus.runner import ACTIVE_MASKS
-    from pipeline.engines.orpheus.scheduler import Plan
+    from pipeline.engines.orpheus.serving.runner import ACTIVE_MASKS
+    from pipeline.engines.orpheus.serving.scheduler import Plan
 
     rows = 6
     runner = ModelRunner(tiny.model, rows, 256, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE,
@@ -138,7 +138,7 @@ def test_first_token_draws_get_aligned_per_row_tensors(tiny, n):
     assert runner.pos[:n].tolist() == [3] * n and runner.steps[:n].tolist() == [1] * n
 
 
-def test_continuous_engine_audio_equals_the_static_engine(tiny):
+def test_the_engine_audio_equals_the_reference_engine(tiny):
     requests = [SynthesisRequest(i, t, "tara", seed=7 + i, realtime=i == 1) for i, t in enumerate(TEXTS)]
 
     def render(engine):
@@ -151,13 +151,13 @@ def test_continuous_engine_audio_equals_the_static_engine(tiny):
         assert finals == len(requests)
         return {k: np.concatenate(v) for k, v in pieces.items()}
 
-    fast = OrpheusEngine(tiny, OrpheusConfig(loop="continuous", context=2048), max_batch=2)
+    fast = OrpheusEngine(tiny, OrpheusConfig(context=2048), max_batch=2)
     try:
         assert fast.info.extra["loop"] == "continuous" and fast.info.max_batch == 2
         got = render(fast)
     finally:
         fast.close()
-    want = render(OrpheusEngine(tiny, OrpheusConfig(loop="static"), max_batch=2))
+    want = render(ReferenceEngine(tiny, OrpheusConfig(), max_batch=2))
     for k in want:
         assert got[k].size > 0
         np.testing.assert_allclose(got[k], want[k], atol=1e-5)

@@ -17,8 +17,9 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
-from pipeline.engines.orpheus import fused
-from pipeline.engines.orpheus.decoder import Decoder, KVCache, fuse_weights
+from pipeline.engines.orpheus.kernels import fused
+from pipeline.engines.orpheus.model.decoder import Decoder, fuse_weights
+from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.tiny import TINY_LLAMA
 
 CONTEXT = 128
@@ -166,7 +167,7 @@ def test_fused_decoder_logits_equal_the_unfused_and_transformers():
 
 
 def test_fp8_projections_are_fused_as_fp8_modules_sharing_their_bytes():
-    from pipeline.engines.orpheus.quant import quantize
+    from pipeline.engines.orpheus.model.quant import quantize
 
     model = small_model(seed=3)
     report = quantize(model, "fp8", "cpu", torch.float32)
@@ -226,16 +227,18 @@ def test_a_fused_sampler_that_cannot_run_falls_back_to_the_torch_draw():
     """Asked for where its kernel cannot run (Triton with no GPU and no interpreter), the sampler
     says why and draws with torch: the same tokens as one never asked."""
     pytest.importorskip("triton")
-    from pipeline.engines.orpheus.sampling import RowSampler, SamplingParams
+    from pipeline.engines.orpheus.model.sampling import RowSampler, SamplingParams
     from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
 
     if os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available():
         pytest.skip("the kernel can run here")
     width = 7 * 4096 + 10 + (END_OF_SPEECH - CUSTOM_TOKEN_BASE + 1)
-    asked = RowSampler(SamplingParams(), width, CUSTOM_TOKEN_BASE, "cpu", fused=True)
-    plain = RowSampler(SamplingParams(), width, CUSTOM_TOKEN_BASE, "cpu")
-    assert asked.fused is None and "fused sampler failed" in asked.fused_fallback
-    assert plain.fused is None and plain.fused_fallback is None
+    fallbacks: list[str] = []
+    asked = RowSampler(SamplingParams(), width, CUSTOM_TOKEN_BASE, "cpu", fused=True,
+                       fallbacks=fallbacks)
+    plain = RowSampler(SamplingParams(), width, CUSTOM_TOKEN_BASE, "cpu", fallbacks=fallbacks)
+    assert asked.fused is None and plain.fused is None
+    assert len(fallbacks) == 1 and "fused sampler failed" in fallbacks[0]
     gen = torch.Generator().manual_seed(0)
     args = (torch.randn(5, width, generator=gen), torch.zeros(5, width + 1, dtype=torch.bool),
             torch.arange(5), torch.arange(5) * 1000)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.engines.orpheus.generate import GenJob, generate_batched, reference_generate
+from pipeline.engines.orpheus.reference import GenJob, generate_batched, reference_generate
+from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.prompt import prompt_ids
-from pipeline.engines.orpheus.sampling import SamplingParams
 from pipeline.engines.orpheus.vocab import END_OF_HUMAN, END_OF_SPEECH, START_OF_HUMAN, audio_range
 
 TEXTS = [

@@ -13,7 +13,8 @@ from pipeline.textfront import prepare
 
 
 def test_the_engine_declares_english_voices_and_its_inline_tags(tiny):
-    eng = OrpheusEngine(tiny, OrpheusConfig(loop="static"), voices=("tara", "leo"))
+    eng = OrpheusEngine(tiny, OrpheusConfig(context=256), voices=("tara", "leo"), max_batch=1)
+    eng.close()
     profile = eng.info.profile("leo")
     assert profile.languages == ("en",) and profile.inline_tags == frozenset(INLINE_TAGS)
     assert not profile.rate_control

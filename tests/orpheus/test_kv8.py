@@ -16,10 +16,12 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from pipeline.engines.base import SynthesisRequest
-from pipeline.engines.orpheus import fused
 from pipeline.engines.orpheus.config import OrpheusConfig
-from pipeline.engines.orpheus.decoder import Decoder, KVCache, kv_storage_dtype
 from pipeline.engines.orpheus.engine import OrpheusEngine
+from pipeline.engines.orpheus.kernels import fused
+from pipeline.engines.orpheus.model.decoder import Decoder
+from pipeline.engines.orpheus.model.kv_cache import KVCache, kv_storage_dtype
+from pipeline.engines.orpheus.reference import ReferenceEngine
 from pipeline.engines.orpheus.tiny import TINY_LLAMA
 
 CONTEXT = 128
@@ -154,14 +156,14 @@ def test_engine_runs_end_to_end_with_an_fp8_cache(tiny):
         assert np.concatenate(audio[key]).size > 0
 
 
-def test_engine_reports_the_model_dtype_cache_by_default_and_refuses_fp8_on_the_static_loop(tiny):
+def test_engine_reports_the_model_dtype_cache_by_default_and_the_reference_refuses_fp8(tiny):
     engine = OrpheusEngine(tiny, OrpheusConfig(context=256), max_batch=1)
     try:
         assert engine.info.extra["kv_dtype"] == "float32"
     finally:
         engine.close()
-    with pytest.raises(ValueError, match="continuous loop"):
-        OrpheusEngine(tiny, OrpheusConfig(loop="static", kv_dtype="fp8"), max_batch=1)
+    with pytest.raises(ValueError, match="transformers' cache"):
+        ReferenceEngine(tiny, OrpheusConfig(kv_dtype="fp8"), max_batch=1)
     with pytest.raises(ValueError, match="kv_dtype"):
         OrpheusEngine(tiny, OrpheusConfig(kv_dtype="fp4"), max_batch=1)
 

@@ -8,8 +8,8 @@ import queue
 import numpy as np
 
 from pipeline.engines.base import AudioChunk
-from pipeline.engines.orpheus.loop import EngineLoop
-from pipeline.engines.orpheus.scheduler import Scheduler, Seq
+from pipeline.engines.orpheus.serving.loop import EngineLoop
+from pipeline.engines.orpheus.serving.scheduler import Scheduler, Seq
 from pipeline.engines.orpheus.vocab import END_OF_SPEECH, audio_range
 
 
@@ -71,9 +71,9 @@ def final_chunk(live, audio):
 def test_the_codec_thread_sends_one_final_chunk_per_stream_whatever_the_slicing(tiny):
     """Batch streams that end on a batch turn are in both of the codec thread's lists; sliced
     renders once sent them two final chunks, and a caller counting finals stopped early."""
-    from pipeline.engines.orpheus.codec_thread import CodecThread
-    from pipeline.engines.orpheus.loop import InFlight
-    from pipeline.engines.orpheus.streaming import StreamState
+    from pipeline.engines.orpheus.codec.streaming import StreamState
+    from pipeline.engines.orpheus.codec.thread import CodecThread
+    from pipeline.engines.orpheus.serving.loop import InFlight
 
     worker = CodecThread(tiny.codec, on_final=final_chunk,
         batch_interval_s=0.0, batch_slice=1)
@@ -107,9 +107,9 @@ def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
     """The batch lane sends finals over several calls (one per slice); when a later call fails,
     the streams finished before it must not get an error final as well, and the realtime lane's
     stream is not touched by the batch lane's failure."""
-    from pipeline.engines.orpheus.codec_thread import CodecThread
-    from pipeline.engines.orpheus.loop import InFlight
-    from pipeline.engines.orpheus.streaming import StreamState
+    from pipeline.engines.orpheus.codec.streaming import StreamState
+    from pipeline.engines.orpheus.codec.thread import CodecThread
+    from pipeline.engines.orpheus.serving.loop import InFlight
 
     class FailingSecondBatchCall:          # the codec's interface: decode_windows
         def __init__(self, codec):
@@ -161,9 +161,9 @@ def test_a_realtime_chunk_leaves_while_the_batch_lane_is_inside_a_codec_call(tin
     still running (here: held until the test lets it go), not after it."""
     import threading
 
-    from pipeline.engines.orpheus.codec_thread import CodecThread
-    from pipeline.engines.orpheus.loop import InFlight
-    from pipeline.engines.orpheus.streaming import StreamState
+    from pipeline.engines.orpheus.codec.streaming import StreamState
+    from pipeline.engines.orpheus.codec.thread import CodecThread
+    from pipeline.engines.orpheus.serving.loop import InFlight
 
     class HeldBatchCalls:                   # the codec's interface: decode_windows
         def __init__(self, codec):
@@ -232,7 +232,7 @@ def test_a_stalled_step_is_kept_with_where_its_time_went(tiny, caplog):
     import logging
     import time
 
-    from pipeline.engines.orpheus.loop import SLOW_STEP_S, STALL_S
+    from pipeline.engines.orpheus.serving.stats import SLOW_STEP_S, STALL_S
 
     class StallingRunner(ScriptedRunner):
         def __init__(self, ends, stall_at: int):
@@ -249,7 +249,7 @@ def test_a_stalled_step_is_kept_with_where_its_time_went(tiny, caplog):
     loop = EngineLoop(StallingRunner(ends, stall_at=20), Scheduler(rows=2, max_context=256),
                       tiny.codec, on_final=final_chunk)
     sink: queue.SimpleQueue = queue.SimpleQueue()
-    caplog.set_level(logging.WARNING, logger="pipeline.engines.orpheus.loop")
+    caplog.set_level(logging.WARNING, logger="pipeline.engines.orpheus.serving.stats")
     try:
         began = time.monotonic()
         loop.submit([(Seq("a", [1, 2, 3], budget=100, stop_token=END_OF_SPEECH), "a")], sink)

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.engines.orpheus import runner as runner_mod
 from pipeline.engines.orpheus.config import Switches
-from pipeline.engines.orpheus.decoder import Decoder
-from pipeline.engines.orpheus.prefill_graphs import pack
+from pipeline.engines.orpheus.model.decoder import Decoder
+from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.prompt import prompt_ids
-from pipeline.engines.orpheus.runner import ModelRunner
-from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.scheduler import Scheduler, Seq
+from pipeline.engines.orpheus.serving import runner as runner_mod
+from pipeline.engines.orpheus.serving.graphs import pack
+from pipeline.engines.orpheus.serving.runner import ModelRunner
+from pipeline.engines.orpheus.serving.scheduler import Scheduler, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
 from tests.orpheus.test_prefill_graphs import (ATOL, CONTEXT, ROWS, RTOL, chunk, random_cache,
                                                small_model)
@@ -95,7 +95,7 @@ def test_mixed_shape_refuses_what_a_mixed_step_cannot_hold(tiny, monkeypatch):
     assert runner.mixed_sizes == (2, 4)
 
     def plan_of(rows: int, *chunks):
-        from pipeline.engines.orpheus.scheduler import Plan
+        from pipeline.engines.orpheus.serving.scheduler import Plan
 
         decode = [Seq(i, [1], 5, row=i) for i in range(rows)]
         return Plan(prefill=list(chunks), decode=decode, rows=rows)
@@ -111,7 +111,7 @@ def test_mixed_shape_refuses_what_a_mixed_step_cannot_hold(tiny, monkeypatch):
 def test_on_cuda_a_mixed_step_needs_its_graph(tiny, monkeypatch):
     """On CUDA a mixed step runs only from a captured graph; a shape without one (its capture
     failed, or it is off the grid) prefills apart."""
-    from pipeline.engines.orpheus.scheduler import Plan
+    from pipeline.engines.orpheus.serving.scheduler import Plan
 
     monkeypatch.setattr(runner_mod, "MIXED_BATCHES", (2, 4))
     runner = ModelRunner(tiny.model, 8, 512, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE,

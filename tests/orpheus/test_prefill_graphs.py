@@ -1,4 +1,4 @@
-"""The static-shape prefill that the prefill graphs capture (prefill_graphs.py), run eagerly on the
+"""The static-shape prefill that the prefill graphs capture (serving/graphs.py), run eagerly on the
 CPU (tiny model, fp32): padded prompts against each prompt prefilled alone, the cache outside the
 prompts untouched but for the scratch slot, the shape chooser, and the runner through that path."""
 
@@ -7,12 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.engines.orpheus.decoder import Decoder, KVCache
-from pipeline.engines.orpheus.prefill_graphs import PrefillGraphs, pack, padded_prefill, shape_for
+from pipeline.engines.orpheus.model.decoder import Decoder
+
+from pipeline.engines.orpheus.model.kv_cache import KVCache
+from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.prompt import prompt_ids
-from pipeline.engines.orpheus.runner import ModelRunner
-from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.scheduler import PrefillChunk, Scheduler, Seq
+from pipeline.engines.orpheus.serving.graphs import PrefillGraphs, pack, padded_prefill, shape_for
+from pipeline.engines.orpheus.serving.runner import ModelRunner
+from pipeline.engines.orpheus.serving.scheduler import PrefillChunk, Scheduler, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
 
 ROWS, CONTEXT = 6, 64

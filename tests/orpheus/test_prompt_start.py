@@ -9,7 +9,7 @@ import shutil
 import pytest
 from tokenizers import processors
 
-from pipeline.engines.orpheus.loading import load
+from pipeline.engines.orpheus.model.loading import load
 from pipeline.engines.orpheus.prompt import check_prompt_start, prompt_ids
 from pipeline.engines.orpheus.tiny import build_tokenizer
 from pipeline.engines.orpheus.vocab import BEGIN_OF_TEXT, START_OF_HUMAN

@@ -27,7 +27,7 @@ def reference_logits(tiny):
 def test_quantized_logits_stay_within_bound(tiny_dir, reference_logits, mode):
     import torch
 
-    from pipeline.engines.orpheus.loading import load
+    from pipeline.engines.orpheus.model.loading import load
 
     if mode != "fp8":
         pytest.importorskip("bitsandbytes")
@@ -41,7 +41,7 @@ def test_quantized_logits_stay_within_bound(tiny_dir, reference_logits, mode):
 
 
 def test_unknown_mode_is_refused(tiny):
-    from pipeline.engines.orpheus.quant import quantize
+    from pipeline.engines.orpheus.model.quant import quantize
     from pipeline.errors import EngineUnavailableError
 
     with pytest.raises(EngineUnavailableError):
@@ -52,7 +52,7 @@ def test_float8_linear_sends_few_rows_to_the_weight_only_kernel_unless_switched_
     pytest.importorskip("triton")
     import torch
 
-    from pipeline.engines.orpheus.quant import _float8_linear_class, fuse_float8
+    from pipeline.engines.orpheus.model.quant import _float8_linear_class, fuse_float8
 
     cls = _float8_linear_class()
     weight, scale = torch.zeros(4, 8, dtype=torch.float8_e4m3fn), torch.ones(4)

@@ -15,7 +15,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from pipeline.engines.orpheus.decoder import Decoder, KVCache
+from pipeline.engines.orpheus.model.decoder import Decoder
+
+from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.tiny import LLAMA3_ROPE, TINY_LLAMA, tiny_llama_config
 
 PREFIX = 512              # tokens prefilled before the compared steps

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipeline.engines.orpheus.scheduler import Plan, Scheduler, SchedulerConfig, Seq, SeqState
+from pipeline.engines.orpheus.serving.scheduler import Plan, Scheduler, SchedulerConfig, Seq, SeqState
 
 STOP = 99
 
@@ -24,7 +24,7 @@ def run_step(s: Scheduler, produce) -> tuple:
 
 
 def test_importing_the_scheduler_does_not_import_torch():
-    code = "import sys, pipeline.engines.orpheus.scheduler; print('torch' in sys.modules)"
+    code = "import sys, pipeline.engines.orpheus.serving.scheduler; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pipeline.constants import SNAC_SAMPLES_PER_FRAME
-from pipeline.engines.orpheus.streaming import (
+from pipeline.engines.orpheus.codec.streaming import (
     BATCH_CHUNK_FRAMES,
     FIRST_CHUNK_FRAMES,
     REALTIME_CHUNK_FRAMES,
@@ -119,7 +119,7 @@ def test_folding_the_weight_norms_leaves_the_audio_as_it_was(tiny_dir):
     import torch
     from snac import SNAC
 
-    from pipeline.engines.orpheus.codec import SnacCodec
+    from pipeline.engines.orpheus.codec.snac import SnacCodec
 
     folded = SnacCodec(SNAC.from_pretrained(str(tiny_dir / "snac")), "cpu")
     assert folded.folded_weight_norms > 0

@@ -1,4 +1,4 @@
-"""codec_kernels.py against the modules it replaces, then SNAC decodes fused against unfused, and
+"""kernels/codec.py against the modules it replaces, then SNAC decodes fused against unfused, and
 (on CUDA) a codec call's time per lane and shape, fused against unfused, in the codec's graphs.
 
     .venv/bin/python -m ops.bench.kernels.check_codec                 # CUDA, SNAC 24 kHz shapes
@@ -27,8 +27,8 @@ import time
 import numpy as np
 import torch
 
-from pipeline.engines.orpheus import codec_kernels
-from pipeline.engines.orpheus.codec import SnacCodec
+from pipeline.engines.orpheus.codec.snac import SnacCodec
+from pipeline.engines.orpheus.kernels import codec as codec_kernels
 from pipeline.engines.orpheus.tiny import SNAC_24KHZ, TINY_SNAC
 
 from ops.bench.kernels.check_fused import Report, kernels_runnable, start
@@ -85,8 +85,8 @@ def codecs(device: str, tiny: bool):
 
 
 def check_decode(report: Report, plain, fused, device: str) -> None:
-    print(f"fused codec: {fused.fused_units} residual units swapped, fallback: "
-          f"{fused.fused_fallback}", flush=True)
+    print(f"fused codec: {fused.fused_units} residual units swapped, fallbacks: "
+          f"{fused.fallbacks}", flush=True)
     if not fused.fused_units:
         report.failures.append("no residual unit was swapped")
         return
@@ -123,7 +123,7 @@ def time_calls(plain, fused, reps: int) -> None:
     from pipeline.engines.orpheus.engine import batch_windows, realtime_windows
 
     for codec in (plain, fused):
-        codec.capture_graphs(realtime_windows(), batch_windows())
+        codec.capture_graphs(realtime_windows(), batch_windows(), codec.fallbacks)
     rng = np.random.default_rng(1)
     print(f"{'lane':>8} {'windows':>7} {'frames':>6} | {'module ms':>9} {'fused ms':>8} "
           f"{'x':>5} | {'fused us/frame':>14}", flush=True)

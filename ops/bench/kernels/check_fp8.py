@@ -12,8 +12,9 @@ import sys
 import torch
 
 from ops.bench.timing import median_device_ms
-from pipeline.engines.orpheus.fp8_kernels import linear_w8a16, quantize_rows
-from pipeline.engines.orpheus.quant import FP8_MAX, quantize_rows_reference
+from pipeline.engines.orpheus.kernels import FP8_MAX
+from pipeline.engines.orpheus.kernels.fp8 import linear_w8a16, quantize_rows
+from pipeline.engines.orpheus.model.quant import quantize_rows_reference
 
 # The weight-only GEMM's relative L2 error against float32 over the same e4m3 weight is the
 # output's rounding: about 1.6e-3 to bf16 (the fp16 dots take bf16 activations exactly). Triton's
@@ -57,7 +58,7 @@ def check_routing(device: str) -> bool:
     """Float8Linear (the ``_scaled_mm`` kind) sends few rows to the weight-only kernel by default
     and uses ``_scaled_mm`` with ``small_rows=False`` (SYNTH_ORPHEUS_DISABLE=fp8_small_rows); the
     weight-only output is that kernel's, and within tolerance of the module's dequantized path."""
-    from pipeline.engines.orpheus.quant import _float8_linear_class
+    from pipeline.engines.orpheus.model.quant import _float8_linear_class
 
     opted_out = _float8_linear_class()(torch.zeros(1, 1, dtype=torch.float8_e4m3fn), torch.ones(1),
                                        None, torch.bfloat16, use_scaled_mm=True, small_rows=False).small_rows

@@ -27,8 +27,9 @@ import sys
 import torch
 
 from ops.bench.timing import median_device_ms
-from pipeline.engines.orpheus import attention, fused
-from pipeline.engines.orpheus.decoder import Decoder, KVCache
+from pipeline.engines.orpheus.kernels import attention, fused
+from pipeline.engines.orpheus.model.decoder import Decoder
+from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B, tiny_llama_config
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 

@@ -1,4 +1,4 @@
-"""The fp8 KV cache (decoder.KVCache with kv_dtype "fp8") against the bf16 cache it came from, at
+"""The fp8 KV cache (model/kv_cache.py KVCache with kv_dtype "fp8") against the bf16 cache it came from, at
 Orpheus-3B shapes on random data. Run on a CUDA machine with Triton (sm_89 or later):
 
     python3 -m ops.bench.kernels.check_kv8
@@ -45,9 +45,10 @@ from ops.bench.kernels.check_fused import (
     start,
 )
 from ops.bench.timing import median_device_ms
-from pipeline.engines.orpheus import attention, fused
-from pipeline.engines.orpheus.decoder import Decoder, KVCache
-from pipeline.engines.orpheus.quant import FP8_MAX, quantize
+from pipeline.engines.orpheus.kernels import FP8_MAX, attention, fused
+from pipeline.engines.orpheus.model.decoder import Decoder
+from pipeline.engines.orpheus.model.kv_cache import KVCache
+from pipeline.engines.orpheus.model.quant import quantize
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
@@ -288,7 +289,7 @@ def main(argv=None) -> int:
         check_rope_store(report, b, dtype, args.device, grid_only=not on_cuda)
     def model():
         if args.model:
-            from pipeline.engines.orpheus.loading import load_lm
+            from pipeline.engines.orpheus.model.loading import load_lm
 
             return load_lm(args.model, str(dtype)[6:], args.device)[1]
         return random_model(args.layers or (ORPHEUS_3B["num_hidden_layers"] if on_cuda else 2),

@@ -25,7 +25,7 @@ import time
 import torch
 
 from ops.bench.kernels.check_fused import Report, random_model
-from pipeline.engines.orpheus.scheduler import Plan, PrefillChunk, Seq
+from pipeline.engines.orpheus.serving.scheduler import Plan, PrefillChunk, Seq
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check", file=sys.stderr)
         return 2
-    from pipeline.engines.orpheus.runner import ModelRunner
-    from pipeline.engines.orpheus.sampling import SamplingParams
+    from pipeline.engines.orpheus.model.sampling import SamplingParams
+    from pipeline.engines.orpheus.serving.runner import ModelRunner
 
     print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; "
           f"KV cache {'fp8' if args.kv8 else 'bf16'}", flush=True)
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     print(f"boot: {len(runner.graphs)} decode, {len(runner.prefill_graphs.graphs)} prefill and "
           f"{len(runner.mixed_graphs)} mixed graphs in {time.monotonic() - t0:.1f} s", flush=True)
     if not runner.mixed_graphs:
-        print(f"FAILED: no mixed graphs ({runner.mixed_fallback})", flush=True)
+        print(f"FAILED: no mixed graphs ({runner.fallbacks})", flush=True)
         return 1
     sizes = runner.mixed_sizes
     report = Report()
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
             print(f"{name}:", flush=True)
             got = runner.collect(runner.launch(plan))
             assert runner._mixed_shape(plan) is not None
-            mixed_logits = runner.mixed_graphs[runner._mixed_shape(plan)].logits.clone()
+            mixed_logits = runner.mixed_graphs[runner._mixed_shape(plan)].output.clone()
             mixed_cache = [t.clone() for t in written(runner, rows, pos, prompt_len)]
             for t, saved in zip(state(runner), snapshot):
                 t.copy_(saved)
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
             runner.mixed_sizes = ()
             want = runner.collect(runner.launch(plan))
             n, s = runner.prefill_graphs.shape(plan.prefill)
-            apart_logits = runner.prefill_graphs.graphs[(n, s)].logits[:1]
+            apart_logits = runner.prefill_graphs.graphs[(n, s)].output[:1]
             report.error(f"{name}: prompt logits", mixed_logits, apart_logits, TOLERANCE)
             for what, g, w in zip(("K decode rows", "K prompt", "V decode rows", "V prompt"),
                                   mixed_cache, written(runner, rows, pos, prompt_len)):

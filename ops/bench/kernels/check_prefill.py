@@ -1,4 +1,4 @@
-"""On a CUDA machine: the prefill graphs (prefill_graphs.py) against the eager prefill, on a random
+"""On a CUDA machine: the prefill graphs (serving/graphs.py) against the eager prefill, on a random
 Orpheus-3B-shaped model (28 layers, bf16), with the boot cost and timings.
 
     python3 -m ops.bench.kernels.check_prefill      # exit status 1 on a mismatch or a failed capture
@@ -26,8 +26,8 @@ import time
 import torch
 
 from ops.bench.kernels.check_fused import TOLERANCE, Report, random_model
-from pipeline.engines.orpheus.prefill_graphs import pack, padded_prefill
-from pipeline.engines.orpheus.scheduler import PrefillChunk, Seq
+from pipeline.engines.orpheus.serving.graphs import pack, padded_prefill
+from pipeline.engines.orpheus.serving.scheduler import PrefillChunk, Seq
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
@@ -78,8 +78,8 @@ def timed(fn, reps: int = REPS) -> tuple[float, float]:
 
 def boot(rows: int, context: int):
     """A runner booted as ModelRunner.__init__ does, with the prefill capture measured alone."""
-    from pipeline.engines.orpheus.runner import ModelRunner
-    from pipeline.engines.orpheus.sampling import SamplingParams
+    from pipeline.engines.orpheus.model.sampling import SamplingParams
+    from pipeline.engines.orpheus.serving.runner import ModelRunner
 
     model = random_model(ORPHEUS_3B["num_hidden_layers"], torch.bfloat16, "cuda")
     runner = ModelRunner(model, rows, context, SamplingParams(temperature=0),
@@ -135,8 +135,9 @@ def main(argv=None) -> int:
         return 2
     print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
     runner = boot(args.rows, args.context)
-    if runner.prefill_fallback:
-        print(f"FAILED: {runner.prefill_fallback}", flush=True)
+    failed = [r for r in runner.fallbacks if r.startswith("prefill graph capture")]
+    if failed:
+        print(f"FAILED: {failed[0]}", flush=True)
         return 1
     report = Report()
     gen = torch.Generator().manual_seed(0)

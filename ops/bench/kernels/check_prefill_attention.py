@@ -42,8 +42,9 @@ from ops.bench.kernels.check_fused import (
 )
 from ops.bench.kernels.check_kv8 import F16_TOLERANCE, quantized
 from ops.bench.timing import median_device_ms
-from pipeline.engines.orpheus import attention, fused
-from pipeline.engines.orpheus.decoder import Decoder, KVCache
+from pipeline.engines.orpheus.kernels import attention, fused
+from pipeline.engines.orpheus.model.decoder import Decoder
+from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
 # (start, valid tokens) per chunk, S = the longest: fresh prompts, a one-token chunk, chunks that
@@ -99,7 +100,7 @@ def check_rope_rows(report: Report, dtype, device) -> None:
 def check_attention(report: Report, dtype, device) -> None:
     s = max(length for _, length in CHUNKS)
     n = len(CHUNKS)
-    # columns of one packed tensor, strided as the graphs' inputs are (prefill_graphs.pack)
+    # columns of one packed tensor, strided as the graphs' inputs are (serving/graphs.py pack)
     meta = torch.tensor([[row, first, length] for row, (first, length) in
                          zip((3, 0, 5, 1, 6, 0), CHUNKS)], device=device)
     rows, start, lens = meta[:, 0], meta[:, 1], meta[:, 2]
@@ -166,7 +167,7 @@ def check_decoder(report: Report, layers: int, dtype, device, kv_dtype) -> None:
 
     def packed(x, starts, lens, rows):
         """(ids, start, lens, rows), the last three columns of one tensor as the graphs take
-        them (prefill_graphs.pack)."""
+        them (serving/graphs.py pack)."""
         p = torch.cat([x, t([starts, lens, rows]).T], 1)
         s = x.shape[1]
         return p[:, :s], p[:, s], p[:, s + 1], p[:, s + 2]

@@ -1,4 +1,4 @@
-"""The fused draw (sample_kernel.py) against RowSampler's torch draw: the same tokens for random
+"""The fused draw (kernels/sample.py) against RowSampler's torch draw: the same tokens for random
 logits over many rows and steps, per sampling setting; on CUDA also the time of each.
 
     python -m ops.bench.kernels.check_sampler [--device cpu]   # cpu: TRITON_INTERPRET=1
@@ -11,8 +11,8 @@ import sys
 
 import torch
 
-from pipeline.engines.orpheus.sample_kernel import fused_draw
-from pipeline.engines.orpheus.sampling import RowSampler, SamplingParams
+from pipeline.engines.orpheus.kernels.sample import fused_draw
+from pipeline.engines.orpheus.model.sampling import RowSampler, SamplingParams
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
 
 SETTINGS = {
@@ -28,8 +28,8 @@ def check_runner(device: str) -> bool:
     torch draw's tokens, first tokens (``_begin``) included."""
     from transformers import LlamaForCausalLM
 
-    from pipeline.engines.orpheus.runner import ModelRunner
-    from pipeline.engines.orpheus.scheduler import Scheduler, Seq
+    from pipeline.engines.orpheus.serving.runner import ModelRunner
+    from pipeline.engines.orpheus.serving.scheduler import Scheduler, Seq
     from pipeline.engines.orpheus.tiny import tiny_llama_config
 
     torch.manual_seed(0)

@@ -69,9 +69,9 @@ def main(argv=None) -> int:
         print("needs a CUDA device")
         return 2
     from ops.bench.orpheus.models import load_model
-    from pipeline.engines.orpheus.runner import HostTimes, ModelRunner
-    from pipeline.engines.orpheus.sampling import SamplingParams
-    from pipeline.engines.orpheus.scheduler import Scheduler, SchedulerConfig, Seq
+    from pipeline.engines.orpheus.model.sampling import SamplingParams
+    from pipeline.engines.orpheus.serving.runner import HostTimes, ModelRunner
+    from pipeline.engines.orpheus.serving.scheduler import Scheduler, SchedulerConfig, Seq
     from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
     lm = load_model("random-3b", "auto", "auto", "none")

@@ -31,7 +31,7 @@ import numpy as np
 from pipeline.constants import SNAC_SAMPLES_PER_FRAME
 from pipeline.engines.base import AudioChunk
 from pipeline.engines.orpheus.engine import stream_state
-from pipeline.engines.orpheus.loop import EngineLoop
+from pipeline.engines.orpheus.serving.loop import EngineLoop
 
 from ops.bench.kernels.host_overhead import InstantRunner, Workload, scheduler_for
 

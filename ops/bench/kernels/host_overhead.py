@@ -27,10 +27,10 @@ import torch
 from pipeline.constants import SNAC_TOKENS_PER_FRAME
 from pipeline.engines.orpheus.config import RealtimeConfig
 from pipeline.engines.orpheus.engine import scheduler_config, stream_state
-from pipeline.engines.orpheus.loop import EngineLoop
-from pipeline.engines.orpheus.runner import ModelRunner, _LaunchedStep, ladder
-from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.scheduler import Plan, Scheduler, Seq
+from pipeline.engines.orpheus.model.sampling import SamplingParams
+from pipeline.engines.orpheus.serving.loop import EngineLoop
+from pipeline.engines.orpheus.serving.runner import ModelRunner, _LaunchedStep, ladder
+from pipeline.engines.orpheus.serving.scheduler import Plan, Scheduler, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH, audio_range
 
 CONTEXT = 2048

@@ -29,7 +29,7 @@ def check_attention() -> None:
     """The per-row Triton kernel against SDPA with a per-row mask, on random data."""
     import torch.nn.functional as F
 
-    from pipeline.engines.orpheus.attention import decode_attention
+    from pipeline.engines.orpheus.kernels.attention import decode_attention
 
     torch.manual_seed(0)
     b, hkv, g, d, t = 96, 8, 3, 128, 1025
@@ -52,8 +52,8 @@ def main(argv=None) -> int:
     import argparse
 
     from ops.bench.orpheus.models import load_model
-    from pipeline.engines.orpheus.runner import ModelRunner
-    from pipeline.engines.orpheus.sampling import SamplingParams
+    from pipeline.engines.orpheus.model.sampling import SamplingParams
+    from pipeline.engines.orpheus.serving.runner import ModelRunner
     from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     check_attention()
     if args.min_batch:
-        from pipeline.engines.orpheus import attention
+        from pipeline.engines.orpheus.kernels import attention
 
         attention.MIN_BATCH = args.min_batch
     lm = load_model("random-3b", "auto", "auto", args.quant)
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     for label in ("eager", "graphs"):
         if label == "graphs":
-            lm.codec.capture_graphs(realtime_windows(), batch_windows())
+            lm.codec.capture_graphs(realtime_windows(), batch_windows(), lm.codec.fallbacks)
         for g, w in ((64, 4), (32, 19), (64, 19), (16, 7)):
             frames = rng.integers(0, 4096, size=(g, w, 7))
             keys = np.arange(g)

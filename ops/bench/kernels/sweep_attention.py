@@ -23,8 +23,8 @@ import torch
 
 from ops.bench.kernels.check_fused import HEAD_DIM, HEADS, KV_HEADS
 from ops.bench.timing import median_device_ms
-from pipeline.engines.orpheus import attention
-from pipeline.engines.orpheus.fused import to_cache
+from pipeline.engines.orpheus.kernels import attention
+from pipeline.engines.orpheus.kernels.fused import to_cache
 
 CASES = ((16, 300), (16, 1000), (64, 600), (128, 300), (128, 600), (128, 1000), (256, 1000),
          (256, 1800))

@@ -7,7 +7,7 @@ Shapes are Orpheus-3B's four projections (q/k/v and gate/up fused). Each case is
 calls over 4 copies of the weight (so a weight is never in L2 from the call before, as in the
 decoder's layers), replayed 10 times; the time is per call. Prints, per rows: each kernel's time
 per shape and the sum over the four shapes (one layer), the best W8A16 settings per shape, and the
-best single setting for all four (what ``fp8_kernels.W8A16_LAUNCH`` holds).
+best single setting for all four (what ``kernels.fp8.W8A16_LAUNCH`` holds).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from ops.bench.timing import mean_device_ms
-from pipeline.engines.orpheus.fp8_kernels import linear_w8a16, quantize_rows
-from pipeline.engines.orpheus.quant import FP8_MAX, SCALED_MM_ALIGN
+from pipeline.engines.orpheus.kernels import FP8_MAX
+from pipeline.engines.orpheus.kernels.fp8 import linear_w8a16, quantize_rows
+from pipeline.engines.orpheus.model.quant import SCALED_MM_ALIGN
 
 SHAPES = {"qkv": (5120, 3072), "o": (3072, 3072), "gate_up": (16384, 3072), "down": (3072, 8192)}
 COPIES, CALLS, REPLAYS = 4, 8, 10

@@ -74,7 +74,7 @@ def streams_run(args, fast, background: list[Job], streams: list[Job]) -> dict:
     """One run of ``streams`` beside ``background``: the streams' summary with its GC pauses,
     stalls, step figures and first-chunk phases."""
     before, alloc, since = streams_counters(fast), allocator_counts(), time.monotonic()
-    fast.loop.first_chunk_phases(clear=True)
+    fast.loop.observer.first_chunk_phases(clear=True)
     with gc_pauses() as pauses, forced_collection(args.collect_at) as forced:
         r = run_streams(fast, background, streams, args.spread, lead_s=args.lead)
     summary = r.summary()
@@ -85,7 +85,7 @@ def streams_run(args, fast, background: list[Job], streams: list[Job]) -> dict:
     summary["stalls"]["underrun_at_ms"] = sorted(
         round(1000 * (t - since), 1) for st in r.streams for t in st.underrun_at)[:24]
     summary.update(streams_step_figures(before, streams_counters(fast)))
-    summary["first_chunk_ms"] = phases_ms(fast.loop.first_chunk_phases(clear=True))
+    summary["first_chunk_ms"] = phases_ms(fast.loop.observer.first_chunk_phases(clear=True))
     if r.background is not None:
         summary["background_x_real_time"] = r.background.audio_s / r.background.wall_s
     return summary
@@ -210,7 +210,7 @@ def set_lookahead(engine, frames: int) -> None:
 
 
 def phases_ms(phases: list[dict]) -> dict:
-    """Median milliseconds of each phase on the way to the first chunk (loop.InFlight)."""
+    """Median milliseconds of each phase on the way to the first chunk (serving/stats.py FirstChunkMarks)."""
     import statistics
 
     if not phases:

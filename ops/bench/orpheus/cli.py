@@ -57,6 +57,7 @@ from ops.bench.orpheus.streams import logits_check, run_streams
 from pipeline import text as texts
 from pipeline.engines.orpheus.config import SWITCHES, OrpheusConfig, RealtimeConfig, Switches
 from pipeline.engines.orpheus.engine import OrpheusEngine, text_chars_for, token_budget
+from pipeline.engines.orpheus.reference import ReferenceEngine
 
 WARM_TOKENS = 35
 DEFAULT_APPROACHES = "logits,fast,single,streams,reference,static,generate1"
@@ -167,15 +168,16 @@ def measure(label, fn, lm, quant, rows, stats=None):
     print(report.line(rows[-1]), f"[{time.perf_counter() - t:.1f}s]", flush=True)
 
 
-def make_engine(args, lm, loop: str, max_batch: int = 0, budget_max: int | None = None,
-                kv_dtype: str = "auto"):
+def make_engine(args, lm, max_batch: int = 0, budget_max: int | None = None,
+                kv_dtype: str = "auto", engine=OrpheusEngine):
+    """The fast engine (``engine``: ``ReferenceEngine`` for the reference loop)."""
     rows = args.kv8_rows if kv_dtype == "fp8" and args.kv8_rows else args.rows
-    config = OrpheusConfig(loop=loop, context=args.context, cuda_graphs=not args.no_graphs,
+    config = OrpheusConfig(context=args.context, cuda_graphs=not args.no_graphs,
                            kv_dtype=kv_dtype, switches=switches(args),
                            realtime=RealtimeConfig(rows=args.realtime_rows, max_rows=args.realtime_max_rows))
-    return OrpheusEngine(lm, config, max_batch=max_batch or rows, params=PARAMS, budget_policy="keep",
-                         budget_slack=1.0, budget_min=28 if budget_max is None else budget_max,
-                         budget_max=budget_max or args.max_budget)
+    return engine(lm, config, max_batch=max_batch or rows, params=PARAMS, budget_policy="keep",
+                  budget_slack=1.0, budget_min=28 if budget_max is None else budget_max,
+                  budget_max=budget_max or args.max_budget)
 
 
 def switches(args) -> Switches:
@@ -217,7 +219,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
         mode["logits_vs_transformers"] = logits_check(lm, prompts, kv_dtype=kv_dtype)
         print("logits", mode["logits_vs_transformers"], flush=True)
     t = time.perf_counter()
-    fast = make_engine(args, lm, "continuous", kv_dtype=kv_dtype)
+    fast = make_engine(args, lm, kv_dtype=kv_dtype)
     mode["fast_boot_s"] = time.perf_counter() - t
     mode["fast_info"] = {k: fast.info.extra.get(k) for k in
                          ("cuda_graphs", "codec_graphs", "mixed_graphs", "graph_capture_s",
@@ -253,11 +255,11 @@ def bench_single(args, fast, rt: list[Job], mode: dict) -> None:
     """One realtime stream alone, --single-runs times at each of --lookaheads."""
     for lookahead in map(int, args.lookaheads.split(",")):
         set_lookahead(fast, lookahead)
-        fast.loop.first_chunk_phases(clear=True)
+        fast.loop.observer.first_chunk_phases(clear=True)
         res = [run_streams(fast, [], [j], 0, 0).streams[0] for j in rt[: args.single_runs]]
         key = "single_stream" if lookahead == 2 else f"single_stream_lookahead{lookahead}"
         mode[key] = {"ttfb_s": sorted(s.ttfb for s in res), "rtf": sorted(s.rtf for s in res),
-                     "first_chunk_ms": phases_ms(fast.loop.first_chunk_phases(clear=True))}
+                     "first_chunk_ms": phases_ms(fast.loop.observer.first_chunk_phases(clear=True))}
         print("single, lookahead", lookahead, mode[key], flush=True)
     set_lookahead(fast, 2)
 
@@ -266,7 +268,7 @@ def bench_baselines(args, lm, sub: list[Job], label: str, rows: list[dict], todo
     """The reference loop and transformers generate() on the subset, after the fast engine has
     given back its memory."""
     if "reference" in todo:
-        reference = make_engine(args, lm, "static", max_batch=args.max_batch)
+        reference = make_engine(args, lm, max_batch=args.max_batch, engine=ReferenceEngine)
         run_synth(reference, [Job(j.key, j.text, WARM_TOKENS) for j in sub])
         measure("reference loop subset", lambda: run_synth(reference, sub), lm, label, rows)
         reference.close()

@@ -3,11 +3,11 @@ random weights built on the device (nothing is downloaded)."""
 
 from __future__ import annotations
 
-from pipeline.engines.orpheus import device as devices
-from pipeline.engines.orpheus.codec import SnacCodec
+from pipeline.engines.orpheus.codec.snac import SnacCodec
 from pipeline.engines.orpheus.config import Switches
-from pipeline.engines.orpheus.loading import LoadedModel, load
-from pipeline.engines.orpheus.quant import quantize
+from pipeline.engines.orpheus.model import device as devices
+from pipeline.engines.orpheus.model.loading import LoadedModel, load
+from pipeline.engines.orpheus.model.quant import quantize
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B, SNAC_24KHZ, build_tokenizer, tiny_llama_config
 
 def random_3b(device: str, dtype_name: str, quant: str, switches: Switches = Switches()) -> LoadedModel:

@@ -18,12 +18,12 @@ import numpy as np
 
 from pipeline.constants import LM_TOKENS_PER_AUDIO_SECOND, SNAC_SAMPLE_RATE
 from pipeline.engines.base import SynthesisRequest
-from pipeline.engines.orpheus.codes import tokens_to_frames
+from pipeline.engines.orpheus.codec.codes import tokens_to_frames
+from pipeline.engines.orpheus.codec.streaming import decode_frames
 from pipeline.engines.orpheus.engine import OrpheusEngine
-from pipeline.engines.orpheus.generate import reference_generate
+from pipeline.engines.orpheus.reference import reference_generate
+from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.prompt import prompt_ids
-from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.streaming import decode_frames
 
 PARAMS = SamplingParams(ignore_eos=True)
 

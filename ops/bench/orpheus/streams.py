@@ -138,10 +138,10 @@ def logits_check(lm, prompts: list[list[int]], context: int = 512, kv_dtype: str
     decode steps (greedy)."""
     import torch
 
-    from pipeline.engines.orpheus.generate import left_pad
-    from pipeline.engines.orpheus.runner import ModelRunner
-    from pipeline.engines.orpheus.sampling import SamplingParams
-    from pipeline.engines.orpheus.scheduler import Scheduler, Seq
+    from pipeline.engines.orpheus.reference import left_pad
+    from pipeline.engines.orpheus.model.sampling import SamplingParams
+    from pipeline.engines.orpheus.serving.runner import ModelRunner
+    from pipeline.engines.orpheus.serving.scheduler import Scheduler, Seq
     from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
     params = SamplingParams(temperature=0, ignore_eos=True)
@@ -182,7 +182,7 @@ def logits_check(lm, prompts: list[list[int]], context: int = 512, kv_dtype: str
                 ours_vs_32.append(rel(ours, r32))
     del fp32
     out = {"rel_l2_max": max(errors), "rel_l2_mean": sum(errors) / len(errors),
-           "graphs": len(runner.graphs), "fallback": runner.graph_fallback}
+           "graphs": len(runner.graphs), "fallbacks": runner.fallbacks}
     if hf_vs_32:
         out.update(ours_vs_fp32_max=max(ours_vs_32), transformers_vs_fp32_max=max(hf_vs_32))
     return out

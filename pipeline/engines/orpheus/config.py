@@ -18,23 +18,24 @@ class Switches:
     rule it out when something looks wrong on a new GPU, driver or Triton. Each falls back to the
     path it replaces: the same tokens and audio, to rounding. Serving leaves them all on."""
 
-    # A step's tokens drawn by one Triton kernel (sample_kernel.py); off: the torch draw.
+    # A step's tokens drawn by one Triton kernel (kernels/sample.py); off: the torch draw.
     fused_sampler: bool = True
     # Norms with their residual adds, RoPE with the cache write and silu * up as Triton kernels
-    # (fused.py); off: their torch references.
+    # (kernels/fused.py); off: their torch references.
     fused_ops: bool = True
-    # A prefill's attention as Triton kernels (attention.py); off: the torch path (rotations,
-    # indexed cache writes and reads, SDPA).
+    # A prefill's attention as Triton kernels (kernels/attention.py); off: the torch path
+    # (rotations, indexed cache writes and reads, SDPA).
     prefill_attention: bool = True
-    # A short prompt's prefill rides in the decode step's pass (runner.py); off: it is prefilled
-    # in a pass of its own.
+    # A short prompt's prefill rides in the decode step's pass (serving/runner.py); off: it is
+    # prefilled in a pass of its own.
     mixed_steps: bool = True
-    # fp8 weights: the weight-only kernel for a decode step's few rows (fp8_kernels.py); off:
+    # fp8 weights: the weight-only kernel for a decode step's few rows (kernels/fp8.py); off:
     # ``_scaled_mm`` at every batch.
     fp8_small_rows: bool = True
-    # SNAC's residual units and noise as Triton kernels (codec_kernels.py); off: the module's ops.
+    # SNAC's residual units and noise as Triton kernels (kernels/codec.py); off: the module's ops.
     codec_fused: bool = True
-    # The decode steps on a CUDA stream of their own priority (runner.py); off: the default stream.
+    # The decode steps on a CUDA stream of their own priority (serving/runner.py); off: the
+    # default stream.
     stream_priority: bool = True
     # Boot objects frozen out of the cyclic garbage collector (engine.freeze_boot_objects); off:
     # the collector is left as it is.
@@ -56,7 +57,7 @@ SWITCHES = tuple(f.name for f in fields(Switches))
 
 @dataclass(frozen=True)
 class RealtimeConfig:
-    """How realtime streams share the rows and the steps with batch work (scheduler.py)."""
+    """How realtime streams share the rows and the steps with batch work (serving/scheduler.py)."""
 
     # Rows kept free of batch work for realtime arrivals; 0: an eighth of the rows.
     rows: int = 0
@@ -99,9 +100,6 @@ class RealtimeConfig:
 class OrpheusConfig:
     """Everything the Orpheus engine is configured with, beside the model it loads."""
 
-    # "continuous" (continuous batching, loop.py) or "static" (length-bucketed batches one at a
-    # time through transformers' generate(): the reference loop).
-    loop: str = "continuous"
     # Tokens per KV-cache row (prompt and audio of one text chunk); long texts are split to fit.
     context: int = 2048
     # Capture the decode step and the common codec windows as CUDA graphs at boot; off: eager.

@@ -25,13 +25,12 @@ from pipeline.constants import (
     SNAC_TOKENS_PER_FRAME,
 )
 from pipeline.engines.base import AudioChunk, Engine, EngineInfo, SynthesisRequest
-from pipeline.engines.orpheus import device as devices
 from pipeline.engines.orpheus.config import OrpheusConfig, RealtimeConfig
-from pipeline.engines.orpheus.generate import GenJob, generate_batched
-from pipeline.engines.orpheus.loading import LoadedModel, load
+from pipeline.engines.orpheus.model import device as devices
+from pipeline.engines.orpheus.model.loading import LoadedModel, load
+from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.prompt import prompt_ids
-from pipeline.engines.orpheus.sampling import SamplingParams
-from pipeline.engines.orpheus.streaming import (
+from pipeline.engines.orpheus.codec.streaming import (
     BATCH_CHUNK_FRAMES,
     FIRST_CHUNK_FRAMES,
     LEFT_CONTEXT_FRAMES,
@@ -39,9 +38,8 @@ from pipeline.engines.orpheus.streaming import (
     REALTIME_CHUNK_FRAMES,
     RIGHT_CONTEXT_FRAMES,
     StreamState,
-    decode_ready,
 )
-from pipeline.engines.orpheus.scheduler import SchedulerConfig, Seq
+from pipeline.engines.orpheus.serving.scheduler import SchedulerConfig, Seq
 from pipeline.engines.orpheus.vocab import (
     CUSTOM_TOKEN_BASE,
     END_OF_SPEECH,
@@ -57,11 +55,9 @@ log = logging.getLogger(__name__)
 BUDGET_SLACK = 2.0           # budget = 2x the expected speech length from the text ...
 BUDGET_MIN_TOKENS = 28 * 7   # ... and never under 28 frames (2.4 s)
 BUDGET_MAX_TOKENS = 1170 * 7  # 8190: the model's 8192-token context caps every job
-MAX_CONTEXT_TOKENS = 1024 + BUDGET_MAX_TOKENS // 4  # per-job KV estimate for sizing batches
 PROMPT_TOKENS_PER_CHAR = 0.35   # Llama-3 BPE on English: about 3 characters a token, with margin
 PROMPT_OVERHEAD_TOKENS = 16     # voice name and the control tokens around the text
 BUDGET_POLICIES = ("error", "keep")
-LOOPS = ("continuous", "static")
 ADMIT_EVERY = 8   # GPU: batch prompts are prefilled together every 8 steps (realtime: every step)
 
 
@@ -86,10 +82,7 @@ class OrpheusEngine(Engine):
                  params: SamplingParams = SamplingParams(), budget_policy: str | None = None,
                  budget_slack: float | None = None, budget_min: int = BUDGET_MIN_TOKENS,
                  budget_max: int = BUDGET_MAX_TOKENS):
-        self.lm = loaded
-        self.config = config
-        loop, context, kv_dtype = config.loop, config.context, config.kv_dtype
-        self.params = params
+        self.lm, self.config, self.params = loaded, config, params
         # A budget stop means runaway generation on a real model (an error for the job); a
         # random-weight checkpoint never stops on its own, so its jobs keep their audio, and stop
         # where a real model's speech would end, at the text's expected length: a run on random
@@ -100,50 +93,40 @@ class OrpheusEngine(Engine):
         self.budget_policy = budget_policy or ("keep" if loaded.random_weights else "error")
         if self.budget_policy not in BUDGET_POLICIES:
             raise ValueError(f"budget_policy must be one of {BUDGET_POLICIES}")
-        if loop not in LOOPS:
-            raise ValueError(f"loop must be one of {LOOPS}")
-        if kv_dtype not in devices.KV_DTYPES:
+        if config.kv_dtype not in devices.KV_DTYPES:
             raise ValueError(f"kv_dtype must be one of {devices.KV_DTYPES}")
-        if kv_dtype != "auto" and loop != "continuous":
-            raise ValueError(f"kv_dtype {kv_dtype!r} is our KV cache's: it needs the continuous "
-                             "loop (the static loop runs transformers' cache)")
         self.stats = {"tokens": 0, "invalid_tokens": 0, "dropped_frames": 0, "budget_stops": 0}
         self._prepare_lock = threading.Lock()
-        self.loop = None
-        max_chars = None
         self.first_lookahead = config.realtime.first_lookahead
-        if loop == "continuous":
-            self.loop = build_loop(loaded, params, max_batch, config, self._final_live)
-            batch = self.loop.scheduler.capacity
-            max_chars = text_chars_for(context, budget_slack or BUDGET_SLACK)
-            if loaded.device.startswith("cuda") and config.switches.gc_freeze:
-                freeze_boot_objects()
-        else:
-            per_seq = devices.kv_bytes_per_token(
-                loaded.model.config, loaded.model.dtype.itemsize) * MAX_CONTEXT_TOKENS
-            batch = devices.choose_max_batch(max_batch, loaded.device, per_seq)
+        batch, max_chars = self._start(max_batch, budget_slack)
         self.info = EngineInfo(
             name="orpheus", model=loaded.source, quantization=loaded.quant.applied,
             device_type=loaded.choice.name, sample_rate=SNAC_SAMPLE_RATE, voices=tuple(voices),
-            max_batch=batch, max_text_chars=max_chars, extra=self._extra(loop),
+            max_batch=batch, max_text_chars=max_chars, extra=self._extra(),
             languages={v: (LANGUAGE,) for v in voices}, inline_tags=INLINE_TAGS)
 
-    def _extra(self, loop: str) -> dict:
-        c, q = self.lm.choice, self.lm.quant
-        runner = self.loop.runner if self.loop else None
-        codec = self.lm.codec
-        fallbacks = [r for r in (c.fallback, q.fallback, runner and runner.graph_fallback,
-                                 runner and runner.prefill_fallback,
-                                 runner and runner.mixed_fallback,
-                                 runner and runner.codec_fallback,
-                                 getattr(codec, "fused_fallback", None)) if r]
-        graphs = {"cuda_graphs": len(runner.graphs), "graph_capture_s": round(runner.capture_s, 2),
-                  "codec_graphs": codec.graph_count, "mixed_graphs": len(runner.mixed_graphs),
-                  "context": runner.context} if runner else {}
-        kv = str(runner.cache.k.dtype).removeprefix("torch.") if runner else c.dtype_name
-        return {"loop": loop, **graphs, "kv_dtype": kv, "device": c.device, "dtype": c.dtype_name,
-                "compute_capability": c.capability,
-                "quantization_requested": q.requested, "kernel": q.kernel, "fallbacks": fallbacks,
+    def _start(self, max_batch: int, budget_slack: float | None) -> tuple[int, int | None]:
+        """Boot the loop; returns its rows and the longest text one row holds."""
+        self.loop = build_loop(self.lm, self.params, max_batch, self.config, self._final_live)
+        if self.lm.device.startswith("cuda") and self.config.switches.gc_freeze:
+            freeze_boot_objects()
+        return self.loop.scheduler.capacity, text_chars_for(self.config.context,
+                                                             budget_slack or BUDGET_SLACK)
+
+    def _extra(self) -> dict:
+        runner, codec = self.loop.runner, self.lm.codec
+        return {"loop": "continuous", "cuda_graphs": len(runner.graphs),
+                "graph_capture_s": round(runner.capture_s, 2), "codec_graphs": codec.graph_count,
+                "mixed_graphs": len(runner.mixed_graphs), "context": runner.context,
+                "kv_dtype": str(runner.cache.k.dtype).removeprefix("torch."),
+                **self._device_extra(runner.fallbacks)}
+
+    def _device_extra(self, fallbacks: list[str]) -> dict:
+        """What every job records of the device, the weights and the paths that fell back."""
+        c, q, codec = self.lm.choice, self.lm.quant, self.lm.codec
+        return {"device": c.device, "dtype": c.dtype_name, "compute_capability": c.capability,
+                "quantization_requested": q.requested, "kernel": q.kernel,
+                "fallbacks": list(fallbacks),
                 "random_weights": self.lm.random_weights, "budget_policy": self.budget_policy,
                 "codec_noise": "keyed per window",
                 "codec_fused_units": getattr(codec, "fused_units", 0)}
@@ -162,28 +145,23 @@ class OrpheusEngine(Engine):
     # The Engine interface ---------------------------------------------------------------------
 
     def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
-        refused, jobs = self._admit(requests)
+        refused, seqs = self._admit(requests)
         yield from refused
-        if self.loop is not None:
-            yield from self._run_continuous(jobs)
-            return
-        for batch in plan_batches(jobs, self.info.max_batch):
-            yield from self._run_batch(batch)
+        yield from self._run_continuous(seqs)
 
     def submit(self, requests: Sequence[SynthesisRequest], sink) -> None:
         """The loop takes the jobs and puts their chunks into ``sink`` itself: no thread per call."""
-        if self.loop is None:
-            super().submit(requests, sink)
-            return
-        refused, jobs = self._admit(requests)
+        refused, seqs = self._admit(requests)
         for chunk in refused:
             sink.put(chunk)
-        if jobs:
-            self.loop.submit(self._seqs(jobs), sink)
+        if seqs:
+            self.loop.submit([(seq, seq.key) for seq in seqs], sink)
 
-    def _admit(self, requests: Sequence[SynthesisRequest]) -> tuple[list[AudioChunk], list[tuple[bool, GenJob]]]:
-        """Tokenize the requests: a refusal chunk for each one the engine cannot render, a job for the rest."""
-        jobs, refused = [], []
+    def _admit(self, requests: Sequence[SynthesisRequest]) -> tuple[list[AudioChunk], list[Seq]]:
+        """Tokenize the requests: a refusal chunk for each one the engine cannot render, a
+        sequence for the rest."""
+        seqs, refused = [], []
+        stop = None if self.params.ignore_eos else END_OF_SPEECH
         # Batch callers tokenize one at a time: many task threads tokenizing at once would keep the
         # loop thread from the GIL. Realtime requests never wait for this lock.
         urgent = any(req.realtime for req in requests)
@@ -195,22 +173,17 @@ class OrpheusEngine(Engine):
                     continue
                 prompt = prompt_ids(self.lm.tokenizer, req.text, req.voice)
                 seed = req.seed if req.seed is not None else default_seed(req)
-                jobs.append((req.realtime, GenJob(req.key, prompt,
-                                                  token_budget(req.text, *self.budget), seed,
-                                                  req.realtime)))
-        return refused, jobs
+                seqs.append(Seq(req.key, prompt, token_budget(req.text, *self.budget),
+                                req.realtime, seed, stop))
+        return refused, seqs
 
-    def _seqs(self, jobs: list[tuple[bool, GenJob]]) -> list[tuple[Seq, object]]:
-        stop = None if self.params.ignore_eos else END_OF_SPEECH
-        return [(Seq(j.key, j.prompt, j.max_new_tokens, realtime, j.seed, stop), j.key) for realtime, j in jobs]
-
-    def _run_continuous(self, jobs: list[tuple[bool, GenJob]]) -> Iterator[AudioChunk]:
-        """Hand the jobs to the loop thread and pass on their chunks as they come."""
-        if not jobs:
+    def _run_continuous(self, seqs: list[Seq]) -> Iterator[AudioChunk]:
+        """Hand the sequences to the loop thread and pass on their chunks as they come."""
+        if not seqs:
             return
         sink: queue.SimpleQueue = queue.SimpleQueue()
-        self.loop.submit(self._seqs(jobs), sink)
-        open_jobs = len(jobs)
+        self.loop.submit([(seq, seq.key) for seq in seqs], sink)
+        open_jobs = len(seqs)
         while open_jobs:
             chunk = sink.get()
             open_jobs -= chunk.final
@@ -242,28 +215,6 @@ class OrpheusEngine(Engine):
         if not req.text.strip():
             return "nothing speakable: empty text"
         return None
-
-    def _run_batch(self, batch: list[GenJob]) -> Iterator[AudioChunk]:
-        streams = {j.key: stream_state(j.seed, j.realtime, self.first_lookahead) for j in batch}
-        try:
-            for step in generate_batched(self.lm.model, batch, self.params):
-                for key, token in step.tokens:
-                    streams[key].assembler.feed(token)
-                self.stats["tokens"] += len(step.tokens)
-                ended = dict(step.finished)
-                for key, audio in decode_ready(self.lm.codec, streams, set(ended)).items():
-                    if key not in ended:
-                        yield AudioChunk(key, audio, False)
-                    else:
-                        yield self._final(key, streams.pop(key), ended[key], audio)
-                for key in [k for k in ended if k in streams]:
-                    yield self._final(key, streams.pop(key), ended[key], None)
-        except Exception as e:  # a failed batch fails its unfinished jobs, loudly
-            log.exception("Orpheus batch of %d failed", len(batch))
-            for key in list(streams):
-                err = EngineError(f"generation failed: {type(e).__name__}: {e}")
-                err.__cause__ = e
-                yield AudioChunk(key, np.zeros(0, np.float32), True, err)
 
     def _final(self, key, st: StreamState, reason: str, audio) -> AudioChunk:
         a = st.assembler
@@ -305,7 +256,7 @@ def freeze_boot_objects() -> None:
 
 def realtime_windows() -> tuple[int, ...]:
     """Codec window lengths of realtime chunks: the ramp's sizes (with a first lookahead of one
-    frame too) and the full realtime chunk (streaming.py)."""
+    frame too) and the full realtime chunk (codec/streaming.py)."""
     edge = LEFT_CONTEXT_FRAMES + RIGHT_CONTEXT_FRAMES
     ramp = [RAMP_FIRST_FRAMES + RIGHT_CONTEXT_FRAMES, RAMP_FIRST_FRAMES + 1] + \
         [c + edge for c in range(1, REALTIME_CHUNK_FRAMES)]
@@ -313,7 +264,7 @@ def realtime_windows() -> tuple[int, ...]:
 
 
 def batch_windows() -> tuple[int, ...]:
-    """Codec window lengths of batch chunks: the first, and every one after (streaming.py)."""
+    """Codec window lengths of batch chunks: the first, and every one after (codec/streaming.py)."""
     edge = LEFT_CONTEXT_FRAMES + RIGHT_CONTEXT_FRAMES
     return (FIRST_CHUNK_FRAMES + RIGHT_CONTEXT_FRAMES, BATCH_CHUNK_FRAMES + edge)
 
@@ -354,10 +305,10 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
                on_final):
     """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
     graphs, start the loop thread."""
-    from pipeline.engines.orpheus.decoder import KVCache, kv_storage_dtype
-    from pipeline.engines.orpheus.loop import EngineLoop
-    from pipeline.engines.orpheus.runner import ModelRunner
-    from pipeline.engines.orpheus.scheduler import Scheduler
+    from pipeline.engines.orpheus.model.kv_cache import KVCache, kv_storage_dtype
+    from pipeline.engines.orpheus.serving.loop import EngineLoop
+    from pipeline.engines.orpheus.serving.runner import ModelRunner
+    from pipeline.engines.orpheus.serving.scheduler import Scheduler
 
     context, kv_dtype, rt = config.context, config.kv_dtype, config.realtime
     cfg = loaded.model.config
@@ -375,20 +326,13 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
     lo = CUSTOM_TOKEN_BASE if params.constrain_codes else 0
     runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo,
                          use_graphs=config.cuda_graphs, kv_dtype=kv_dtype,
-                         switches=config.switches)
+                         switches=config.switches, fallbacks=loaded.fallbacks)
     on_gpu = loaded.device.startswith("cuda")
     scheduler = Scheduler(rows, context, config=scheduler_config(rows, rt, on_gpu))
     if config.cuda_graphs:
-        runner.codec_fallback = loaded.codec.capture_graphs(realtime_windows(), batch_windows())
+        loaded.codec.capture_graphs(realtime_windows(), batch_windows(), runner.fallbacks)
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "
              "realtime", rows, context, rows * per_row / 2**30, store, scheduler.reserved)
     return EngineLoop(runner, scheduler, loaded.codec, on_final,
                       stream_factory=lambda seed, realtime: stream_state(seed, realtime,
                                                                          rt.first_lookahead))
-
-
-def plan_batches(jobs: list[tuple[bool, GenJob]], max_batch: int) -> list[list[GenJob]]:
-    """Realtime jobs first, then length buckets: sort by prompt length and cut into batches."""
-    ordered = sorted(jobs, key=lambda rj: (not rj[0], len(rj[1].prompt)))
-    plain = [j for _rt, j in ordered]
-    return [plain[i : i + max_batch] for i in range(0, len(plain), max(1, max_batch))]

@@ -14,7 +14,8 @@ MASK32 = 0xFFFFFFFF
 _MUL_A = 0x7FEB352D
 _MUL_B = 0x2C1B3C6D
 _GOLDEN = 0x9E3779B1
-# A draw's key at a step (sampling.draw, sample_kernel): (the job's key + step * STEP_MUL) mod 2**32.
+# A draw's key at a step (model/sampling.py draw, kernels/sample.py):
+# (the job's key + step * STEP_MUL) mod 2**32.
 STEP_MUL = 0x632BE5AB
 
 

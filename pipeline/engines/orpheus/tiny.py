@@ -5,7 +5,7 @@ model.safetensors, tokenizer.json + tokenizer_config.json) and a ``snac/`` folde
 pytorch_model.bin) that ``snac.SNAC.from_pretrained`` reads, so tests and a CPU demo exercise the
 real loaders. The token layout is Orpheus' own (vocab.py): a byte-level tokenizer whose special and
 custom tokens sit at the real ids, and a 156,940-row embedding. The config carries
-``synth_random_weights: true`` so the engine knows its output is noise (loading.py).
+``synth_random_weights: true`` so the engine knows its output is noise (model/loading.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ def test_the_decode_steps_kernels_match_the_references():
 
 
 def test_the_fused_draw_gives_the_torch_draws_tokens():
-    """sample_kernel.py's one-kernel draw against RowSampler's torch draw: the same tokens over
+    """kernels/sample.py's one-kernel draw against RowSampler's torch draw: the same tokens over
     peaked and flat logits for each sampling setting, and the same tokens from the decode loop
     (check_sampler.py; the GPU run adds the times)."""
     out = interpreted("check_sampler", timeout=600)

@@ -7,7 +7,7 @@ windows waste less). Chunk ``[a, b)`` is rendered from the window ``[a - 1, b + 
 left context, two of right, as canopyai's decoder uses), clipped to the stream, and leaves as soon
 as frame ``b + 1`` exists; when the stream ends, the rest is rendered with what there is. The first
 chunk therefore leaves after 4 frames (28 tokens). A window's audio depends only on its codes and its
-key (codec.py), and the grid and windows depend only on the frames, never on when the decode ran, so
+key (snac.py), and the grid and windows depend only on the frames, never on when the decode ran, so
 the streamed chunks concatenate to exactly the one-shot ``decode_frames``.
 
 A window of ``c + 3`` frames renders ``c`` frames: 1.19x the frames for batch chunks, 1.75x for
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.constants import SNAC_SAMPLES_PER_FRAME
-from pipeline.engines.orpheus.codes import FrameAssembler
+from pipeline.engines.orpheus.codec.codes import FrameAssembler
 from pipeline.engines.orpheus.rng import mix_keys
 
 FIRST_CHUNK_FRAMES = 2     # the first chunk: 171 ms of audio, out after 4 frames (28 tokens)
@@ -116,7 +116,7 @@ def decode_ready(codec, streams: dict, finished: set, urgent: bool = False, stat
 
     ``streams`` maps key -> StreamState; keys in ``finished`` are flushed. Returns key -> audio for
     streams that produced audio, and advances their ``emitted``/``chunks``. ``urgent``: the codec's
-    realtime lane (its high-priority stream and graphs). ``stats`` (codec_thread.LaneStats):
+    realtime lane (its high-priority stream and graphs). ``stats`` (thread.LaneStats):
     counts the calls, windows and window frames.
     """
     plan: dict[int, list] = defaultdict(list)       # window length -> [(key, chunk)]

@@ -13,7 +13,7 @@ So the language model's step never waits for the codec, batch windows come in la
 realtime chunk never waits on the host for a batch slice to finish: with one thread for both, a
 stream's first chunk waited in the codec behind batch slices once many streams ran beside batch
 work. Each lane replays its own codec graphs
-(codec.py), so the two never share static buffers.
+(snac.py), so the two never share static buffers.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.engines.base import AudioChunk
-from pipeline.engines.orpheus.streaming import decode_ready
+from pipeline.engines.orpheus.codec.streaming import decode_ready
 from pipeline.errors import EngineError
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ references to a rounding difference of the fp32 reductions. ``ops_for(device)`` 
   token ``i`` (of B) rotates its q and k (rotate_half, cos/sin row ``wpos[i]`` of the tables),
   writes rotated k and v at ``[rows[i], :, wpos[i]]`` of the layer's caches (cache row ``i``
   where ``rows`` is None: the decode step's one token per row; a prefill passes each token's
-  row), and returns rotated q. An fp8 cache (decoder.KVCache) gets ``to_cache(x, scale)`` of each:
+  row), and returns rotated q. An fp8 cache (kv_cache.KVCache) gets ``to_cache(x, scale)`` of each:
   the scales apply to fp8 caches only.
 - ``silu_mul(gate_up)``: ``silu(gate) * up`` from the fused gate/up projection ``[.., 2F]``.
 """
@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from pipeline.engines.orpheus.quant import FP8_MAX
+from pipeline.engines.orpheus.kernels import FP8_MAX
 
 try:
     import triton

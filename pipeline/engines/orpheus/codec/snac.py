@@ -15,7 +15,8 @@ import threading
 import numpy as np
 
 from pipeline.constants import SNAC_SAMPLE_RATE, SNAC_SAMPLES_PER_FRAME
-from pipeline.engines.orpheus.codes import frames_to_levels
+from pipeline.engines.orpheus.codec.codes import frames_to_levels
+from pipeline.engines.orpheus.fallbacks import fall_back
 from pipeline.errors import EngineUnavailableError
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ class _NoiseKeys(threading.local):
 def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
     import torch
 
-    from pipeline.engines.orpheus import codec_kernels, rng
+    from pipeline.engines.orpheus import rng
+    from pipeline.engines.orpheus.kernels import codec as codec_kernels
 
     class KeyedNoiseBlock(torch.nn.Module):
         def __init__(self):
@@ -55,9 +57,12 @@ def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
 class SnacCodec:
     """Decodes batches of equal-length windows of frames into audio on one device."""
 
-    def __init__(self, model, device: str, fold: bool = True, fuse: bool | None = None):
-        """``fuse``: the decoder's residual units and noise as Triton kernels (codec_kernels.py);
-        None: where they can run (CUDA with Triton)."""
+    def __init__(self, model, device: str, fold: bool = True, fuse: bool | None = None,
+                 fallbacks: list[str] | None = None):
+        """``fuse``: the decoder's residual units and noise as Triton kernels (kernels/codec.py);
+        None: where they can run (CUDA with Triton). ``fallbacks``: where the kernels say why
+        they fell back (fallbacks.py)."""
+        self.fallbacks = [] if fallbacks is None else fallbacks
         self.device = device
         self.model = model.eval().to(device)
         self._keys = _NoiseKeys()
@@ -72,7 +77,7 @@ class SnacCodec:
         self.graphs: dict = {}          # urgent (realtime lane) -> that lane's CodecGraphs
         self.keyed_noise_blocks = self._swap_noise_blocks()
         self.folded_weight_norms = fold_weight_norms(self.model) if fold else 0
-        self.fused_units, self.fused_fallback = 0, None
+        self.fused_units = 0
         if fold and (fuse if fuse is not None else _fuse_by_default(device)):
             self._fuse_kernels()
         if self.model.sampling_rate != SNAC_SAMPLE_RATE:
@@ -85,7 +90,7 @@ class SnacCodec:
         device are logged, and the module's own ops stay."""
         import torch
 
-        from pipeline.engines.orpheus import codec_kernels
+        from pipeline.engines.orpheus.kernels import codec as codec_kernels
 
         try:
             with torch.inference_mode():
@@ -98,9 +103,7 @@ class SnacCodec:
                 codec_kernels.keyed_normal(torch.zeros(1, dtype=torch.int64,
                                                        device=self.device), 0, 8)
         except Exception as e:  # noqa: BLE001 - any failure means "the module's ops, say why"
-            self.fused_fallback = f"fused codec kernels failed ({type(e).__name__}: {e}); " \
-                "the codec runs its own ops"
-            log.warning(self.fused_fallback)
+            fall_back(self.fallbacks, "fused codec kernels", e, "the codec runs its own ops")
             return
         self.fused_units = codec_kernels.fuse_codec(self.model.decoder)
         for module in self.model.decoder.modules():
@@ -142,21 +145,21 @@ class SnacCodec:
             expected = frames.shape[1] * SNAC_SAMPLES_PER_FRAME
             return audio[:, 0, :expected].float().cpu().numpy()
 
-    def capture_graphs(self, realtime: tuple[int, ...], batch: tuple[int, ...]) -> str | None:
+    def capture_graphs(self, realtime: tuple[int, ...], batch: tuple[int, ...],
+                       fallbacks: list[str]) -> None:
         """Capture the decode for these window lengths of each lane (CUDA only): each lane its
-        own graphs, so their static buffers are never shared. Returns a fallback reason."""
+        own graphs, so their static buffers are never shared. A lane whose capture fails says
+        why in ``fallbacks`` and decodes eagerly."""
         if not str(self.device).startswith("cuda"):
-            return None
-        from pipeline.engines.orpheus.codec_graphs import CodecGraphs
+            return
+        from pipeline.engines.orpheus.codec.graphs import CodecGraphs
 
-        self.graphs, reasons = {}, []
+        self.graphs = {}
         for urgent, windows in ((True, realtime), (False, batch)):
             with self._stream(urgent):
-                graphs = CodecGraphs(self.model, self._keys, self.device, windows)
+                graphs = CodecGraphs(self.model, self._keys, self.device, windows, fallbacks)
             if graphs.graphs:
                 self.graphs[urgent] = graphs
-            reasons += [graphs.fallback] if graphs.fallback else []
-        return "; ".join(reasons) or None
 
     @property
     def graph_count(self) -> int:
@@ -174,7 +177,7 @@ class SnacCodec:
 
 
 def _fuse_by_default(device: str) -> bool:
-    from pipeline.engines.orpheus import codec_kernels
+    from pipeline.engines.orpheus.kernels import codec as codec_kernels
 
     return codec_kernels.available(device)
 
@@ -194,9 +197,10 @@ def fold_weight_norms(model) -> int:
     return folded
 
 
-def load_codec(name_or_path: str | None, device: str, fuse: bool | None = None) -> SnacCodec:
-    """SNAC from a local folder (config.json + pytorch_model.bin) or a hub id; ``fuse`` as
-    ``SnacCodec``'s."""
+def load_codec(name_or_path: str | None, device: str, fuse: bool | None = None,
+               fallbacks: list[str] | None = None) -> SnacCodec:
+    """SNAC from a local folder (config.json + pytorch_model.bin) or a hub id; ``fuse`` and
+    ``fallbacks`` as ``SnacCodec``'s."""
     try:
         from snac import SNAC
     except ImportError as e:
@@ -207,4 +211,4 @@ def load_codec(name_or_path: str | None, device: str, fuse: bool | None = None) 
     except Exception as e:  # hub, file and state-dict errors all mean "no codec"
         raise EngineUnavailableError(f"cannot load the SNAC codec {source!r}: {e}") from e
     log.info("loaded SNAC codec %s on %s", source, device)
-    return SnacCodec(model, device, fuse=fuse)
+    return SnacCodec(model, device, fuse=fuse, fallbacks=fallbacks)

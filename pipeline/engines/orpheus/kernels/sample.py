@@ -1,7 +1,7 @@
 """``RowSampler``'s draw as one Triton kernel: a program per row.
 
-In torch the per-row draw (sampling.py) is about 67 kernels: gathers, the penalty, the masks, a
-segmented sort and a scan for top-p, and the counter hash of the Gumbel noise in int64 pieces.
+In torch the per-row draw (model/sampling.py) is about 67 kernels: gathers, the penalty, the masks,
+a segmented sort and a scan for top-p, and the counter hash of the Gumbel noise in int64 pieces.
 In the decode graph they are a measurable part of every step, and the eager draw of a prompt's
 first token (``ModelRunner._begin``) launches each of them from the host.
 This kernel reads the row's candidates once and does the rest in registers.
@@ -91,7 +91,7 @@ def _sample_kernel(logits_ptr, seen_ptr, steps_ptr, keys_ptr, table_ptr, valid_p
 def fused_draw(params, table, valid, lo: int, eos: int, logits, seen, steps,
                keys) -> torch.Tensor:
     """``RowSampler.__call__``'s tokens [B] (see there) from one kernel; no top-k. ``params``: the
-    ``SamplingParams`` (sampling.py, which imports this module)."""
+    ``SamplingParams`` (model/sampling.py, which imports this module)."""
     if params.top_k > 0:
         raise ValueError("the fused draw has no top-k")
     b, c = logits.shape[0], table.shape[1]

@@ -8,8 +8,9 @@ so the step can be captured as a CUDA graph.
 
 Where the projections are plain Linear, q/k/v are one GEMM and gate/up another, over fused weights
 that the modules' own weights are views into (``fuse_weights``); the norms with their residual adds,
-RoPE with the cache write, and silu * up are fused.py's ops, Triton kernels on CUDA. The decode step
-then launches about ten kernels a layer, not forty, which is what batch-1 decode is bound by.
+RoPE with the cache write, and silu * up are kernels/fused.py's ops, Triton kernels on CUDA. The
+decode step then launches about ten kernels a layer, not forty, which is what batch-1 decode is
+bound by.
 
 The language-model head is computed only for the ids the sampler can pick (``logits_lo`` .. vocab:
 the audio codes, end-of-speech and the control tokens), a sixth of the vocabulary: the head's weight
@@ -22,71 +23,14 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from pipeline.engines.orpheus import attention, fused
-from pipeline.engines.orpheus.device import KV_DTYPES
-from pipeline.engines.orpheus.quant import fuse_float8
+from pipeline.engines.orpheus.kernels import attention, fused
+from pipeline.engines.orpheus.model.kv_cache import KVCache
+from pipeline.engines.orpheus.model.quant import fuse_float8
 
 
 # A prefill's attention on CUDA (Decoder._prefill_attention); math only where the efficient kernel
 # cannot run the shape.
 PREFILL_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-
-
-class KVCache:
-    """Keys and values for ``rows`` sequences of up to ``context`` tokens, for every layer.
-
-    Position ``context`` is a scratch slot: rows that are not decoding write there, and it is
-    never attended to, so the captured step needs no branch for idle rows.
-
-    ``kv_dtype``: None or "auto" stores the model dtype ``dtype``; "fp8" stores e4m3
-    (``torch.float8_e4m3fn``), half the bytes of bf16, so a step's attention reads half as much and
-    twice the rows fit. An fp8 entry is ``x / scale`` saturated to +-448 and rounded to e4m3, with
-    one fixed scale per cache (``k_scale``, ``v_scale``: 1.0 by default, vLLM's uncalibrated
-    default); reads convert back to the model dtype and fold the scales into the attention (the
-    key scale into the softmax scale, the value scale into the output). Non-fp8 caches take none.
-
-    Why a fixed scale of 1 is sound for Llama's K and V: they are projections of RMS-normed hidden
-    states (keys then rotated, which keeps each pair's norm), typically of order 1 to 10 with a
-    few key channels in the tens: inside e4m3's range (448) and above its smallest normal (2^-6),
-    where rounding to nearest costs at most 2^-4 of an entry, unbiased, and averaging down over
-    the 128-wide q.k products and the softmax-weighted sum of values. What it risks: a checkpoint
-    with K or V outliers past 448 is clipped there (saturated, not NaN), entries under 2^-6 are
-    subnormal (steps of 2^-9), and nothing here measures a given checkpoint's range (a calibrated
-    scale would); ``python -m ops.bench.kernels check-kv8 --model`` prints the largest |K| and |V|.
-    """
-
-    def __init__(self, layers: int, rows: int, kv_heads: int, context: int, head_dim: int,
-                 dtype, device, kv_dtype: str | None = None, k_scale: float = 1.0,
-                 v_scale: float = 1.0):
-        store = kv_storage_dtype(kv_dtype, dtype)
-        self.fp8 = store == torch.float8_e4m3fn
-        if not self.fp8 and (k_scale, v_scale) != (1.0, 1.0):
-            raise ValueError("k_scale and v_scale apply to an fp8 KV cache only")
-        shape = (layers, rows, kv_heads, context + 1, head_dim)   # [L, R, Hkv, T+1, D]
-        self.k = torch.zeros(shape, dtype=store, device=device)
-        self.v = torch.zeros(shape, dtype=store, device=device)
-        self.k_scale, self.v_scale = float(k_scale), float(v_scale)
-        self.context = context
-        self.scratch = context
-
-    @staticmethod
-    def bytes_per_row(layers: int, kv_heads: int, context: int, head_dim: int, itemsize: int) -> int:
-        """``itemsize``: of what the cache stores (``kv_storage_dtype(...).itemsize``)."""
-        return 2 * layers * kv_heads * (context + 1) * head_dim * itemsize
-
-    def move(self, src: int, dst: int, length: int) -> None:
-        """Copy a sequence's first ``length`` positions from row ``src`` to row ``dst``."""
-        self.k[:, dst, :, :length] = self.k[:, src, :, :length]
-        self.v[:, dst, :, :length] = self.v[:, src, :, :length]
-
-
-def kv_storage_dtype(kv_dtype: str | None, dtype):
-    """The torch dtype a cache stores for a ``kv_dtype`` setting (KVCache)."""
-    if kv_dtype in (None, "auto"):
-        return dtype
-    if kv_dtype == "fp8":
-        return torch.float8_e4m3fn
-    raise ValueError(f"unknown KV cache dtype {kv_dtype!r}; choose one of {KV_DTYPES}")
 
 
 def fuse_weights(linears) -> torch.Tensor | None:
@@ -123,7 +67,7 @@ def _adjacent(ws) -> bool:
 
 class Decoder:
     """``fuse``: one GEMM for q/k/v and one for gate/up where the projections are plain Linear
-    (fuse_weights). ``ops``: the elementwise set (fused.py), by default Triton on CUDA.
+    (fuse_weights). ``ops``: the elementwise set (kernels/fused.py), by default Triton on CUDA.
     ``prefill_attention``: a prefill's attention as Triton kernels where the fused ops run on
     CUDA; False keeps the torch path (rotations, indexed cache writes and reads, SDPA), which the
     CPU runs."""
@@ -242,7 +186,7 @@ class Decoder:
     def _decode_attention(self, wpos, length: int, per_row: bool):
         """The attention of one-token rows ``0 .. B-1`` at write positions wpos [B] (scratch for
         idle rows), as ``_layers``' ``attend``: over cache positions [0, length), or with
-        ``per_row`` over each row's own [0, wpos] (attention.py)."""
+        ``per_row`` over each row's own [0, wpos] (kernels/attention.py)."""
         b, d = wpos.shape[0], self.head_dim
         lens = torch.where(wpos == self.cache.scratch, 1, wpos + 1) if per_row else None
         mask = (self.key_pos[:length].view(1, -1) <= wpos.view(-1, 1)).view(b, 1, 1, length)
@@ -321,7 +265,7 @@ class Decoder:
     def decode(self, tokens, wpos, length: int, per_row: bool = False):
         """One token for rows ``0 .. B-1``: tokens [B], write positions [B] (scratch for idle rows);
         attends over cache positions [0, length), or with ``per_row`` over each row's own
-        [0, wpos] (attention.py). Returns logits [B, Vs] fp32."""
+        [0, wpos] (kernels/attention.py). Returns logits [B, Vs] fp32."""
         h = self._layers(*self._embed(tokens), self._decode_attention(wpos, length, per_row))
         return F.linear(h, self.head_w).float()
 

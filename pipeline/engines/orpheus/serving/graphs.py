@@ -31,9 +31,10 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from dataclasses import dataclass
 
 import torch
+
+from pipeline.engines.orpheus.fallbacks import Graph, capture_graphs
 
 log = logging.getLogger(__name__)
 
@@ -72,34 +73,27 @@ def padded_prefill(decoder, packed):
     return decoder.prefill(ids, torch.zeros_like(lens), lens, rows, s)
 
 
-@dataclass
-class StaticGraph:
-    """A captured prefill (or runner.py's mixed step) with its static input and output."""
-
-    graph: torch.cuda.CUDAGraph
-    packed: torch.Tensor            # [N, S + 2] int64, the static input (``pack``)
-    logits: torch.Tensor            # [N, Vs] fp32, the static output
-
-    def replay(self, host: torch.Tensor) -> torch.Tensor:
-        """Copy ``host`` (``pack``'s output, this graph's shape) in, replay; the logits. Queues
-        device work only: the caching host allocator keeps the pinned block until the copy ran."""
-        self.packed.copy_(host.pin_memory(), non_blocking=True)
-        self.graph.replay()
-        return self.logits
+def replay_packed(graph: Graph, host: torch.Tensor) -> torch.Tensor:
+    """Copy ``host`` (``pack``'s output, the graph's shape) into a captured prefill's (or
+    runner.py's mixed step's) static input, replay; its logits [N, Vs] fp32. Queues device work
+    only: the caching host allocator keeps the pinned block until the copy ran."""
+    graph.inputs.copy_(host.pin_memory(), non_blocking=True)
+    return graph.replay()
 
 
 class PrefillGraphs:
     """Prefill graphs over ``decoder`` for the grid ``batches`` x ``lengths`` (cut to the cache's rows
     and context). ``capture=False`` (the CPU, tests): the same padded prefill runs eagerly. A failed
-    capture is logged and kept in ``fallback``; every prefill then runs eagerly."""
+    capture says why in ``fallbacks`` (fallbacks.py); every prefill then runs eagerly."""
 
-    def __init__(self, decoder, batches=BATCHES, lengths=LENGTHS, capture: bool = True):
+    def __init__(self, decoder, batches=BATCHES, lengths=LENGTHS, capture: bool = True,
+                 fallbacks: list[str] | None = None):
         cache = decoder.cache
         self.decoder, self.device = decoder, cache.k.device
         self.batches = tuple(sorted({min(b, cache.k.shape[1]) for b in batches}))
         self.lengths = tuple(s for s in sorted(lengths) if s <= cache.context)
-        self.graphs: dict[tuple[int, int], StaticGraph] = {}
-        self.fallback: str | None = None
+        self.graphs: dict[tuple[int, int], Graph] = {}
+        self.fallbacks = [] if fallbacks is None else fallbacks
         self.capture_s = 0.0
         self.bytes = 0                  # the pool and the static buffers
         if capture:
@@ -119,7 +113,7 @@ class PrefillGraphs:
         with torch.inference_mode():
             if not self.graphs:
                 return padded_prefill(self.decoder, self._h2d(host))[: len(chunks)]
-            return self.graphs[shape].replay(host)[: len(chunks)]
+            return replay_packed(self.graphs[shape], host)[: len(chunks)]
 
     def _h2d(self, host):
         if self.device.type != "cuda":
@@ -130,30 +124,18 @@ class PrefillGraphs:
         started = time.monotonic()
         torch.cuda.empty_cache()
         before = torch.cuda.memory_reserved(self.device)
-        pool = torch.cuda.graph_pool_handle()
         shapes = sorted(((n, s) for n in self.batches for s in self.lengths),
                         key=lambda ns: ns[0] * ns[1], reverse=True)       # largest first
-        try:
-            with torch.inference_mode():
-                side = torch.cuda.Stream(self.device)
-                for n, s in shapes:
-                    # All padding rows: warm-up and capture write only row 0's scratch slot.
-                    packed = torch.zeros((n, s + 2), dtype=torch.int64, device=self.device)
-                    side.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(side):
-                        padded_prefill(self.decoder, packed)      # compiles, allocates workspaces
-                    torch.cuda.current_stream().wait_stream(side)
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=pool):
-                        logits = padded_prefill(self.decoder, packed)
-                    self.graphs[(n, s)] = StaticGraph(graph, packed, logits)
-            torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001 - any capture failure means "prefill eagerly, say why"
-            self.graphs.clear()
+
+        def padding(shape):     # all padding rows: warm-up and capture write only row 0's scratch slot
+            return torch.zeros((shape[0], shape[1] + 2), dtype=torch.int64, device=self.device)
+
+        self.graphs = capture_graphs(
+            shapes, padding, lambda _shape, packed: padded_prefill(self.decoder, packed),
+            device=self.device, what="prefill graph capture", instead="prefilling eagerly",
+            fallbacks=self.fallbacks)
+        if not self.graphs:
             self.batches = self.lengths = ()
-            self.fallback = (f"prefill graph capture failed ({type(e).__name__}: {e}); "
-                             "prefilling eagerly")
-            log.warning(self.fallback)
         torch.cuda.empty_cache()          # the warm-ups' blocks; the pool stays with its graphs
         self.bytes = max(0, torch.cuda.memory_reserved(self.device) - before)
         self.capture_s = time.monotonic() - started

@@ -9,13 +9,11 @@ any audio. The order matches transformers' processors: penalty, constraint, temp
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from pipeline.constants import SNAC_TOKENS_PER_FRAME
+from pipeline.engines.orpheus.fallbacks import fall_back
 from pipeline.engines.orpheus.vocab import END_OF_SPEECH, audio_range
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -132,9 +130,10 @@ class RowSampler:
     """
 
     def __init__(self, params: SamplingParams, width: int, lo: int, device,
-                 fused: bool | None = None):
-        """``fused``: draw with one Triton kernel (sample_kernel.py; with the code constraint and
-        no top-k); None: on CUDA. It draws the same tokens as the torch draw, whose some 67 small
+                 fused: bool | None = None, fallbacks: list[str] | None = None):
+        """``fused``: draw with one Triton kernel (kernels/sample.py; with the code constraint and
+        no top-k); None: on CUDA. A kernel that fails its first draw says why in ``fallbacks``
+        (fallbacks.py), and the torch draw runs. It draws the same tokens as the torch draw, whose some 67 small
         kernels it replaces, so a decode step is shorter (docs/performance.md)."""
         import torch
 
@@ -143,7 +142,7 @@ class RowSampler:
         self.fused = None
         if fused and params.top_k == 0 and params.constrain_codes:
             try:
-                from pipeline.engines.orpheus.sample_kernel import fused_draw
+                from pipeline.engines.orpheus.kernels.sample import fused_draw
             except ImportError:      # no Triton
                 fused_draw = None
             self.fused = fused_draw
@@ -160,7 +159,7 @@ class RowSampler:
             raise ValueError("the logits slice does not cover every candidate")
         self.table, self.valid = table.to(device), valid.to(device)     # [7, C]
         self.eos = END_OF_SPEECH - lo
-        self.fused_fallback: str | None = None
+        self.fallbacks = [] if fallbacks is None else fallbacks
         if self.fused is not None:      # one draw first: a kernel that fails is said, not used
             try:
                 z = torch.zeros(1, dtype=torch.int64, device=device)
@@ -168,8 +167,7 @@ class RowSampler:
                      torch.zeros(1, width + 1, dtype=torch.bool, device=device), z, z)
             except Exception as e:  # noqa: BLE001 - any failure means "the torch draw, say why"
                 self.fused = None
-                self.fused_fallback = f"fused sampler failed ({type(e).__name__}: {e}); torch draw"
-                log.warning(self.fused_fallback)
+                fall_back(self.fallbacks, "fused sampler", e, "torch draw")
 
     def __call__(self, logits, seen, steps, keys):
         """logits [B, Vs] fp32, seen [B, Vs+1] bool, steps [B] int64, keys [B] -> tokens [B]."""

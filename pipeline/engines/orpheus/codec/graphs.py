@@ -10,47 +10,39 @@ chunk) run eagerly.
 from __future__ import annotations
 
 import bisect
-import logging
 
 import torch
 
-log = logging.getLogger(__name__)
+from pipeline.engines.orpheus.fallbacks import capture_graphs
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 
 class CodecGraphs:
-    def __init__(self, model, keys_holder, device, windows: tuple[int, ...]):
+    """The decode of each (window count, window length): ``windows`` lengths for every count of
+    ``BATCHES``. A failed capture says why in ``fallbacks`` (fallbacks.py) and leaves none: every
+    window then decodes eagerly."""
+
+    def __init__(self, model, keys_holder, device, windows: tuple[int, ...], fallbacks: list[str]):
         self.model, self.keys, self.device = model, keys_holder, device
-        self.graphs: dict[tuple[int, int], tuple] = {}
-        self.fallback: str | None = None
-        pool = torch.cuda.graph_pool_handle()
+        shapes = [(g, w) for w in sorted(windows, reverse=True) for g in reversed(BATCHES)]
         try:
-            with torch.inference_mode():
-                for w in sorted(windows, reverse=True):
-                    for g in reversed(BATCHES):
-                        self.graphs[(g, w)] = self._capture(g, w, pool)
-            torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001 - any capture failure means "decode eagerly, say why"
-            self.graphs.clear()
-            self.fallback = f"codec graph capture failed ({type(e).__name__}: {e}); decoding eagerly"
-            log.warning(self.fallback)
+            self.graphs = capture_graphs(shapes, self._inputs, self._decode, device=device,
+                                         what="codec graph capture", instead="decoding eagerly",
+                                         fallbacks=fallbacks)
         finally:
             self.keys.value = None
 
-    def _capture(self, g: int, w: int, pool):
+    def _inputs(self, shape: tuple[int, int]):
+        """The static codes (three levels [G, w * m]) and noise keys [G, 1, 1] of a shape."""
+        g, w = shape
         codes = [torch.zeros((g, w * m), dtype=torch.int64, device=self.device) for m in (1, 2, 4)]
-        keys = torch.zeros((g, 1, 1), dtype=torch.int64, device=self.device)
-        self.keys.value = keys
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self.model.decode(codes)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
-            out = self.model.decode(codes)
-        return graph, codes, keys, out
+        return codes, torch.zeros((g, 1, 1), dtype=torch.int64, device=self.device)
+
+    def _decode(self, _shape, inputs):
+        codes, keys = inputs
+        self.keys.value = keys          # what the keyed noise blocks read (snac.py)
+        return self.model.decode(codes)
 
     def decode(self, codes: list, keys):
         """codes: three [G, w*m] tensors; keys [G] -> audio [G, 1, T], or None if no graph fits."""
@@ -67,10 +59,10 @@ class CodecGraphs:
             part = slice(start, min(g, start + largest))
             n = part.stop - part.start
             b = BATCHES[bisect.bisect_left(BATCHES, n)]
-            graph, static_codes, static_keys, out = self.graphs[(b, w)]
+            graph = self.graphs[(b, w)]
+            static_codes, static_keys = graph.inputs
             for dst, src in zip(static_codes, codes):
                 dst[:n].copy_(src[part])
             static_keys[:n, 0, 0].copy_(keys[part])
-            graph.replay()
-            outs.append(out[:n].clone())
+            outs.append(graph.replay()[:n].clone())
         return torch.cat(outs) if len(outs) > 1 else outs[0]

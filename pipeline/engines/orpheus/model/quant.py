@@ -18,10 +18,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from pipeline.engines.orpheus.kernels import FP8_MAX
+
 log = logging.getLogger(__name__)
 
 MODES = ("none", "int8", "nf4", "fp8")
-FP8_MAX = 448.0                     # largest finite float8_e4m3fn
 INT8_OUTLIER_THRESHOLD = 6.0
 NF4_BLOCKSIZE = 64
 SCALED_MM_ALIGN = 16                # _scaled_mm wants rows in multiples of 16
@@ -70,7 +71,7 @@ def _float8_linear_class():
             m = x2.shape[0]
             if self.small_rows is not None and x.dtype in (torch.bfloat16, torch.float16):
                 launch = self.small_rows[0](m)
-                if launch is not None:       # few rows: the weight-only kernel (fp8_kernels.py)
+                if launch is not None:       # few rows: the weight-only kernel (kernels/fp8.py)
                     out = self.small_rows[1](x2, self.weight, self.scale, launch)
                     out = out.to(self.out_dtype).reshape(*lead, -1)
                     return out if self.bias is None else out + self.bias
@@ -107,7 +108,7 @@ def fuse_float8(modules):
 
 def quantize_rows_reference(x, rows: int):
     """Per-token e4m3 activations for ``_scaled_mm`` in plain torch: x [m, k] -> (e4m3 [rows, k],
-    fp32 scales [rows, 1]), rows >= m padded with zeros. fp8_kernels.py does it in one kernel."""
+    fp32 scales [rows, 1]), rows >= m padded with zeros. kernels/fp8.py does it in one kernel."""
     import torch
     import torch.nn.functional as F
 
@@ -119,15 +120,15 @@ def quantize_rows_reference(x, rows: int):
 def _quantize_rows():
     """The one-kernel Triton version where Triton is installed, else plain torch."""
     try:
-        from pipeline.engines.orpheus.fp8_kernels import quantize_rows
+        from pipeline.engines.orpheus.kernels.fp8 import quantize_rows
     except ImportError:         # no Triton (the CPU install)
         return quantize_rows_reference
     return quantize_rows
 
 
 def _small_rows_kernel():
-    """(launch settings by rows, the kernel) of fp8_kernels' weight-only GEMM for the few rows of
-    a decode step; None (``_scaled_mm`` at every batch) without Triton.
+    """(launch settings by rows, the kernel) of kernels/fp8.py's weight-only GEMM for the few
+    rows of a decode step; None (``_scaled_mm`` at every batch) without Triton.
 
     A decode step's few rows make the GEMM a read of the weights: the weight-only kernel reads
     the fp8 weights once and skips quantizing the activations, where ``_scaled_mm`` is tuned for
@@ -135,7 +136,7 @@ def _small_rows_kernel():
     at a few rows (docs/performance.md). ``SYNTH_ORPHEUS_DISABLE=fp8_small_rows`` keeps
     ``_scaled_mm`` at every batch."""
     try:
-        from pipeline.engines.orpheus.fp8_kernels import linear_w8a16, w8a16_launch
+        from pipeline.engines.orpheus.kernels.fp8 import linear_w8a16, w8a16_launch
     except ImportError:         # no Triton (the CPU install)
         return None
     return w8a16_launch, linear_w8a16

@@ -11,11 +11,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.engines.orpheus import device as devices
-from pipeline.engines.orpheus.codec import DEFAULT_CODEC, SnacCodec, load_codec
+from pipeline.engines.orpheus.codec.snac import DEFAULT_CODEC, SnacCodec, load_codec
 from pipeline.engines.orpheus.config import Switches
+from pipeline.engines.orpheus.model import device as devices
+from pipeline.engines.orpheus.model.quant import QuantReport, quantize
 from pipeline.engines.orpheus.prompt import check_prompt_start
-from pipeline.engines.orpheus.quant import QuantReport, quantize
 from pipeline.engines.orpheus.vocab import VOCAB_SIZE
 from pipeline.errors import EngineUnavailableError
 
@@ -37,6 +37,12 @@ class LoadedModel:
     @property
     def device(self) -> str:
         return self.choice.device
+
+    @property
+    def fallbacks(self) -> list[str]:
+        """What fell back while loading, and why: the dtype, the quantization, the codec's kernels."""
+        asked = [r for r in (self.choice.fallback, self.quant.fallback) if r]
+        return asked + list(getattr(self.codec, "fallbacks", ()))
 
 
 def codec_source(model_source: str, codec: str | None) -> str:

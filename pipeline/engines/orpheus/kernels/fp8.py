@@ -13,7 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-FP8_MAX = 448.0
+from pipeline.engines.orpheus.kernels import FP8_MAX
+
 BLOCK = 1024
 
 
@@ -63,7 +64,7 @@ def quantize_rows(x: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tenso
 # Without a split over K the narrow projections launch too few programs to fill the device, so
 # only the widest (gate/up) streamed its weight near the memory's bandwidth, and from 32 rows on
 # the kernel lost to both ``_scaled_mm`` and bf16. Hence the K split (split=0 below): with it the
-# kernel beats both up to 32 rows, where Float8Linear uses it (quant.py; figures in
+# kernel beats both up to 32 rows, where Float8Linear uses it (model/quant.py; figures in
 # docs/performance.md; ``SYNTH_ORPHEUS_DISABLE=fp8_small_rows`` turns it off).
 
 # Launch settings by rows: rows <= bound -> (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, f16, split).

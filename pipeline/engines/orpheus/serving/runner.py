@@ -22,14 +22,16 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline.engines.orpheus import attention, fused
 from pipeline.engines.orpheus.config import Switches
-from pipeline.engines.orpheus.decoder import Decoder, KVCache
-from pipeline.engines.orpheus.prefill_graphs import LENGTHS as PREFILL_LENGTHS
-from pipeline.engines.orpheus.prefill_graphs import PrefillGraphs, StaticGraph, pack, shape_for
+from pipeline.engines.orpheus.fallbacks import Graph, capture_graphs
+from pipeline.engines.orpheus.kernels import attention, fused
+from pipeline.engines.orpheus.model.decoder import Decoder
+from pipeline.engines.orpheus.model.kv_cache import KVCache
+from pipeline.engines.orpheus.model.sampling import RowSampler, SamplingParams
 from pipeline.engines.orpheus.rng import mix_keys
-from pipeline.engines.orpheus.sampling import RowSampler, SamplingParams
-from pipeline.engines.orpheus.scheduler import Plan
+from pipeline.engines.orpheus.serving.graphs import LENGTHS as PREFILL_LENGTHS
+from pipeline.engines.orpheus.serving.graphs import PrefillGraphs, pack, replay_packed, shape_for
+from pipeline.engines.orpheus.serving.scheduler import Plan
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,7 @@ LM_STREAM_PRIORITY = -1
 
 # Mixed steps (the module): the decode batches they run at (a step over fewer rows pads up: an
 # idle row costs a small fraction of a step, whose time is mostly reading the weights) and, per
-# batch, one graph for each prompt length of the prefill graphs' ladder (prefill_graphs.LENGTHS):
+# batch, one graph for each prompt length of the prefill graphs' ladder (graphs.LENGTHS):
 # 36 graphs.
 MIXED_BATCHES = (8, 16, 32, 64, 96, 128)
 
@@ -98,8 +100,11 @@ def length_ladder(context: int, step: int = LENGTH_STEP) -> list[int]:
 class ModelRunner:
     def __init__(self, model, rows: int, context: int, params: SamplingParams,
                  logits_lo: int = 0, use_graphs: bool = True, per_row_attention: bool = True,
-                 kv_dtype: str | None = None, switches: Switches = Switches()):
-        """``switches``: which of the faster paths run (config.py); all, by default."""
+                 kv_dtype: str | None = None, switches: Switches = Switches(),
+                 fallbacks: list[str] | None = None):
+        """``switches``: which of the faster paths run (config.py); all, by default.
+        ``fallbacks``: the list where the paths that fell back say why (fallbacks.py)."""
+        self.fallbacks = [] if fallbacks is None else fallbacks
         cfg, device = model.config, model.device
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.device, self.rows, self.context = device, rows, context
@@ -110,7 +115,8 @@ class ModelRunner:
                                prefill_attention=switches.prefill_attention)
         width = self.decoder.logits_width
         self.sampler = RowSampler(params, width, logits_lo, device,
-                                  fused=None if switches.fused_sampler else False)
+                                  fused=None if switches.fused_sampler else False,
+                                  fallbacks=self.fallbacks)
         self.lo, self.width = logits_lo, width
         i64 = dict(dtype=torch.int64, device=device)
         self.tokens = torch.zeros(rows, **i64)            # the last token of each row
@@ -125,19 +131,15 @@ class ModelRunner:
         self.batch_sizes = ladder(rows)
         self.lengths = length_ladder(context)
         self.per_row_attention = per_row_attention and attention.available(device)
-        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        self.graph_fallback: str | None = None
-        self.codec_fallback: str | None = None
+        self.graphs: dict[tuple[int, int], Graph] = {}
         self.capture_s = 0.0
         self.host = HostTimes()
         self.prefill_graphs: PrefillGraphs | None = None
-        self.prefill_fallback: str | None = None
         # Mixed steps: on the CPU they run eagerly, on CUDA only from their graphs.
         self.mixed_sizes = tuple(sorted({min(b, rows) for b in MIXED_BATCHES})) \
             if switches.mixed_steps else ()
         self.mixed_lengths = tuple(s for s in PREFILL_LENGTHS if s <= context)
-        self.mixed_graphs: dict[tuple[int, int], StaticGraph] = {}   # the prompt's logits
-        self.mixed_fallback: str | None = None
+        self.mixed_graphs: dict[tuple[int, int], Graph] = {}   # output: the prompt's logits
         self.mixed_steps = 0
         if use_graphs and str(device).startswith("cuda"):
             self._capture_all()
@@ -171,7 +173,7 @@ class ModelRunner:
         self._advance(b, act, logits)
 
     def _step_mixed(self, b: int, length: int, packed):
-        """``_step`` with one whole prompt, packed [1, S + 2] (prefill_graphs.pack), in the same
+        """``_step`` with one whole prompt, packed [1, S + 2] (graphs.pack), in the same
         pass; returns the prompt's logits [1, Vs]. Its row must not be active."""
         act = self.active[:b]
         wpos = torch.where(act, self.pos[:b], self.cache.scratch)
@@ -194,30 +196,23 @@ class ModelRunner:
         self.steps[:b] += act
 
     def _capture_all(self) -> None:
+        """The decode step's graphs, after two warm-ups at the largest and the smallest shape."""
         started = time.monotonic()
-        pool = torch.cuda.graph_pool_handle()
         self.active.zero_()                      # capture with every row idle: no state changes
         self._active_rows = ()
-        try:
-            with torch.inference_mode():
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for _ in range(2):
-                        self._step(self.batch_sizes[-1], self.lengths[-1])
-                        self._step(self.batch_sizes[0], self.lengths[0])
-                torch.cuda.current_stream().wait_stream(side)
-                for b in reversed(self.batch_sizes):
-                    for length in reversed(self.lengths) if not self._per_row(b) else [self.context]:
-                        graph = torch.cuda.CUDAGraph()
-                        with torch.cuda.graph(graph, pool=pool):
-                            self._step(b, length)
-                        self.graphs[(b, length)] = graph
-            torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001 - any capture failure means "run eagerly, say why"
-            self.graphs.clear()
-            self.graph_fallback = f"CUDA graph capture failed ({type(e).__name__}: {e}); running eagerly"
-            log.warning(self.graph_fallback)
+        big, small = (self.batch_sizes[-1], self.lengths[-1]), (self.batch_sizes[0], self.lengths[0])
+
+        def warm_up() -> None:
+            for _ in range(2):
+                self._step(*big)
+                self._step(*small)
+
+        shapes = [(b, length) for b in reversed(self.batch_sizes)
+                  for length in (reversed(self.lengths) if not self._per_row(b) else [self.context])]
+        self.graphs = capture_graphs(
+            shapes, lambda shape: None, lambda shape, _: self._step(*shape), device=self.device,
+            what="CUDA graph capture", instead="running eagerly", fallbacks=self.fallbacks,
+            warm_up=warm_up)
         self.capture_s = time.monotonic() - started
         if self.graphs:
             log.info("captured %d decode graphs in %.1f s", len(self.graphs), self.capture_s)
@@ -254,21 +249,11 @@ class ModelRunner:
             if start is not None and (plan.prefill or plan.moves) and not mixed:
                 prefilled = torch.cuda.Event(enable_timing=True)
                 prefilled.record()
-            t2 = clock()
-            b, begin = 0, host.begin
+            t2, begin = clock(), host.begin
             if mixed:
-                b, s = mixed
-                self._activate(rows)
-                first_rows, first = self._run_mixed(plan, b, s)
-            elif rows:
-                b = self.batch_sizes[bisect.bisect_left(self.batch_sizes, plan.rows)]
-                length = self._length(b, plan.context)
-                self._activate(rows)
-                graph = self.graphs.get((b, length))
-                if graph is not None:
-                    graph.replay()
-                else:
-                    self._step(b, length)
+                b, first_rows, first = self._decode_mixed(plan, rows, *mixed)
+            else:
+                b = self._decode(plan, rows)
             t3 = clock()
             decoded = self._d2h(self.tokens[:b]) if b else None
             first_host = self._d2h(first) if first is not None else None
@@ -282,6 +267,21 @@ class ModelRunner:
         host.decode += t3 - t2 - begin
         host.copies += t4 - t3
         return _LaunchedStep(rows, decoded, first_rows, first_host, done, start, prefilled)
+
+    def _decode(self, plan: Plan, rows: list[int]) -> int:
+        """The decode step over ``rows``, replayed from the smallest graph that fits (eager where
+        none does); returns the batch it ran at (0: no rows)."""
+        if not rows:
+            return 0
+        b = self.padded_batch(plan.rows)
+        length = self._length(b, plan.context)
+        self._activate(rows)
+        graph = self.graphs.get((b, length))
+        if graph is not None:
+            graph.replay()
+        else:
+            self._step(b, length)
+        return b
 
     def collect(self, launched: _LaunchedStep) -> dict[int, list[int]]:
         """Wait for a launched step; returns row -> tokens it produced."""
@@ -340,12 +340,11 @@ class ModelRunner:
             t[dst] = t[src]
 
     def _capture_prefill(self) -> None:
-        self.prefill_graphs = PrefillGraphs(self.decoder)
-        self.prefill_fallback = self.prefill_graphs.fallback
+        self.prefill_graphs = PrefillGraphs(self.decoder, fallbacks=self.fallbacks)
 
     def _prefill(self, plan: Plan):
         chunks = plan.prefill
-        # Whole short prompts replay a captured prefill (prefill_graphs.py); the rest runs eagerly.
+        # Whole short prompts replay a captured prefill (graphs.py); the rest runs eagerly.
         logits = self.prefill_graphs.run(chunks) if self.prefill_graphs is not None else None
         if logits is None:
             logits = self._prefill_eager(chunks)                                  # [N, Vs]
@@ -381,15 +380,18 @@ class ModelRunner:
             return None
         return b, shape[1]
 
-    def _run_mixed(self, plan: Plan, b: int, s: int):
+    def _decode_mixed(self, plan: Plan, rows: list[int], b: int, s: int):
+        """The decode step over ``rows`` at batch ``b`` with the plan's prompt (padded to ``s``
+        tokens) in the same pass: (b, rows whose prompt completed, their first tokens)."""
+        self._activate(rows)
         host = pack(plan.prefill, 1, s)
         graph = self.mixed_graphs.get((b, s))
         if graph is not None:
-            logits = graph.replay(host)
+            logits = replay_packed(graph, host)
         else:
             logits = self._step_mixed(b, self._length(b, plan.context), self._h2d(host))
         self.mixed_steps += 1
-        return self._first_tokens(plan.prefill, logits)
+        return (b, *self._first_tokens(plan.prefill, logits))
 
     def _capture_mixed(self) -> None:
         """A graph per (mixed batch, prompt length), largest first in one pool; on CUDA, where the
@@ -398,31 +400,18 @@ class ModelRunner:
                 not all(self._per_row(b) for b in self.mixed_sizes):
             return
         started = time.monotonic()
-        pool = torch.cuda.graph_pool_handle()
         self.active.zero_()                  # every row idle, so capture changes no row's state
         self._active_rows = ()
         lengths = self.mixed_lengths
-        try:
-            with torch.inference_mode():
-                side = torch.cuda.Stream(self.device)
-                for b in reversed(self.mixed_sizes):
-                    for s in reversed(lengths):
-                        # Padding only: the prompt writes row 0's scratch slot (prefill_graphs.py).
-                        packed = torch.zeros((1, s + 2), dtype=torch.int64, device=self.device)
-                        side.wait_stream(torch.cuda.current_stream())
-                        with torch.cuda.stream(side):
-                            self._step_mixed(b, self.context, packed)
-                        torch.cuda.current_stream().wait_stream(side)
-                        graph = torch.cuda.CUDAGraph()
-                        with torch.cuda.graph(graph, pool=pool):
-                            logits = self._step_mixed(b, self.context, packed)
-                        self.mixed_graphs[(b, s)] = StaticGraph(graph, packed, logits)
-            torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001 - any capture failure: prefill separately, say why
-            self.mixed_graphs.clear()
-            self.mixed_fallback = (f"mixed step capture failed ({type(e).__name__}: {e}); "
-                                   "prefilling in steps of their own")
-            log.warning(self.mixed_fallback)
+        shapes = [(b, s) for b in reversed(self.mixed_sizes) for s in reversed(lengths)]
+
+        def padding(shape):         # padding only: the prompt writes row 0's scratch slot (graphs.py)
+            return torch.zeros((1, shape[1] + 2), dtype=torch.int64, device=self.device)
+
+        self.mixed_graphs = capture_graphs(
+            shapes, padding, lambda shape, packed: self._step_mixed(shape[0], self.context, packed),
+            device=self.device, what="mixed step capture",
+            instead="prefilling in steps of their own", fallbacks=self.fallbacks)
         torch.cuda.empty_cache()          # the warm-ups' blocks; the pool stays with its graphs
         took = time.monotonic() - started
         self.capture_s += took

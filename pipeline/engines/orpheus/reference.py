@@ -1,24 +1,41 @@
-"""Token generation: synth's batched KV-cache loop, and the transformers ``generate()`` reference.
+"""The reference: transformers ``generate()``, and a batched loop over transformers' cache with the
+engine around it. Neither is a way the engine serves: they are the tests' oracle and the
+benchmark's baseline (``python -m ops.bench.orpheus``).
 
-The loop keeps one transformers ``DynamicCache`` for a batch of jobs from one length bucket: prefill
-on the left-padded prompts, then one decode step per token for every unfinished job. A job leaves the
-batch (its cache rows are dropped) when it emits end-of-speech or reaches its budget, and each step
-reports the new tokens so the caller can stream. Prefill and the step are separate functions so the
-next issue can capture the step as a CUDA graph over a static cache.
+``generate_batched`` keeps one transformers ``DynamicCache`` for a batch of jobs from one length
+bucket: prefill on the left-padded prompts, then one decode step per token for every unfinished job.
+A job leaves the batch (its cache rows are dropped) when it emits end-of-speech or reaches its
+budget, and each step reports the new tokens so the caller can stream.
+
+``ReferenceEngine`` runs it as an engine: the same admission, budgets, chunk grid and final chunks
+as ``OrpheusEngine``, over length-bucketed batches one at a time, with no rows, tiers or graphs.
 
 ``reference_generate`` is the usual first approach, ``model.generate()``: one job at a time or a padded
-static batch. It is the baseline in benchmarks and the oracle in tests.
+static batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+import logging
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from pipeline.constants import SNAC_TOKENS_PER_FRAME
+from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
+from pipeline.engines.orpheus.codec.streaming import decode_ready
+from pipeline.engines.orpheus.engine import BUDGET_MAX_TOKENS, OrpheusEngine, stream_state
+from pipeline.engines.orpheus.model import device as devices
+from pipeline.engines.orpheus.model.sampling import Sampler, SamplingParams, code_mask
 from pipeline.engines.orpheus.rng import mix_keys
-from pipeline.engines.orpheus.sampling import Sampler, SamplingParams, code_mask
+from pipeline.engines.orpheus.serving.scheduler import Seq
 from pipeline.engines.orpheus.vocab import END_OF_SPEECH, PAD
+from pipeline.errors import EngineError
+
+log = logging.getLogger(__name__)
+
+MAX_CONTEXT_TOKENS = 1024 + BUDGET_MAX_TOKENS // 4  # per-job KV estimate for sizing batches
 
 
 @dataclass(frozen=True)
@@ -177,3 +194,60 @@ def reference_generate(model, prompts: list[list[int]], params: SamplingParams,
             row = row[: row.index(END_OF_SPEECH) + 1]
         rows.append(row)
     return rows
+
+
+class ReferenceEngine(OrpheusEngine):
+    """``OrpheusEngine`` over ``generate_batched``: realtime jobs first, then length buckets, one
+    batch at a time over transformers' cache, eager; the same chunks as the engine's to rounding.
+    It takes no fp8 cache (that is our KV cache's)."""
+
+    def _start(self, max_batch: int, budget_slack: float | None) -> tuple[int, None]:
+        if self.config.kv_dtype != "auto":
+            raise ValueError(f"kv_dtype {self.config.kv_dtype!r} is our KV cache's: the reference "
+                             "loop runs transformers' cache")
+        self.loop = None
+        model = self.lm.model
+        per_seq = devices.kv_bytes_per_token(model.config, model.dtype.itemsize) * MAX_CONTEXT_TOKENS
+        return devices.choose_max_batch(max_batch, self.lm.device, per_seq), None
+
+    def _extra(self) -> dict:
+        return {"loop": "reference", "kv_dtype": self.lm.choice.dtype_name,
+                **self._device_extra(self.lm.fallbacks)}
+
+    def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
+        refused, seqs = self._admit(requests)
+        yield from refused
+        for batch in plan_batches(seqs, self.info.max_batch):
+            yield from self._run_batch(batch)
+
+    def submit(self, requests: Sequence[SynthesisRequest], sink) -> None:
+        Engine.submit(self, requests, sink)     # a thread of the call's own: there is no loop
+
+    def _run_batch(self, batch: list[GenJob]) -> Iterator[AudioChunk]:
+        streams = {j.key: stream_state(j.seed, j.realtime, self.first_lookahead) for j in batch}
+        try:
+            for step in generate_batched(self.lm.model, batch, self.params):
+                for key, token in step.tokens:
+                    streams[key].assembler.feed(token)
+                self.stats["tokens"] += len(step.tokens)
+                ended = dict(step.finished)
+                for key, audio in decode_ready(self.lm.codec, streams, set(ended)).items():
+                    if key not in ended:
+                        yield AudioChunk(key, audio, False)
+                    else:
+                        yield self._final(key, streams.pop(key), ended[key], audio)
+                for key in [k for k in ended if k in streams]:
+                    yield self._final(key, streams.pop(key), ended[key], None)
+        except Exception as e:  # a failed batch fails its unfinished jobs, loudly
+            log.exception("Orpheus batch of %d failed", len(batch))
+            for key in list(streams):
+                err = EngineError(f"generation failed: {type(e).__name__}: {e}")
+                err.__cause__ = e
+                yield AudioChunk(key, np.zeros(0, np.float32), True, err)
+
+
+def plan_batches(seqs: list[Seq], max_batch: int) -> list[list[GenJob]]:
+    """Realtime jobs first, then length buckets: sort by prompt length and cut into batches."""
+    ordered = sorted(seqs, key=lambda s: (not s.realtime, len(s.prompt)))
+    jobs = [GenJob(s.key, s.prompt, s.budget, s.seed, s.realtime) for s in ordered]
+    return [jobs[i : i + max_batch] for i in range(0, len(jobs), max(1, max_batch))]

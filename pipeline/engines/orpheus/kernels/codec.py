@@ -26,8 +26,8 @@ split-K over a shared workspace; the module's own TF32 GEMMs never did); with no
 the codec's graphs nothing is shared.
 
 ``fuse_codec(decoder)`` swaps each ResidualUnit of a SNAC decoder for a ``FusedResidualUnit``,
-after the weight norms are folded (codec.py). On the CPU nothing is swapped: the module's own ops
-run.
+after the weight norms are folded (codec/snac.py). On the CPU nothing is swapped: the module's own
+ops run.
 """
 
 from __future__ import annotations

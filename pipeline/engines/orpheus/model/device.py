@@ -13,7 +13,7 @@ GPU_MAX_BATCH_CAP = 128
 GPU_MAX_ROWS = 512             # the continuous loop's cap on KV-cache rows
 GPU_MEMORY_HEADROOM = 0.85     # fraction of free memory the KV cache may take
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-KV_DTYPES = ("auto", "fp8")    # what decoder.KVCache stores: the model dtype, or e4m3
+KV_DTYPES = ("auto", "fp8")    # what kv_cache.KVCache stores: the model dtype, or e4m3
 FP8_KV_CAPABILITY = (8, 9)     # Triton's e4m3 (fp8e4nv) loads and casts need Ada or Hopper
 
 

@@ -8,7 +8,7 @@ softmax over blocks of keys (flash-decoding without the split). Used for large b
 where it is bandwidth-bound; small batches and the CPU use ``scaled_dot_product_attention`` with a
 length bucket.
 
-An fp8 cache (decoder.KVCache) is read as it is, half the bytes of bf16: each block of keys and
+An fp8 cache (kv_cache.KVCache) is read as it is, half the bytes of bf16: each block of keys and
 values is converted after the load, to fp16 (the query too, and the dots run in fp16: faster
 than converting to bf16, and the rounding is finer), the key scale is folded into the
 softmax scale by the caller and the value scale multiplies the output here (compiled in only when
