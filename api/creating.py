@@ -35,7 +35,7 @@ def owner_columns(state: ApiState, key: ApiKey, *, kind: str, callback_url: str 
     resolves to an internal address is refused here (400) unless the operator allow-listed it."""
     if callback_url is not None:
         validate_callback_url(callback_url, state.settings.webhook_allow_hosts)
-    return dict(owner_key_id=key.id, kind=kind, callback_url=callback_url, callback_events=callback_events,
+    return dict(owner_key_id=key.id, kind=kind, webhook_url=callback_url, webhook_events=callback_events,
                 expires_at=utcnow() + timedelta(days=state.settings.result_ttl_days))
 
 
@@ -169,7 +169,7 @@ def warm(state: ApiState) -> None:
     pool and the realtime queue's declaration, and the SQL of a speech job built, enqueued in the database's
     eyes, then rolled back. Nothing is written and nothing is sent."""
     with state.sessions() as session:
-        columns = dict(owner_key_id=None, kind="job", callback_url=None, callback_events=None,
+        columns = dict(owner_key_id=None, kind="job", webhook_url=None, webhook_events=None,
                        expires_at=utcnow())
         batch = create_item_batch(session, state.settings, [Item(text="Warm up.", client_id="speech")],
                                   BatchOptions(format="wav", priority="realtime"), source="api:speech",

@@ -56,8 +56,8 @@ SENTENCES = ["Your order has shipped.", "The meeting starts at noon.", "Please c
 def _batch(sessions, settings, key_id, url, texts) -> str:
     with sessions() as s:
         batch = create_item_batch(s, settings, [Item(text=t) for t in texts], BatchOptions(name="bench"),
-                                  source="bench", owner_key_id=key_id, callback_url=url,
-                                  callback_events=["job.finished"])
+                                  source="bench", owner_key_id=key_id, webhook_url=url,
+                                  webhook_events=["job.finished"])
         s.commit()
         return batch.id
 

@@ -43,8 +43,8 @@ def emit_for_jobs(session: Session, job_ids: Sequence[str]) -> list[str]:
     ids: list[str] = []
     for job, batch, audio_s in rows:
         event_type = _JOB_EVENTS.get(job.status)
-        url = event_type and ev.job_target(job.callback_url, job.callback_events, batch.callback_url,
-                                           batch.callback_events, event_type)
+        url = event_type and ev.job_target(job.webhook_url, job.webhook_events, batch.webhook_url,
+                                           batch.webhook_events, event_type)
         if not url or not _has_owner(batch):
             continue
         payload = ev.job_payload(
@@ -63,7 +63,7 @@ def emit_for_jobs(session: Session, job_ids: Sequence[str]) -> list[str]:
 def emit_batch_finished(session: Session, batch: Batch) -> str | None:
     """The batch.finished event of a batch whose jobs are all terminal (done, failed, cancelled);
     None if it has no callback for it, is a single-job batch, or is still running. The caller commits."""
-    if (not batch.callback_url or not ev.wants(batch.callback_events, ev.BATCH_FINISHED)
+    if (not batch.webhook_url or not ev.wants(batch.webhook_events, ev.BATCH_FINISHED)
             or batch.kind == "job" or not _has_owner(batch) or not db.batch_finished(session, batch.id)):
         return None
     counts = {status.value: n for status, n in db.status_counts(session, batch.id).items()
@@ -76,7 +76,7 @@ def emit_batch_finished(session: Session, batch: Batch) -> str | None:
     payload = ev.batch_payload(at=as_utc(finished_at or utcnow()), batch_id=batch.id, name=batch.name,
                                counts=counts, audio_seconds=float(audio_s or 0.0),
                                manifest_key=batch.manifest_key, cancelled=batch.cancelled_at is not None)
-    return _insert(session, ev.BATCH_FINISHED, batch.id, batch, batch.callback_url, payload)
+    return _insert(session, ev.BATCH_FINISHED, batch.id, batch, batch.webhook_url, payload)
 
 
 def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(days=1),
@@ -89,7 +89,7 @@ def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(
     still_open = select(Job.id).where(Job.batch_id == Batch.id,
                                       Job.status.in_([s for s in JobStatus if not s.terminal]))
     batches = session.scalars(
-        select(Batch).where(Batch.finished_at >= utcnow() - within, Batch.callback_url.is_not(None),
+        select(Batch).where(Batch.finished_at >= utcnow() - within, Batch.webhook_url.is_not(None),
                             Batch.owner_key_id.is_not(None), Batch.kind != "job", ~sent.exists(),
                             ~still_open.exists())
         .order_by(Batch.finished_at.desc()).limit(limit)
