@@ -29,13 +29,13 @@ from worker.enqueue import mark_queued, send_messages
 log = logging.getLogger(__name__)
 
 
-def owner_columns(state: ApiState, key: ApiKey, *, kind: str, callback_url: str | None = None,
-                  callback_events: list[str] | None = None) -> dict:
-    """The batch columns the API sets: owner, kind, callback and expiry. A callback URL that
+def owner_columns(state: ApiState, key: ApiKey, *, kind: str, webhook_url: str | None = None,
+                  webhook_events: list[str] | None = None) -> dict:
+    """The batch columns the API sets: owner, kind, webhook and expiry. A webhook URL that
     resolves to an internal address is refused here (400) unless the operator allow-listed it."""
-    if callback_url is not None:
-        validate_callback_url(callback_url, state.settings.webhook_allow_hosts)
-    return dict(owner_key_id=key.id, kind=kind, webhook_url=callback_url, webhook_events=callback_events,
+    if webhook_url is not None:
+        validate_callback_url(webhook_url, state.settings.webhook_allow_hosts)
+    return dict(owner_key_id=key.id, kind=kind, webhook_url=webhook_url, webhook_events=webhook_events,
                 expires_at=utcnow() + timedelta(days=state.settings.result_ttl_days))
 
 

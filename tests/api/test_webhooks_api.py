@@ -31,7 +31,7 @@ def test_callbacks_secret_rotation_and_delivery_log(api_server, new_key, callbac
         with Receiver(secrets=[secret["secret"]], fail_first=1) as receiver:
             r = a.post("/v1/batches", json={
                 "items": [{"text": "Hello there."}, {"text": "Goodbye now."}],
-                "callback_url": receiver.url, "callback_events": ["job.finished", "batch.finished"]})
+                "webhook_url": receiver.url, "webhook_events": ["job.finished", "batch.finished"]})
             assert r.status_code == 201, r.text
             batch_id = r.json()["id"]
             wait_batch(a, batch_id)
@@ -74,5 +74,43 @@ def test_webhook_routes_need_a_key(api_server):
 @pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://192.168.0.10:6379/",
                                  "http://[::ffff:10.0.0.1]/", "http://user:pw@example.com/"])
 def test_internal_callback_urls_are_refused_at_submission(client, url):
-    r = client.post("/v1/batches", json={"items": [{"text": "Hi."}], "callback_url": url})
+    r = client.post("/v1/batches", json={"items": [{"text": "Hi."}], "webhook_url": url})
     assert r.status_code == 400 and "callback" in r.json()["detail"]
+
+
+PUBLIC = "https://93.184.216.34/hook"  # a public address: past the SSRF guard without DNS
+
+
+def test_the_former_field_names_are_accepted_echoed_and_marked_deprecated(client):
+    """callback_url and callback_events, the names before webhook_url and webhook_events, still
+    work in JSON and in an upload, and batches answer under both names."""
+    batch = client.post("/v1/batches", json={"items": [{"text": "Hi."}], "callback_url": PUBLIC,
+                                             "callback_events": ["batch.finished"]})
+    assert batch.status_code == 201, batch.text
+    got = client.get(f"/v1/batches/{batch.json()['id']}").json()
+    assert got["webhook_url"] == got["callback_url"] == PUBLIC
+    assert got["webhook_events"] == got["callback_events"] == ["batch.finished"]
+    upload = client.post("/v1/batches/upload", files={"file": ("a.txt", b"One.\n")}, data={"callback_url": PUBLIC})
+    assert upload.status_code == 201 and upload.json()["webhook_url"] == PUBLIC, upload.text
+    assert client.post("/v1/jobs", json={"text": "Hi.", "callback_url": PUBLIC}).status_code == 201
+
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("BatchCreate", "JobCreate", "BatchOut"):
+        props = schemas[name]["properties"]
+        assert props["callback_url"]["deprecated"] and props["callback_events"]["deprecated"], name
+        assert not props["webhook_url"].get("deprecated"), name
+
+
+def test_a_field_under_both_its_names_is_refused(client):
+    refused = [
+        client.post("/v1/batches", json={"items": [{"text": "Hi."}], "webhook_url": PUBLIC,
+                                         "callback_url": PUBLIC + "/old"}),
+        client.post("/v1/jobs", json={"text": "Hi.", "webhook_events": ["job.failed"],
+                                      "callback_events": ["job.finished"]}),
+        client.post("/v1/batches/upload", files={"file": ("a.txt", b"One.\n")},
+                    data={"webhook_url": PUBLIC, "callback_url": PUBLIC}),
+    ]
+    for r, old in zip(refused, ("callback_url", "callback_events", "callback_url"), strict=True):
+        assert r.status_code == 422, r.text
+        assert f"{old} is the deprecated name of webhook_{old.split('_')[1]}" in r.json()["detail"][0]["msg"]
+    assert client.get("/v1/batches").json()["data"] == []
