@@ -23,7 +23,7 @@ from pipeline.db.models_api import ApiKey
 from pipeline.errors import ServiceUnavailableError
 from pipeline.routing import REALTIME_QUEUE
 from pipeline.submit import BatchOptions, Item, create_item_batch
-from pipeline.webhooks.ssrf import validate_callback_url
+from pipeline.webhooks.ssrf import validate_webhook_url
 from worker.enqueue import mark_queued, send_messages
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def owner_columns(state: ApiState, key: ApiKey, *, kind: str, webhook_url: str |
     """The batch columns the API sets: owner, kind, webhook and expiry. A webhook URL that
     resolves to an internal address is refused here (400) unless the operator allow-listed it."""
     if webhook_url is not None:
-        validate_callback_url(webhook_url, state.settings.webhook_allow_hosts)
+        validate_webhook_url(webhook_url, state.settings.webhook_allow_hosts)
     return dict(owner_key_id=key.id, kind=kind, webhook_url=webhook_url, webhook_events=webhook_events,
                 expires_at=utcnow() + timedelta(days=state.settings.result_ttl_days))
 

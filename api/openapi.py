@@ -36,7 +36,7 @@ STORED_TYPES = sorted({get_format(f).content_type for f in FORMATS})
 
 _AUTH = {401: "no valid API key", 429: "rate limit exceeded for this key (Retry-After)",
          503: "the database, Redis or storage is unreachable (Retry-After)"}
-_CREATE = {400: "invalid input: unknown voice, format or sample rate, text over the limit, a callback URL "
+_CREATE = {400: "invalid input: unknown voice, format or sample rate, text over the limit, a webhook URL "
                 "to an internal address, a malformed Idempotency-Key ...",
            409: "this Idempotency-Key was used with a different request",
            410: "this Idempotency-Key created a resource that was deleted since"}

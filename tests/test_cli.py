@@ -115,3 +115,13 @@ def test_help_is_helpful(embedded_env):
     for command in ("submit", "status", "fetch", "worker", "db"):
         assert command in out
     assert "--sample-rate" in synth("submit", "--help", env=embedded_env).stdout.decode()
+
+
+def test_the_webhook_queue_under_its_former_name_consumes_both_with_a_warning(capsys):
+    from cli.worker import _former_names
+
+    assert _former_names(["realtime", "webhooks"]) == ["realtime", "webhooks"]
+    assert capsys.readouterr().err == ""
+    assert _former_names(["callbacks", "batch.le10s"]) == ["webhooks", "callbacks", "batch.le10s"]
+    assert "deprecated" in capsys.readouterr().err
+    assert "webhooks" in synth("worker", "--help", env=synth_env()).stdout.decode()

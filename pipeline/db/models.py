@@ -1,6 +1,6 @@
 """Tables. Schemas for HTTP live in api/, not here.
 
-The batch, job and metrics tables are here; the reports', the API's and the callbacks' live in
+The batch, job and metrics tables are here; the reports', the API's and the webhooks' live in
 models_*.py, imported below so that importing this module puts every table on ``Base.metadata``
 (the migrations compare against it).
 """

@@ -1,6 +1,6 @@
-"""Emit callback events into webhook_deliveries (the outbox) once jobs and batches have finished.
+"""Emit webhook events into webhook_deliveries (the outbox) once jobs and batches have finished.
 
-Called by the worker after a render task recorded its outcomes (worker/callbacks.py), and safe to
+Called by the worker after a render task recorded its outcomes (worker/webhooks.py), and safe to
 call again for the same jobs: each event's id is derived from (type, resource), inserted with
 ON CONFLICT DO NOTHING, so a retried or redelivered task adds nothing. It returns the deliveries
 still waiting for their first attempt, and the caller enqueues them; a duplicate message for one
@@ -62,7 +62,7 @@ def emit_for_jobs(session: Session, job_ids: Sequence[str]) -> list[str]:
 
 def emit_batch_finished(session: Session, batch: Batch) -> str | None:
     """The batch.finished event of a batch whose jobs are all terminal (done, failed, cancelled);
-    None if it has no callback for it, is a single-job batch, or is still running. The caller commits."""
+    None if it has no webhook for it, is a single-job batch, or is still running. The caller commits."""
     if (not batch.webhook_url or not ev.wants(batch.webhook_events, ev.BATCH_FINISHED)
             or batch.kind == "job" or not _has_owner(batch) or not db.batch_finished(session, batch.id)):
         return None
@@ -81,7 +81,7 @@ def emit_batch_finished(session: Session, batch: Batch) -> str | None:
 
 def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(days=1),
                              limit: int = 100) -> list[str]:
-    """batch.finished for batches closed in the last ``within`` that have a callback but no such event
+    """batch.finished for batches closed in the last ``within`` that have a webhook but no such event
     yet: batches closed without a render task (every remaining job cancelled), or whose render hook
     could not write. Returns the new deliveries' ids. The caller commits."""
     sent = select(WebhookDelivery.id).where(WebhookDelivery.event_type == ev.BATCH_FINISHED,
@@ -100,7 +100,7 @@ def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(
 
 def _has_owner(batch: Batch) -> bool:
     if batch.owner_key_id is None:  # CLI batches have no key, so no secret to sign with
-        log.warning("batch %s has a callback URL but no owner key; its events are not sent", batch.id)
+        log.warning("batch %s has a webhook URL but no owner key; its events are not sent", batch.id)
         return False
     return True
 

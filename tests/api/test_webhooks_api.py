@@ -1,5 +1,5 @@
-"""Callbacks through the HTTP API: a real server, worker and receiver. The signing secret is read
-and rotated through /v1/webhooks/secret, the batch's callbacks arrive signed with it, and
+"""Webhooks through the HTTP API: a real server, worker and receiver. The signing secret is read
+and rotated through /v1/webhooks/secret, the batch's webhooks arrive signed with it, and
 /v1/webhooks/deliveries shows every attempt, to the owning key only."""
 
 import pytest
@@ -16,12 +16,12 @@ def api_settings(settings):
 
 
 @pytest.fixture
-def callback_worker(api_settings, redis_url, piper_engine):
+def webhook_worker(api_settings, redis_url, piper_engine):
     with app_with_worker(api_settings, redis_url, piper_engine) as app:
         yield app
 
 
-def test_callbacks_secret_rotation_and_delivery_log(api_server, new_key, callback_worker):
+def test_webhooks_secret_rotation_and_delivery_log(api_server, new_key, webhook_worker):
     with client_for(api_server, new_key("a")) as a, client_for(api_server, new_key("b")) as b:
         secret = a.get("/v1/webhooks/secret").json()
         assert secret["secret"].startswith("whsec_") and secret["previous_secret_valid_until"] is None
@@ -69,13 +69,13 @@ def test_webhook_routes_need_a_key(api_server):
             assert anonymous.request(method, path).status_code == 401
 
 
-# The API checks callback URLs at submission (api/creating.py); delivery checks them again
+# The API checks webhook URLs at submission (api/creating.py); delivery checks them again
 # (tests/webhooks/test_delivery.py), since DNS may change in between.
 @pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://192.168.0.10:6379/",
                                  "http://[::ffff:10.0.0.1]/", "http://user:pw@example.com/"])
-def test_internal_callback_urls_are_refused_at_submission(client, url):
+def test_internal_webhook_urls_are_refused_at_submission(client, url):
     r = client.post("/v1/batches", json={"items": [{"text": "Hi."}], "webhook_url": url})
-    assert r.status_code == 400 and "callback" in r.json()["detail"]
+    assert r.status_code == 400 and "webhook" in r.json()["detail"]
 
 
 PUBLIC = "https://93.184.216.34/hook"  # a public address: past the SSRF guard without DNS

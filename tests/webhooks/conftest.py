@@ -1,4 +1,4 @@
-"""Fixtures of the callback tests: an API key with its signing secret, a real receiver on a
+"""Fixtures of the webhook tests: an API key with its signing secret, a real receiver on a
 loopback port (allowed by the operator allow-list), settings with a retry schedule in tenths of
 seconds, and a batch owned by the key."""
 
