@@ -26,6 +26,7 @@ def batches_in(data_dir: Path) -> int:
         return conn.execute(text("SELECT count(*) FROM batches")).scalar()
 
 
+@pytest.mark.slow
 def test_embedded_submit_renders_the_sample_corpus(tmp_path, embedded_env):
     out = tmp_path / "out"
     result = synth("submit", str(REPO / "examples/corpus.txt"), "--format", "mp3", "--name", "sample",
