@@ -66,6 +66,13 @@ class Webhook(_In):
             values[new], values[old] = values[old], None
         return self
 
+    def fingerprinted(self) -> bytes:
+        """The body as an Idempotency-Key's fingerprint reads it: under the former names, in their
+        place, as the release before the rename wrote it, so a retry sent across an upgrade still
+        matches its first request."""
+        former = self.model_copy(update={old: self.__dict__[new] for old, new in RENAMED.items()})
+        return former.model_dump_json(exclude=set(RENAMED.values())).encode()
+
 
 class ItemIn(_In):
     client_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$",

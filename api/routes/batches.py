@@ -46,7 +46,7 @@ def create_json_batch(body: BatchCreate, key: CurrentKey, state: State, session:
     limit = state.settings.api_max_batch_items
     if len(body.items) > limit:
         raise HTTPException(400, detail=f"{len(body.items):,} items; the limit per batch is {limit:,}")
-    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/batches", body.model_dump_json().encode())
+    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/batches", body.fingerprinted())
     items = [Item(text=i.text, client_id=i.client_id, voice=i.voice, format=i.format, sample_rate=i.sample_rate)
              for i in body.items]
     options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,

@@ -43,7 +43,7 @@ def job_body(session, job_id: str) -> dict:
 def create_job(body: JobCreate, key: CurrentKey, state: State, session: Session,
                idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> JSONResponse:
     """One text. priority=realtime goes ahead of batch work and streams live (GET .../stream)."""
-    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/jobs", body.model_dump_json().encode())
+    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/jobs", body.fingerprinted())
     item = Item(text=body.text, client_id=body.client_id or "job")
     options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
                            priority=body.priority)

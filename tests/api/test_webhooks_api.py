@@ -4,6 +4,7 @@ and rotated through /v1/webhooks/secret, the batch's webhooks arrive signed with
 
 import pytest
 
+from api.schemas import BatchCreate, JobCreate
 from ops.bench.webhook_receiver import Receiver
 from tests.api.conftest import client_for, wait_batch
 from tests.waiting import eventually
@@ -114,3 +115,16 @@ def test_a_field_under_both_its_names_is_refused(client):
         assert r.status_code == 422, r.text
         assert f"{old} is the deprecated name of webhook_{old.split('_')[1]}" in r.json()["detail"][0]["msg"]
     assert client.get("/v1/batches").json()["data"] == []
+
+
+def test_an_idempotency_fingerprint_reads_a_body_as_the_release_before_the_rename_did():
+    """A retry sent across the upgrade, under either name, matches what the previous release
+    recorded for its first request: these are that release's bodies, byte for byte."""
+    job = (b'{"callback_url":"https://93.184.216.34/hook","callback_events":null,"text":"Hi.","client_id":null,'
+           b'"voice":null,"format":null,"sample_rate":null,"priority":"batch"}')
+    assert JobCreate(text="Hi.", webhook_url=PUBLIC).fingerprinted() == job
+    assert JobCreate(text="Hi.", callback_url=PUBLIC).fingerprinted() == job
+    batch = (b'{"callback_url":null,"callback_events":["batch.finished"],"name":null,"items":[{"client_id":null,'
+             b'"text":"Hi.","voice":null,"format":null,"sample_rate":null}],"voice":null,"format":null,'
+             b'"sample_rate":null,"priority":"batch"}')
+    assert BatchCreate(items=[{"text": "Hi."}], webhook_events=["batch.finished"]).fingerprinted() == batch
