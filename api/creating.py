@@ -23,19 +23,19 @@ from pipeline.db.models_api import ApiKey
 from pipeline.errors import ServiceUnavailableError
 from pipeline.routing import REALTIME_QUEUE
 from pipeline.submit import BatchOptions, Item, create_item_batch
-from pipeline.webhooks.ssrf import validate_callback_url
+from pipeline.webhooks.ssrf import validate_webhook_url
 from worker.enqueue import mark_queued, send_messages
 
 log = logging.getLogger(__name__)
 
 
-def owner_columns(state: ApiState, key: ApiKey, *, kind: str, callback_url: str | None = None,
-                  callback_events: list[str] | None = None) -> dict:
-    """The batch columns the API sets: owner, kind, callback and expiry. A callback URL that
+def owner_columns(state: ApiState, key: ApiKey, *, kind: str, webhook_url: str | None = None,
+                  webhook_events: list[str] | None = None) -> dict:
+    """The batch columns the API sets: owner, kind, webhook and expiry. A webhook URL that
     resolves to an internal address is refused here (400) unless the operator allow-listed it."""
-    if callback_url is not None:
-        validate_callback_url(callback_url, state.settings.webhook_allow_hosts)
-    return dict(owner_key_id=key.id, kind=kind, callback_url=callback_url, callback_events=callback_events,
+    if webhook_url is not None:
+        validate_webhook_url(webhook_url, state.settings.webhook_allow_hosts)
+    return dict(owner_key_id=key.id, kind=kind, webhook_url=webhook_url, webhook_events=webhook_events,
                 expires_at=utcnow() + timedelta(days=state.settings.result_ttl_days))
 
 
@@ -169,7 +169,7 @@ def warm(state: ApiState) -> None:
     pool and the realtime queue's declaration, and the SQL of a speech job built, enqueued in the database's
     eyes, then rolled back. Nothing is written and nothing is sent."""
     with state.sessions() as session:
-        columns = dict(owner_key_id=None, kind="job", callback_url=None, callback_events=None,
+        columns = dict(owner_key_id=None, kind="job", webhook_url=None, webhook_events=None,
                        expires_at=utcnow())
         batch = create_item_batch(session, state.settings, [Item(text="Warm up.", client_id="speech")],
                                   BatchOptions(format="wav", priority="realtime"), source="api:speech",

@@ -15,6 +15,7 @@ from fastapi.openapi.utils import get_openapi
 
 from api.errors import OPENAI_PREFIX
 from api.routes.speech import OPENAI_VOICES
+from api.schemas import RENAMED
 from api.streaming import CONTENT_TYPES, SPEECH_FORMATS
 from pipeline.formats import get_format
 from pipeline.engines.registry import engine_voices
@@ -35,7 +36,7 @@ STORED_TYPES = sorted({get_format(f).content_type for f in FORMATS})
 
 _AUTH = {401: "no valid API key", 429: "rate limit exceeded for this key (Retry-After)",
          503: "the database, Redis or storage is unreachable (Retry-After)"}
-_CREATE = {400: "invalid input: unknown voice, format or sample rate, text over the limit, a callback URL "
+_CREATE = {400: "invalid input: unknown voice, format or sample rate, text over the limit, a webhook URL "
                 "to an internal address, a malformed Idempotency-Key ...",
            409: "this Idempotency-Key was used with a different request",
            410: "this Idempotency-Key created a resource that was deleted since"}
@@ -60,7 +61,9 @@ def truthful(doc: dict[str, Any], settings: Settings) -> dict[str, Any]:
         for method, op in ops.items():
             _responses(path, method, op)
     upload = doc["paths"]["/v1/batches/upload"]["post"]["requestBody"]["content"]["multipart/form-data"]
-    _limits(schemas, settings, form=upload["schema"]["$ref"].rsplit("/", 1)[-1])
+    form = upload["schema"]["$ref"].rsplit("/", 1)[-1]
+    _limits(schemas, settings, form=form)
+    _one_name_each(schemas, form=form)
     return doc
 
 
@@ -121,6 +124,15 @@ def _limits(schemas: dict, settings: Settings, *, form: str) -> None:
             for s in prop.get("anyOf", [prop]):
                 if s.get("type") == "string" and not {"pattern", "enum", "const", "contentMediaType"} & s.keys():
                     s["pattern"] = NO_NUL
+
+
+def _one_name_each(schemas: dict, *, form: str) -> None:
+    """A field under its current name and its former one (api.schemas.RENAMED) at once is a 422:
+    stated here, so a client, or a fuzzer, knows it before sending."""
+    given = {"not": {"type": "null"}}
+    for name in ("BatchCreate", "JobCreate", form):
+        schemas[name].setdefault("allOf", []).extend(
+            {"not": {"required": [old, new], "properties": {old: given, new: given}}} for old, new in RENAMED.items())
 
 
 def _narrow(props: dict, name: str, **constraints) -> None:

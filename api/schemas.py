@@ -5,10 +5,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Priority = Literal["batch", "realtime"]
-CallbackEvent = Literal["job.finished", "job.failed", "batch.finished"]
+WebhookEvent = Literal["job.finished", "job.failed", "batch.finished"]
+
+# Field names the API accepted before the product called them webhooks, and their names now.
+# Requests may still use them (deprecated); batches still echo them (deprecated) for clients that
+# read them. A request gives one name or the other, never both: the OpenAPI document can state that
+# (api/openapi.py), while "both, if equal" it could not.
+RENAMED = {"callback_url": "webhook_url", "callback_events": "webhook_events"}
+
+
+def both_names(old: str) -> str:
+    """What a request that gives a field under its former and its current name is told (422)."""
+    return f"{old} is the deprecated name of {RENAMED[old]}: send {RENAMED[old]} only"
 
 
 # Schemes are case-insensitive; no control or space character of any kind, listed rather than
@@ -34,9 +45,33 @@ class _In(_NoNul):
     model_config = ConfigDict(extra="forbid")
 
 
-class Callback(_In):
-    callback_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, description="POSTed (signed) on the events below")
-    callback_events: list[CallbackEvent] | None = Field(None, max_length=3)
+class Webhook(_In):
+    webhook_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, description="POSTed (signed) on the events below")
+    webhook_events: list[WebhookEvent] | None = Field(None, max_length=3, description="Default: all of them")
+    callback_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, deprecated=True,
+                                     description="The former name of webhook_url")
+    callback_events: list[WebhookEvent] | None = Field(None, max_length=3, deprecated=True,
+                                                       description="The former name of webhook_events")
+
+    @model_validator(mode="after")
+    def _one_name_each(self):
+        """A former name's value moves to the current name (``__dict__``: reading a deprecated
+        field through its attribute warns)."""
+        values = self.__dict__
+        for old, new in RENAMED.items():
+            if values[old] is None:
+                continue
+            if values[new] is not None:
+                raise ValueError(both_names(old))
+            values[new], values[old] = values[old], None
+        return self
+
+    def fingerprinted(self) -> bytes:
+        """The body as an Idempotency-Key's fingerprint reads it: under the former names, in their
+        place, as the release before the rename wrote it, so a retry sent across an upgrade still
+        matches its first request."""
+        former = self.model_copy(update={old: self.__dict__[new] for old, new in RENAMED.items()})
+        return former.model_dump_json(exclude=set(RENAMED.values())).encode()
 
 
 class ItemIn(_In):
@@ -48,7 +83,7 @@ class ItemIn(_In):
     sample_rate: int | None = None
 
 
-class BatchCreate(Callback):
+class BatchCreate(Webhook):
     name: str | None = Field(None, max_length=200)
     items: list[ItemIn] = Field(min_length=1)
     voice: str | None = Field(None, max_length=64, description="Default for items without one")
@@ -57,7 +92,7 @@ class BatchCreate(Callback):
     priority: Priority = "batch"
 
 
-class JobCreate(Callback):
+class JobCreate(Webhook):
     text: str = Field(min_length=1)
     client_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
     voice: str | None = Field(None, max_length=64)
@@ -115,8 +150,10 @@ class BatchOut(BaseModel):
     progress: float = Field(description="Finished (done, failed, cancelled) / total")
     audio_seconds: float
     billable_characters: int
-    callback_url: str | None
-    callback_events: list[str] | None
+    webhook_url: str | None
+    webhook_events: list[str] | None
+    callback_url: str | None = Field(deprecated=True, description="The same as webhook_url (its former name)")
+    callback_events: list[str] | None = Field(deprecated=True, description="The same as webhook_events (its former name)")
     created_at: datetime
     finished_at: datetime | None
     cancelled_at: datetime | None

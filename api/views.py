@@ -42,7 +42,8 @@ def batch_out(session: Session, batch: Batch) -> BatchOut:
         counts={s.value: n for s, n in stats.counts.items()},
         progress=round(stats.finished / stats.total, 4) if stats.total else 1.0,
         audio_seconds=round(stats.audio_seconds, 3), billable_characters=stats.billable_characters,
-        callback_url=batch.callback_url, callback_events=batch.callback_events,
+        webhook_url=batch.webhook_url, webhook_events=batch.webhook_events,
+        callback_url=batch.webhook_url, callback_events=batch.webhook_events,   # their deprecated names
         created_at=_utc(batch.created_at), finished_at=_utc(batch.finished_at),
         cancelled_at=_utc(batch.cancelled_at), expires_at=_utc(batch.expires_at),
     )

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+from pipeline.settings import Settings
+
+
+def schedule_path(settings: Settings) -> Path:
+    """Where beat keeps when each entry last ran, so a restart neither repeats nor skips a run."""
+    return settings.data_dir / "celerybeat-schedule"
 
 
 @click.command()
@@ -13,7 +22,6 @@ def beat(loglevel: str) -> None:
     deployment; workers do the work. With no
     SYNTH_REDIS_URL it uses the embedded Redis of the data folder, like `synth worker`."""
     from cli.context import broker, open_database
-    from pipeline.settings import Settings
     from worker.app import make_app
 
     settings = Settings()
@@ -21,5 +29,5 @@ def beat(loglevel: str) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     with broker(settings) as broker_url:
         app = make_app(settings, broker_url)
-        app.Beat(loglevel=loglevel, schedule=str(settings.data_dir / "celerybeat-schedule"),
+        app.Beat(loglevel=loglevel, schedule=str(schedule_path(settings)),
                  quiet=True).run()

@@ -11,7 +11,7 @@ import click
 @click.command()
 @click.option("--gpu", type=int, help="Pin this worker to GPU N (sets CUDA_VISIBLE_DEVICES before torch loads).")
 @click.option("--cpu", "cpu_only", is_flag=True, help="Hide all GPUs from this worker.")
-@click.option("-Q", "--queues", help="Comma-separated queues [default: realtime, callbacks and every length bucket].")
+@click.option("-Q", "--queues", help="Comma-separated queues [default: realtime, webhooks and every length bucket].")
 @click.option("-c", "--concurrency", type=int,
               help="Batch tasks in flight [default: SYNTH_WORKER_CONCURRENCY, else derived from the engine's rows].")
 @click.option("--loglevel", default="INFO", show_default=True)
@@ -55,7 +55,7 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
         from worker.metrics import install as install_metrics
 
         install_metrics(app, broker_url)  # Prometheus (SYNTH_WORKER_METRICS_PORT) + Redis heartbeat
-        wanted = queues.split(",") if queues else default_queues(settings)
+        wanted = _former_names(queues.split(",")) if queues else default_queues(settings)
         batch_queues = [q for q in wanted if q != REALTIME_QUEUE]
         if REALTIME_QUEUE in wanted and batch_queues:  # a realtime-only worker needs no second consumer
             consumer = RealtimeConsumer(app, realtime_slots(runtime.engine.info.max_batch)).start()
@@ -72,6 +72,19 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
             "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle",
         ])
         sys.exit(code or (1 if engine_lost.is_set() else 0))
+
+
+def _former_names(queues: list[str]) -> list[str]:
+    """``-Q callbacks``, the webhook queue's former name, still works: it consumes the queue under
+    both names (messages of the previous release wait under the old one), with a warning."""
+    from worker.webhooks import FORMER_QUEUE, WEBHOOK_QUEUE
+
+    if FORMER_QUEUE not in queues:
+        return queues
+    click.echo(f"synth worker: the queue {FORMER_QUEUE!r} is now {WEBHOOK_QUEUE!r}; -Q {FORMER_QUEUE} is "
+               f"deprecated and consumes both (write -Q {WEBHOOK_QUEUE})", err=True)
+    at = queues.index(FORMER_QUEUE)
+    return [*queues[:at], WEBHOOK_QUEUE, *queues[at:]] if WEBHOOK_QUEUE not in queues else queues
 
 
 def _stop_when_engine_is_lost(engine):

@@ -15,7 +15,7 @@ from pipeline.storage.base import manifest_key, safe_name
 
 
 def job_audio_path(job_id: str) -> str:
-    """The API's route for a job's audio: what API manifests and callbacks give out, never a
+    """The API's route for a job's audio: what API manifests and webhooks give out, never a
     location inside the store."""
     return f"/v1/jobs/{job_id}/audio"
 

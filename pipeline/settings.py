@@ -156,7 +156,7 @@ class Settings(BaseSettings):
     worker_name: str | None = None
     dashboard_token: str | None = None  # None: /dashboard is open; else ?token= or Bearer
 
-    # Callbacks (pipeline/webhooks/). Hosts or CIDRs that callback URLs may reach even though they
+    # Webhooks (pipeline/webhooks/). Hosts or CIDRs that webhook URLs may reach even though they
     # are loopback/private/link-local (an operator's own receivers), e.g. '["hooks.internal", "10.1.0.0/16"]'.
     webhook_allow_hosts: tuple[str, ...] = ()
     # Delays before each retry after the first, immediate attempt (seconds; full jitter applies).

@@ -51,7 +51,7 @@ def resolve_options(settings: Settings, options: BatchOptions) -> BatchOptions:
 
 def create_batch(session: Session, settings: Settings, corpus: Corpus, options: BatchOptions,
                  *, source: str, **batch_columns) -> Batch:
-    """``batch_columns``: what the API adds (owner_key_id, callback_url, expires_at ...)."""
+    """``batch_columns``: what the API adds (owner_key_id, webhook_url, expires_at ...)."""
     opts = resolve_options(settings, options)
     jobs = [
         db.NewJob(client_id=client_id_for(line_no), text=line, line_no=line_no,

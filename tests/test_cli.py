@@ -26,6 +26,7 @@ def batches_in(data_dir: Path) -> int:
         return conn.execute(text("SELECT count(*) FROM batches")).scalar()
 
 
+@pytest.mark.slow
 def test_embedded_submit_renders_the_sample_corpus(tmp_path, embedded_env):
     out = tmp_path / "out"
     result = synth("submit", str(REPO / "examples/corpus.txt"), "--format", "mp3", "--name", "sample",
@@ -115,3 +116,13 @@ def test_help_is_helpful(embedded_env):
     for command in ("submit", "status", "fetch", "worker", "db"):
         assert command in out
     assert "--sample-rate" in synth("submit", "--help", env=embedded_env).stdout.decode()
+
+
+def test_the_webhook_queue_under_its_former_name_consumes_both_with_a_warning(capsys):
+    from cli.worker import _former_names
+
+    assert _former_names(["realtime", "webhooks"]) == ["realtime", "webhooks"]
+    assert capsys.readouterr().err == ""
+    assert _former_names(["callbacks", "batch.le10s"]) == ["webhooks", "callbacks", "batch.le10s"]
+    assert "deprecated" in capsys.readouterr().err
+    assert "webhooks" in synth("worker", "--help", env=synth_env()).stdout.decode()

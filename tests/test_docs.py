@@ -53,3 +53,16 @@ def test_every_route_the_pages_name_is_served_and_docs_api_names_every_route():
     assert not wrong, f"routes named in the docs that the API does not serve: {wrong}"
     missing = served - named_in[REPO / "docs" / "api.md"]
     assert not missing, f"routes the API serves that docs/api.md does not name: {sorted(missing)}"
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def test_every_relative_link_of_the_pages_leads_to_a_file():
+    broken = {}
+    for page in [*PAGES, REPO / "docs" / "performance.md", REPO / "ops" / "README.md"]:
+        targets = {t.split("#", 1)[0] for t in LINK.findall(page.read_text()) if "://" not in t and not t.startswith("#")}
+        missing = sorted(t for t in targets if t and not (page.parent / t).exists())
+        if missing:
+            broken[page.relative_to(REPO).as_posix()] = missing
+    assert not broken, f"links to files that do not exist: {broken}"

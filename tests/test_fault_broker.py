@@ -4,6 +4,7 @@ back, with nobody restarting it."""
 
 import time
 
+import pytest
 import redis
 from sqlalchemy import select
 
@@ -16,6 +17,7 @@ from tests.conftest import free_port
 from tests.waiting import eventually
 
 
+@pytest.mark.slow
 def test_a_worker_waits_out_a_redis_outage_and_renders_the_next_batch(tmp_path):
     server = RedisProcess(tmp_path / "redis", free_port())
     database_url = f"sqlite:///{tmp_path / 'synth.db'}"

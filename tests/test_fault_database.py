@@ -21,6 +21,7 @@ from worker.enqueue import enqueue_batch
 LINES = "".join(f"Sentence number {n} is short.\n" for n in range(1, 7))
 
 
+@pytest.mark.slow
 def test_a_database_outage_past_the_retry_budget_leaves_every_job_done_and_the_batch_closed(
         settings, database_url, sessions, redis_url, piper_engine):
     if not database_url.startswith("postgresql"):

@@ -31,6 +31,7 @@ def tiny_checkpoint(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_orpheus_batch_through_a_real_worker(settings, sessions, redis_url, tiny_checkpoint, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     settings = settings.with_overrides(engine="orpheus", model=str(tiny_checkpoint), device="cpu")

@@ -87,6 +87,7 @@ def test_batch_renders_with_one_bad_line_failing_alone(store_settings, sessions,
     assert all(m["object_key"] is None or m["object_key"].startswith(f"batches/{batch.id}/audio/") for m in manifest)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["longest", "shortest"])
 def test_workers_poll_the_long_bucket_first(settings, sessions, redis_url, piper_engine, order):
     """With a backlog in several buckets, a worker takes the longest bucket first (the default), so

@@ -29,6 +29,7 @@ def test_word_error_rate_helper():
     assert word_error_rate("a b c d", "a x c") == pytest.approx(0.5)
 
 
+@pytest.mark.slow
 def test_piper_speech_is_intelligible(piper_engine):
     rate = piper_engine.info.sample_rate
     errors = words = 0

@@ -4,6 +4,7 @@ ends done exactly once, with one object each."""
 import os
 import signal
 
+import pytest
 import redis
 from sqlalchemy import select
 
@@ -57,6 +58,7 @@ def assert_each_job_done_once(tmp_path, sessions, batch_id) -> list[Job]:
     return final
 
 
+@pytest.mark.slow
 def test_kill_9_mid_job_then_a_new_worker_finishes_each_job_once(tmp_path, redis_url, database_url, sessions):
     env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
                     SYNTH_DATABASE_URL=database_url, SYNTH_VISIBILITY_TIMEOUT="4",
@@ -95,6 +97,7 @@ def engine_process(worker_pid: int) -> int | None:
     return None
 
 
+@pytest.mark.slow
 def test_an_engine_process_killed_mid_job_stops_its_worker_and_every_job_ends_done_once(
         tmp_path, redis_url, database_url, sessions):
     env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,

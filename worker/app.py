@@ -7,17 +7,17 @@ from kombu import Queue
 
 from pipeline.routing import all_queues
 from pipeline.settings import Settings
-from worker import beat, callbacks, tasks
+from worker import beat, tasks, webhooks
 
 
 def default_queues(settings: Settings) -> list[str]:
-    """What a worker consumes unless told otherwise, in polling order: realtime, then callbacks
-    (short, and late callbacks are what clients notice), then the length buckets, longest first
-    unless ``bucket_order`` says shortest (see Settings)."""
+    """What a worker consumes unless told otherwise, in polling order: realtime, then webhooks
+    (short, and late webhooks are what clients notice; their queue's former name too), then the
+    length buckets, longest first unless ``bucket_order`` says shortest (see Settings)."""
     realtime, *buckets = all_queues(settings.bucket_seconds)
     if settings.bucket_order == "longest":
         buckets.reverse()
-    return [realtime, callbacks.CALLBACK_QUEUE, *buckets]
+    return [realtime, webhooks.WEBHOOK_QUEUE, webhooks.FORMER_QUEUE, *buckets]
 
 
 def restore_interval(settings: Settings) -> int:
@@ -43,7 +43,8 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
     app = Celery("synth", broker=broker_url, set_as_current=False)
     queues = all_queues(settings.bucket_seconds)
     app.conf.update(
-        task_queues=[Queue(name, routing_key=name) for name in [*queues, callbacks.CALLBACK_QUEUE]],
+        task_queues=[Queue(name, routing_key=name)
+                     for name in [*queues, webhooks.WEBHOOK_QUEUE, webhooks.FORMER_QUEUE]],
         task_default_queue=queues[1],
         task_serializer="json",
         accept_content=["json"],
@@ -88,5 +89,5 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
     app.synth_settings = settings
     tasks.register(app)             # the render task, and batch expiry (maintenance.py)
     beat.register(app)              # the nightly report task and the beat schedule
-    callbacks.register(app)  # after beat: it adds the webhook sweep to the beat schedule
+    webhooks.register(app)          # after beat: it adds the webhook sweep to the beat schedule
     return app

@@ -6,13 +6,15 @@ import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, Form, Header, HTTPException, Query, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 
 from api import creating, idempotency, pagination
 from api.deps import CurrentKey, Session, State
 from api.ids import could_exist
-from api.schemas import URL_PATTERN, BatchCreate, BatchOut, BatchPage, CancelOut, CallbackEvent, DeleteOut, JobPage, Priority
+from api.schemas import (URL_PATTERN, BatchCreate, BatchOut, BatchPage, CancelOut, DeleteOut, JobPage, Priority,
+                         WebhookEvent, both_names)
 from api.views import batch_out, job_out
 from pipeline import lifecycle
 from pipeline.corpus import parse_corpus
@@ -44,13 +46,13 @@ def create_json_batch(body: BatchCreate, key: CurrentKey, state: State, session:
     limit = state.settings.api_max_batch_items
     if len(body.items) > limit:
         raise HTTPException(400, detail=f"{len(body.items):,} items; the limit per batch is {limit:,}")
-    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/batches", body.model_dump_json().encode())
+    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/batches", body.fingerprinted())
     items = [Item(text=i.text, client_id=i.client_id, voice=i.voice, format=i.format, sample_rate=i.sample_rate)
              for i in body.items]
     options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
                            priority=body.priority, name=body.name)
-    columns = creating.owner_columns(state, key, kind="batch", callback_url=body.callback_url,
-                                     callback_events=body.callback_events)
+    columns = creating.owner_columns(state, key, kind="batch", webhook_url=body.webhook_url,
+                                     webhook_events=body.webhook_events)
     batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_item_batch(
         s, state.settings, items, options, source="api", **columns))
     return _created(session, batch_id, created)
@@ -80,26 +82,43 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
                  sample_rate: Annotated[int | None, Form(), BeforeValidator(_digits)] = None,
                  priority: Annotated[Priority, Form()] = "batch",
                  name: Annotated[str | None, Form(max_length=200)] = None,
-                 callback_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN)] = None,
-                 callback_events: Annotated[list[CallbackEvent] | None, Form()] = None,
+                 webhook_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN)] = None,
+                 webhook_events: Annotated[list[WebhookEvent] | None, Form()] = None,
+                 callback_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN, deprecated=True,
+                                                          description="The former name of webhook_url")] = None,
+                 callback_events: Annotated[list[WebhookEvent] | None, Form(
+                     deprecated=True, description="The former name of webhook_events")] = None,
                  idempotency_key: IdempotencyKey = None) -> JSONResponse:
     """A batch from a corpus file: one job per non-empty line, client ids line-NNNNNN."""
+    webhook_url = _one_name("callback_url", callback_url, webhook_url)
+    webhook_events = _one_name("callback_events", callback_events, webhook_events)
     data = file.file.read()
     source = (file.filename or "upload")[:200]
-    if any("\x00" in v for v in (source, voice, format, name, callback_url) if v):
+    if any("\x00" in v for v in (source, voice, format, name, webhook_url) if v):
         raise HTTPException(400, detail="form fields and the file name must not contain NUL characters")
     corpus = parse_corpus(data, source=source, max_line_chars=state.settings.max_line_chars)
     limit = state.settings.api_max_batch_items
     if len(corpus.lines) > limit:
         raise HTTPException(400, detail=f"{len(corpus.lines):,} lines; the limit per batch is {limit:,}")
-    form = f"{voice}|{format}|{sample_rate}|{priority}|{name}|{callback_url}|{callback_events}".encode()
+    form = f"{voice}|{format}|{sample_rate}|{priority}|{name}|{webhook_url}|{webhook_events}".encode()
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/batches/upload", form, data)
     options = BatchOptions(voice=voice, format=format, sample_rate=sample_rate, priority=priority, name=name)
-    columns = creating.owner_columns(state, key, kind="batch", callback_url=callback_url,
-                                     callback_events=callback_events)
+    columns = creating.owner_columns(state, key, kind="batch", webhook_url=webhook_url,
+                                     webhook_events=webhook_events)
     batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_batch(
         s, state.settings, corpus, options, source=source, **columns))
     return _created(session, batch_id, created)
+
+
+def _one_name(old: str, old_value, value):
+    """A form field under its deprecated name (api.schemas.RENAMED) counts as its current name;
+    both at once are refused with the 422 a JSON body gets."""
+    if old_value is None:
+        return value
+    if value is not None:
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", old), "msg": both_names(old),
+                                       "input": old_value}])
+    return old_value
 
 
 @router.get("", response_model=BatchPage)

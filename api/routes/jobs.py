@@ -43,12 +43,12 @@ def job_body(session, job_id: str) -> dict:
 def create_job(body: JobCreate, key: CurrentKey, state: State, session: Session,
                idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> JSONResponse:
     """One text. priority=realtime goes ahead of batch work and streams live (GET .../stream)."""
-    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/jobs", body.model_dump_json().encode())
+    claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/jobs", body.fingerprinted())
     item = Item(text=body.text, client_id=body.client_id or "job")
     options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
                            priority=body.priority)
-    columns = creating.owner_columns(state, key, kind="job", callback_url=body.callback_url,
-                                     callback_events=body.callback_events)
+    columns = creating.owner_columns(state, key, kind="job", webhook_url=body.webhook_url,
+                                     webhook_events=body.webhook_events)
     job_id, created = creating.create(state, session, claim, "job", lambda s: create_item_batch(
         s, state.settings, [item], options, source="api", **columns))
     return JSONResponse(job_body(session, job_id), status_code=201,

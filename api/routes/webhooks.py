@@ -1,4 +1,4 @@
-"""Callbacks: the key's signing secret (read, rotate) and its delivery log."""
+"""Webhooks: the key's signing secret (read, rotate) and its delivery log."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ DeliveryState = Literal["pending", "delivering", "retrying", "succeeded", "faile
 class SecretOut(BaseModel):
     secret: str = Field(description="whsec_<base64>: verify webhook-signature with it (Standard Webhooks)")
     previous_secret_valid_until: datetime | None = Field(
-        None, description="until then callbacks also carry a signature made with the previous secret")
+        None, description="until then webhooks also carry a signature made with the previous secret")
     rotated_at: datetime | None = None
 
 
@@ -65,7 +65,7 @@ def _secret_out(row: WebhookSecret) -> SecretOut:
 
 @router.get("/secret", response_model=SecretOut)
 def get_secret(key: CurrentKey, session: Session) -> SecretOut:
-    """Your callbacks' signing secret (created on first use)."""
+    """Your webhooks' signing secret (created on first use)."""
     row = secrets.get_or_create(session, key.id)
     session.commit()
     return _secret_out(row)
@@ -74,7 +74,7 @@ def get_secret(key: CurrentKey, session: Session) -> SecretOut:
 @router.post("/secret/rotate", response_model=SecretOut)
 def rotate_secret(key: CurrentKey, session: Session, settings: Settings) -> SecretOut:
     """A new signing secret. The previous one keeps signing too (a second signature) for the grace
-    period, so receivers can switch without losing a callback."""
+    period, so receivers can switch without losing a webhook."""
     row = secrets.rotate(session, key.id, grace_s=settings.webhook_secret_grace)
     session.commit()
     return _secret_out(row)
@@ -84,7 +84,7 @@ def rotate_secret(key: CurrentKey, session: Session, settings: Settings) -> Secr
 def list_deliveries(key: CurrentKey, session: Session, status: DeliveryState | None = None,
                     event_type: EventType | None = None, cursor: str | None = None,
                     limit: Annotated[int, Query(ge=1, le=200)] = 50) -> DeliveryPage:
-    """Your callbacks, newest first, each with every attempt to deliver it."""
+    """Your webhooks, newest first, each with every attempt to deliver it."""
     rows = deliveries.list_for_key(session, key.id, limit=limit + 1, status=status, event_type=event_type,
                                    after=pagination.decode_batch_cursor(cursor))
     page = rows[:limit]

@@ -1,7 +1,7 @@
 """A small webhook receiver (standard library only): verifies each request with signing.verify,
 dedupes by webhook-id, and records what it saw. The tests and the webhooks bench
 (ops/bench/webhooks.py) run it on a loopback port; it also shows a client what receiving synth's
-callbacks takes. It is a tool beside the product, not part of it: nothing under pipeline/ uses it.
+webhooks takes. It is a tool beside the product, not part of it: nothing under pipeline/ uses it.
 
 ``fail_first=N`` answers the first N requests of every webhook-id with ``fail_code`` (500), to
 exercise retries.

@@ -1,13 +1,13 @@
-"""Callback delivery delay: from the event being emitted (its row in webhook_deliveries, written by
+"""Webhook delivery delay: from the event being emitted (its row in webhook_deliveries, written by
 the render hook) to the receiver having the request (its own clock; same machine, same clock).
 
     python -m ops.bench.webhooks --events 20 --markdown .bench/webhooks.md
 
-A real Celery worker (threads, in this process, Piper on the CPU) consumes realtime, callbacks and
+A real Celery worker (threads, in this process, Piper on the CPU) consumes realtime, webhooks and
 the length buckets like `synth worker`; the receiver (ops/bench/webhook_receiver.py) verifies every
 signature and answers 200 at once. Two scenarios:
 
-- idle: one single-job batch at a time, the next submitted after the previous callback arrived,
+- idle: one single-job batch at a time, the next submitted after the previous webhook arrived,
   so a worker slot is free when the delivery message comes;
 - busy: one batch of N jobs (jobs_per_task per message) on a worker with 2 slots, so delivery
   messages queue behind render tasks that are already running.
@@ -56,8 +56,8 @@ SENTENCES = ["Your order has shipped.", "The meeting starts at noon.", "Please c
 def _batch(sessions, settings, key_id, url, texts) -> str:
     with sessions() as s:
         batch = create_item_batch(s, settings, [Item(text=t) for t in texts], BatchOptions(name="bench"),
-                                  source="bench", owner_key_id=key_id, callback_url=url,
-                                  callback_events=["job.finished"])
+                                  source="bench", owner_key_id=key_id, webhook_url=url,
+                                  webhook_events=["job.finished"])
         s.commit()
         return batch.id
 
@@ -115,11 +115,11 @@ def run(settings: Settings, redis_url: str, events: int) -> dict:
 def _markdown(report: dict) -> str:
     m = report["machine"]
     lines = [
-        "# Callback delivery delay", "",
+        "# Webhook delivery delay", "",
         f"{m['date']}, commit {m['commit']}, {m['cpu']} ({m['cores']} cores), {m['database']}, Redis {m['redis']}.",
         "", "Measured by `python -m ops.bench.webhooks` (see its docstring): a real Celery worker thread (2 slots, "
         "Piper on the CPU) renders single-sentence jobs; the render hook writes each `job.finished` event "
-        "to `webhook_deliveries` and enqueues `synth.deliver_webhook` on the `callbacks` queue; a receiver "
+        "to `webhook_deliveries` and enqueues `synth.deliver_webhook` on the `webhooks` queue; a receiver "
         "on a loopback port verifies the Standard Webhooks signature and answers 200. Delay = receiver's "
         "arrival time minus the event row's `created_at` (emitted); also minus the job's `finished_at`.", "",
         "| scenario | events | emitted -> received p50 | p95 | max | job finished -> received p50 | p95 |",

@@ -50,7 +50,7 @@ def plan_batch(*, name: str | None, source: str | None, voice: str, format: str,
                **batch_columns) -> PlannedBatch:
     """The rows of a batch and its jobs, PENDING, or QUEUED with ``queued`` (their messages are
     sent once the rows are committed). ``batch_columns``: the API's owner_key_id, kind,
-    callback_url/events and expires_at."""
+    webhook_url/events and expires_at."""
     now = utcnow()
     batch = dict(id=new_id(), name=name, source=source, voice=voice, format=format, sample_rate=sample_rate,
                  priority=priority, total_jobs=len(jobs), skipped_lines=skipped_lines, created_at=now,

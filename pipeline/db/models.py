@@ -1,6 +1,6 @@
 """Tables. Schemas for HTTP live in api/, not here.
 
-The batch, job and metrics tables are here; the reports', the API's and the callbacks' live in
+The batch, job and metrics tables are here; the reports', the API's and the webhooks' live in
 models_*.py, imported below so that importing this module puts every table on ``Base.metadata``
 (the migrations compare against it).
 """
@@ -88,8 +88,8 @@ class Batch(Base):
     owner_key_id: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id", ondelete="SET NULL"),
                                                      index=True)
     kind: Mapped[str] = mapped_column(String(16), default="batch", server_default="batch")  # or "job"
-    callback_url: Mapped[str | None] = mapped_column(String(2000))
-    callback_events: Mapped[list | None] = mapped_column(JSON)
+    webhook_url: Mapped[str | None] = mapped_column(String(2000))      # named so by migration 0005
+    webhook_events: Mapped[list | None] = mapped_column(JSON)
     expires_at: Mapped[datetime | None] = mapped_column(_ts, index=True)  # None: kept until deleted
     cancelled_at: Mapped[datetime | None] = mapped_column(_ts)
 
@@ -116,8 +116,8 @@ class Job(Base):
     priority: Mapped[str] = mapped_column(String(16), default="batch")
     queue: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[JobStatus] = mapped_column(_status, default=JobStatus.PENDING)
-    callback_url: Mapped[str | None] = mapped_column(String(2000))    # migration 0002
-    callback_events: Mapped[list | None] = mapped_column(JSON)
+    webhook_url: Mapped[str | None] = mapped_column(String(2000))     # migration 0002, named so by 0005
+    webhook_events: Mapped[list | None] = mapped_column(JSON)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
     object_key: Mapped[str | None] = mapped_column(String(500))

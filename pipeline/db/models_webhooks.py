@@ -1,4 +1,4 @@
-"""Tables of the callbacks (webhooks): signing secrets per API key, one delivery per event, and
+"""Tables of the webhooks: signing secrets per API key, one delivery per event, and
 every attempt to deliver it. Data access lives in pipeline/webhooks/."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class WebhookSecret(Base):
 
 
 class WebhookDelivery(Base):
-    """One event for one callback URL. Its id is the webhook-id, the same on every attempt, and is
+    """One event for one webhook URL. Its id is the webhook-id, the same on every attempt, and is
     derived from (event type, resource id), so an event is recorded once however often it is emitted."""
 
     __tablename__ = "webhook_deliveries"

@@ -1,5 +1,5 @@
 """One delivery attempt: claim it, check the URL again (SSRF), sign, POST to the checked address,
-log the attempt, and say when the next one is due. The Celery task (worker/callbacks.py) only
+log the attempt, and say when the next one is due. The Celery task (worker/webhooks.py) only
 schedules the next message.
 
 DNS rebinding: the URL is resolved and checked right before the attempt, and the request goes to
@@ -91,10 +91,10 @@ def _attempt(config: DeliveryConfig, url: str, msg_id: str, body: str,
              keys: list[str]) -> tuple[int | None, str | None, str | None, bool]:
     """(status code, error, address, permanent): one signed POST to the checked address."""
     if not keys:
-        return None, "the API key that owns this callback no longer exists", None, True
+        return None, "the API key that owns this webhook no longer exists", None, True
     try:
-        target = ssrf.validate_callback_url(url, config.allow)
-    except ssrf.CallbackURLError as e:
+        target = ssrf.validate_webhook_url(url, config.allow)
+    except ssrf.WebhookURLError as e:
         return None, f"refused: {e}", None, True
     payload = body.encode()
     headers = signing.headers(msg_id, payload, keys)
@@ -112,7 +112,7 @@ def _attempt(config: DeliveryConfig, url: str, msg_id: str, body: str,
     return None, last_error, None, False
 
 
-def post_pinned(target: ssrf.CallbackTarget, address: ssrf.IPAddress, body: bytes,
+def post_pinned(target: ssrf.WebhookTarget, address: ssrf.IPAddress, body: bytes,
                 headers: dict[str, str], timeout: float, verify: ssl.SSLContext | bool = True) -> int:
     """POST ``body`` to ``address`` as if to the URL's host; return the status code. The response
     body is not read (a receiver cannot make us download anything). ``verify``: TLS trust (the

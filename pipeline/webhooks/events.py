@@ -1,4 +1,4 @@
-"""Callback events: their types, deterministic ids, who gets them, and their JSON bodies.
+"""Webhook events: their types, deterministic ids, who gets them, and their JSON bodies.
 
 Event ids are derived from (type, resource id), so the same state change always has the same id:
 the database stores it once (a unique constraint), and the receiver sees one webhook-id on every
@@ -29,7 +29,7 @@ def check_events(events: Sequence[str] | None) -> list[str] | None:
         return None
     unknown = [e for e in events if e not in EVENT_TYPES]
     if unknown:
-        raise ValueError(f"unknown callback event {unknown[0]!r}; choose from {', '.join(EVENT_TYPES)}")
+        raise ValueError(f"unknown webhook event {unknown[0]!r}; choose from {', '.join(EVENT_TYPES)}")
     return list(dict.fromkeys(events))
 
 
@@ -40,7 +40,7 @@ def wants(events: Sequence[str] | None, event_type: str) -> bool:
 
 def job_target(job_url: str | None, job_events: Sequence[str] | None, batch_url: str | None,
                batch_events: Sequence[str] | None, event_type: str) -> str | None:
-    """Where a job event goes: the job's own callback if it has one, else its batch's; None: nowhere."""
+    """Where a job event goes: the job's own webhook if it has one, else its batch's; None: nowhere."""
     if job_url:
         return job_url if wants(job_events, event_type) else None
     if batch_url and wants(batch_events, event_type):

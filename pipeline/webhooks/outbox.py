@@ -1,6 +1,6 @@
-"""Emit callback events into webhook_deliveries (the outbox) once jobs and batches have finished.
+"""Emit webhook events into webhook_deliveries (the outbox) once jobs and batches have finished.
 
-Called by the worker after a render task recorded its outcomes (worker/callbacks.py), and safe to
+Called by the worker after a render task recorded its outcomes (worker/webhooks.py), and safe to
 call again for the same jobs: each event's id is derived from (type, resource), inserted with
 ON CONFLICT DO NOTHING, so a retried or redelivered task adds nothing. It returns the deliveries
 still waiting for their first attempt, and the caller enqueues them; a duplicate message for one
@@ -43,8 +43,8 @@ def emit_for_jobs(session: Session, job_ids: Sequence[str]) -> list[str]:
     ids: list[str] = []
     for job, batch, audio_s in rows:
         event_type = _JOB_EVENTS.get(job.status)
-        url = event_type and ev.job_target(job.callback_url, job.callback_events, batch.callback_url,
-                                           batch.callback_events, event_type)
+        url = event_type and ev.job_target(job.webhook_url, job.webhook_events, batch.webhook_url,
+                                           batch.webhook_events, event_type)
         if not url or not _has_owner(batch):
             continue
         payload = ev.job_payload(
@@ -62,8 +62,8 @@ def emit_for_jobs(session: Session, job_ids: Sequence[str]) -> list[str]:
 
 def emit_batch_finished(session: Session, batch: Batch) -> str | None:
     """The batch.finished event of a batch whose jobs are all terminal (done, failed, cancelled);
-    None if it has no callback for it, is a single-job batch, or is still running. The caller commits."""
-    if (not batch.callback_url or not ev.wants(batch.callback_events, ev.BATCH_FINISHED)
+    None if it has no webhook for it, is a single-job batch, or is still running. The caller commits."""
+    if (not batch.webhook_url or not ev.wants(batch.webhook_events, ev.BATCH_FINISHED)
             or batch.kind == "job" or not _has_owner(batch) or not db.batch_finished(session, batch.id)):
         return None
     counts = {status.value: n for status, n in db.status_counts(session, batch.id).items()
@@ -76,12 +76,12 @@ def emit_batch_finished(session: Session, batch: Batch) -> str | None:
     payload = ev.batch_payload(at=as_utc(finished_at or utcnow()), batch_id=batch.id, name=batch.name,
                                counts=counts, audio_seconds=float(audio_s or 0.0),
                                manifest_key=batch.manifest_key, cancelled=batch.cancelled_at is not None)
-    return _insert(session, ev.BATCH_FINISHED, batch.id, batch, batch.callback_url, payload)
+    return _insert(session, ev.BATCH_FINISHED, batch.id, batch, batch.webhook_url, payload)
 
 
 def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(days=1),
                              limit: int = 100) -> list[str]:
-    """batch.finished for batches closed in the last ``within`` that have a callback but no such event
+    """batch.finished for batches closed in the last ``within`` that have a webhook but no such event
     yet: batches closed without a render task (every remaining job cancelled), or whose render hook
     could not write. Returns the new deliveries' ids. The caller commits."""
     sent = select(WebhookDelivery.id).where(WebhookDelivery.event_type == ev.BATCH_FINISHED,
@@ -89,7 +89,7 @@ def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(
     still_open = select(Job.id).where(Job.batch_id == Batch.id,
                                       Job.status.in_([s for s in JobStatus if not s.terminal]))
     batches = session.scalars(
-        select(Batch).where(Batch.finished_at >= utcnow() - within, Batch.callback_url.is_not(None),
+        select(Batch).where(Batch.finished_at >= utcnow() - within, Batch.webhook_url.is_not(None),
                             Batch.owner_key_id.is_not(None), Batch.kind != "job", ~sent.exists(),
                             ~still_open.exists())
         .order_by(Batch.finished_at.desc()).limit(limit)
@@ -100,7 +100,7 @@ def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(
 
 def _has_owner(batch: Batch) -> bool:
     if batch.owner_key_id is None:  # CLI batches have no key, so no secret to sign with
-        log.warning("batch %s has a callback URL but no owner key; its events are not sent", batch.id)
+        log.warning("batch %s has a webhook URL but no owner key; its events are not sent", batch.id)
         return False
     return True
 

@@ -2,7 +2,7 @@
 secret also signs (two signatures in webhook-signature, as Standard Webhooks allows).
 
 Secrets are stored as they are, not hashed: the sender needs them to compute each HMAC. Whoever
-reads the database can forge callbacks; the same holds for every HMAC webhook sender.
+reads the database can forge webhooks; the same holds for every HMAC webhook sender.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Callback URLs must not reach inside our network (server-side request forgery).
+"""Webhook URLs must not reach inside our network (server-side request forgery).
 
-``validate_callback_url()`` parses the URL, resolves its host (every address) and refuses any
+``validate_webhook_url()`` parses the URL, resolves its host (every address) and refuses any
 address that is not a public unicast one: loopback, private, link-local, shared (CGNAT), multicast,
 reserved, unspecified, cloud metadata (169.254.169.254, fd00:ec2::254, metadata.google.internal),
 IPv4-mapped or -translated IPv6 forms of those. An operator allow-list (``webhook_allow_hosts``:
@@ -29,12 +29,12 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")         # embeds an IPv4 address i
 MAX_URL_CHARS = 2000
 
 
-class CallbackURLError(InputError):
-    """A callback URL that synth refuses to call; the message says why (an API answers 400)."""
+class WebhookURLError(InputError):
+    """A webhook URL that synth refuses to call; the message says why (an API answers 400)."""
 
 
 @dataclass(frozen=True)
-class CallbackTarget:
+class WebhookTarget:
     """A checked URL and the addresses it resolved to, all of them allowed."""
 
     url: str
@@ -99,37 +99,37 @@ def resolve(host: str, port: int) -> tuple[IPAddress, ...]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as e:
-        raise CallbackURLError(f"callback host {host!r} does not resolve: {e}") from e
+        raise WebhookURLError(f"webhook host {host!r} does not resolve: {e}") from e
     seen: dict[IPAddress, None] = {}
     for *_, sockaddr in infos:
         seen.setdefault(ipaddress.ip_address(sockaddr[0].split("%", 1)[0]), None)
     if not seen:
-        raise CallbackURLError(f"callback host {host!r} resolves to no address")
+        raise WebhookURLError(f"webhook host {host!r} resolves to no address")
     return tuple(seen)
 
 
 def parse_url(url: str) -> tuple[str, str, int]:
-    """(scheme, host, port) of an http(s) URL without credentials; raises CallbackURLError."""
+    """(scheme, host, port) of an http(s) URL without credentials; raises WebhookURLError."""
     if not isinstance(url, str) or len(url) > MAX_URL_CHARS:
-        raise CallbackURLError(f"callback URL must be a string of at most {MAX_URL_CHARS} characters")
+        raise WebhookURLError(f"webhook URL must be a string of at most {MAX_URL_CHARS} characters")
     try:
         parts = urlsplit(url.strip())
         port = parts.port
     except ValueError as e:
-        raise CallbackURLError(f"callback URL is malformed: {e}") from e
+        raise WebhookURLError(f"webhook URL is malformed: {e}") from e
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        raise CallbackURLError(f"callback URL must be http or https, not {scheme or 'nothing'!r}")
+        raise WebhookURLError(f"webhook URL must be http or https, not {scheme or 'nothing'!r}")
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        raise CallbackURLError("callback URL must not carry credentials (user:password@)")
+        raise WebhookURLError("webhook URL must not carry credentials (user:password@)")
     host = (parts.hostname or "").rstrip(".")
     if not host:
-        raise CallbackURLError("callback URL has no host")
+        raise WebhookURLError("webhook URL has no host")
     return scheme, host, port or (443 if scheme == "https" else 80)
 
 
-def validate_callback_url(url: str, allow: AllowList | Iterable[str] = ()) -> CallbackTarget:
-    """Check a callback URL; return it with its resolved addresses, or raise CallbackURLError.
+def validate_webhook_url(url: str, allow: AllowList | Iterable[str] = ()) -> WebhookTarget:
+    """Check a webhook URL; return it with its resolved addresses, or raise WebhookURLError.
 
     ``allow`` is the operator's allow-list (``Settings.webhook_allow_hosts``): a host name listed
     there passes whatever it resolves to; an address inside a listed CIDR passes.
@@ -137,14 +137,14 @@ def validate_callback_url(url: str, allow: AllowList | Iterable[str] = ()) -> Ca
     allow = allow if isinstance(allow, AllowList) else AllowList.parse(allow)
     scheme, host, port = parse_url(url)
     if host in allow.hosts:
-        return CallbackTarget(url, scheme, host, port, resolve(host, port))
+        return WebhookTarget(url, scheme, host, port, resolve(host, port))
     if host in METADATA_HOSTS:
-        raise CallbackURLError(f"callback host {host!r} is a cloud metadata service")
+        raise WebhookURLError(f"webhook host {host!r} is a cloud metadata service")
     addresses = resolve(host, port)
     for address in addresses:
         why = refusal(address)
         if why and not allow.allows(address):
             shown = host if str(address) == host else f"{host} ({address})"
-            raise CallbackURLError(f"callback URL {shown} is {why}; an operator can allow it with "
+            raise WebhookURLError(f"webhook URL {shown} is {why}; an operator can allow it with "
                                    f"SYNTH_WEBHOOK_ALLOW_HOSTS")
-    return CallbackTarget(url, scheme, host, port, addresses)
+    return WebhookTarget(url, scheme, host, port, addresses)

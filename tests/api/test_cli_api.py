@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from tests.cli_helpers import start_synth, synth, synth_env
 from tests.conftest import free_port
 from tests.waiting import eventually
 
 
+@pytest.mark.slow
 def test_keys_and_api_server_from_the_cli(database_url, redis_url, tmp_path):
     env = synth_env(SYNTH_DATABASE_URL=database_url, SYNTH_REDIS_URL=redis_url, SYNTH_DATA_DIR=str(tmp_path))
     made = synth("keys", "create", "--name", "ci", env=env)

@@ -1,5 +1,5 @@
 """One item's audio never serves another's, and deleted audio is served from nowhere: object keys
-unique per job, fetched files unique per job, manifests and callbacks without server paths,
+unique per job, fetched files unique per job, manifests and webhooks without server paths,
 Idempotency-Keys of deleted resources, the live copy of a deleted job."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def test_edited_cursors_answer_400(client, values):
 @pytest.mark.parametrize("path,body", [
     ("/v1/batches", '{"items": [{"text": "\\ud800"}]}'),
     ("/v1/batches", '{"items": [{"text": "One.", "client_id": "\\udfff"}], "name": "\\ud800"}'),
-    ("/v1/jobs", '{"text": "One.", "callback_url": "https://example.com/\\ud800"}'),
+    ("/v1/jobs", '{"text": "One.", "webhook_url": "https://example.com/\\ud800"}'),
     ("/v1/audio/speech", '{"model": "tts-1", "voice": "alloy", "input": "\\ud800"}'),
     ("/v1/jobs", '{"text": "One.", "sample_rate": 1e400}'),
     ("/v1/batches", '{"items": [{"text": "One.", "sample_rate": -1e400}]}'),
@@ -64,7 +64,7 @@ def test_two_file_parts_are_refused(client):
 
 
 def test_an_upper_case_scheme_is_a_url_like_any_other(client):
-    r = client.post("/v1/jobs", json={"text": "One.", "callback_url": "HTTPS://93.184.216.34/hook"})
+    r = client.post("/v1/jobs", json={"text": "One.", "webhook_url": "HTTPS://93.184.216.34/hook"})
     assert r.status_code == 201, r.text
 
 

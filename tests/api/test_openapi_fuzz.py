@@ -88,6 +88,7 @@ def test_the_document_states_errors_limits_and_audio_types(api_server):
     assert item["text"]["maxLength"] == 300 and item["format"]["anyOf"][0]["enum"] == ["wav", "mp3", "ogg", "flac"]
 
 
+@pytest.mark.slow
 def test_every_check_passes_on_every_operation(api_settings, redis_url, new_key, running_worker):
     assert run(api_settings, redis_url, new_key("fuzz"), seed=20261124, max_examples=8).cases > 500
 

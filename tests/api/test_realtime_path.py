@@ -126,6 +126,7 @@ def test_a_client_that_goes_away_frees_its_live_stream_at_once(api_settings, red
         eventually(lambda: hub.streams == 0, 15, "the listener to be closed after the client left")
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_stream_cuts_the_clients_stream_within_seconds(
         api_settings, redis_url, worker, new_key):
     with serve(api_settings, redis_url) as server, client_for(server, new_key("crash")) as client:
@@ -162,6 +163,7 @@ def test_the_apis_start_up_warms_the_create_path_without_writing_or_sending_anyt
     assert redis_lib.Redis.from_url(redis_client_url(redis_url)).llen(REALTIME_QUEUE) == 0
 
 
+@pytest.mark.slow
 def test_a_stream_published_by_an_engine_in_its_own_process_carries_the_whole_job(
         api_settings, redis_url, worker_env, tmp_path, new_key, sessions):
     from pipeline.db.models import JobMetrics

@@ -1,9 +1,10 @@
-"""Callbacks through the HTTP API: a real server, worker and receiver. The signing secret is read
-and rotated through /v1/webhooks/secret, the batch's callbacks arrive signed with it, and
+"""Webhooks through the HTTP API: a real server, worker and receiver. The signing secret is read
+and rotated through /v1/webhooks/secret, the batch's webhooks arrive signed with it, and
 /v1/webhooks/deliveries shows every attempt, to the owning key only."""
 
 import pytest
 
+from api.schemas import BatchCreate, JobCreate
 from ops.bench.webhook_receiver import Receiver
 from tests.api.conftest import client_for, wait_batch
 from tests.waiting import eventually
@@ -16,12 +17,12 @@ def api_settings(settings):
 
 
 @pytest.fixture
-def callback_worker(api_settings, redis_url, piper_engine):
+def webhook_worker(api_settings, redis_url, piper_engine):
     with app_with_worker(api_settings, redis_url, piper_engine) as app:
         yield app
 
 
-def test_callbacks_secret_rotation_and_delivery_log(api_server, new_key, callback_worker):
+def test_webhooks_secret_rotation_and_delivery_log(api_server, new_key, webhook_worker):
     with client_for(api_server, new_key("a")) as a, client_for(api_server, new_key("b")) as b:
         secret = a.get("/v1/webhooks/secret").json()
         assert secret["secret"].startswith("whsec_") and secret["previous_secret_valid_until"] is None
@@ -31,7 +32,7 @@ def test_callbacks_secret_rotation_and_delivery_log(api_server, new_key, callbac
         with Receiver(secrets=[secret["secret"]], fail_first=1) as receiver:
             r = a.post("/v1/batches", json={
                 "items": [{"text": "Hello there."}, {"text": "Goodbye now."}],
-                "callback_url": receiver.url, "callback_events": ["job.finished", "batch.finished"]})
+                "webhook_url": receiver.url, "webhook_events": ["job.finished", "batch.finished"]})
             assert r.status_code == 201, r.text
             batch_id = r.json()["id"]
             wait_batch(a, batch_id)
@@ -69,10 +70,61 @@ def test_webhook_routes_need_a_key(api_server):
             assert anonymous.request(method, path).status_code == 401
 
 
-# The API checks callback URLs at submission (api/creating.py); delivery checks them again
+# The API checks webhook URLs at submission (api/creating.py); delivery checks them again
 # (tests/webhooks/test_delivery.py), since DNS may change in between.
 @pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://192.168.0.10:6379/",
                                  "http://[::ffff:10.0.0.1]/", "http://user:pw@example.com/"])
-def test_internal_callback_urls_are_refused_at_submission(client, url):
-    r = client.post("/v1/batches", json={"items": [{"text": "Hi."}], "callback_url": url})
-    assert r.status_code == 400 and "callback" in r.json()["detail"]
+def test_internal_webhook_urls_are_refused_at_submission(client, url):
+    r = client.post("/v1/batches", json={"items": [{"text": "Hi."}], "webhook_url": url})
+    assert r.status_code == 400 and "webhook" in r.json()["detail"]
+
+
+PUBLIC = "https://93.184.216.34/hook"  # a public address: past the SSRF guard without DNS
+
+
+def test_the_former_field_names_are_accepted_echoed_and_marked_deprecated(client):
+    """callback_url and callback_events, the names before webhook_url and webhook_events, still
+    work in JSON and in an upload, and batches answer under both names."""
+    batch = client.post("/v1/batches", json={"items": [{"text": "Hi."}], "callback_url": PUBLIC,
+                                             "callback_events": ["batch.finished"]})
+    assert batch.status_code == 201, batch.text
+    got = client.get(f"/v1/batches/{batch.json()['id']}").json()
+    assert got["webhook_url"] == got["callback_url"] == PUBLIC
+    assert got["webhook_events"] == got["callback_events"] == ["batch.finished"]
+    upload = client.post("/v1/batches/upload", files={"file": ("a.txt", b"One.\n")}, data={"callback_url": PUBLIC})
+    assert upload.status_code == 201 and upload.json()["webhook_url"] == PUBLIC, upload.text
+    assert client.post("/v1/jobs", json={"text": "Hi.", "callback_url": PUBLIC}).status_code == 201
+
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("BatchCreate", "JobCreate", "BatchOut"):
+        props = schemas[name]["properties"]
+        assert props["callback_url"]["deprecated"] and props["callback_events"]["deprecated"], name
+        assert not props["webhook_url"].get("deprecated"), name
+
+
+def test_a_field_under_both_its_names_is_refused(client):
+    refused = [
+        client.post("/v1/batches", json={"items": [{"text": "Hi."}], "webhook_url": PUBLIC,
+                                         "callback_url": PUBLIC + "/old"}),
+        client.post("/v1/jobs", json={"text": "Hi.", "webhook_events": ["job.failed"],
+                                      "callback_events": ["job.finished"]}),
+        client.post("/v1/batches/upload", files={"file": ("a.txt", b"One.\n")},
+                    data={"webhook_url": PUBLIC, "callback_url": PUBLIC}),
+    ]
+    for r, old in zip(refused, ("callback_url", "callback_events", "callback_url"), strict=True):
+        assert r.status_code == 422, r.text
+        assert f"{old} is the deprecated name of webhook_{old.split('_')[1]}" in r.json()["detail"][0]["msg"]
+    assert client.get("/v1/batches").json()["data"] == []
+
+
+def test_an_idempotency_fingerprint_reads_a_body_as_the_release_before_the_rename_did():
+    """A retry sent across the upgrade, under either name, matches what the previous release
+    recorded for its first request: these are that release's bodies, byte for byte."""
+    job = (b'{"callback_url":"https://93.184.216.34/hook","callback_events":null,"text":"Hi.","client_id":null,'
+           b'"voice":null,"format":null,"sample_rate":null,"priority":"batch"}')
+    assert JobCreate(text="Hi.", webhook_url=PUBLIC).fingerprinted() == job
+    assert JobCreate(text="Hi.", callback_url=PUBLIC).fingerprinted() == job
+    batch = (b'{"callback_url":null,"callback_events":["batch.finished"],"name":null,"items":[{"client_id":null,'
+             b'"text":"Hi.","voice":null,"format":null,"sample_rate":null}],"voice":null,"format":null,'
+             b'"sample_rate":null,"priority":"batch"}')
+    assert BatchCreate(items=[{"text": "Hi."}], webhook_events=["batch.finished"]).fingerprinted() == batch

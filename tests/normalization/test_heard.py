@@ -22,6 +22,7 @@ from pipeline.engines.base import SynthesisRequest
 from tests.speech import _words, transcribe, word_error_rate
 
 pytest.importorskip("pocketsphinx")
+pytestmark = pytest.mark.slow  # a recognizer over the whole corpus, several renders a line
 
 CORPUS = [json.loads(line) for line in
           (Path(__file__).with_name("corpus.jsonl")).read_text(encoding="utf-8").splitlines()]

@@ -31,6 +31,7 @@ def _bench(tmp_path: Path, redis_url: str, *args: str) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_pipeline_on_six_lines(tmp_path: Path, redis_url: str) -> None:
     report = _bench(tmp_path, redis_url, "pipeline", "--lines", "6")["pipeline"]

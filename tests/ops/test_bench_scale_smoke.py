@@ -16,6 +16,7 @@ from tests.conftest import REPO
 pytest.importorskip("piper", reason="the smoke run uses the Piper engine")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_cpu_workers_and_a_baseline(tmp_path, redis_url):
     out = tmp_path / "scale.json"

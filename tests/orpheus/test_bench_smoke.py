@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def bench(tiny_dir, tmp_path, lines: str, *args: str) -> dict:
     """python -m ops.bench.orpheus on the tiny model on the CPU over a corpus of ``lines``: its JSON."""
@@ -32,6 +34,7 @@ def scenario(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_bench_runs_every_approach_on_the_tiny_model(tiny_dir, tmp_path):
     data = bench(tiny_dir, tmp_path,
                  "Hello there.\nA second line of the corpus.\nThird.\nFour is here.\n",

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from celery.beat import PersistentScheduler
 
 from pipeline.reports.publish import latest_report
 from pipeline.routing import all_queues
@@ -71,33 +73,45 @@ def test_schedule_has_the_report_and_hourly_expiry(settings):
     assert report_period(at(30, 59)) == (at(6), at(30))
 
 
-@pytest.mark.timeout(200)
-def test_synth_beat_sends_the_report_task(tmp_path, redis_url):
-    """`synth beat` as a subprocess, with the report due every minute: within about a minute the
-    nightly report task is on a queue in Redis."""
-    import redis as redis_lib
+def beat_state(app, path) -> PersistentScheduler:
+    """The state `synth beat` keeps in the data folder, opened with the same app and celery."""
+    return PersistentScheduler(app=app, schedule_filename=str(path))
 
-    from pipeline.live import redis_client_url
+
+@pytest.mark.timeout(200)
+def test_synth_beat_sends_a_missed_report_at_start_and_a_worker_writes_it(tmp_path, redis_url):
+    """`synth beat` as a subprocess, with the default schedule (06:00 UTC) and its state saying the
+    report last ran two days ago, as after a beat that was down over 06:00: it sends the missed
+    report as it starts, and a real worker writes it. The test waits for the report, not for a
+    cron minute to come round."""
+    from cli.beat import schedule_path
+    from cli.context import open_database
+    from pipeline.settings import Settings
     from tests.cli_helpers import start_synth, synth_env
 
-    env = synth_env(SYNTH_REDIS_URL=redis_url,  # the embedded SQLite of the data folder
-                    SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REPORT_CRON="* * * * *",
-                    SYNTH_EXPIRE_CRON="0 0 1 1 *")
+    settings = Settings(data_dir=tmp_path / "data", redis_url=redis_url)  # the embedded SQLite of the data folder
+    engine, sessions = open_database(settings)
+    app = make_app(settings, redis_url)
+    missed = datetime.now(UTC) - timedelta(days=2)
+    state = beat_state(app, schedule_path(settings))
+    state.schedule["nightly-report"].last_run_at = missed
+    state.close()
+
     log = tmp_path / "beat.log"
-    proc = start_synth("beat", "--loglevel", "INFO", env=env, log=log)
-    client = redis_lib.Redis.from_url(redis_client_url(redis_url))
-
-    def report_task_sent():
-        assert proc.poll() is None, f"synth beat exited with {proc.returncode}"
-        bodies = [m for key in client.keys("batch.*") if client.type(key) == b"list"
-                  for m in client.lrange(key, 0, -1)]
-        return any(b"synth.nightly_report" in m for m in bodies)
-
-    try:  # 150 s: the next minute boundary, on a busy machine
-        eventually(report_task_sent, 150, "beat to send the report task", interval=0.5)
+    proc = start_synth("beat", "--loglevel", "INFO", log=log,
+                       env=synth_env(SYNTH_REDIS_URL=redis_url, SYNTH_DATA_DIR=str(settings.data_dir)))
+    try:
+        with thread_worker(app, all_queues(settings.bucket_seconds), concurrency=1):
+            row = wait_report(sessions, timeout=120)
     except AssertionError as failed:
         raise AssertionError(f"{failed}; beat's log ends:\n{log.read_text()[-3000:]}") from None
     finally:
         proc.terminate()
         proc.wait(30)
-    assert list((tmp_path / "data").glob("celerybeat-schedule*"))  # beat keeps its state in the data folder
+        engine.dispose()
+    assert row.period_end.replace(tzinfo=UTC) > missed + timedelta(days=1)  # the last day's, not the missed one's
+    assert "Sending due task nightly-report" in log.read_text()
+
+    state = beat_state(app, schedule_path(settings))  # beat recorded the run where it keeps its state
+    assert state.schedule["nightly-report"].last_run_at > missed + timedelta(days=1)
+    state.close()

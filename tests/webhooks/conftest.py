@@ -1,4 +1,4 @@
-"""Fixtures of the callback tests: an API key with its signing secret, a real receiver on a
+"""Fixtures of the webhook tests: an API key with its signing secret, a real receiver on a
 loopback port (allowed by the operator allow-list), settings with a retry schedule in tenths of
 seconds, and a batch owned by the key."""
 
@@ -36,7 +36,7 @@ def receiver(key):
 def make_batch(sessions, settings, key_id, url, texts, *, events=None, name="hooks"):
     with sessions() as s:
         batch = create_item_batch(s, settings, [Item(text=t) for t in texts], BatchOptions(name=name),
-                                  source="test", owner_key_id=key_id, callback_url=url, callback_events=events)
+                                  source="test", owner_key_id=key_id, webhook_url=url, webhook_events=events)
         s.commit()
         return batch.id
 

@@ -73,9 +73,9 @@ def test_events_follow_the_subscription_and_need_an_owner(sessions, wh_settings,
     only_batch = make_batch(sessions, wh_settings, key[0], receiver.url, ["A.", "B."], events=["batch.finished"])
     no_owner = make_batch(sessions, wh_settings, None, receiver.url, ["C."])
     ids = finish_all(sessions, only_batch) + finish_all(sessions, no_owner)
-    with sessions() as s:  # a job's own callback wins over its batch's
-        s.execute(update(Job).where(Job.id == ids[0]).values(callback_url=receiver.url + "/job",
-                                                             callback_events=["job.finished"]))
+    with sessions() as s:  # a job's own webhook wins over its batch's
+        s.execute(update(Job).where(Job.id == ids[0]).values(webhook_url=receiver.url + "/job",
+                                                            webhook_events=["job.finished"]))
         s.commit()
     emitted(sessions, ids)
     rows, _ = deliveries_and_attempts(sessions)

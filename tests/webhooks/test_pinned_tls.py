@@ -1,4 +1,4 @@
-"""https callbacks go to the checked IP while TLS still verifies the URL's host name (SNI and
+"""https webhooks go to the checked IP while TLS still verifies the URL's host name (SNI and
 certificate), so pinning the address does not weaken certificate checks. A real TLS server on a
 loopback port with a certificate for "localhost" only, from a CA made here (cryptography, no files
 downloaded)."""
@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from pipeline.webhooks.delivery import post_pinned
-from pipeline.webhooks.ssrf import CallbackTarget
+from pipeline.webhooks.ssrf import WebhookTarget
 
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -68,11 +68,11 @@ def tls_server(tmp_path):
 def test_https_is_pinned_to_the_checked_ip_and_verified_against_the_host_name(tls_server):
     port, trust, seen = tls_server
     loopback = ipaddress.ip_address("127.0.0.1")
-    good = CallbackTarget(f"https://localhost:{port}/hook?a=1", "https", "localhost", port, (loopback,))
+    good = WebhookTarget(f"https://localhost:{port}/hook?a=1", "https", "localhost", port, (loopback,))
     assert post_pinned(good, loopback, b"{}", {}, timeout=5, verify=trust) == 204
     assert seen == [(f"localhost:{port}", b"{}")]
     # The same address under a name the certificate does not carry: refused by TLS.
-    wrong = CallbackTarget(f"https://other.example:{port}/hook", "https", "other.example", port, (loopback,))
+    wrong = WebhookTarget(f"https://other.example:{port}/hook", "https", "other.example", port, (loopback,))
     with pytest.raises(httpx.ConnectError, match="(?i)certificate|hostname"):
         post_pinned(wrong, loopback, b"{}", {}, timeout=5, verify=trust)
     assert len(seen) == 1

@@ -1,10 +1,10 @@
-"""The SSRF guard on callback URLs: literal addresses and localhost only (no external DNS)."""
+"""The SSRF guard on webhook URLs: literal addresses and localhost only (no external DNS)."""
 
 import ipaddress
 
 import pytest
 
-from pipeline.webhooks.ssrf import AllowList, CallbackURLError, refusal, validate_callback_url
+from pipeline.webhooks.ssrf import AllowList, WebhookURLError, refusal, validate_webhook_url
 
 PUBLIC_V4 = "93.184.215.14"
 PUBLIC_V6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
@@ -37,8 +37,8 @@ PUBLIC_V6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
     ("http://2130706433/", "loopback"),                  # 127.0.0.1 as one decimal number
 ])
 def test_internal_addresses_are_refused(url, reason):
-    with pytest.raises(CallbackURLError, match=reason):
-        validate_callback_url(url)
+    with pytest.raises(WebhookURLError, match=reason):
+        validate_webhook_url(url)
 
 
 @pytest.mark.parametrize("url, reason", [
@@ -53,36 +53,36 @@ def test_internal_addresses_are_refused(url, reason):
     ("https://" + "a" * 2001, "at most 2000"),
 ])
 def test_malformed_urls_are_refused(url, reason):
-    with pytest.raises(CallbackURLError, match=reason):
-        validate_callback_url(url)
+    with pytest.raises(WebhookURLError, match=reason):
+        validate_webhook_url(url)
 
 
 def test_public_literal_addresses_pass_with_their_port():
-    t = validate_callback_url(f"https://{PUBLIC_V4}/hooks?x=1")
+    t = validate_webhook_url(f"https://{PUBLIC_V4}/hooks?x=1")
     assert (t.scheme, t.host, t.port, t.addresses) == ("https", PUBLIC_V4, 443, (ipaddress.ip_address(PUBLIC_V4),))
-    t6 = validate_callback_url(f"http://[{PUBLIC_V6}]:8080/")
+    t6 = validate_webhook_url(f"http://[{PUBLIC_V6}]:8080/")
     assert t6.port == 8080 and t6.addresses == (ipaddress.ip_address(PUBLIC_V6),)
 
 
 def test_allow_list_by_host_and_by_cidr():
-    assert validate_callback_url("http://localhost:9000/", ["localhost"]).addresses
-    assert validate_callback_url("http://127.0.0.1:9000/", ["127.0.0.0/8"]).host == "127.0.0.1"
-    assert validate_callback_url("http://[::1]:9000/", AllowList.parse(["::1/128"])).port == 9000
-    with pytest.raises(CallbackURLError, match="private"):  # a CIDR allows only what it contains
-        validate_callback_url("http://10.0.0.1/", ["127.0.0.0/8"])
-    with pytest.raises(CallbackURLError, match="SYNTH_WEBHOOK_ALLOW_HOSTS"):
-        validate_callback_url("http://127.0.0.1/", ["otherhost"])
+    assert validate_webhook_url("http://localhost:9000/", ["localhost"]).addresses
+    assert validate_webhook_url("http://127.0.0.1:9000/", ["127.0.0.0/8"]).host == "127.0.0.1"
+    assert validate_webhook_url("http://[::1]:9000/", AllowList.parse(["::1/128"])).port == 9000
+    with pytest.raises(WebhookURLError, match="private"):  # a CIDR allows only what it contains
+        validate_webhook_url("http://10.0.0.1/", ["127.0.0.0/8"])
+    with pytest.raises(WebhookURLError, match="SYNTH_WEBHOOK_ALLOW_HOSTS"):
+        validate_webhook_url("http://127.0.0.1/", ["otherhost"])
 
 
 def test_a_host_resolving_to_an_internal_address_is_refused_after_resolution():
     # "localhost" resolves through the system resolver (/etc/hosts): the check is on addresses.
-    with pytest.raises(CallbackURLError, match=r"localhost \((127\.0\.0\.1|::1)\) is a loopback"):
-        validate_callback_url("http://localhost/")
+    with pytest.raises(WebhookURLError, match=r"localhost \((127\.0\.0\.1|::1)\) is a loopback"):
+        validate_webhook_url("http://localhost/")
 
 
 def test_unresolvable_host_is_refused():
-    with pytest.raises(CallbackURLError, match="does not resolve"):
-        validate_callback_url("http://no-such-host.invalid/")
+    with pytest.raises(WebhookURLError, match="does not resolve"):
+        validate_webhook_url("http://no-such-host.invalid/")
 
 
 def test_refusal_names_public_addresses_fine():

@@ -4,15 +4,19 @@ untimed. On a GPU the same checks run at Orpheus-3B shapes (test_on_cuda.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.orpheus.kernels.checks import interpreted
 
 
+@pytest.mark.slow
 def test_the_decode_steps_kernels_match_the_references():
     """fused.py's norm, RoPE-with-cache-write and silu kernels, then a 2-layer decoder's fused
     step against the unfused one (check_fused.py)."""
     interpreted("check_fused", "--batches", "1", "5", "--dtype", "float32", "--no-time", timeout=600)
 
 
+@pytest.mark.slow
 def test_the_fused_draw_gives_the_torch_draws_tokens():
     """kernels/sample.py's one-kernel draw against RowSampler's torch draw: the same tokens over
     peaked and flat logits for each sampling setting, and the same tokens from the decode loop
@@ -22,6 +26,7 @@ def test_the_fused_draw_gives_the_torch_draws_tokens():
     assert "decode loop with the fused draw: tokens equal" in out, out
 
 
+@pytest.mark.slow
 def test_the_kernels_over_an_fp8_cache_match_the_references():
     """The interpreter loads e4m3 exactly, so the attention kernel is checked on random data; its
     fp32 -> e4m3 cast loses the carry of a rounding that overflows the mantissa (1.96 -> 1.0), so
@@ -42,6 +47,7 @@ def test_the_fp8_weight_only_kernel_matches_float32():
     assert "the weight-only kernel's output True" in out
 
 
+@pytest.mark.slow
 def test_the_codec_kernels_match_their_references():
     """Each codec kernel on fresh random inputs (padding included), then whole decodes of the tiny
     SNAC, fused against the module's own ops (check_codec.py)."""
@@ -50,6 +56,7 @@ def test_the_codec_kernels_match_their_references():
     assert "all errors within tolerance" in out
 
 
+@pytest.mark.slow
 def test_the_prefill_kernels_match_the_torch_path():
     """rope_store with each token's cache row and prefill_attention over the cache, then a 2-layer
     decoder's prefill and mixed step, logits and cache (check_prefill_attention.py)."""

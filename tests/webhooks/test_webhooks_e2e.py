@@ -1,6 +1,6 @@
-"""Callbacks through the whole path: a batch rendered by a real Celery worker (thread) with Piper,
+"""Webhooks through the whole path: a batch rendered by a real Celery worker (thread) with Piper,
 Redis, SQLite/PostgreSQL; events emitted by the render hook, delivered by synth.deliver_webhook on
-the "callbacks" queue to a real receiver that verifies signatures and fails its first two attempts
+the "webhooks" queue to a real receiver that verifies signatures and fails its first two attempts
 of every event. Each event must be accepted exactly once, also after the render messages are sent
 again (a redelivery), with every attempt logged."""
 
@@ -18,7 +18,7 @@ from worker.tasks import RENDER_TASK
 from tests.waiting import eventually
 from tests.workers import app_with_worker
 
-TEXTS = ["The quick brown fox jumps over the lazy dog.", "--- ... ---", "Callbacks are signed.",
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "--- ... ---", "Webhooks are signed.",
          "Every event arrives once."]
 
 
@@ -102,15 +102,30 @@ def test_the_sweep_re_enqueues_deliveries_whose_message_was_lost(sessions, wh_se
     from pipeline.db.models import utcnow
     from pipeline.db.models_webhooks import WebhookDelivery
     from tests.webhooks.test_delivery import emitted, finish_all
-    from worker.callbacks import CALLBACK_QUEUE, SWEEP_TASK
+    from worker.webhooks import SWEEP_TASK, WEBHOOK_QUEUE
 
     batch_id = make_batch(sessions, wh_settings, key[0], receiver.url, ["Lost."], events=["batch.finished"])
     [delivery_id] = emitted(sessions, finish_all(sessions, batch_id))   # recorded, never enqueued
     with sessions() as s:
         s.execute(update(WebhookDelivery).values(next_attempt_at=utcnow() - timedelta(minutes=5)))
         s.commit()
-    running_worker.send_task(SWEEP_TASK, queue=CALLBACK_QUEUE)
+    running_worker.send_task(SWEEP_TASK, queue=WEBHOOK_QUEUE)
     [got] = receiver.wait_for(1)
     assert got.webhook_id == delivery_id
     rows, attempts = wait_closed(sessions, 1)
     assert rows[delivery_id].status == "succeeded" and len(attempts[delivery_id]) == 3
+
+
+def test_a_delivery_sent_to_the_former_queue_name_goes_out(sessions, wh_settings, key, receiver, running_worker):
+    """A message that the previous release put on "callbacks" (the webhook queue's former name)
+    before an upgrade is consumed and delivered by today's worker."""
+    from tests.webhooks.test_delivery import emitted, finish_all
+    from worker.webhooks import DELIVER_TASK, FORMER_QUEUE
+
+    batch_id = make_batch(sessions, wh_settings, key[0], receiver.url, ["Queued before."], events=["batch.finished"])
+    [delivery_id] = emitted(sessions, finish_all(sessions, batch_id))   # recorded, never enqueued
+    running_worker.send_task(DELIVER_TASK, args=[delivery_id, 1], queue=FORMER_QUEUE)
+    [got] = receiver.wait_for(1)
+    assert got.webhook_id == delivery_id
+    rows, _ = wait_closed(sessions, 1)
+    assert rows[delivery_id].status == "succeeded"

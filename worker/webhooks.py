@@ -1,9 +1,9 @@
-"""Callbacks, attached to the worker as a hook (one file, like a dramatiq middleware):
+"""Webhooks, attached to the worker as a hook (one file, like a dramatiq middleware):
 
 - after every run of the render task (Celery's task_postrun signal, also after a retry or a
   failure), the events of its jobs and batches go into the outbox (pipeline/webhooks/outbox.py,
   deduplicated by event id) and each new delivery is enqueued;
-- "synth.deliver_webhook" on its own queue "callbacks" makes one attempt and, if it failed,
+- "synth.deliver_webhook" on its own queue "webhooks" makes one attempt and, if it failed,
   enqueues the next one with a countdown from the retry schedule (full jitter);
 - "synth.sweep_webhooks", on the beat schedule, re-enqueues deliveries whose next attempt is long
   overdue (their message was lost with a worker) and emits batch.finished for finished batches that
@@ -32,7 +32,11 @@ from worker.tasks import RENDER_TASK
 
 log = logging.getLogger(__name__)
 
-CALLBACK_QUEUE = "callbacks"
+WEBHOOK_QUEUE = "webhooks"
+# The queue's name before the product called these webhooks. Workers still consume it, so deliveries
+# sent before an upgrade (a retry waiting out its countdown, above all) go out instead of waiting
+# for the sweep; `synth worker -Q callbacks` consumes both (cli/worker.py).
+FORMER_QUEUE = "callbacks"
 DELIVER_TASK = "synth.deliver_webhook"
 SWEEP_TASK = "synth.sweep_webhooks"
 _lock = threading.Lock()
@@ -42,7 +46,7 @@ def register(app: Celery) -> None:
     settings = app.synth_settings
     config = DeliveryConfig.from_settings(settings)
 
-    @app.task(name=DELIVER_TASK, shared=False, ignore_result=True)  # sent to CALLBACK_QUEUE by enqueue()
+    @app.task(name=DELIVER_TASK, shared=False, ignore_result=True)  # sent to WEBHOOK_QUEUE by enqueue()
     def deliver_webhook(delivery_id: str, attempt_no: int = 1) -> dict:
         result = deliver(_sessions(app), config, delivery_id, attempt_no)
         if result.retry_in is not None:
@@ -63,14 +67,14 @@ def register(app: Celery) -> None:
         return len(due) + len(missed)
 
     schedule = dict(app.conf.beat_schedule or {})
-    schedule["sweep-webhooks"] = {"task": SWEEP_TASK, "schedule": 600.0, "options": {"queue": CALLBACK_QUEUE}}
+    schedule["sweep-webhooks"] = {"task": SWEEP_TASK, "schedule": 600.0, "options": {"queue": WEBHOOK_QUEUE}}
     app.conf.beat_schedule = schedule
-    task_postrun.connect(_after_render, weak=False, dispatch_uid="synth.callbacks.after_render")
+    task_postrun.connect(_after_render, weak=False, dispatch_uid="synth.webhooks.after_render")
 
 
 def enqueue(app: Celery, delivery_ids: list[str], *, attempt_no: int = 1, countdown: float | None = None) -> None:
     for delivery_id in delivery_ids:
-        app.send_task(DELIVER_TASK, args=[delivery_id, attempt_no], queue=CALLBACK_QUEUE, countdown=countdown)
+        app.send_task(DELIVER_TASK, args=[delivery_id, attempt_no], queue=WEBHOOK_QUEUE, countdown=countdown)
 
 
 def emit(app: Celery, sessions: sessionmaker[Session], job_ids: list[str]) -> list[str]:
@@ -94,11 +98,11 @@ def _after_render(sender=None, args=None, kwargs=None, **_) -> None:
     try:
         emit(app, runtime.renderer.sessions, list(job_ids))
     except Exception:  # the task's own outcome stands; a redelivery or retry of it emits again
-        log.exception("could not emit callback events for %d jobs", len(job_ids))
+        log.exception("could not emit webhook events for %d jobs", len(job_ids))
 
 
 def _sessions(app: Celery) -> sessionmaker[Session]:
-    """A session factory of its own, so a callbacks-only worker never loads an engine."""
+    """A session factory of its own, so a webhooks-only worker never loads an engine."""
     with _lock:
         sessions = getattr(app, "synth_webhook_sessions", None)
         if sessions is None:
