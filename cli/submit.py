@@ -15,7 +15,7 @@ from pipeline.errors import InputError, ServiceUnavailableError
 from pipeline.settings import FORMATS, Settings
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch, resolve_options, withdraw_batch
-from worker.app import make_app
+from worker.app import make_producer
 from worker.enqueue import check_broker, enqueue_batch
 
 
@@ -48,7 +48,7 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) 
     _, sessions = open_database(settings)
     embedded = settings.redis_url is None
     with broker(settings) as broker_url:
-        app = make_app(settings, broker_url)
+        app = make_producer(settings, broker_url)
         check_broker(app)
         with sessions() as session:
             batch = create_batch(session, settings, parsed, options, source=source)

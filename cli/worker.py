@@ -77,7 +77,8 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
 def _former_names(queues: list[str]) -> list[str]:
     """``-Q callbacks``, the webhook queue's former name, still works: it consumes the queue under
     both names (messages of the previous release wait under the old one), with a warning."""
-    from worker.webhooks import FORMER_QUEUE, WEBHOOK_QUEUE
+    from pipeline.routing import FORMER_WEBHOOK_QUEUE as FORMER_QUEUE
+    from pipeline.routing import WEBHOOK_QUEUE
 
     if FORMER_QUEUE not in queues:
         return queues

@@ -7,6 +7,11 @@ from collections.abc import Sequence
 from pipeline.text import estimate_seconds
 
 REALTIME_QUEUE = "realtime"
+WEBHOOK_QUEUE = "webhooks"
+# The webhook queue's name before the product called these webhooks. Workers still consume it, so
+# deliveries sent before an upgrade (a retry waiting out its countdown, above all) go out instead of
+# waiting for the sweep; `synth worker -Q callbacks` consumes both (cli/worker.py).
+FORMER_WEBHOOK_QUEUE = "callbacks"
 PRIORITIES = ("batch", "realtime")
 
 

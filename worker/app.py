@@ -1,13 +1,16 @@
-"""The Celery app, built from Settings (never at import time)."""
+"""The Celery app, built from Settings (never at import time).
+
+A producer (`synth submit`, the API) only sends messages by task name: ``make_producer`` gives it
+the app without the worker's task modules, which import the renderer, the reports and the webhook
+client, a quarter of a second that every `synth submit` would pay. ``make_app`` is the worker's."""
 
 from __future__ import annotations
 
 from celery import Celery
 from kombu import Queue
 
-from pipeline.routing import all_queues
+from pipeline.routing import FORMER_WEBHOOK_QUEUE, WEBHOOK_QUEUE, all_queues
 from pipeline.settings import Settings
-from worker import beat, tasks, webhooks
 
 
 def default_queues(settings: Settings) -> list[str]:
@@ -17,7 +20,7 @@ def default_queues(settings: Settings) -> list[str]:
     realtime, *buckets = all_queues(settings.bucket_seconds)
     if settings.bucket_order == "longest":
         buckets.reverse()
-    return [realtime, webhooks.WEBHOOK_QUEUE, webhooks.FORMER_QUEUE, *buckets]
+    return [realtime, WEBHOOK_QUEUE, FORMER_WEBHOOK_QUEUE, *buckets]
 
 
 def restore_interval(settings: Settings) -> int:
@@ -40,11 +43,23 @@ def run_worker(app: Celery, argv: list[str]) -> int:
 
 
 def make_app(settings: Settings, broker_url: str) -> Celery:
+    """The worker's app: the producer's, with every task registered."""
+    from worker import beat, tasks, webhooks
+
+    app = make_producer(settings, broker_url)
+    tasks.register(app)             # the render task, and batch expiry (maintenance.py)
+    beat.register(app)              # the nightly report task and the beat schedule
+    webhooks.register(app)          # after beat: it adds the webhook sweep to the beat schedule
+    return app
+
+
+def make_producer(settings: Settings, broker_url: str) -> Celery:
+    """The app's configuration, with no task registered: enough to send any message by name."""
     app = Celery("synth", broker=broker_url, set_as_current=False)
     queues = all_queues(settings.bucket_seconds)
     app.conf.update(
         task_queues=[Queue(name, routing_key=name)
-                     for name in [*queues, webhooks.WEBHOOK_QUEUE, webhooks.FORMER_QUEUE]],
+                     for name in [*queues, WEBHOOK_QUEUE, FORMER_WEBHOOK_QUEUE]],
         task_default_queue=queues[1],
         task_serializer="json",
         accept_content=["json"],
@@ -87,7 +102,4 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
         worker_hijack_root_logger=False,
     )
     app.synth_settings = settings
-    tasks.register(app)             # the render task, and batch expiry (maintenance.py)
-    beat.register(app)              # the nightly report task and the beat schedule
-    webhooks.register(app)          # after beat: it adds the webhook sweep to the beat schedule
     return app

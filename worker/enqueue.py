@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.db import jobs as db
 from pipeline.errors import ServiceUnavailableError
+from pipeline.messages import RENDER_TASK
 from pipeline.routing import REALTIME_QUEUE
-from worker.tasks import RENDER_TASK
 
 
 def check_broker(app: Celery) -> None:

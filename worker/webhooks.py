@@ -26,17 +26,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.db.models import utcnow
 from pipeline.db.session import make_engine, make_sessionmaker
+from pipeline.routing import WEBHOOK_QUEUE
 from pipeline.webhooks import deliveries, outbox
 from pipeline.webhooks.delivery import DeliveryConfig, deliver
 from worker.tasks import RENDER_TASK
 
 log = logging.getLogger(__name__)
 
-WEBHOOK_QUEUE = "webhooks"
-# The queue's name before the product called these webhooks. Workers still consume it, so deliveries
-# sent before an upgrade (a retry waiting out its countdown, above all) go out instead of waiting
-# for the sweep; `synth worker -Q callbacks` consumes both (cli/worker.py).
-FORMER_QUEUE = "callbacks"
 DELIVER_TASK = "synth.deliver_webhook"
 SWEEP_TASK = "synth.sweep_webhooks"
 _lock = threading.Lock()

@@ -120,7 +120,8 @@ def test_a_delivery_sent_to_the_former_queue_name_goes_out(sessions, wh_settings
     """A message that the previous release put on "callbacks" (the webhook queue's former name)
     before an upgrade is consumed and delivered by today's worker."""
     from tests.webhooks.test_delivery import emitted, finish_all
-    from worker.webhooks import DELIVER_TASK, FORMER_QUEUE
+    from pipeline.routing import FORMER_WEBHOOK_QUEUE as FORMER_QUEUE
+    from worker.webhooks import DELIVER_TASK
 
     batch_id = make_batch(sessions, wh_settings, key[0], receiver.url, ["Queued before."], events=["batch.finished"])
     [delivery_id] = emitted(sessions, finish_all(sessions, batch_id))   # recorded, never enqueued
