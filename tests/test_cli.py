@@ -100,6 +100,39 @@ def test_unreachable_database_is_a_clear_error(embedded_env):
     assert len(stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("setting,value,message", [
+    ("SYNTH_DATABASE_URL", "not-a-url", "bad setting database_url: "),
+    ("SYNTH_DATABASE_URL", "postgres://synth@127.0.0.1:1/synth", "postgresql+psycopg://"),
+    ("SYNTH_DATABASE_URL", "mysql://synth@127.0.0.1:1/synth", "bad setting database_url: "),
+    ("SYNTH_ENGINE", "pipr", "bad setting engine: Input should be 'piper' or 'orpheus'"),
+])
+def test_a_setting_synth_cannot_use_is_refused_in_one_line(tmp_path, embedded_env, setting, value, message):
+    result = synth("submit", str(REPO / "examples/corpus.txt"), env={**embedded_env, setting: value}, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 2 and stderr.startswith("error: ") and message in stderr, stderr
+    assert len(stderr.splitlines()) == 1
+    assert batches_in(tmp_path / "data") == 0
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"redis_url = \n", "is not valid TOML: Invalid value (at line 1, column 13)"),
+    (b'redis_ur = "redis://127.0.0.1:1/0"\n', "names unknown setting 'redis_ur' (the settings: docs/configuration.md)"),
+    (None, "does not exist"),
+])
+def test_a_config_file_synth_cannot_use_is_refused_in_one_line(tmp_path, embedded_env, content, message):
+    config = tmp_path / "synth.toml"
+    if content is not None:
+        config.write_bytes(content)
+    ways = [([], {**embedded_env, "SYNTH_CONFIG": str(config)})]
+    if content is not None:  # a missing --config FILE is click's own error
+        ways.append((["--config", str(config)], embedded_env))
+    for args, env in ways:
+        result = synth(*args, "submit", str(REPO / "examples/corpus.txt"), env=env, timeout=60)
+        stderr = result.stderr.decode().strip()
+        assert result.returncode == 2 and stderr == f"error: config file {config} {message}", stderr
+    assert batches_in(tmp_path / "data") == 0
+
+
 def test_stdin_and_no_wait_with_an_external_broker(tmp_path, redis_url, database_url):
     env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url,
                     SYNTH_DATABASE_URL=database_url)
