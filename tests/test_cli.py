@@ -1,13 +1,15 @@
 """`synth` as a user runs it: the embedded default end to end, and every kind of bad input."""
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from tests.cli_helpers import REPO, synth, synth_env
+from tests.cli_helpers import REPO, start_synth, synth, synth_env
 from tests.speech import transcribe, word_error_rate
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -142,6 +144,22 @@ def test_stdin_and_no_wait_with_an_external_broker(tmp_path, redis_url, database
     assert len(batch_id) == 32 and "2 jobs queued, 1 empty lines skipped" in result.stderr.decode()
     status = json.loads(synth("status", batch_id, "--json", env=env).stdout)
     assert status["counts"]["queued"] == 2 and not status["finished"]
+
+
+def test_ctrl_c_during_an_embedded_submit_says_the_jobs_stay_queued_and_how_to_finish_them(tmp_path, embedded_env):
+    process = start_synth("submit", str(REPO / "examples/corpus.txt"), "--name", "stopped", env=embedded_env,
+                          log=tmp_path / "submit.log")
+    try:
+        eventually(lambda: "jobs queued" in (tmp_path / "submit.log").read_text(), 60, "the batch to be queued")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    log = (tmp_path / "submit.log").read_text()
+    assert "interrupted: batch " in log and "stay queued; `synth worker` (same SYNTH_DATA_DIR) finishes them" in log
+    status = json.loads(synth("status", "stopped", "--json", env=embedded_env).stdout)
+    assert status["total"] == 10
 
 
 def test_help_is_helpful(embedded_env):
