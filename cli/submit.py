@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -66,11 +68,12 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) 
         if not (embedded or wait or output):
             click.echo(batch.id)
             return
-        if embedded:
-            with embedded_worker(settings, broker_url) as child:
+        if embedded:  # the message comes before the worker's warm shutdown, which may take a while
+            with embedded_worker(settings, broker_url) as child, _told_when_interrupted(batch.id, embedded):
                 summary = wait_for_batch(sessions, batch.id, alive=child.alive)
         else:
-            summary = wait_for_batch(sessions, batch.id)
+            with _told_when_interrupted(batch.id, embedded):
+                summary = wait_for_batch(sessions, batch.id)
     print_summary(summary)
     if output:
         from cli.inspect import fetch_batch
@@ -78,6 +81,18 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) 
         fetch_batch(settings, sessions, batch.id, output)
     if summary.counts.get("failed"):
         sys.exit(1)
+
+
+@contextlib.contextmanager
+def _told_when_interrupted(batch_id: str, embedded: bool) -> Iterator[None]:
+    """Ctrl-C stops the wait, not the batch: its jobs stay queued. Say so, and how to finish them."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        who = "`synth worker` (same SYNTH_DATA_DIR) finishes them" if embedded else "the workers finish them"
+        click.echo(f"\ninterrupted: batch {batch_id}'s unfinished jobs stay queued; {who}; "
+                   f"`synth status {batch_id}` shows progress, `synth fetch {batch_id}` gets the audio", err=True)
+        raise
 
 
 def _read(corpus: Path) -> bytes:

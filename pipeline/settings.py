@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -21,8 +22,11 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from pipeline.engines.orpheus.config import SWITCHES, OrpheusConfig, RealtimeConfig, Switches
+from pipeline.errors import InputError
 
 FORMATS = ("wav", "mp3", "ogg", "flac")
 _ORPHEUS = OrpheusConfig()
@@ -68,7 +72,7 @@ class Settings(BaseSettings):
     storage_dir: Path | None = None     # the object folder when no bucket is set; None: data_dir/objects
 
     # Engine.
-    engine: str = "piper"
+    engine: Literal["piper", "orpheus"] = "piper"   # piper (CPU) or orpheus (GPU; docs/orpheus.md)
     model: str | None = None
     codec: str | None = None
     voices: tuple[str, ...] | None = None
@@ -187,6 +191,20 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown format {v!r}; choose one of {', '.join(FORMATS)}")
         return v
 
+    @field_validator("database_url")
+    @classmethod
+    def _openable_database(cls, v: str | None) -> str | None:
+        """Refused at start with an example, not as a traceback from the first connection. The
+        message leaves the URL out: it may hold a password."""
+        if v is None:
+            return v
+        try:
+            make_url(v).get_dialect().import_dbapi()
+        except (ArgumentError, NoSuchModuleError, ImportError) as e:
+            raise ValueError(f"not a database URL synth can open ({e}); "
+                             "e.g. postgresql+psycopg://user:pw@host/synth") from e
+        return v
+
     @field_validator("realtime_batch_every", "realtime_batch_every_starting",
                      "realtime_playing_every")
     @classmethod
@@ -215,7 +233,7 @@ class Settings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config = os.environ.get("SYNTH_CONFIG")
         if config:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config)))
+            sources.append(_config_file(settings_cls, Path(config)))
         return tuple(sources)
 
     # Derived values ---------------------------------------------------------------------------
@@ -261,3 +279,19 @@ class Settings(BaseSettings):
 
     def with_overrides(self, **overrides: Any) -> Settings:
         return self.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+
+def _config_file(settings_cls: type[BaseSettings], path: Path) -> TomlConfigSettingsSource:
+    """The TOML file's settings. A file that is missing, not TOML, or names a setting that does not
+    exist is refused: each would otherwise leave settings at their defaults without a word."""
+    if not path.is_file():
+        raise InputError(f"config file {path} does not exist")
+    try:
+        source = TomlConfigSettingsSource(settings_cls, toml_file=path)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"config file {path} is not valid TOML: {e}") from e
+    unknown = sorted(set(source.toml_data) - set(settings_cls.model_fields))
+    if unknown:
+        raise InputError(f"config file {path} names unknown setting {unknown[0]!r} "
+                         "(the settings: docs/configuration.md)")
+    return source

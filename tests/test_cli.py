@@ -1,13 +1,15 @@
 """`synth` as a user runs it: the embedded default end to end, and every kind of bad input."""
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from tests.cli_helpers import REPO, synth, synth_env
+from tests.cli_helpers import REPO, start_synth, synth, synth_env
 from tests.speech import transcribe, word_error_rate
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -100,6 +102,39 @@ def test_unreachable_database_is_a_clear_error(embedded_env):
     assert len(stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("setting,value,message", [
+    ("SYNTH_DATABASE_URL", "not-a-url", "bad setting database_url: "),
+    ("SYNTH_DATABASE_URL", "postgres://synth@127.0.0.1:1/synth", "postgresql+psycopg://"),
+    ("SYNTH_DATABASE_URL", "mysql://synth@127.0.0.1:1/synth", "bad setting database_url: "),
+    ("SYNTH_ENGINE", "pipr", "bad setting engine: Input should be 'piper' or 'orpheus'"),
+])
+def test_a_setting_synth_cannot_use_is_refused_in_one_line(tmp_path, embedded_env, setting, value, message):
+    result = synth("submit", str(REPO / "examples/corpus.txt"), env={**embedded_env, setting: value}, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 2 and stderr.startswith("error: ") and message in stderr, stderr
+    assert len(stderr.splitlines()) == 1
+    assert batches_in(tmp_path / "data") == 0
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"redis_url = \n", "is not valid TOML: Invalid value (at line 1, column 13)"),
+    (b'redis_ur = "redis://127.0.0.1:1/0"\n', "names unknown setting 'redis_ur' (the settings: docs/configuration.md)"),
+    (None, "does not exist"),
+])
+def test_a_config_file_synth_cannot_use_is_refused_in_one_line(tmp_path, embedded_env, content, message):
+    config = tmp_path / "synth.toml"
+    if content is not None:
+        config.write_bytes(content)
+    ways = [([], {**embedded_env, "SYNTH_CONFIG": str(config)})]
+    if content is not None:  # a missing --config FILE is click's own error
+        ways.append((["--config", str(config)], embedded_env))
+    for args, env in ways:
+        result = synth(*args, "submit", str(REPO / "examples/corpus.txt"), env=env, timeout=60)
+        stderr = result.stderr.decode().strip()
+        assert result.returncode == 2 and stderr == f"error: config file {config} {message}", stderr
+    assert batches_in(tmp_path / "data") == 0
+
+
 def test_stdin_and_no_wait_with_an_external_broker(tmp_path, redis_url, database_url):
     env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url,
                     SYNTH_DATABASE_URL=database_url)
@@ -109,6 +144,22 @@ def test_stdin_and_no_wait_with_an_external_broker(tmp_path, redis_url, database
     assert len(batch_id) == 32 and "2 jobs queued, 1 empty lines skipped" in result.stderr.decode()
     status = json.loads(synth("status", batch_id, "--json", env=env).stdout)
     assert status["counts"]["queued"] == 2 and not status["finished"]
+
+
+def test_ctrl_c_during_an_embedded_submit_says_the_jobs_stay_queued_and_how_to_finish_them(tmp_path, embedded_env):
+    process = start_synth("submit", str(REPO / "examples/corpus.txt"), "--name", "stopped", env=embedded_env,
+                          log=tmp_path / "submit.log")
+    try:
+        eventually(lambda: "jobs queued" in (tmp_path / "submit.log").read_text(), 60, "the batch to be queued")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    log = (tmp_path / "submit.log").read_text()
+    assert "interrupted: batch " in log and "stay queued; `synth worker` (same SYNTH_DATA_DIR) finishes them" in log
+    status = json.loads(synth("status", "stopped", "--json", env=embedded_env).stdout)
+    assert status["total"] == 10
 
 
 def test_help_is_helpful(embedded_env):

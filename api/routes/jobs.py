@@ -111,9 +111,9 @@ def _load(state, key: ApiKey, job_id: str) -> Job:
         return own_job(session, key, job_id)
 
 
-async def open_live_or_fail(state, job_id: str):
-    """The job's live stream; None if it finished without one; HTTP 409 if it failed, 503 if no
-    worker started it in time."""
+async def open_live_or_fail(state, job_id: str, failed_status: int = 409):
+    """The job's live stream; None if it finished without one; HTTP ``failed_status`` if it failed,
+    503 if no worker started it in time."""
     async def finished() -> bool:
         return await run_in_threadpool(job_finished, state, job_id)
     try:
@@ -121,7 +121,7 @@ async def open_live_or_fail(state, job_id: str):
     except LiveStartTimeout as e:
         raise HTTPException(503, detail=str(e), headers={"Retry-After": "10"}) from e
     except LiveStreamError as e:
-        raise HTTPException(409, detail=f"job {job_id} produced no audio: {e}") from e
+        raise HTTPException(failed_status, detail=f"job {job_id} produced no audio: {e}") from e
 
 
 def job_finished(state, job_id: str) -> bool:

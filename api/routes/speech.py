@@ -32,6 +32,10 @@ router = APIRouter(prefix="/v1/audio", tags=["openai"])
 OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova",
                            "onyx", "sage", "shimmer", "verse"})
 
+# A speech job that failed has failed for good (its worker already retried what could pass): 422,
+# which OpenAI's clients do not retry, where a 409 has them render the same text twice more.
+FAILED = 422
+
 
 class OpenAIError(HTTPException):
     """An error that names the request field at fault (``error.param`` of OpenAI's error object,
@@ -57,6 +61,7 @@ def pick_voice(settings: Settings, voice: str) -> str | None:
              responses={200: {"content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))},
                               "description": "audio, streamed as it is synthesized"},
                         400: {"description": "unknown voice or format"},
+                        FAILED: {"description": "the text could not be rendered (nothing speakable ...)"},
                         503: {"description": "the API serves as many live streams as it may (Retry-After)"}})
 async def speech(body: SpeechCreate, key: CurrentKey, state: State,
                  idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> Response:
@@ -73,7 +78,7 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State,
     else:   # a replay may answer with an existing job: the request's own transaction
         job_id = await run_in_threadpool(_create, state, key, body, voice, idempotency_key)
     headers = {"X-Job-Id": job_id, "Cache-Control": "no-store"}
-    live = await open_live_or_fail(state, job_id)
+    live = await open_live_or_fail(state, job_id, FAILED)
     if live is None:  # a replay after the live copy expired: the stored WAV
         rate, pcm = wav_pcm(await run_in_threadpool(_stored_wav, state, job_id))
         return await whole(once(pcm), rate, body.response_format, job_id=job_id, speed=body.speed,
@@ -108,5 +113,5 @@ def _stored_wav(state, job_id: str) -> bytes:
     with state.sessions() as session:
         job = session.get(Job, job_id)
         if job is None or job.object_key is None or job.format != "wav":
-            raise HTTPException(409, detail=f"job {job_id} produced no audio: {job.error if job else 'deleted'}")
+            raise HTTPException(FAILED, detail=f"job {job_id} produced no audio: {job.error if job else 'deleted'}")
         return state.store.get(job.object_key)

@@ -10,7 +10,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 
+from pipeline.db.models import Job
+from pipeline.db.session import make_engine, make_sessionmaker
 from tests.api.conftest import wait_batch, wait_job
 from tests.speech import to_pcm16k, transcribe, wav_bytes, word_error_rate
 
@@ -140,3 +143,16 @@ def test_openai_client_streams_speech(api_server, new_key, running_worker):
     with pytest.raises(openai.BadRequestError, match="unsupported response_format") as bad_format:
         client.audio.speech.create(model="tts-1", voice="alloy", input=text, response_format="ogg")
     assert "mp3, opus, aac, flac, wav, pcm" in bad_format.value.response.json()["detail"]
+
+
+def test_speech_whose_job_fails_is_refused_once_and_the_openai_client_does_not_send_it_again(
+        api_server, new_key, running_worker, database_url):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"{api_server.url}/v1", api_key=new_key("unspeakable"))  # default retries
+    with pytest.raises(openai.UnprocessableEntityError, match="nothing speakable") as failed:
+        client.audio.speech.create(model="tts-1", voice="alloy", input="...!?")
+    assert failed.value.response.json()["error"]["type"] == "invalid_request_error"
+    engine = make_engine(database_url)
+    with make_sessionmaker(engine)() as session:  # one job rendered, not one per retry
+        assert session.scalar(select(func.count()).select_from(Job).where(Job.text == "...!?")) == 1
+    engine.dispose()

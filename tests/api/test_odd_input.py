@@ -108,6 +108,14 @@ def test_options_lists_the_methods_of_a_path(api_server):
     assert httpx.put(f"{api_server.url}/v1/batches").status_code == 405
 
 
+@pytest.mark.parametrize("method,path", [("GET", "/v1/nothing-here"), ("GET", "/v1/job/x"), ("POST", "/v1/job"),
+                                         ("GET", "/nothing"), ("DELETE", "/v1/jobs/x/nothing")])
+def test_a_path_no_route_serves_answers_404_not_405(api_server, method, path):
+    r = httpx.request(method, f"{api_server.url}{path}")
+    assert r.status_code == 404, r.text
+    assert r.json()["detail"] == "Not Found"
+
+
 def test_options_prefers_a_literal_path_to_a_template(api_server):
     assert httpx.options(f"{api_server.url}/v1/batches/upload").headers["allow"] == "POST, OPTIONS"
     assert httpx.options(f"{api_server.url}/v1/jobs/x/audio").headers["allow"] == "GET, OPTIONS"
