@@ -102,6 +102,28 @@ def test_unreachable_database_is_a_clear_error(embedded_env):
     assert len(stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("case", ["missing bucket", "nothing listens"])
+def test_unreachable_s3_storage_is_a_clear_error_and_nothing_is_written(tmp_path, embedded_env, s3_endpoint, case):
+    endpoint = s3_endpoint if case == "missing bucket" else "http://127.0.0.1:1"
+    env = {**embedded_env, "SYNTH_S3_BUCKET": "no-such-bucket", "SYNTH_S3_ENDPOINT_URL": endpoint,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    result = synth("submit", str(REPO / "examples/corpus.txt"), env=env, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 3, stderr
+    assert stderr.startswith("error: S3 bucket 'no-such-bucket'") and len(stderr.splitlines()) == 1
+    assert batches_in(tmp_path / "data") == 0
+
+
+def test_an_unwritable_object_folder_is_a_clear_error_and_nothing_is_written(tmp_path, embedded_env):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "objects").write_text("a file where the object folder goes")
+    result = synth("submit", str(REPO / "examples/corpus.txt"), env=embedded_env, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 3, stderr
+    assert stderr.startswith("error: object folder ") and len(stderr.splitlines()) == 1
+    assert batches_in(tmp_path / "data") == 0
+
+
 @pytest.mark.parametrize("setting,value,message", [
     ("SYNTH_DATABASE_URL", "not-a-url", "bad setting database_url: "),
     ("SYNTH_DATABASE_URL", "postgres://synth@127.0.0.1:1/synth", "postgresql+psycopg://"),
