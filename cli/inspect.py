@@ -15,6 +15,7 @@ from pipeline.db import jobs as db
 from pipeline.db.models import JobStatus
 from pipeline.errors import InputError
 from pipeline.manifest import file_names, manifest_lines
+from pipeline.plural import counted
 from pipeline.settings import Settings
 from pipeline.storage import make_store
 from pipeline.storage.base import manifest_key
@@ -46,7 +47,7 @@ def status(batch: str, as_json: bool) -> None:
     print_summary(summary)
     open_jobs = sum(summary.counts.get(s.value, 0) for s in JobStatus if not s.terminal)
     if open_jobs:
-        click.echo(f"{open_jobs} jobs not finished: " + ", ".join(
+        click.echo(f"{counted(open_jobs, 'job')} not finished: " + ", ".join(
             f"{n} {s}" for s, n in summary.counts.items() if n and not JobStatus(s).terminal), err=True)
 
 
@@ -79,5 +80,5 @@ def fetch_batch(settings: Settings, sessions, batch_id: str, output: Path) -> No
     key = manifest_key(batch_id)
     (output / "manifest.jsonl").write_text(
         "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
-    click.echo(f"wrote {len(done)} audio files and manifest.jsonl to {output} "
+    click.echo(f"wrote {counted(len(done), 'audio file')} and manifest.jsonl to {output} "
                f"(stored manifest: {(store.url(key) or key) if store.exists(key) else 'not yet written'})", err=True)

@@ -14,6 +14,7 @@ from cli.context import broker, open_database, open_store
 from cli.wait import embedded_worker, print_summary, wait_for_batch
 from pipeline.corpus import parse_corpus
 from pipeline.errors import InputError, ServiceUnavailableError
+from pipeline.plural import counted
 from pipeline.settings import FORMATS, Settings
 from pipeline.submit import BatchOptions, create_batch, resolve_options, withdraw_batch
 from worker.app import make_producer
@@ -62,9 +63,10 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) 
         except ServiceUnavailableError:  # nothing half-written: the batch is withdrawn everywhere
             withdraw_batch(sessions, store, batch.id)
             raise
-        click.echo(f"batch {batch.id}{f' ({name})' if name else ''}: {len(parsed.lines)} jobs queued"
-                   + (f", {len(parsed.empty_lines)} empty lines skipped" if parsed.empty_lines else ""),
-                   err=True)
+        click.echo(f"batch {batch.id}{f' ({name})' if name else ''}: "
+                   + counted(len(parsed.lines), "job queued", "jobs queued")
+                   + (f", {counted(len(parsed.empty_lines), 'empty line skipped', 'empty lines skipped')}"
+                      if parsed.empty_lines else ""), err=True)
         if not (embedded or wait or output):
             click.echo(batch.id)
             return

@@ -35,7 +35,7 @@ def test_embedded_submit_renders_the_sample_corpus(tmp_path, embedded_env):
                    "-o", str(out), env=embedded_env)
     stderr = result.stderr.decode()
     assert result.returncode == 0, stderr
-    assert "10 jobs, 10 done, 0 failed, 1 empty lines skipped" in stderr
+    assert "10 jobs, 10 done, 0 failed, 1 empty line skipped" in stderr
     assert "x real time" in stderr and "TTFB p50" in stderr
     files = sorted(p.name for p in out.glob("*.mp3"))
     assert len(files) == 10 and files[0] == "line-000001.mp3"
@@ -163,9 +163,20 @@ def test_stdin_and_no_wait_with_an_external_broker(tmp_path, redis_url, database
     result = synth("submit", "-", "--name", "piped", env=env, input=b"Hello.\n\nWorld.\n", timeout=60)
     assert result.returncode == 0, result.stderr.decode()
     batch_id = result.stdout.decode().strip()
-    assert len(batch_id) == 32 and "2 jobs queued, 1 empty lines skipped" in result.stderr.decode()
+    assert len(batch_id) == 32 and "2 jobs queued, 1 empty line skipped" in result.stderr.decode()
     status = json.loads(synth("status", batch_id, "--json", env=env).stdout)
     assert status["counts"]["queued"] == 2 and not status["finished"]
+
+
+def test_counts_in_what_submit_and_status_print_agree_with_their_number(tmp_path, redis_url, database_url):
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url,
+                    SYNTH_DATABASE_URL=database_url)
+    result = synth("submit", "-", "--no-wait", env=env, input=b"Hello.\n\n", timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    assert ": 1 job queued, 1 empty line skipped" in result.stderr.decode()
+    shown = synth("status", result.stdout.decode().strip(), env=env).stderr.decode()
+    assert ": 1 job, 0 done, 0 failed, 1 empty line skipped" in shown
+    assert "1 job not finished: 1 queued" in shown
 
 
 def test_ctrl_c_during_an_embedded_submit_says_the_jobs_stay_queued_and_how_to_finish_them(tmp_path, embedded_env):
