@@ -202,6 +202,11 @@ def test_help_is_helpful(embedded_env):
     assert "--sample-rate" in synth("submit", "--help", env=embedded_env).stdout.decode()
 
 
+def test_models_help_names_only_what_the_group_has(embedded_env):
+    out = synth("models", "--help", env=embedded_env).stdout.decode()
+    assert "make-tiny" in out and "inspect" not in out.lower()
+
+
 def test_the_webhook_queue_under_its_former_name_consumes_both_with_a_warning(capsys):
     from cli.worker import _former_names
 
