@@ -22,10 +22,17 @@ from pipeline.storage.base import manifest_key
 from pipeline.summary import summarize
 
 
-def _batch(session, ref: str):
+def _batch(session, ref: str, doing: str):
+    """The batch ``ref`` names; a name several batches share resolves to the newest, and says so
+    (``doing``: what the command does with it), since the others are then reached only by id."""
     batch = db.find_batch(session, ref)
     if batch is None:
         raise InputError(f"no batch {ref!r} (give its id, an id prefix of 6+ characters, or its name)")
+    if batch.name == ref and not batch.id.startswith(ref):
+        named = db.count_batches_named(session, ref)
+        if named > 1:
+            click.echo(f"{named} batches are named {ref}; {doing} the newest, {batch.id}; use an id for another",
+                       err=True)
     return batch
 
 
@@ -33,11 +40,12 @@ def _batch(session, ref: str):
 @click.argument("batch")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def status(batch: str, as_json: bool) -> None:
-    """Show a batch's progress and numbers. BATCH is an id, id prefix or name."""
+    """Show a batch's progress and numbers. BATCH is an id, id prefix or name (the newest
+    batch of that name)."""
     settings = Settings()
     _, sessions = open_database(settings)
     with sessions() as session:
-        summary = summarize(session, _batch(session, batch))
+        summary = summarize(session, _batch(session, batch, "showing"))
     if as_json:
         out = {k: v for k, v in vars(summary).items()}
         out["x_real_time"] = summary.x_real_time
@@ -57,11 +65,11 @@ def status(batch: str, as_json: bool) -> None:
               show_default=True, help="Folder to write the audio files and manifest.jsonl into.")
 def fetch(batch: str, output: Path) -> None:
     """Download a batch's audio files (named by client id, -2, -3 ... where two ids make one name)
-    and its manifest."""
+    and its manifest. BATCH is an id, id prefix or name (the newest batch of that name)."""
     settings = Settings()
     _, sessions = open_database(settings)
     with sessions() as session:
-        batch_id = _batch(session, batch).id
+        batch_id = _batch(session, batch, "fetching").id
     fetch_batch(settings, sessions, batch_id, output)
 
 

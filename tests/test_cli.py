@@ -179,6 +179,21 @@ def test_counts_in_what_submit_and_status_print_agree_with_their_number(tmp_path
     assert "1 job not finished: 1 queued" in shown
 
 
+def test_a_name_several_batches_share_resolves_to_the_newest_and_says_so(tmp_path, redis_url, database_url):
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url,
+                    SYNTH_DATABASE_URL=database_url)
+    name = f"nightly-{tmp_path.name}"
+    ids = [synth("submit", "-", "--name", name, env=env, input=b"Hello.\n", timeout=60).stdout.decode().strip()
+           for _ in range(2)]
+    shown = synth("status", name, "--json", env=env)
+    assert json.loads(shown.stdout)["batch_id"] == ids[1]
+    told = f"2 batches are named {name}; showing the newest, {ids[1]}; use an id for another"
+    assert told in shown.stderr.decode()
+    fetched = synth("fetch", name, "-o", str(tmp_path / "out"), env=env)
+    assert fetched.returncode == 0 and "2 batches are named" in fetched.stderr.decode()
+    assert "batches are named" not in synth("status", ids[0], env=env).stderr.decode()
+
+
 def test_ctrl_c_during_an_embedded_submit_says_the_jobs_stay_queued_and_how_to_finish_them(tmp_path, embedded_env):
     process = start_synth("submit", str(REPO / "examples/corpus.txt"), "--name", "stopped", env=embedded_env,
                           log=tmp_path / "submit.log")
