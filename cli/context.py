@@ -12,6 +12,7 @@ from pipeline.db import migrate
 from pipeline.db.session import check_reachable, make_engine, make_sessionmaker
 from pipeline.errors import ServiceUnavailableError
 from pipeline.settings import Settings
+from pipeline.storage import ObjectStore, make_store
 from worker.embedded import EmbeddedRedis
 
 
@@ -29,6 +30,14 @@ def open_database(settings: Settings, *, upgrade_embedded: bool = True) -> tuple
                 "schema: run `synth db upgrade`"
             )
     return engine, make_sessionmaker(engine)
+
+
+def open_store(settings: Settings) -> ObjectStore:
+    """The object store, checked as the database and Redis are: a batch whose audio could not be
+    stored is refused before anything is written, not left queued behind a worker that cannot start."""
+    store = make_store(settings)
+    store.check()
+    return store
 
 
 @contextlib.contextmanager

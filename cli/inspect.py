@@ -15,16 +15,24 @@ from pipeline.db import jobs as db
 from pipeline.db.models import JobStatus
 from pipeline.errors import InputError
 from pipeline.manifest import file_names, manifest_lines
+from pipeline.plural import counted
 from pipeline.settings import Settings
 from pipeline.storage import make_store
 from pipeline.storage.base import manifest_key
 from pipeline.summary import summarize
 
 
-def _batch(session, ref: str):
+def _batch(session, ref: str, doing: str):
+    """The batch ``ref`` names; a name several batches share resolves to the newest, and says so
+    (``doing``: what the command does with it), since the others are then reached only by id."""
     batch = db.find_batch(session, ref)
     if batch is None:
         raise InputError(f"no batch {ref!r} (give its id, an id prefix of 6+ characters, or its name)")
+    if batch.name == ref and not batch.id.startswith(ref):
+        named = db.count_batches_named(session, ref)
+        if named > 1:
+            click.echo(f"{named} batches are named {ref}; {doing} the newest, {batch.id}; use an id for another",
+                       err=True)
     return batch
 
 
@@ -32,11 +40,12 @@ def _batch(session, ref: str):
 @click.argument("batch")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def status(batch: str, as_json: bool) -> None:
-    """Show a batch's progress and numbers. BATCH is an id, id prefix or name."""
+    """Show a batch's progress and numbers. BATCH is an id, id prefix or name (the newest
+    batch of that name)."""
     settings = Settings()
     _, sessions = open_database(settings)
     with sessions() as session:
-        summary = summarize(session, _batch(session, batch))
+        summary = summarize(session, _batch(session, batch, "showing"))
     if as_json:
         out = {k: v for k, v in vars(summary).items()}
         out["x_real_time"] = summary.x_real_time
@@ -46,7 +55,7 @@ def status(batch: str, as_json: bool) -> None:
     print_summary(summary)
     open_jobs = sum(summary.counts.get(s.value, 0) for s in JobStatus if not s.terminal)
     if open_jobs:
-        click.echo(f"{open_jobs} jobs not finished: " + ", ".join(
+        click.echo(f"{counted(open_jobs, 'job')} not finished: " + ", ".join(
             f"{n} {s}" for s, n in summary.counts.items() if n and not JobStatus(s).terminal), err=True)
 
 
@@ -56,11 +65,11 @@ def status(batch: str, as_json: bool) -> None:
               show_default=True, help="Folder to write the audio files and manifest.jsonl into.")
 def fetch(batch: str, output: Path) -> None:
     """Download a batch's audio files (named by client id, -2, -3 ... where two ids make one name)
-    and its manifest."""
+    and its manifest. BATCH is an id, id prefix or name (the newest batch of that name)."""
     settings = Settings()
     _, sessions = open_database(settings)
     with sessions() as session:
-        batch_id = _batch(session, batch).id
+        batch_id = _batch(session, batch, "fetching").id
     fetch_batch(settings, sessions, batch_id, output)
 
 
@@ -79,5 +88,5 @@ def fetch_batch(settings: Settings, sessions, batch_id: str, output: Path) -> No
     key = manifest_key(batch_id)
     (output / "manifest.jsonl").write_text(
         "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
-    click.echo(f"wrote {len(done)} audio files and manifest.jsonl to {output} "
+    click.echo(f"wrote {counted(len(done), 'audio file')} and manifest.jsonl to {output} "
                f"(stored manifest: {(store.url(key) or key) if store.exists(key) else 'not yet written'})", err=True)

@@ -9,7 +9,8 @@ import click
 
 @click.group()
 def models() -> None:
-    """Create and inspect model checkpoints for synth's engines."""
+    """Model checkpoints for synth's engines: make-tiny writes a random-weight Orpheus checkpoint
+    for tests and CPU demos."""
 
 
 @models.command("make-tiny")

@@ -10,12 +10,12 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from cli.context import broker, open_database
+from cli.context import broker, open_database, open_store
 from cli.wait import embedded_worker, print_summary, wait_for_batch
 from pipeline.corpus import parse_corpus
 from pipeline.errors import InputError, ServiceUnavailableError
+from pipeline.plural import counted
 from pipeline.settings import FORMATS, Settings
-from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch, resolve_options, withdraw_batch
 from worker.app import make_producer
 from worker.enqueue import check_broker, enqueue_batch
@@ -48,6 +48,7 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) 
     options = resolve_options(settings, BatchOptions(voice=voice, format=fmt, sample_rate=sample_rate,
                                                      priority=priority, name=name))
     _, sessions = open_database(settings)
+    store = open_store(settings)
     embedded = settings.redis_url is None
     with broker(settings) as broker_url:
         app = make_producer(settings, broker_url)
@@ -60,11 +61,12 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) 
                       file=sys.stderr) as bar:
                 enqueue_batch(app, sessions, batch.id, settings.jobs_per_task, progress=bar.update)
         except ServiceUnavailableError:  # nothing half-written: the batch is withdrawn everywhere
-            withdraw_batch(sessions, make_store(settings), batch.id)
+            withdraw_batch(sessions, store, batch.id)
             raise
-        click.echo(f"batch {batch.id}{f' ({name})' if name else ''}: {len(parsed.lines)} jobs queued"
-                   + (f", {len(parsed.empty_lines)} empty lines skipped" if parsed.empty_lines else ""),
-                   err=True)
+        click.echo(f"batch {batch.id}{f' ({name})' if name else ''}: "
+                   + counted(len(parsed.lines), "job queued", "jobs queued")
+                   + (f", {counted(len(parsed.empty_lines), 'empty line skipped', 'empty lines skipped')}"
+                      if parsed.empty_lines else ""), err=True)
         if not (embedded or wait or output):
             click.echo(batch.id)
             return

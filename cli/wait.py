@@ -18,6 +18,7 @@ from pipeline.db.models import Batch, JobStatus
 from pipeline.errors import ServiceUnavailableError
 from pipeline.settings import Settings
 from pipeline.summary import BatchSummary, describe_text_notes, summarize
+from pipeline.plural import counted
 
 # The wait polls the batch's counts: often enough that the command ends within a few tens of ms of
 # its last job (a GPU renders a 500-line corpus in under 20 s), and never spending more than a
@@ -84,8 +85,9 @@ def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = N
 def print_summary(s: BatchSummary) -> None:
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
     done, failed = s.counts.get("done", 0), s.counts.get("failed", 0)
-    echo(f"batch {s.batch_id}{f' ({s.name})' if s.name else ''}: {s.total} jobs, {done} done, {failed} failed"
-         + (f", {s.skipped_lines} empty lines skipped" if s.skipped_lines else ""))
+    echo(f"batch {s.batch_id}{f' ({s.name})' if s.name else ''}: {counted(s.total, 'job')}, {done} done, "
+         f"{failed} failed"
+         + (f", {counted(s.skipped_lines, 'empty line skipped', 'empty lines skipped')}" if s.skipped_lines else ""))
     if s.wall_s:
         echo(f"audio {s.audio_s:,.1f} s in {s.wall_s:,.1f} s: {s.x_real_time:,.1f}x real time")
     if s.ttfb_p50 is not None:

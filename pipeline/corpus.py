@@ -64,5 +64,7 @@ def parse_corpus(data: bytes, *, source: str, max_line_chars: int) -> Corpus:
         else:
             corpus.empty_lines.append(line_no)
     if not corpus.lines:
-        raise InputError(f"{source}: no text: all {len(corpus.empty_lines)} lines are empty")
+        empty = len(corpus.empty_lines)
+        raise InputError(f"{source}: no text: " + ("its only line is empty" if empty == 1
+                                                   else f"all {empty:,} lines are empty"))
     return corpus

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, JobStatus, as_utc
+from pipeline.plural import counted
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -80,22 +81,22 @@ def _add_text_notes(total: dict[str, int], notes: dict | None) -> None:
         total[key] = total.get(key, 0) + n
 
 
-# How `synth status` names each count of the text front end (pipeline/textfront).
+# How `synth status` names each count of the text front end (pipeline/textfront): one, many.
 TEXT_NOTE_WORDS = {
-    "foreign_chars_dropped": "characters of other scripts dropped",
-    "emoji_dropped": "emoji silent",
-    "tags_removed": "tags removed",
-    "readings_expanded": "amounts, URLs or e-mail addresses in words",
-    "ssml_breaks": "SSML breaks",
-    "ssml_say_as": "SSML say-as",
-    "rate_ignored": "prosody rates the engine cannot honour",
+    "foreign_chars_dropped": ("character of other scripts dropped", "characters of other scripts dropped"),
+    "emoji_dropped": ("emoji silent", "emoji silent"),
+    "tags_removed": ("tag removed", "tags removed"),
+    "readings_expanded": ("amount, URL or e-mail address in words", "amounts, URLs or e-mail addresses in words"),
+    "ssml_breaks": ("SSML break", "SSML breaks"),
+    "ssml_say_as": ("SSML say-as", "SSML say-as"),
+    "rate_ignored": ("prosody rate the engine cannot honour", "prosody rates the engine cannot honour"),
 }
 
 
 def describe_text_notes(notes: dict[str, int]) -> str:
     """'text: 3 emoji silent, 12 characters of other scripts dropped (in 2 jobs)'; '' for none."""
-    parts = [f"{notes[k]} {words}" for k, words in TEXT_NOTE_WORDS.items() if notes.get(k)]
+    parts = [counted(notes[k], *words) for k, words in TEXT_NOTE_WORDS.items() if notes.get(k)]
     if not parts:
         return ""
     jobs = notes.get("jobs", 0)
-    return f"text: {', '.join(parts)} (in {jobs} job{'s' if jobs != 1 else ''})"
+    return f"text: {', '.join(parts)} (in {counted(jobs, 'job')})"

@@ -35,7 +35,7 @@ def test_embedded_submit_renders_the_sample_corpus(tmp_path, embedded_env):
                    "-o", str(out), env=embedded_env)
     stderr = result.stderr.decode()
     assert result.returncode == 0, stderr
-    assert "10 jobs, 10 done, 0 failed, 1 empty lines skipped" in stderr
+    assert "10 jobs, 10 done, 0 failed, 1 empty line skipped" in stderr
     assert "x real time" in stderr and "TTFB p50" in stderr
     files = sorted(p.name for p in out.glob("*.mp3"))
     assert len(files) == 10 and files[0] == "line-000001.mp3"
@@ -102,6 +102,28 @@ def test_unreachable_database_is_a_clear_error(embedded_env):
     assert len(stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("case", ["missing bucket", "nothing listens"])
+def test_unreachable_s3_storage_is_a_clear_error_and_nothing_is_written(tmp_path, embedded_env, s3_endpoint, case):
+    endpoint = s3_endpoint if case == "missing bucket" else "http://127.0.0.1:1"
+    env = {**embedded_env, "SYNTH_S3_BUCKET": "no-such-bucket", "SYNTH_S3_ENDPOINT_URL": endpoint,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    result = synth("submit", str(REPO / "examples/corpus.txt"), env=env, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 3, stderr
+    assert stderr.startswith("error: S3 bucket 'no-such-bucket'") and len(stderr.splitlines()) == 1
+    assert batches_in(tmp_path / "data") == 0
+
+
+def test_an_unwritable_object_folder_is_a_clear_error_and_nothing_is_written(tmp_path, embedded_env):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "objects").write_text("a file where the object folder goes")
+    result = synth("submit", str(REPO / "examples/corpus.txt"), env=embedded_env, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 3, stderr
+    assert stderr.startswith("error: object folder ") and len(stderr.splitlines()) == 1
+    assert batches_in(tmp_path / "data") == 0
+
+
 @pytest.mark.parametrize("setting,value,message", [
     ("SYNTH_DATABASE_URL", "not-a-url", "bad setting database_url: "),
     ("SYNTH_DATABASE_URL", "postgres://synth@127.0.0.1:1/synth", "postgresql+psycopg://"),
@@ -141,9 +163,35 @@ def test_stdin_and_no_wait_with_an_external_broker(tmp_path, redis_url, database
     result = synth("submit", "-", "--name", "piped", env=env, input=b"Hello.\n\nWorld.\n", timeout=60)
     assert result.returncode == 0, result.stderr.decode()
     batch_id = result.stdout.decode().strip()
-    assert len(batch_id) == 32 and "2 jobs queued, 1 empty lines skipped" in result.stderr.decode()
+    assert len(batch_id) == 32 and "2 jobs queued, 1 empty line skipped" in result.stderr.decode()
     status = json.loads(synth("status", batch_id, "--json", env=env).stdout)
     assert status["counts"]["queued"] == 2 and not status["finished"]
+
+
+def test_counts_in_what_submit_and_status_print_agree_with_their_number(tmp_path, redis_url, database_url):
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url,
+                    SYNTH_DATABASE_URL=database_url)
+    result = synth("submit", "-", "--no-wait", env=env, input=b"Hello.\n\n", timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    assert ": 1 job queued, 1 empty line skipped" in result.stderr.decode()
+    shown = synth("status", result.stdout.decode().strip(), env=env).stderr.decode()
+    assert ": 1 job, 0 done, 0 failed, 1 empty line skipped" in shown
+    assert "1 job not finished: 1 queued" in shown
+
+
+def test_a_name_several_batches_share_resolves_to_the_newest_and_says_so(tmp_path, redis_url, database_url):
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url,
+                    SYNTH_DATABASE_URL=database_url)
+    name = f"nightly-{tmp_path.name}"
+    ids = [synth("submit", "-", "--name", name, env=env, input=b"Hello.\n", timeout=60).stdout.decode().strip()
+           for _ in range(2)]
+    shown = synth("status", name, "--json", env=env)
+    assert json.loads(shown.stdout)["batch_id"] == ids[1]
+    told = f"2 batches are named {name}; showing the newest, {ids[1]}; use an id for another"
+    assert told in shown.stderr.decode()
+    fetched = synth("fetch", name, "-o", str(tmp_path / "out"), env=env)
+    assert fetched.returncode == 0 and "2 batches are named" in fetched.stderr.decode()
+    assert "batches are named" not in synth("status", ids[0], env=env).stderr.decode()
 
 
 def test_ctrl_c_during_an_embedded_submit_says_the_jobs_stay_queued_and_how_to_finish_them(tmp_path, embedded_env):
@@ -167,6 +215,11 @@ def test_help_is_helpful(embedded_env):
     for command in ("submit", "status", "fetch", "worker", "db"):
         assert command in out
     assert "--sample-rate" in synth("submit", "--help", env=embedded_env).stdout.decode()
+
+
+def test_models_help_names_only_what_the_group_has(embedded_env):
+    out = synth("models", "--help", env=embedded_env).stdout.decode()
+    assert "make-tiny" in out and "inspect" not in out.lower()
 
 
 def test_the_webhook_queue_under_its_former_name_consumes_both_with_a_warning(capsys):

@@ -21,6 +21,8 @@ def test_utf8_bom_is_accepted():
 @pytest.mark.parametrize("data,message", [
     (b"", "empty"),
     (b"\n \n\t\n", "empty"),
+    ("\u00a0".encode(), "no text: its only line is empty"),       # blank to the reader, not to bytes.strip()
+    ("\u00a0\n\u200b\n".encode(), "no text: all 2 lines are empty"),
     (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
     (b"ok\nna\xefve caf\xe9\n", "not UTF-8 text (bad byte 0xef on line 2)"),
     (b"A line of text.\n" * 5000 + b"nul\x00here\n", "binary file (a NUL byte on line 5001)"),  # past 64 KiB

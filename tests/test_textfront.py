@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import MarkupError
+from pipeline.summary import describe_text_notes
 from pipeline.textfront import VoiceProfile, prepare, speech_seconds, unspeakable_reason
 from pipeline.textfront import numbers
 from pipeline.textfront.ssml import Pause, Speech
@@ -218,3 +219,13 @@ def test_ordinal_numbers(n, words):
                                       (2024, "twenty twenty-four")])
 def test_years(n, words):
     assert numbers.year(n) == words
+
+
+def test_one_of_a_kind_is_counted_in_the_singular():
+    only_emoji = prepare("\U0001f389", JOE)
+    assert "1 emoji is silent (SYNTH_READ_EMOJI=true" in unspeakable_reason("\U0001f389", JOE, only_emoji.notes)
+    notes = {"jobs": 1, "ssml_breaks": 1, "tags_removed": 1, "readings_expanded": 1, "foreign_chars_dropped": 1}
+    assert describe_text_notes(notes) == ("text: 1 character of other scripts dropped, 1 tag removed, "
+                                          "1 amount, URL or e-mail address in words, 1 SSML break (in 1 job)")
+    notes = {"jobs": 2, "ssml_breaks": 2, "tags_removed": 3}
+    assert describe_text_notes(notes) == "text: 3 tags removed, 2 SSML breaks (in 2 jobs)"

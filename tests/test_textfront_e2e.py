@@ -68,7 +68,7 @@ def test_a_batch_honours_breaks_records_what_was_dropped_and_fails_unspeakable_l
                                       "expected </s>")
 
     assert summary.text_notes == {"jobs": 2, "ssml_breaks": 1, "emoji_dropped": 3}
-    line = "text: 3 emoji silent, 1 SSML breaks (in 2 jobs)"
+    line = "text: 3 emoji silent, 1 SSML break (in 2 jobs)"
     assert describe_text_notes(summary.text_notes) == line
     env = synth_env(SYNTH_DATABASE_URL=database_url, SYNTH_DATA_DIR=str(settings.data_dir),
                     SYNTH_REDIS_URL=redis_url)

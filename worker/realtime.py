@@ -30,6 +30,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import OperationalError
 
 from pipeline.errors import RetryableError
+from pipeline.plural import counted
 from pipeline.render import render_jobs
 from pipeline.routing import REALTIME_QUEUE
 from worker.boot import runtime_for
@@ -161,7 +162,7 @@ class RealtimeConsumer:
                     return totals
                 error, again = RetryableError("; ".join(outcome.retry)), outcome.retry
             if retries >= max_retries:
-                fail_all(runtime, again, f"gave up after {retries} retries: {error}")
+                fail_all(runtime, again, f"gave up after {counted(retries, 'retry', 'retries')}: {error}")
                 totals["failed"] += len(again)
                 return totals
             delay = backoff(retries, runtime.settings.retry_backoff_max)

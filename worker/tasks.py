@@ -11,6 +11,7 @@ from sqlalchemy.exc import OperationalError
 from pipeline.db import jobs as db
 from pipeline.errors import DatabaseUnavailableError, RetryableError
 from pipeline.messages import RENDER_TASK
+from pipeline.plural import counted
 from pipeline.render import render_jobs
 from worker import maintenance
 from worker.boot import runtime_for
@@ -55,7 +56,7 @@ def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception) -> Excep
     if isinstance(error, (DatabaseUnavailableError, OperationalError)) or task.request.retries < task.max_retries:
         return _retry(task, runtime, job_ids, error)
     try:
-        fail_all(runtime, job_ids, f"gave up after {task.request.retries} retries: {error}")
+        fail_all(runtime, job_ids, f"gave up after {counted(task.request.retries, 'retry', 'retries')}: {error}")
     except OperationalError as e:
         return _retry(task, runtime, job_ids, e)
     return error

@@ -218,6 +218,10 @@ def find_batch(session: Session, ref: str) -> Batch | None:
     ).first()
 
 
+def count_batches_named(session: Session, name: str) -> int:
+    return session.scalar(select(func.count()).select_from(Batch).where(Batch.name == name)) or 0
+
+
 def jobs_with_metrics(session: Session, batch_id: str) -> list[tuple[Job, JobMetrics | None]]:
     rows = session.execute(
         select(Job, JobMetrics).outerjoin(JobMetrics, JobMetrics.job_id == Job.id)

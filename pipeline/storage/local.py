@@ -67,7 +67,10 @@ class LocalStore(ObjectStore):
         return None
 
     def check(self) -> None:
+        # A folder that exists read-only passes mkdir: only a file created in it shows it takes writes.
         try:
             self.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.root, prefix=".tmp-"):
+                pass
         except OSError as e:
             raise StorageError(f"object folder {self.root} is not writable: {e}") from e

@@ -86,7 +86,12 @@ class S3Store(ObjectStore):
             raise StorageError(f"cannot presign s3://{self.bucket}/{self._key(key)}: {e}") from e
 
     def check(self) -> None:
+        where = f"S3 bucket {self.bucket!r} at {self.client.meta.endpoint_url}"
         try:
             self.client.head_bucket(Bucket=self.bucket)
-        except (BotoCoreError, ClientError) as e:
-            raise StorageError(f"S3 bucket {self.bucket!r} is unreachable: {e}") from e
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchBucket", "NotFound"):
+                raise StorageError(f"{where} is unreachable: it does not exist") from e
+            raise StorageError(f"{where} is unreachable: {e}") from e
+        except BotoCoreError as e:
+            raise StorageError(f"{where} is unreachable: {e}") from e

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from pipeline import text as plain
 from pipeline.constants import CHARS_PER_SECOND
+from pipeline.plural import counted
 from pipeline.textfront import readings, scripts, ssml
 from pipeline.textfront.ssml import Pause, Speech
 
@@ -102,10 +103,12 @@ def unspeakable_reason(text: str, voice: VoiceProfile, notes: dict) -> str:
     why = f"nothing speakable in line: {text[:60]!r}"
     if notes.get("foreign_chars_dropped"):
         langs = ", ".join(voice.languages)
-        why += (f"; voice {voice.name!r} speaks {langs}, and {notes['foreign_chars_dropped']} "
-                "characters of other scripts were dropped")
+        dropped = counted(notes["foreign_chars_dropped"], "character of other scripts was dropped",
+                          "characters of other scripts were dropped")
+        why += f"; voice {voice.name!r} speaks {langs}, and {dropped}"
     if notes.get("emoji_dropped"):
-        why += f"; {notes['emoji_dropped']} emoji are silent (SYNTH_READ_EMOJI=true reads them)"
+        silent = counted(notes["emoji_dropped"], "emoji is silent", "emoji are silent")
+        why += f"; {silent} (SYNTH_READ_EMOJI=true reads them)"
     return why
 
 

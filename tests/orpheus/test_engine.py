@@ -110,3 +110,18 @@ def test_paths_switched_off_in_the_settings_are_off_in_the_runner(engine_setting
         assert on.loop.runner.mixed_sizes             # on the CPU mixed steps run eagerly
     finally:
         on.close()
+
+
+def test_no_model_set_and_no_hub_access_says_to_set_synth_model_and_why(engine_settings):
+    """The default model is a hub id; this conftest runs with HF_HUB_OFFLINE=1, as a machine
+    without hub access does."""
+    from pipeline.engines.registry import load_engine
+    from pipeline.errors import EngineUnavailableError
+
+    with pytest.raises(EngineUnavailableError) as raised:
+        load_engine(engine_settings(model=None))
+    message = str(raised.value)
+    assert "(the default when SYNTH_MODEL is not set)" in message and "\n" not in message
+    assert "set SYNTH_MODEL to a local checkpoint folder or a hub id" in message
+    assert "synth models make-tiny DIR" in message
+    assert "offline" in message                 # transformers' reason is kept

@@ -62,12 +62,22 @@ def load_lm(source: str, dtype_name: str, device: str):
         check_prompt_start(tokenizer, source)       # before the weights: a wrong one fails fast
         model = AutoModelForCausalLM.from_pretrained(source, dtype=devices.torch_dtype(dtype_name))
     except (OSError, ValueError) as e:
-        raise EngineUnavailableError(f"cannot load the Orpheus model {source!r}: {e}") from e
+        raise EngineUnavailableError(load_failure(source, e)) from e
     if model.config.vocab_size < VOCAB_SIZE:
         raise EngineUnavailableError(
             f"{source!r} has {model.config.vocab_size} token ids; Orpheus audio needs {VOCAB_SIZE}"
         )
     return tokenizer, model.eval().to(device)
+
+
+def load_failure(source: str, error: Exception) -> str:
+    """Why ``source`` did not load, in one line, and what to set instead. transformers' own words
+    (no hub access, a missing file) never name the setting, and the default is a hub id that a
+    machine without hub access cannot load."""
+    which = "the default when SYNTH_MODEL is not set" if source == DEFAULT_MODEL else "SYNTH_MODEL"
+    reason = " ".join(str(error).split()).rstrip(".")
+    return (f"cannot load the Orpheus model {source!r} ({which}): {reason}; set SYNTH_MODEL to a local "
+            "checkpoint folder or a hub id (`synth models make-tiny DIR` makes a tiny random one for a CPU try)")
 
 
 def load(model: str | None, codec: str | None, dtype: str, quantization: str,
