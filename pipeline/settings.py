@@ -76,10 +76,16 @@ class Settings(BaseSettings):
     model: str | None = None
     codec: str | None = None
     voices: tuple[str, ...] | None = None
-    dtype: str = "auto"
-    quantization: str = "none"
+    # The engine's dtype, quantization and device are checked here, so a producer refuses a typo
+    # before it writes jobs that no worker could render.
+
+    # Orpheus weights: auto is bfloat16 on a GPU that has it, else float16; float32 on the CPU.
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # Orpheus weights (docs/orpheus.md#quantization).
+    quantization: Literal["none", "fp8", "int8", "nf4"] = "none"
     max_batch: int = 0          # 0: chosen from the device
-    device: str = "auto"
+    # Orpheus: auto is the GPU if torch sees one, else the CPU.
+    device: Literal["auto", "cuda", "cpu"] = "auto"
     engine_threads: int = 0     # 0: one per core
     # Where the engine runs in a worker: "separate", a process of its own, so its loop never waits
     # for the GIL behind the worker's task threads; "inline", the worker's process. "auto":
