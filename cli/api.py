@@ -10,8 +10,9 @@ from pipeline.settings import Settings
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface, as behind a load balancer).")
+@click.option("--port", default=8000, show_default=True, type=int, help="Port to listen on.")
 def api(host: str, port: int) -> None:
     """Serve the REST API (OpenAPI at /openapi.json, docs at /docs). Needs the database at the
     current schema; with no SYNTH_REDIS_URL it starts the embedded Redis (then workers must run on

@@ -31,7 +31,8 @@ def parse_when(value: str | None, now: datetime, option: str) -> datetime | None
 @click.command()
 @click.option("--since", help="Start (ISO 8601, UTC if no zone, or 24h/7d back from now) [default: --until - 24h].")
 @click.option("--until", help="End, exclusive [default: now].")
-@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True,
+              help="Markdown, HTML (with plots where synth[reports] is installed) or JSON.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
 def report(since: str | None, until: str | None, fmt: str, out: Path | None) -> None:
     """What the fleet did in a period: jobs, audio hours, failures, throughput per GPU type, worker,

@@ -233,3 +233,32 @@ def test_the_webhook_queue_under_its_former_name_consumes_both_with_a_warning(ca
     assert _former_names(["callbacks", "batch.le10s"]) == ["webhooks", "callbacks", "batch.le10s"]
     assert "deprecated" in capsys.readouterr().err
     assert "webhooks" in synth("worker", "--help", env=synth_env()).stdout.decode()
+
+
+def every_command():
+    """(name, click command) for `synth` and each command and subcommand under it."""
+    import click
+
+    from cli.main import cli
+
+    ctx = click.Context(cli)
+    found, todo = [], [("synth", cli)]
+    while todo:
+        name, command = todo.pop()
+        found.append((name, command))
+        if isinstance(command, click.Group):
+            todo += [(f"{name} {sub}", command.get_command(ctx, sub)) for sub in command.list_commands(ctx)]
+    return found
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import click
+
+    bare = [f"{name} {'/'.join(p.opts)}" for name, command in every_command() for p in command.params
+            if isinstance(p, click.Option) and not p.help]
+    assert not bare, f"options without a help text: {bare}"
+
+
+def test_submit_help_names_the_settings_its_defaults_come_from(embedded_env):
+    out = " ".join(synth("submit", "--help", env=embedded_env).stdout.decode().split())
+    assert "SYNTH_DEFAULT_VOICE" in out and "SYNTH_DEFAULT_FORMAT" in out
