@@ -7,6 +7,8 @@ import click
 from cli.context import broker, open_database
 from pipeline.errors import InputError
 from pipeline.settings import Settings
+from worker.app import make_producer
+from worker.enqueue import check_broker
 
 
 @click.command()
@@ -26,4 +28,7 @@ def api(host: str, port: int) -> None:
     settings = Settings()
     open_database(settings)  # refuse to start on an unmigrated database
     with broker(settings) as broker_url:
+        # The app's start connects to Redis; unreachable, uvicorn would print a traceback and
+        # "Application startup failed". Said here in one line, with the address, as submit does.
+        check_broker(make_producer(settings, broker_url))
         uvicorn.run(create_app(settings, broker_url=broker_url), host=host, port=port, log_level="info")

@@ -93,6 +93,14 @@ def test_unreachable_redis_is_a_clear_error(tmp_path, embedded_env):
     assert batches_in(tmp_path / "data") == 0
 
 
+def test_the_api_with_redis_unreachable_says_so_in_one_line(embedded_env):
+    env = {**embedded_env, "SYNTH_REDIS_URL": "redis://127.0.0.1:1/0"}
+    result = synth("api", "--port", "1", env=env, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 3 and stderr.startswith("error: Redis at redis://127.0.0.1:1/0 is unreachable")
+    assert len(stderr.splitlines()) == 1, stderr
+
+
 def test_unreachable_database_is_a_clear_error(embedded_env):
     env = {**embedded_env, "SYNTH_DATABASE_URL": "postgresql+psycopg://synth@127.0.0.1:1/synth"}
     result = synth("submit", str(REPO / "examples/corpus.txt"), env=env, timeout=60)
