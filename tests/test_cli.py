@@ -270,3 +270,11 @@ def test_every_option_of_every_command_says_what_it_does():
 def test_submit_help_names_the_settings_its_defaults_come_from(embedded_env):
     out = " ".join(synth("submit", "--help", env=embedded_env).stdout.decode().split())
     assert "SYNTH_DEFAULT_VOICE" in out and "SYNTH_DEFAULT_FORMAT" in out
+
+
+def test_db_upgrade_to_a_revision_that_does_not_exist_says_which_exist(embedded_env):
+    result = synth("db", "upgrade", "--revision", "nope", env=embedded_env, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 2 and stderr.startswith("error: cannot upgrade to revision 'nope': "), stderr
+    assert "migrations/versions" in stderr and len(stderr.splitlines()) == 1
+    assert synth("db", "upgrade", env=embedded_env, timeout=60).returncode == 0
