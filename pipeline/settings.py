@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -84,8 +85,9 @@ class Settings(BaseSettings):
     # Orpheus weights (docs/orpheus.md#quantization).
     quantization: Literal["none", "fp8", "int8", "nf4"] = "none"
     max_batch: int = 0          # 0: chosen from the device
-    # Orpheus: auto is the GPU if torch sees one, else the CPU.
-    device: Literal["auto", "cuda", "cpu"] = "auto"
+    # Orpheus: auto is the GPU if torch sees one, else the CPU; cuda or cuda:N (the worker pins its
+    # one GPU, which the process then sees as cuda:0), cpu.
+    device: str = "auto"
     engine_threads: int = 0     # 0: one per core
     # Where the engine runs in a worker: "separate", a process of its own, so its loop never waits
     # for the GIL behind the worker's task threads; "inline", the worker's process. "auto":
@@ -195,6 +197,13 @@ class Settings(BaseSettings):
     def _known_format(cls, v: str) -> str:
         if v not in FORMATS:
             raise ValueError(f"unknown format {v!r}; choose one of {', '.join(FORMATS)}")
+        return v
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
+            raise ValueError(f"unknown device {v!r}; choose auto, cuda (or cuda:N) or cpu")
         return v
 
     @field_validator("database_url")

@@ -137,7 +137,7 @@ def test_an_unwritable_object_folder_is_a_clear_error_and_nothing_is_written(tmp
     ("SYNTH_DATABASE_URL", "postgres://synth@127.0.0.1:1/synth", "postgresql+psycopg://"),
     ("SYNTH_DATABASE_URL", "mysql://synth@127.0.0.1:1/synth", "bad setting database_url: "),
     ("SYNTH_ENGINE", "pipr", "bad setting engine: Input should be 'piper' or 'orpheus'"),
-    ("SYNTH_DEVICE", "gpu", "bad setting device: Input should be 'auto', 'cuda' or 'cpu'"),
+    ("SYNTH_DEVICE", "gpu", "bad setting device: Value error, unknown device 'gpu'; choose auto, cuda (or cuda:N) or cpu"),
     ("SYNTH_DTYPE", "fp16", "bad setting dtype: Input should be 'auto', 'float32', 'bfloat16' or 'float16'"),
     ("SYNTH_QUANTIZATION", "fp4", "bad setting quantization: Input should be 'none', 'fp8', 'int8' or 'nf4'"),
 ])
