@@ -1,10 +1,11 @@
-# One image for the API, workers, beat, Flower and migrations (docker-compose.yml picks the extras).
+# One image for the API, workers, beat, Flower and migrations (docker-compose.yml picks the extras;
+# the default image runs the API, beat, migrations and CPU workers, as ops/deploy/k8s/ uses it).
 # GPU hosts: build with --build-arg EXTRAS=piper,orpheus,gpu,postgres,reports on a CUDA base (e.g.
 # --build-arg BASE=nvidia/cuda:12.4.1-runtime-ubuntu22.04 with python3.11 installed).
 # The `reports` extra (matplotlib) gives the nightly HTML report its plots; workers run that task.
 ARG BASE=python:3.11-slim
 FROM ${BASE}
-ARG EXTRAS=piper,postgres,reports
+ARG EXTRAS=piper,api,postgres,reports
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY pipeline pipeline

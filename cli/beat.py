@@ -15,7 +15,8 @@ def schedule_path(settings: Settings) -> Path:
 
 
 @click.command()
-@click.option("--loglevel", default="INFO", show_default=True)
+@click.option("--loglevel", default="INFO", show_default=True,
+              help="Celery's log level: DEBUG, INFO, WARNING or ERROR.")
 def beat(loglevel: str) -> None:
     """Run the scheduler: the nightly report (SYNTH_REPORT_CRON, default 06:00 UTC), hourly batch
     expiry (SYNTH_EXPIRE_CRON) and the reconciler (SYNTH_RECONCILE_INTERVAL). Run exactly one per

@@ -12,8 +12,9 @@ _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([hdw])$")
 _UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_when(value: str | None, now: datetime) -> datetime | None:
-    """ISO 8601 (naive means UTC), or a span back from now: 24h, 7d, 2w."""
+def parse_when(value: str | None, now: datetime, option: str) -> datetime | None:
+    """ISO 8601 (naive means UTC), or a span back from now: 24h, 7d, 2w. ``option`` is named in the
+    error, since --since and --until take the same forms."""
     if value is None:
         return None
     m = _RELATIVE.match(value.strip())
@@ -22,14 +23,16 @@ def parse_when(value: str | None, now: datetime) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(value.strip())
     except ValueError as e:
-        raise click.BadParameter(f"{value!r} is neither ISO 8601 nor a span like 24h, 7d") from e
+        raise click.BadParameter(f"{value!r} is neither ISO 8601 (2026-11-20, 2026-11-20T06:00) nor a "
+                                 "span back from now (24h, 7d, 2w)", param_hint=f"'{option}'") from e
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 @click.command()
 @click.option("--since", help="Start (ISO 8601, UTC if no zone, or 24h/7d back from now) [default: --until - 24h].")
 @click.option("--until", help="End, exclusive [default: now].")
-@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True,
+              help="Markdown, HTML (with plots where synth[reports] is installed) or JSON.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
 def report(since: str | None, until: str | None, fmt: str, out: Path | None) -> None:
     """What the fleet did in a period: jobs, audio hours, failures, throughput per GPU type, worker,
@@ -40,10 +43,10 @@ def report(since: str | None, until: str | None, fmt: str, out: Path | None) -> 
     from pipeline.settings import Settings
 
     now = datetime.now(UTC)
-    end = parse_when(until, now) or now
-    start = parse_when(since, now) or end - timedelta(hours=24)
+    end = parse_when(until, now, "--until") or now
+    start = parse_when(since, now, "--since") or end - timedelta(hours=24)
     if start >= end:
-        raise click.BadParameter(f"--since {start.isoformat()} is not before --until {end.isoformat()}")
+        raise click.UsageError(f"--since {start.isoformat()} is not before --until {end.isoformat()}")
     settings = Settings()
     _, sessions = open_database(settings)
     with sessions() as session:

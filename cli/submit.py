@@ -23,10 +23,12 @@ from worker.enqueue import check_broker, enqueue_batch
 
 @click.command()
 @click.argument("corpus", type=click.Path(allow_dash=True, dir_okay=False, path_type=Path))
-@click.option("--voice", help="Voice name (default: the engine's first voice).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Audio format [default: wav].")
+@click.option("--voice", help="Voice name [default: SYNTH_DEFAULT_VOICE, else the engine's first voice].")
+@click.option("--format", "fmt", type=click.Choice(FORMATS),
+              help="Audio format [default: SYNTH_DEFAULT_FORMAT, else wav].")
 @click.option("--sample-rate", type=int, help="Output sample rate in Hz [default: the engine's].")
-@click.option("--priority", type=click.Choice(["batch", "realtime"]), default="batch", show_default=True)
+@click.option("--priority", type=click.Choice(["batch", "realtime"]), default="batch", show_default=True,
+              help="realtime: each job goes ahead of batch work, as an API stream does.")
 @click.option("--name", help="A name for the batch, usable instead of its id.")
 @click.option("--wait/--no-wait", default=None,
               help="Wait for the batch to finish. Embedded mode always waits; with SYNTH_REDIS_URL "

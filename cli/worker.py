@@ -14,7 +14,8 @@ import click
 @click.option("-Q", "--queues", help="Comma-separated queues [default: realtime, webhooks and every length bucket].")
 @click.option("-c", "--concurrency", type=int,
               help="Batch tasks in flight [default: SYNTH_WORKER_CONCURRENCY, else derived from the engine's rows].")
-@click.option("--loglevel", default="INFO", show_default=True)
+@click.option("--loglevel", default="INFO", show_default=True,
+              help="Celery's log level: DEBUG, INFO, WARNING or ERROR.")
 @click.option("-n", "--hostname", help="Celery node name [default: synth-gpuN@host or synth-cpu@host].")
 def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     """Run a worker: load the engine once, warm it up, then render jobs from the queues.

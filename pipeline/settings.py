@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -76,9 +77,16 @@ class Settings(BaseSettings):
     model: str | None = None
     codec: str | None = None
     voices: tuple[str, ...] | None = None
-    dtype: str = "auto"
-    quantization: str = "none"
+    # The engine's dtype, quantization and device are checked here, so a producer refuses a typo
+    # before it writes jobs that no worker could render.
+
+    # Orpheus weights: auto is bfloat16 on a GPU that has it, else float16; float32 on the CPU.
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # Orpheus weights (docs/orpheus.md#quantization).
+    quantization: Literal["none", "fp8", "int8", "nf4"] = "none"
     max_batch: int = 0          # 0: chosen from the device
+    # Orpheus: auto is the GPU if torch sees one, else the CPU; cuda or cuda:N (the worker pins its
+    # one GPU, which the process then sees as cuda:0), cpu.
     device: str = "auto"
     engine_threads: int = 0     # 0: one per core
     # Where the engine runs in a worker: "separate", a process of its own, so its loop never waits
@@ -189,6 +197,13 @@ class Settings(BaseSettings):
     def _known_format(cls, v: str) -> str:
         if v not in FORMATS:
             raise ValueError(f"unknown format {v!r}; choose one of {', '.join(FORMATS)}")
+        return v
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
+            raise ValueError(f"unknown device {v!r}; choose auto, cuda (or cuda:N) or cpu")
         return v
 
     @field_validator("database_url")

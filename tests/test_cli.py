@@ -93,6 +93,14 @@ def test_unreachable_redis_is_a_clear_error(tmp_path, embedded_env):
     assert batches_in(tmp_path / "data") == 0
 
 
+def test_the_api_with_redis_unreachable_says_so_in_one_line(embedded_env):
+    env = {**embedded_env, "SYNTH_REDIS_URL": "redis://127.0.0.1:1/0"}
+    result = synth("api", "--port", "1", env=env, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 3 and stderr.startswith("error: Redis at redis://127.0.0.1:1/0 is unreachable")
+    assert len(stderr.splitlines()) == 1, stderr
+
+
 def test_unreachable_database_is_a_clear_error(embedded_env):
     env = {**embedded_env, "SYNTH_DATABASE_URL": "postgresql+psycopg://synth@127.0.0.1:1/synth"}
     result = synth("submit", str(REPO / "examples/corpus.txt"), env=env, timeout=60)
@@ -129,6 +137,9 @@ def test_an_unwritable_object_folder_is_a_clear_error_and_nothing_is_written(tmp
     ("SYNTH_DATABASE_URL", "postgres://synth@127.0.0.1:1/synth", "postgresql+psycopg://"),
     ("SYNTH_DATABASE_URL", "mysql://synth@127.0.0.1:1/synth", "bad setting database_url: "),
     ("SYNTH_ENGINE", "pipr", "bad setting engine: Input should be 'piper' or 'orpheus'"),
+    ("SYNTH_DEVICE", "gpu", "bad setting device: Value error, unknown device 'gpu'; choose auto, cuda (or cuda:N) or cpu"),
+    ("SYNTH_DTYPE", "fp16", "bad setting dtype: Input should be 'auto', 'float32', 'bfloat16' or 'float16'"),
+    ("SYNTH_QUANTIZATION", "fp4", "bad setting quantization: Input should be 'none', 'fp8', 'int8' or 'nf4'"),
 ])
 def test_a_setting_synth_cannot_use_is_refused_in_one_line(tmp_path, embedded_env, setting, value, message):
     result = synth("submit", str(REPO / "examples/corpus.txt"), env={**embedded_env, setting: value}, timeout=60)
@@ -230,3 +241,40 @@ def test_the_webhook_queue_under_its_former_name_consumes_both_with_a_warning(ca
     assert _former_names(["callbacks", "batch.le10s"]) == ["webhooks", "callbacks", "batch.le10s"]
     assert "deprecated" in capsys.readouterr().err
     assert "webhooks" in synth("worker", "--help", env=synth_env()).stdout.decode()
+
+
+def every_command():
+    """(name, click command) for `synth` and each command and subcommand under it."""
+    import click
+
+    from cli.main import cli
+
+    ctx = click.Context(cli)
+    found, todo = [], [("synth", cli)]
+    while todo:
+        name, command = todo.pop()
+        found.append((name, command))
+        if isinstance(command, click.Group):
+            todo += [(f"{name} {sub}", command.get_command(ctx, sub)) for sub in command.list_commands(ctx)]
+    return found
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import click
+
+    bare = [f"{name} {'/'.join(p.opts)}" for name, command in every_command() for p in command.params
+            if isinstance(p, click.Option) and not p.help]
+    assert not bare, f"options without a help text: {bare}"
+
+
+def test_submit_help_names_the_settings_its_defaults_come_from(embedded_env):
+    out = " ".join(synth("submit", "--help", env=embedded_env).stdout.decode().split())
+    assert "SYNTH_DEFAULT_VOICE" in out and "SYNTH_DEFAULT_FORMAT" in out
+
+
+def test_db_upgrade_to_a_revision_that_does_not_exist_says_which_exist(embedded_env):
+    result = synth("db", "upgrade", "--revision", "nope", env=embedded_env, timeout=60)
+    stderr = result.stderr.decode().strip()
+    assert result.returncode == 2 and stderr.startswith("error: cannot upgrade to revision 'nope': "), stderr
+    assert "migrations/versions" in stderr and len(stderr.splitlines()) == 1
+    assert synth("db", "upgrade", env=embedded_env, timeout=60).returncode == 0

@@ -50,3 +50,9 @@ def test_a_realtime_config_out_of_range_is_refused():
         RealtimeConfig(first_lookahead=3)
     with pytest.raises(ValueError, match=">= 1"):
         RealtimeConfig(playing_every=0)
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:3"])
+def test_a_device_torch_names_is_taken(monkeypatch, device):
+    monkeypatch.setenv("SYNTH_DEVICE", device)
+    assert Settings().device == device

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, inspect, text
 
 import migrations
+from pipeline.errors import InputError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -33,8 +34,13 @@ def alembic_config(engine: Engine) -> Config:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     from alembic import command
+    from alembic.util import CommandError
 
-    command.upgrade(alembic_config(engine), revision)
+    try:
+        command.upgrade(alembic_config(engine), revision)
+    except CommandError as e:  # alembic's word for a revision it cannot find, or a downgrade asked of upgrade
+        raise InputError(f"cannot upgrade to revision {revision!r}: {e}; the revisions are the file prefixes "
+                         f"in migrations/versions (the newest: {head_revision()}), or head") from e
 
 
 def head_revision() -> str:

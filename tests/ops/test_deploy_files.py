@@ -89,3 +89,24 @@ def test_k8s_manifests():
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1 and container["args"] == ["worker", "--gpu", "0"]
     beat = next(d for d in K8S if d["metadata"]["name"] == "synth-beat")
     assert beat["spec"]["replicas"] == 1 and beat["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_the_api_and_the_gpu_workers_name_the_same_engine():
+    """The API refuses a voice the engine does not list and accepts one it does; an Orpheus worker
+    renders any voice name it is given, so an API that thinks the engine is Piper sends it jobs for
+    Piper's voice. The shared settings take the engine from the environment, as the header says."""
+    engine = SERVICES["api"]["environment"]["SYNTH_ENGINE"]
+    assert engine == "${SYNTH_ENGINE:-piper}"
+    assert "SYNTH_ENGINE=orpheus docker compose --profile gpu up" in (REPO / "docker-compose.yml").read_text()
+    for name in ("worker-gpu0", "worker-gpu1"):
+        assert SERVICES[name]["environment"]["SYNTH_ENGINE"] == "orpheus"
+
+
+def test_the_default_image_has_what_the_k8s_pods_built_from_it_run():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    [default] = [line.split("=", 1)[1] for line in dockerfile.splitlines() if line.startswith("ARG EXTRAS=")]
+    for doc in K8S:
+        spec = doc.get("spec", {}).get("template", {}).get("spec") or {}
+        for container in spec.get("containers", []):
+            if container["image"].endswith("/synth:latest") and container["args"][0] == "api":
+                assert "api" in default.split(","), "the API pod's image is the default build, without the api extra"

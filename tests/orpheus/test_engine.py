@@ -125,3 +125,36 @@ def test_no_model_set_and_no_hub_access_says_to_set_synth_model_and_why(engine_s
     assert "set SYNTH_MODEL to a local checkpoint folder or a hub id" in message
     assert "synth models make-tiny DIR" in message
     assert "offline" in message                 # transformers' reason is kept
+
+
+@pytest.mark.parametrize("codec, named", [
+    ("/nowhere/snac", "(SYNTH_CODEC)"),
+    (None, "has no snac/ folder"),
+])
+def test_a_codec_that_cannot_load_names_synth_codec(engine_settings, tiny_dir, tmp_path, codec, named):
+    """A checkpoint folder without snac/ falls back to the hub's codec, which a machine without
+    hub access (HF_HUB_OFFLINE=1 here) cannot fetch; either way the user is told what to set."""
+    import shutil
+
+    from pipeline.engines.registry import load_engine
+    from pipeline.errors import EngineUnavailableError
+
+    bare = tmp_path / "no-snac"
+    shutil.copytree(tiny_dir, bare, ignore=shutil.ignore_patterns("snac"))
+    with pytest.raises(EngineUnavailableError) as raised:
+        load_engine(engine_settings(model=str(bare), codec=codec))
+    message = str(raised.value)
+    assert named in message and "\n" not in message
+    assert "set SYNTH_CODEC to a local SNAC folder" in message
+
+
+def test_cuda_asked_for_on_a_machine_without_it_names_synth_device(engine_settings):
+    import torch
+
+    from pipeline.engines.registry import load_inline
+    from pipeline.errors import EngineUnavailableError
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(EngineUnavailableError, match=r"SYNTH_DEVICE=cuda .*set SYNTH_DEVICE=auto or cpu"):
+        load_inline(engine_settings(device="cuda"))

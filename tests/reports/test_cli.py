@@ -46,3 +46,12 @@ def test_markdown_to_stdout_and_html_to_a_file(env, tmp_path):
 def test_bad_period_is_refused(env):
     proc = synth("report", "--since", "2026-01-02", "--until", "2026-01-01", env=env)
     assert proc.returncode == 2 and b"is not before" in proc.stderr
+
+
+@pytest.mark.parametrize("option", ["--since", "--until"])
+def test_a_period_that_is_not_a_date_or_span_names_its_option_and_the_forms(tmp_path, option):
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"))
+    proc = synth("report", option, "7x", env=env)
+    stderr = proc.stderr.decode()
+    assert proc.returncode == 2 and f"Invalid value for '{option}': '7x' is neither ISO 8601" in stderr, stderr
+    assert "span back from now (24h, 7d, 2w)" in stderr

@@ -198,9 +198,9 @@ def fold_weight_norms(model) -> int:
 
 
 def load_codec(name_or_path: str | None, device: str, fuse: bool | None = None,
-               fallbacks: list[str] | None = None) -> SnacCodec:
+               fallbacks: list[str] | None = None, origin: str = "SYNTH_CODEC") -> SnacCodec:
     """SNAC from a local folder (config.json + pytorch_model.bin) or a hub id; ``fuse`` and
-    ``fallbacks`` as ``SnacCodec``'s."""
+    ``fallbacks`` as ``SnacCodec``'s; ``origin`` says where the name came from, for the error."""
     try:
         from snac import SNAC
     except ImportError as e:
@@ -209,6 +209,10 @@ def load_codec(name_or_path: str | None, device: str, fuse: bool | None = None,
     try:
         model = SNAC.from_pretrained(source)
     except Exception as e:  # hub, file and state-dict errors all mean "no codec"
-        raise EngineUnavailableError(f"cannot load the SNAC codec {source!r}: {e}") from e
+        # The hub's and snac's own words (a bad repo id, no connection) never name the setting.
+        reason = " ".join(str(e).split()).rstrip(".")
+        raise EngineUnavailableError(
+            f"cannot load the SNAC codec {source!r} ({origin}): {reason}; set SYNTH_CODEC to a local "
+            "SNAC folder (config.json and pytorch_model.bin) or a hub id") from e
     log.info("loaded SNAC codec %s on %s", source, device)
     return SnacCodec(model, device, fuse=fuse, fallbacks=fallbacks)

@@ -34,7 +34,9 @@ def resolve_device(setting: str) -> str:
     if setting.startswith("cuda") and not torch.cuda.is_available():
         from pipeline.errors import EngineUnavailableError
 
-        raise EngineUnavailableError(f"device {setting!r} asked for but CUDA is not available")
+        raise EngineUnavailableError(
+            f"SYNTH_DEVICE={setting} asks for CUDA, which torch does not see here (no GPU, a CPU-only "
+            "torch, or `synth worker --cpu`); set SYNTH_DEVICE=auto or cpu")
     # The worker pins one GPU through CUDA_VISIBLE_DEVICES; inside the process it is always cuda:0.
     return "cuda:0" if setting.startswith("cuda") else setting
 

@@ -45,11 +45,16 @@ class LoadedModel:
         return asked + list(getattr(self.codec, "fallbacks", ()))
 
 
-def codec_source(model_source: str, codec: str | None) -> str:
+def codec_source(model_source: str, codec: str | None) -> tuple[str, str]:
+    """The codec to load, and where that choice came from (for a load error to name)."""
     if codec:
-        return codec
+        return codec, "SYNTH_CODEC"
     local = Path(model_source) / "snac"
-    return str(local) if (local / "config.json").is_file() else DEFAULT_CODEC
+    if (local / "config.json").is_file():
+        return str(local), "the model folder's snac/"
+    if Path(model_source).is_dir():
+        return DEFAULT_CODEC, f"the default when SYNTH_CODEC is not set and {model_source} has no snac/ folder"
+    return DEFAULT_CODEC, "the default when SYNTH_CODEC is not set"
 
 
 def load_lm(source: str, dtype_name: str, device: str):
@@ -89,8 +94,9 @@ def load(model: str | None, codec: str | None, dtype: str, quantization: str,
     tokenizer, lm = load_lm(source, choice.dtype_name, choice.device)
     report = quantize(lm, quantization, choice.device, devices.torch_dtype(choice.dtype_name),
                       small_rows=switches.fp8_small_rows)
-    snac = load_codec(codec_source(source, codec), choice.device,
-                      fuse=None if switches.codec_fused else False)
+    codec_name, codec_origin = codec_source(source, codec)
+    snac = load_codec(codec_name, choice.device, fuse=None if switches.codec_fused else False,
+                      origin=codec_origin)
     random_weights = bool(getattr(lm.config, "synth_random_weights", False))
     log.info("Orpheus %s on %s (%s, %s, quant %s)", source, choice.name, choice.device,
              choice.dtype_name, report.applied)
