@@ -76,7 +76,8 @@ class Settings(BaseSettings):
     engine: Literal["piper", "orpheus"] = "piper"   # piper (CPU) or orpheus (GPU; docs/orpheus.md)
     model: str | None = None
     codec: str | None = None
-    voices: tuple[str, ...] | None = None
+    # The voices served, e.g. tara,leah (or a JSON list); unset: the engine's own.
+    voices: Annotated[tuple[str, ...] | None, NoDecode] = None
     # The engine's dtype, quantization and device are checked here, so a producer refuses a typo
     # before it writes jobs that no worker could render.
 
@@ -227,14 +228,14 @@ class Settings(BaseSettings):
         """0, which once stood for the engine's default, still does."""
         return v or getattr(_REALTIME, info.field_name.removeprefix("realtime_"))
 
-    @field_validator("orpheus_disable", mode="before")
+    @field_validator("orpheus_disable", "voices", mode="before")
     @classmethod
-    def _comma_list(cls, v: Any) -> Any:
-        """From the environment: ``fused_sampler,codec_fused`` or a JSON list."""
+    def _comma_list(cls, v: Any, info: ValidationInfo) -> Any:
+        """From the environment: ``fused_sampler,codec_fused`` or a JSON list. No voices is unset."""
         if isinstance(v, str):
             v = v.strip()
-            return json.loads(v) if v.startswith("[") else [p.strip() for p in v.split(",") if p.strip()]
-        return v
+            v = json.loads(v) if v.startswith("[") else [p.strip() for p in v.split(",") if p.strip()]
+        return None if info.field_name == "voices" and v == [] else v
 
     @classmethod
     def settings_customise_sources(

@@ -56,3 +56,11 @@ def test_a_realtime_config_out_of_range_is_refused():
 def test_a_device_torch_names_is_taken(monkeypatch, device):
     monkeypatch.setenv("SYNTH_DEVICE", device)
     assert Settings().device == device
+
+
+@pytest.mark.parametrize(("value", "voices"), [
+    ("tara", ("tara",)), ("tara, leah", ("tara", "leah")), ('["tara", "leah"]', ("tara", "leah")), ("", None),
+])
+def test_voices_take_a_comma_list_or_json_from_the_environment(monkeypatch, value, voices):
+    monkeypatch.setenv("SYNTH_VOICES", value)
+    assert Settings().voices == voices
