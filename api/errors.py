@@ -36,6 +36,17 @@ def error_body(path: str, detail, param: str | None = None) -> dict:
     return encodable(body)
 
 
+def unavailable_detail(e: Exception) -> str:
+    """What is down, by name: a client's Redis or driver error alone ("Error 111 connecting to
+    127.0.0.1:6379") does not say which of the API's services it is. The database's error is its
+    driver's, without the SQL statement SQLAlchemy appends."""
+    if isinstance(e, redis.RedisError):
+        return f"Redis is unreachable: {e}"
+    if isinstance(e, sqlalchemy.exc.OperationalError):
+        return f"the database is unavailable: {str(e.orig).strip() or type(e.orig).__name__}"
+    return str(e) or type(e).__name__
+
+
 def error_response(request: Request, status: int, detail, *, param: str | None = None,
                    headers: dict | None = None) -> JSONResponse:
     return JSONResponse(error_body(request.url.path, detail, param), status_code=status, headers=headers)
@@ -75,7 +86,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(redis.RedisError)           # Redis down (rate limits, live audio)
     @app.exception_handler(sqlalchemy.exc.OperationalError)  # the database down or locked
     async def _unavailable(request: Request, e: Exception) -> JSONResponse:
-        return error_response(request, 503, str(e) or type(e).__name__, headers={"Retry-After": "5"})
+        return error_response(request, 503, unavailable_detail(e), headers={"Retry-After": "5"})
 
     @app.exception_handler(LiveCapacityError)  # as many live streams as this process may serve
     async def _full(request: Request, e: LiveCapacityError) -> JSONResponse:
