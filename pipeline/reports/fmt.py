@@ -43,6 +43,8 @@ def title(r: Report) -> str:
 
 THROUGHPUT_HEAD = ("", "jobs", "audio h", "busy GPU-h", "workers", "x real time", "audio s / GPU-h",
                    "utilization", "cost", "cost / audio h")
+# A breakdown with no rows says why, where a table of headers alone reads as a rendering fault.
+NO_THROUGHPUT = "No jobs finished in the period."
 
 
 def throughput_cells(row: ThroughputRow) -> list[str]:

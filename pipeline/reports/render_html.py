@@ -41,7 +41,8 @@ def render_html(r: Report, *, with_plots: bool = True) -> str:
             "<h2>Throughput</h2>", table(fmt.THROUGHPUT_HEAD, [fmt.throughput_cells(r.overall)])]
     for dim, rows in r.throughput.items():
         body += [f"<h3>By {escape(DIMENSION_TITLES[dim])}</h3>",
-                 table(fmt.THROUGHPUT_HEAD, [fmt.throughput_cells(row) for row in rows])]
+                 table(fmt.THROUGHPUT_HEAD, [fmt.throughput_cells(row) for row in rows])
+                 if rows else f"<p>{escape(fmt.NO_THROUGHPUT)}</p>"]
     for name, data in (("TTFB (s)", r.ttfb), ("RTF", r.rtf), ("Queue wait (s)", r.queue_wait)):
         body += [f"<h2>{escape(name)} by priority</h2>",
                  table(fmt.PERCENTILE_HEAD, [fmt.percentile_cells(p, v) for p, v in data.items()])]

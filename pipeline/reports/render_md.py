@@ -29,7 +29,8 @@ def render_md(r: Report) -> str:
     parts += ["## Throughput", table(fmt.THROUGHPUT_HEAD, [fmt.throughput_cells(r.overall)]), ""]
     for dim, rows in r.throughput.items():
         parts += [f"### By {DIMENSION_TITLES[dim]}",
-                  table(fmt.THROUGHPUT_HEAD, [fmt.throughput_cells(row) for row in rows]), ""]
+                  table(fmt.THROUGHPUT_HEAD, [fmt.throughput_cells(row) for row in rows])
+                  if rows else fmt.NO_THROUGHPUT, ""]
     if r.unpriced_device_types:
         parts += [f"No price per GPU-hour for: {', '.join(r.unpriced_device_types)} (SYNTH_GPU_PRICES).", ""]
     for name, data in (("TTFB (s)", r.ttfb), ("RTF", r.rtf), ("Queue wait (s)", r.queue_wait)):

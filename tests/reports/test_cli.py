@@ -55,3 +55,13 @@ def test_a_period_that_is_not_a_date_or_span_names_its_option_and_the_forms(tmp_
     stderr = proc.stderr.decode()
     assert proc.returncode == 2 and f"Invalid value for '{option}': '7x' is neither ISO 8601" in stderr, stderr
     assert "span back from now (24h, 7d, 2w)" in stderr
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_a_period_without_jobs_says_so_where_its_breakdowns_would_be(tmp_path, fmt):
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"))
+    proc = synth("report", "--since", "1d", "--format", fmt, env=env)
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert out.count("No jobs finished in the period.") == 5, out      # device, worker, engine, model, quantization
+    assert out.count("| audio s / GPU-h |") + out.count("<th>audio s / GPU-h</th>") == 1, out  # the overall table
