@@ -138,3 +138,11 @@ def test_a_client_id_with_a_control_character_gets_a_422_saying_so(client):
     assert r.status_code == 422, r.text
     [error] = r.json()["detail"]
     assert error["loc"] == ["body", "items", 0, "client_id"] and "control characters" in error["msg"], error
+
+
+def test_streaming_a_queued_batch_job_answers_409_naming_where_its_file_will_be(client):
+    # No worker runs, so the job stays queued.
+    job_id = client.post("/v1/jobs", json={"text": "One."}).json()["id"]
+    r = client.get(f"/v1/jobs/{job_id}/stream")
+    assert r.status_code == 409, r.text
+    assert f"/v1/jobs/{job_id}/audio" in r.json()["detail"], r.text
