@@ -146,3 +146,12 @@ def test_streaming_a_queued_batch_job_answers_409_naming_where_its_file_will_be(
     r = client.get(f"/v1/jobs/{job_id}/stream")
     assert r.status_code == 409, r.text
     assert f"/v1/jobs/{job_id}/audio" in r.json()["detail"], r.text
+
+
+def test_an_items_cursor_of_another_batch_answers_400_instead_of_skipping_lines(client):
+    first, second = (client.post("/v1/batches", json={"items": [{"text": f"Line {i}."} for i in range(4)]}).json()["id"]
+                     for _ in range(2))
+    cursor = client.get(f"/v1/batches/{first}/items", params={"limit": 2}).json()["next_cursor"]
+    assert client.get(f"/v1/batches/{first}/items", params={"cursor": cursor}).status_code == 200
+    r = client.get(f"/v1/batches/{second}/items", params={"cursor": cursor})
+    assert r.status_code == 400 and f"/v1/batches/{second}/items" in r.json()["detail"], r.text
