@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.livehub import LiveCapacityError
+from api.schemas import PATTERN_HINTS
 from pipeline.errors import InputError, ServiceUnavailableError, StorageError
 
 OPENAI_PREFIX = "/v1/audio/"
@@ -65,6 +66,14 @@ def encodable(value):
     return value
 
 
+def _readable(error: dict) -> dict:
+    """A pattern mismatch says what the field must be, not the regular expression it missed."""
+    hint = PATTERN_HINTS.get((error.get("ctx") or {}).get("pattern"))
+    if error.get("type") != "string_pattern_mismatch" or hint is None:
+        return error
+    return {**error, "msg": f"{error['loc'][-1]} {hint}"}
+
+
 def install(app: FastAPI) -> None:
     """Errors as HTTP: bad input 400, a service down 503 (pipeline's errors and the clients' own)."""
 
@@ -75,7 +84,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
-        return error_response(request, 422, jsonable_encoder(e.errors()))
+        return error_response(request, 422, [_readable(err) for err in jsonable_encoder(e.errors())])
 
     @app.exception_handler(InputError)
     async def _input(request: Request, e: InputError) -> JSONResponse:

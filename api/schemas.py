@@ -25,6 +25,13 @@ def both_names(old: str) -> str:
 # Schemes are case-insensitive; no control or space character of any kind, listed rather than
 # written \s, whose meaning differs between regex engines (pydantic's Rust one, JSON Schema's).
 URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$"
+CLIENT_ID_PATTERN = r"^[^\x00-\x1f]+$"
+# What a client must fix when a field misses its pattern: pydantic's own message only repeats the
+# regular expression, which tells a developer nothing (the 422 keeps it in ctx.pattern).
+PATTERN_HINTS = {
+    URL_PATTERN: "must be an http:// or https:// URL without spaces or control characters",
+    CLIENT_ID_PATTERN: "must not contain control characters (tab, newline, NUL ...)",
+}
 
 
 class _NoNul(BaseModel):
@@ -75,7 +82,7 @@ class Webhook(_In):
 
 
 class ItemIn(_In):
-    client_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$",
+    client_id: str | None = Field(None, min_length=1, max_length=200, pattern=CLIENT_ID_PATTERN,
                                   description="Your id for this item, unique in the batch; default item-NNNNNN")
     text: str = Field(min_length=1)
     voice: str | None = Field(None, max_length=64)
@@ -94,7 +101,7 @@ class BatchCreate(Webhook):
 
 class JobCreate(Webhook):
     text: str = Field(min_length=1)
-    client_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
+    client_id: str | None = Field(None, min_length=1, max_length=200, pattern=CLIENT_ID_PATTERN)
     voice: str | None = Field(None, max_length=64)
     format: str | None = Field(None, max_length=8)
     sample_rate: int | None = None

@@ -19,7 +19,7 @@ from api.views import batch_out, job_out
 from pipeline import lifecycle
 from pipeline.corpus import parse_corpus
 from pipeline.db import owned
-from pipeline.db.models import Batch, JobStatus
+from pipeline.db.models import Batch, Job, JobStatus
 from pipeline.submit import BatchOptions, Item, create_batch, create_item_batch
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
@@ -142,8 +142,12 @@ def list_items(batch_id: str, key: CurrentKey, session: Session, state: JobStatu
                cursor: str | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JobPage:
     """The batch's jobs in item order, optionally one state only."""
     batch = _own(session, key, batch_id)
-    rows = owned.list_items(session, batch_id=batch.id, limit=limit + 1, state=state,
-                            after=pagination.decode_item_cursor(cursor))
+    after = pagination.decode_item_cursor(cursor)
+    if after is not None and getattr(session.get(Job, after[1]), "batch_id", None) != batch.id:
+        # Another batch's cursor would silently skip this batch's first lines.
+        raise HTTPException(400, detail=f"this cursor belongs to another listing; pass a next_cursor of "
+                                        f"/v1/batches/{batch.id}/items")
+    rows = owned.list_items(session, batch_id=batch.id, limit=limit + 1, state=state, after=after)
     page = rows[:limit]
     nxt = pagination.encode(page[-1][0].line_no, page[-1][0].id) if len(rows) > limit else None
     return JobPage(data=[job_out(j, m) for j, m in page], next_cursor=nxt)

@@ -95,7 +95,7 @@ async def stream_job(job_id: str, key: CurrentKey, state: State,
     job = await run_in_threadpool(_load, state, key, job_id)
     if job.priority != "realtime" and not job.status.terminal:
         raise HTTPException(409, detail=f"job {job.id} is a batch job ({job.status.value}); live audio is "
-                                        "for realtime jobs; its file is at /v1/jobs/{id}/audio once done")
+                                        f"for realtime jobs; its file is at /v1/jobs/{job.id}/audio once done")
     live = await open_live_or_fail(state, job.id)
     if live is None:
         return await run_in_threadpool(stored_audio, state, job.id, format == "pcm")

@@ -119,3 +119,39 @@ def test_a_path_no_route_serves_answers_404_not_405(api_server, method, path):
 def test_options_prefers_a_literal_path_to_a_template(api_server):
     assert httpx.options(f"{api_server.url}/v1/batches/upload").headers["allow"] == "POST, OPTIONS"
     assert httpx.options(f"{api_server.url}/v1/jobs/x/audio").headers["allow"] == "GET, OPTIONS"
+
+
+@pytest.mark.parametrize("path, body, files", [
+    ("/v1/jobs", {"json": {"text": "One.", "webhook_url": "ftp://example.com/hook"}}, None),
+    ("/v1/jobs", {"json": {"text": "One.", "callback_url": "https://exa mple.com/hook"}}, None),
+    ("/v1/batches/upload", {"data": {"webhook_url": "example.com/hook"}}, {"file": ("a.txt", b"One.\n")}),
+])
+def test_a_webhook_url_that_is_not_a_url_gets_a_422_saying_what_it_must_be(client, path, body, files):
+    r = client.post(path, files=files, **body)
+    assert r.status_code == 422, r.text
+    [error] = r.json()["detail"]
+    assert "must be an http:// or https:// URL" in error["msg"] and "[Hh]" not in error["msg"], error
+
+
+def test_a_client_id_with_a_control_character_gets_a_422_saying_so(client):
+    r = client.post("/v1/batches", json={"items": [{"text": "One.", "client_id": "a\tb"}]})
+    assert r.status_code == 422, r.text
+    [error] = r.json()["detail"]
+    assert error["loc"] == ["body", "items", 0, "client_id"] and "control characters" in error["msg"], error
+
+
+def test_streaming_a_queued_batch_job_answers_409_naming_where_its_file_will_be(client):
+    # No worker runs, so the job stays queued.
+    job_id = client.post("/v1/jobs", json={"text": "One."}).json()["id"]
+    r = client.get(f"/v1/jobs/{job_id}/stream")
+    assert r.status_code == 409, r.text
+    assert f"/v1/jobs/{job_id}/audio" in r.json()["detail"], r.text
+
+
+def test_an_items_cursor_of_another_batch_answers_400_instead_of_skipping_lines(client):
+    first, second = (client.post("/v1/batches", json={"items": [{"text": f"Line {i}."} for i in range(4)]}).json()["id"]
+                     for _ in range(2))
+    cursor = client.get(f"/v1/batches/{first}/items", params={"limit": 2}).json()["next_cursor"]
+    assert client.get(f"/v1/batches/{first}/items", params={"cursor": cursor}).status_code == 200
+    r = client.get(f"/v1/batches/{second}/items", params={"cursor": cursor})
+    assert r.status_code == 400 and f"/v1/batches/{second}/items" in r.json()["detail"], r.text

@@ -160,6 +160,17 @@ def test_rotation_signs_with_both_secrets_during_the_grace_period(sessions, wh_s
         assert r.requests[1].valid_for == [new] and len(r.requests[1].headers["webhook-signature"].split()) == 1
 
 
+def test_rotating_again_within_the_grace_ends_the_oldest_secrets_grace(sessions, key):
+    # docs/webhooks.md: only one old secret signs, so a second rotation drops the first secret.
+    key_id, first = key
+    with sessions() as s:
+        second = secrets.rotate(s, key_id, grace_s=3600).secret
+        third = secrets.rotate(s, key_id, grace_s=3600)
+        s.commit()
+        assert secrets.signing_secrets(third) == [third.secret, second]
+    assert first not in (third.secret, second)
+
+
 def test_retry_delay_has_full_jitter_and_ends_with_the_schedule():
     import random
 
