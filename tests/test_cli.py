@@ -206,7 +206,10 @@ def test_a_name_several_batches_share_resolves_to_the_newest_and_says_so(tmp_pat
 
 
 def test_ctrl_c_during_an_embedded_submit_says_the_jobs_stay_queued_and_how_to_finish_them(tmp_path, embedded_env):
-    process = start_synth("submit", str(REPO / "examples/corpus.txt"), "--name", "stopped", env=embedded_env,
+    # Long enough that the batch is still rendering when the interrupt lands, however slow the host.
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"This is line {n} of a batch that is stopped.\n" for n in range(200)))
+    process = start_synth("submit", str(corpus), "--name", "stopped", env=embedded_env,
                           log=tmp_path / "submit.log")
     try:
         eventually(lambda: "jobs queued" in (tmp_path / "submit.log").read_text(), 60, "the batch to be queued")
@@ -218,7 +221,7 @@ def test_ctrl_c_during_an_embedded_submit_says_the_jobs_stay_queued_and_how_to_f
     log = (tmp_path / "submit.log").read_text()
     assert "interrupted: batch " in log and "stay queued; `synth worker` (same SYNTH_DATA_DIR) finishes them" in log
     status = json.loads(synth("status", "stopped", "--json", env=embedded_env).stdout)
-    assert status["total"] == 10
+    assert status["total"] == 200 and status["counts"]["queued"] > 0, status
 
 
 def test_help_is_helpful(embedded_env):

@@ -32,9 +32,10 @@ router = APIRouter(prefix="/v1/audio", tags=["openai"])
 OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova",
                            "onyx", "sage", "shimmer", "verse"})
 
-# A speech job that failed has failed for good (its worker already retried what could pass): 422,
-# which OpenAI's clients do not retry, where a 409 has them render the same text twice more.
-FAILED = 422
+# A speech job that failed has failed for good (its worker already retried what could pass): 400,
+# OpenAI's own status for a request it cannot serve as sent, which its clients do not retry, where
+# a 409 has them render the same text twice more.
+FAILED = 400
 
 
 class OpenAIError(HTTPException):
@@ -60,8 +61,8 @@ def pick_voice(settings: Settings, voice: str) -> str | None:
 @router.post("/speech", response_class=StreamingResponse,
              responses={200: {"content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))},
                               "description": "audio, streamed as it is synthesized"},
-                        400: {"description": "unknown voice or format"},
-                        FAILED: {"description": "the text could not be rendered (nothing speakable ...)"},
+                        FAILED: {"description": "unknown voice or format, or a text its job could not "
+                                                "render (nothing speakable ...)"},
                         503: {"description": "the API serves as many live streams as it may (Retry-After)"}})
 async def speech(body: SpeechCreate, key: CurrentKey, state: State,
                  idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> Response:
