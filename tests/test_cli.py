@@ -209,8 +209,14 @@ def test_ctrl_c_during_an_embedded_submit_says_the_jobs_stay_queued_and_how_to_f
     # Long enough that the batch is still rendering when the interrupt lands, however slow the host.
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"This is line {n} of a batch that is stopped.\n" for n in range(200)))
-    process = start_synth("submit", str(corpus), "--name", "stopped", env=embedded_env,
-                          log=tmp_path / "submit.log")
+    # A child inherits an ignored SIGINT, and earlier tests may leave this process ignoring it; a
+    # user's shell starts synth with the default, as this does.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = start_synth("submit", str(corpus), "--name", "stopped", env=embedded_env,
+                              log=tmp_path / "submit.log")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         eventually(lambda: "jobs queued" in (tmp_path / "submit.log").read_text(), 60, "the batch to be queued")
         process.send_signal(signal.SIGINT)
