@@ -95,10 +95,11 @@ class Settings(BaseSettings):
     # separate for a GPU engine (orpheus on CUDA), inline otherwise.
     engine_process: Literal["auto", "separate", "inline"] = "auto"
     orpheus_context: int = _ORPHEUS.context  # tokens per KV-cache row; long texts are split to fit
-    # KV-cache storage: "auto" = the model dtype; "fp8" (opt-in, unvalidated on real weights) =
-    # e4m3 with a fixed, uncalibrated scale of 1, half the bytes, so twice the rows fit and
-    # attention reads half as much (sm_89+).
-    orpheus_kv_dtype: Literal["auto", "fp8"] = _ORPHEUS.kv_dtype
+    # KV-cache storage: "fp8" = e4m3 with scales set from the checkpoint at load, half the bytes,
+    # so twice the rows fit and attention reads half as much (sm_89+); "model" = the model dtype;
+    # "auto" = fp8 on GPUs of compute capability 8.9 and up (Ada, Hopper), the model dtype
+    # elsewhere. Set "model" to rule the fp8 cache out when judging a checkpoint's audio.
+    orpheus_kv_dtype: Literal["auto", "model", "fp8"] = _ORPHEUS.kv_dtype
     # Orpheus paths to turn off when ruling one out (a new GPU, driver or Triton), each falling
     # back to the path it replaces (pipeline/engines/orpheus/config.py, Switches), e.g.
     # SYNTH_ORPHEUS_DISABLE=fused_sampler,codec_fused. Empty: all on, as serving runs.

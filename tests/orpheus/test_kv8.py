@@ -20,6 +20,8 @@ from pipeline.engines.orpheus.config import OrpheusConfig
 from pipeline.engines.orpheus.engine import OrpheusEngine
 from pipeline.engines.orpheus.kernels import fused
 from pipeline.engines.orpheus.model.decoder import Decoder
+from pipeline.engines.orpheus.model import kv_scales
+from pipeline.engines.orpheus.model.device import resolve_kv_dtype
 from pipeline.engines.orpheus.model.kv_cache import KVCache, kv_storage_dtype
 from pipeline.engines.orpheus.reference import ReferenceEngine
 from pipeline.engines.orpheus.tiny import TINY_LLAMA
@@ -74,18 +76,89 @@ def test_a_cache_in_the_model_dtype_is_unchanged_by_the_option():
     model = small_model(2)
     ids = torch.randint(0, 512, (2, 16))
     plain = Decoder(model, cache_for(model))
-    auto = Decoder(model, cache_for(model, "auto"))
-    assert auto.cache.k.dtype == torch.float32 and auto.qk_scale == plain.scale
-    assert torch.equal(step_logits(plain, ids, 4), step_logits(auto, ids, 4))
+    named = Decoder(model, cache_for(model, "model"))
+    assert named.cache.k.dtype == torch.float32 and named.qk_scale == plain.scale
+    assert torch.equal(step_logits(plain, ids, 4), step_logits(named, ids, 4))
     with pytest.raises(ValueError, match="fp8 KV cache only"):
         cache_for(model, None, (0.5, 1.0))
     with pytest.raises(ValueError, match="unknown KV cache dtype"):
         cache_for(model, "int4")
+    with pytest.raises(ValueError, match="resolve it first"):
+        cache_for(model, "auto")
+
+
+@pytest.mark.parametrize(("setting", "capability", "want"), [
+    ("auto", None, "model"),            # the CPU
+    ("auto", (8, 0), "model"),          # A100: no e4m3 kernels
+    ("auto", (8, 6), "model"),
+    ("auto", (8, 9), "fp8"),            # Ada
+    ("auto", (9, 0), "fp8"),            # Hopper
+    ("auto", (10, 0), "fp8"),
+    ("model", (9, 0), "model"),
+    ("fp8", None, "fp8"),               # asked for: the engine then says where it cannot run
+])
+def test_auto_is_fp8_where_the_gpu_has_its_kernels(setting, capability, want):
+    assert resolve_kv_dtype(setting, capability) == want
+
+
+def test_an_unknown_kv_dtype_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="'auto', 'model', 'fp8'"):
+        resolve_kv_dtype("int8", (9, 0))
+
+
+# The scales -----------------------------------------------------------------------------------
+
+def outlier_model(seed: int, factor: float):
+    """A small model whose keys and values are ``factor`` times larger, past e4m3's range, and
+    whose function is unchanged: queries and the output projection are as much smaller."""
+    model = small_model(seed)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            attn = layer.self_attn
+            attn.k_proj.weight.mul_(factor)
+            attn.q_proj.weight.div_(factor)
+            attn.v_proj.weight.mul_(factor)
+            attn.o_proj.weight.div_(factor)
+    return model
+
+
+def test_probe_keeps_scale_1_for_usual_entries_and_scales_outliers_back_into_range():
+    ids = [list(range(3, 40)), list(range(100, 130))]
+    usual = kv_scales.measure(small_model(0), ids)
+    assert 0 < usual.k_max < kv_scales.FP8_MAX / kv_scales.HEADROOM
+    assert (usual.k_scale, usual.v_scale) == (1.0, 1.0)
+    big = kv_scales.measure(outlier_model(0, 2000.0), ids)
+    assert big.k_max > kv_scales.FP8_MAX and big.v_max > kv_scales.FP8_MAX
+    assert big.k_scale == pytest.approx(big.k_max * kv_scales.HEADROOM / kv_scales.FP8_MAX)
+    assert big.v_scale == pytest.approx(big.v_max * kv_scales.HEADROOM / kv_scales.FP8_MAX)
+
+
+def test_measured_scales_keep_an_outlier_checkpoint_within_the_bound_where_scale_1_clips():
+    model = outlier_model(1, 2000.0)
+    ids = torch.randint(0, 512, (3, 24))
+    found = kv_scales.measure(model, ids.tolist())
+    want = step_logits(Decoder(model, cache_for(model)), ids, 8)
+
+    def worst(scales):
+        got = step_logits(Decoder(model, cache_for(model, "fp8", scales)), ids, 8)
+        return ((got - want).norm(dim=-1) / want.norm(dim=-1)).max().item()
+
+    assert worst((found.k_scale, found.v_scale)) < FP8_LOGITS_BOUND
+    assert worst((1.0, 1.0)) > 5 * FP8_LOGITS_BOUND          # clipped at 448
+
+
+def test_probe_sequences_are_prompts_then_audio_codes_inside_the_vocabulary(tiny):
+    vocab = tiny.model.config.vocab_size
+    seqs = kv_scales.probe_ids(tiny.tokenizer, vocab)
+    assert len(seqs) == len(kv_scales.PROBE_TEXTS)
+    for seq in seqs:
+        assert all(0 <= i < vocab for i in seq)
+        assert len(seq) > kv_scales.PROBE_AUDIO_TOKENS
 
 
 def test_bytes_per_row_halves_with_fp8():
     args = (28, 8, 2048, 128)                           # Orpheus-3B: layers, KV heads, context, D
-    bf16 = KVCache.bytes_per_row(*args, kv_storage_dtype("auto", torch.bfloat16).itemsize)
+    bf16 = KVCache.bytes_per_row(*args, kv_storage_dtype("model", torch.bfloat16).itemsize)
     fp8 = KVCache.bytes_per_row(*args, kv_storage_dtype("fp8", torch.bfloat16).itemsize)
     assert bf16 == 2 * fp8 == 2 * 2 * 28 * 8 * 2049 * 128
     model = small_model(0)
@@ -142,6 +215,7 @@ def test_engine_runs_end_to_end_with_an_fp8_cache(tiny):
                            budget_min=42)
     try:
         assert engine.info.extra["kv_dtype"] == "float8_e4m3fn"
+        assert engine.info.extra["kv_scales"] == [1.0, 1.0]         # measured: the tiny model's
         assert engine.loop.runner.cache.k.dtype == torch.float8_e4m3fn
         audio, finals = {}, {}
         for chunk in engine.synthesize(requests):
@@ -156,12 +230,14 @@ def test_engine_runs_end_to_end_with_an_fp8_cache(tiny):
         assert np.concatenate(audio[key]).size > 0
 
 
-def test_engine_reports_the_model_dtype_cache_by_default_and_the_reference_refuses_fp8(tiny):
+def test_engine_on_the_cpu_keeps_the_model_dtype_by_default_and_the_reference_refuses_fp8(tiny):
     engine = OrpheusEngine(tiny, OrpheusConfig(context=256), max_batch=1)
     try:
         assert engine.info.extra["kv_dtype"] == "float32"
+        assert "kv_scales" not in engine.info.extra
     finally:
         engine.close()
+    ReferenceEngine(tiny, OrpheusConfig(kv_dtype="model"), max_batch=1).close()
     with pytest.raises(ValueError, match="transformers' cache"):
         ReferenceEngine(tiny, OrpheusConfig(kv_dtype="fp8"), max_batch=1)
     with pytest.raises(ValueError, match="kv_dtype"):
@@ -177,6 +253,8 @@ def test_the_setting_reaches_the_engine(engine_settings, monkeypatch):
     monkeypatch.setenv("SYNTH_ORPHEUS_KV_DTYPE", "int8")
     with pytest.raises(ValueError):
         Settings()
+    monkeypatch.setenv("SYNTH_ORPHEUS_KV_DTYPE", "model")
+    assert Settings().engine_settings().orpheus.kv_dtype == "model"
     monkeypatch.delenv("SYNTH_ORPHEUS_KV_DTYPE")
     assert Settings().engine_settings().orpheus.kv_dtype == "auto"
     engine = load_engine(engine_settings(orpheus=OrpheusConfig(kv_dtype="fp8"), max_batch=2))

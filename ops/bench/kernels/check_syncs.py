@@ -59,7 +59,8 @@ def plan_kind(plan) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kv-dtype", default="auto")
+    ap.add_argument("--kv-dtype", default="model", choices=("model", "fp8"),
+                    help="the KV cache's dtype: the model's, or fp8")
     ap.add_argument("--layers", type=int, default=28, help="decoder layers of the random 3B model")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--profile", action="store_true",

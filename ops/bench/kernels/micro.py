@@ -58,7 +58,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("quant", nargs="?", default="none", help="weights: none, fp8, ...")
-    ap.add_argument("--kv-dtype", default="auto", help="auto (the model's) or fp8")
+    ap.add_argument("--kv-dtype", default="model", choices=("model", "fp8"),
+                    help="the KV cache's dtype: the model's, or fp8")
     ap.add_argument("--rows", type=int, default=384)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 64, 192, 384])
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048],

@@ -29,9 +29,11 @@ The JSON keeps the figures under their approach's row ("fast batch" for the batc
 quantization mode under ``meta.modes`` ("streams" and "streams_<scheduler settings>" for streams beside
 batch work; ops/bench/e2e reads them).
 
-``--quant`` takes weight modes (none, int8, nf4, fp8), each optionally with ``/kv8``: that mode's
-fast engine then runs an fp8 KV cache (``--quant none,none/kv8,fp8/kv8`` compares the three); its
-rows and the logits check are labelled with the suffix.
+``--quant`` takes weight modes (none, int8, nf4, fp8), each optionally with ``/kv8`` or
+``/kvmodel``: that mode's fast engine then runs an fp8 KV cache, or one in the model's dtype;
+without a suffix it runs the engine's default for the GPU (fp8 from compute capability 8.9, as
+``SYNTH_ORPHEUS_KV_DTYPE=auto`` does). ``--quant none/kvmodel,none/kv8`` compares the two; the rows
+of an fp8 cache and their logits check are labelled ``/kv8``.
 
 Lines are split as the renderer splits them (to the engine's max_text_chars). Random weights never
 emit end-of-speech, so every chunk runs a budget of 82.03 tokens per second of expected speech (15
@@ -57,6 +59,7 @@ from ops.bench.orpheus.streams import logits_check, run_streams
 from pipeline import text as texts
 from pipeline.engines.orpheus.config import SWITCHES, OrpheusConfig, RealtimeConfig, Switches
 from pipeline.engines.orpheus.engine import OrpheusEngine, text_chars_for, token_budget
+from pipeline.engines.orpheus.model.device import resolve_kv_dtype
 from pipeline.engines.orpheus.reference import ReferenceEngine
 
 WARM_TOKENS = 35
@@ -97,8 +100,9 @@ def parse(argv=None):
     ap.add_argument("--single-runs", type=int, default=5)
     ap.add_argument("--generate1-jobs", type=int, default=2)
     ap.add_argument("--quant", default="none",
-                    help="comma list of none,int8,nf4,fp8; MODE/kv8: that mode's fast engine "
-                         "with an fp8 KV cache (e.g. none/kv8,fp8/kv8)")
+                    help="comma list of none,int8,nf4,fp8; MODE/kv8 or MODE/kvmodel: that "
+                         "mode's fast engine with an fp8 KV cache or one in the model's dtype "
+                         "(none: the GPU's default, fp8 from sm_89); e.g. none/kvmodel,none/kv8")
     ap.add_argument("--approaches", default=COMMANDS.get(command, DEFAULT_APPROACHES))
     ap.add_argument("--profile-jobs", type=int, default=300)
     ap.add_argument("--max-batch", type=int, default=64, help="batch of the static baselines")
@@ -184,14 +188,16 @@ def switches(args) -> Switches:
     return Switches.without(name for name in args.disable.split(",") if name)
 
 
-KV_SUFFIXES = {"": "auto", "kv8": "fp8"}     # --quant MODE[/kv8] -> the fast engine's kv_dtype
+# --quant MODE[/kv8|/kvmodel] -> the fast engine's kv_dtype; none: the engine's default for the GPU
+KV_SUFFIXES = {"": "auto", "kv8": "fp8", "kvmodel": "model"}
 
 
 def parse_mode(item: str) -> tuple[str, str]:
     """``none``, ``fp8/kv8`` ... -> (weight quantization, kv_dtype)."""
     quant, _, kv = item.partition("/")
     if kv not in KV_SUFFIXES:
-        raise SystemExit(f"--quant {item!r}: after the slash only kv8 (an fp8 KV cache)")
+        raise SystemExit(f"--quant {item!r}: after the slash only kv8 (an fp8 KV cache) or "
+                         "kvmodel (a cache in the model's dtype)")
     return quant, KV_SUFFIXES[kv]
 
 
@@ -207,6 +213,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
         todo = [a for a in todo if a in ("fast", "logits", "single", "streams", "profile")]
     lm = load_model(args.model, args.device, args.dtype, quant, switches(args))
     meta["device"] = lm.choice.name
+    kv_dtype = resolve_kv_dtype(kv_dtype, lm.choice.capability)
     label = f"{quant}" if lm.quant.applied == quant else f"{quant}->{lm.quant.applied}"
     fast_label = label + ("/kv8" if kv_dtype == "fp8" else "")
     mode = meta.setdefault("modes", {})[item] = {

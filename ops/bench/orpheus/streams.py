@@ -132,7 +132,7 @@ def run_streams(engine, background: list[Job], streams: list[Job], spread_s: flo
     return res
 
 
-def logits_check(lm, prompts: list[list[int]], context: int = 512, kv_dtype: str = "auto") -> dict:
+def logits_check(lm, prompts: list[list[int]], context: int = 512, kv_dtype: str = "model") -> dict:
     """Our decoder (with a ``kv_dtype`` cache) against the transformers model with the same
     weights: relative L2 of the last-position logits over the sampled slice, for a prefill and 8
     decode steps (greedy)."""

@@ -104,7 +104,8 @@ class OrpheusConfig:
     context: int = 2048
     # Capture the decode step and the common codec windows as CUDA graphs at boot; off: eager.
     cuda_graphs: bool = True
-    # KV-cache storage: "auto" (the model dtype) or "fp8".
+    # KV-cache storage: "auto" (fp8 on GPUs of compute capability 8.9 and up, the model dtype
+    # elsewhere), "model" or "fp8" (model/device.py resolve_kv_dtype).
     kv_dtype: str = "auto"
     realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
     switches: Switches = field(default_factory=Switches)

@@ -93,8 +93,7 @@ class OrpheusEngine(Engine):
         self.budget_policy = budget_policy or ("keep" if loaded.random_weights else "error")
         if self.budget_policy not in BUDGET_POLICIES:
             raise ValueError(f"budget_policy must be one of {BUDGET_POLICIES}")
-        if config.kv_dtype not in devices.KV_DTYPES:
-            raise ValueError(f"kv_dtype must be one of {devices.KV_DTYPES}")
+        devices.resolve_kv_dtype(config.kv_dtype, None)      # refuses an unknown setting
         self.stats = {"tokens": 0, "invalid_tokens": 0, "dropped_frames": 0, "budget_stops": 0}
         self._prepare_lock = threading.Lock()
         self.first_lookahead = config.realtime.first_lookahead
@@ -119,6 +118,8 @@ class OrpheusEngine(Engine):
                 "graph_capture_s": round(runner.capture_s, 2), "codec_graphs": codec.graph_count,
                 "mixed_graphs": len(runner.mixed_graphs), "context": runner.context,
                 "kv_dtype": str(runner.cache.k.dtype).removeprefix("torch."),
+                **({"kv_scales": [runner.cache.k_scale, runner.cache.v_scale]}
+                   if runner.cache.fp8 else {}),
                 **self._device_extra(runner.fallbacks)}
 
     def _device_extra(self, fallbacks: list[str]) -> dict:
@@ -305,27 +306,29 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
                on_final):
     """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
     graphs, start the loop thread."""
+    from pipeline.engines.orpheus.model import kv_scales
     from pipeline.engines.orpheus.model.kv_cache import KVCache, kv_storage_dtype
     from pipeline.engines.orpheus.serving.loop import EngineLoop
     from pipeline.engines.orpheus.serving.runner import ModelRunner
     from pipeline.engines.orpheus.serving.scheduler import Scheduler
 
-    context, kv_dtype, rt = config.context, config.kv_dtype, config.realtime
+    context, rt, cap = config.context, config.realtime, loaded.choice.capability
+    kv_dtype = devices.resolve_kv_dtype(config.kv_dtype, cap)
     cfg = loaded.model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     store = kv_storage_dtype(kv_dtype, loaded.model.dtype)
-    cap = loaded.choice.capability
     if kv_dtype == "fp8" and cap is not None and cap < devices.FP8_KV_CAPABILITY:
         raise EngineUnavailableError(
             f"an fp8 KV cache needs compute capability >= {devices.FP8_KV_CAPABILITY} for its "
-            f"e4m3 kernels (Ada, Hopper); {loaded.choice.name} is sm_{cap[0]}{cap[1]}: use "
-            "kv_dtype auto")
+            f"e4m3 kernels (Ada, Hopper); {loaded.choice.name} is sm_{cap[0]}{cap[1]}: set "
+            "SYNTH_ORPHEUS_KV_DTYPE=auto or model")
+    scales = kv_scales.fp8_scales(loaded) if kv_dtype == "fp8" else None
     per_row = KVCache.bytes_per_row(cfg.num_hidden_layers, cfg.num_key_value_heads, context,
                                     head_dim, store.itemsize)
     rows = devices.choose_max_batch(max_rows, loaded.device, per_row, cap=devices.GPU_MAX_ROWS)
     lo = CUSTOM_TOKEN_BASE if params.constrain_codes else 0
     runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo,
-                         use_graphs=config.cuda_graphs, kv_dtype=kv_dtype,
+                         use_graphs=config.cuda_graphs, kv_dtype=kv_dtype, kv_range=scales,
                          switches=config.switches, fallbacks=loaded.fallbacks)
     on_gpu = loaded.device.startswith("cuda")
     scheduler = Scheduler(rows, context, config=scheduler_config(rows, rt, on_gpu))

@@ -202,7 +202,7 @@ class ReferenceEngine(OrpheusEngine):
     It takes no fp8 cache (that is our KV cache's)."""
 
     def _start(self, max_batch: int, budget_slack: float | None) -> tuple[int, None]:
-        if self.config.kv_dtype != "auto":
+        if self.config.kv_dtype == "fp8":
             raise ValueError(f"kv_dtype {self.config.kv_dtype!r} is our KV cache's: the reference "
                              "loop runs transformers' cache")
         self.loop = None

@@ -13,7 +13,7 @@ GPU_MAX_BATCH_CAP = 128
 GPU_MAX_ROWS = 512             # the continuous loop's cap on KV-cache rows
 GPU_MEMORY_HEADROOM = 0.85     # fraction of free memory the KV cache may take
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-KV_DTYPES = ("auto", "fp8")    # what kv_cache.KVCache stores: the model dtype, or e4m3
+KV_DTYPES = ("auto", "model", "fp8")   # what kv_cache.KVCache stores; resolve_kv_dtype
 FP8_KV_CAPABILITY = (8, 9)     # Triton's e4m3 (fp8e4nv) loads and casts need Ada or Hopper
 
 
@@ -62,6 +62,20 @@ def choose(device_setting: str, dtype_setting: str) -> DeviceChoice:
         log.warning(fallback)
         wanted = "float16"
     return DeviceChoice(device, name, cap, wanted, fallback)
+
+
+def resolve_kv_dtype(setting: str, capability: tuple[int, int] | None) -> str:
+    """"model" or "fp8" for a ``kv_dtype`` setting on a device of ``capability`` (None: the CPU).
+    "auto" is fp8 where the GPU has the e4m3 kernels: the cache then takes half the bytes, so
+    twice the rows fit, and a decode step's attention, which reads the whole cache of every row,
+    reads half as much (kv_scales.py keeps the entries inside e4m3's range). Elsewhere it is the
+    model's dtype."""
+    if setting not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, not {setting!r}")
+    if setting != "auto":
+        return setting
+    fp8 = capability is not None and tuple(capability) >= FP8_KV_CAPABILITY
+    return "fp8" if fp8 else "model"
 
 
 def torch_dtype(name: str):

@@ -13,21 +13,22 @@ class KVCache:
     Position ``context`` is a scratch slot: rows that are not decoding write there, and it is
     never attended to, so the captured step needs no branch for idle rows.
 
-    ``kv_dtype``: None or "auto" stores the model dtype ``dtype``; "fp8" stores e4m3
+    ``kv_dtype``: None or "model" stores the model dtype ``dtype``; "fp8" stores e4m3
     (``torch.float8_e4m3fn``), half the bytes of bf16, so a step's attention reads half as much and
     twice the rows fit. An fp8 entry is ``x / scale`` saturated to +-448 and rounded to e4m3, with
     one fixed scale per cache (``k_scale``, ``v_scale``: 1.0 by default, vLLM's uncalibrated
-    default); reads convert back to the model dtype and fold the scales into the attention (the
+    default; the engine sets them from the checkpoint, kv_scales.py); reads convert back to the model dtype and fold the scales into the attention (the
     key scale into the softmax scale, the value scale into the output). Non-fp8 caches take none.
 
     Why a fixed scale of 1 is sound for Llama's K and V: they are projections of RMS-normed hidden
     states (keys then rotated, which keeps each pair's norm), typically of order 1 to 10 with a
     few key channels in the tens: inside e4m3's range (448) and above its smallest normal (2^-6),
     where rounding to nearest costs at most 2^-4 of an entry, unbiased, and averaging down over
-    the 128-wide q.k products and the softmax-weighted sum of values. What it risks: a checkpoint
-    with K or V outliers past 448 is clipped there (saturated, not NaN), entries under 2^-6 are
-    subnormal (steps of 2^-9), and nothing here measures a given checkpoint's range (a calibrated
-    scale would); ``python -m ops.bench.kernels check-kv8 --model`` prints the largest |K| and |V|.
+    the 128-wide q.k products and the softmax-weighted sum of values. What it risks: K or V
+    outliers past 448 are clipped there (saturated, not NaN), which is why the engine measures the
+    checkpoint's range at load and scales a cache whose entries come near it (kv_scales.py), and
+    entries under 2^-6 are subnormal (steps of 2^-9). ``python -m ops.bench.kernels check-kv8
+    --model`` prints a checkpoint's largest |K| and |V| over a longer run.
     """
 
     def __init__(self, layers: int, rows: int, kv_heads: int, context: int, head_dim: int,
@@ -57,8 +58,11 @@ class KVCache:
 
 def kv_storage_dtype(kv_dtype: str | None, dtype):
     """The torch dtype a cache stores for a ``kv_dtype`` setting (KVCache)."""
-    if kv_dtype in (None, "auto"):
+    if kv_dtype in (None, "model"):
         return dtype
     if kv_dtype == "fp8":
         return torch.float8_e4m3fn
+    if kv_dtype == "auto":
+        raise ValueError('kv_dtype "auto" depends on the device: resolve it first '
+                         "(device.resolve_kv_dtype)")
     raise ValueError(f"unknown KV cache dtype {kv_dtype!r}; choose one of {KV_DTYPES}")

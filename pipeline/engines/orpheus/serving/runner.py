@@ -101,15 +101,17 @@ class ModelRunner:
     def __init__(self, model, rows: int, context: int, params: SamplingParams,
                  logits_lo: int = 0, use_graphs: bool = True, per_row_attention: bool = True,
                  kv_dtype: str | None = None, switches: Switches = Switches(),
-                 fallbacks: list[str] | None = None):
+                 fallbacks: list[str] | None = None, kv_range=None):
         """``switches``: which of the faster paths run (config.py); all, by default.
-        ``fallbacks``: the list where the paths that fell back say why (fallbacks.py)."""
+        ``fallbacks``: the list where the paths that fell back say why (fallbacks.py).
+        ``kv_range``: an fp8 cache's scales (model/kv_scales.py KVRange); None: 1."""
         self.fallbacks = [] if fallbacks is None else fallbacks
         cfg, device = model.config, model.device
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.device, self.rows, self.context = device, rows, context
         self.cache = KVCache(cfg.num_hidden_layers, rows, cfg.num_key_value_heads, context, head_dim,
-                             model.dtype, device, kv_dtype)
+                             model.dtype, device, kv_dtype,
+                             *((kv_range.k_scale, kv_range.v_scale) if kv_range else ()))
         self.decoder = Decoder(model, self.cache, logits_lo,
                                ops=fused.ops_for(device, switches.fused_ops),
                                prefill_attention=switches.prefill_attention)
