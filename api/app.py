@@ -21,6 +21,7 @@ from api.state import ApiState
 from pipeline import api_keys
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.errors import ServiceUnavailableError
+from pipeline.gcfreeze import freeze_boot_objects
 from pipeline.live import redis_client_url
 from pipeline.settings import Settings
 from pipeline.storage import make_store
@@ -33,8 +34,10 @@ REDIS_CONNECTIONS = 64
 REDIS_WAIT_S = 5.0
 
 
-def create_app(settings: Settings, *, broker_url: str | None = None) -> FastAPI:
-    """``broker_url``: the Redis to use when settings.redis_url is unset (the CLI's embedded one)."""
+def create_app(settings: Settings, *, broker_url: str | None = None, serving: bool = False) -> FastAPI:
+    """``broker_url``: the Redis to use when settings.redis_url is unset (the CLI's embedded one).
+    ``serving``: the app is its process's one for life (`synth api`): once started, what it
+    built is frozen out of the garbage collector's scans (pipeline/gcfreeze.py)."""
     url = broker_url or settings.redis_url
     if not url:
         raise ServiceUnavailableError("the API needs Redis: set SYNTH_REDIS_URL (or run `synth api`)")
@@ -60,6 +63,8 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> FastAPI:
         state.create_speech = speech.create
         app.state.synth = state
         await _warm_routes(app)
+        if serving:
+            freeze_boot_objects("api")
         try:
             yield
         finally:

@@ -31,4 +31,4 @@ def api(host: str, port: int) -> None:
         # The app's start connects to Redis; unreachable, uvicorn would print a traceback and
         # "Application startup failed". Said here in one line, with the address, as submit does.
         check_broker(make_producer(settings, broker_url))
-        uvicorn.run(create_app(settings, broker_url=broker_url), host=host, port=port, log_level="info")
+        uvicorn.run(create_app(settings, broker_url=broker_url, serving=True), host=host, port=port, log_level="info")

@@ -42,6 +42,7 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     from worker.boot import batch_slots, boot
     from worker.maintenance import reconcile_at_start
     from worker.realtime import RealtimeConsumer, realtime_slots
+    from pipeline.gcfreeze import freeze_boot_objects
 
     settings = Settings()
     if gpu is not None and settings.worker_name is None:  # workers sharing a host, told apart
@@ -67,6 +68,7 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
         name = hostname or f"synth-{'gpu' + str(gpu) if gpu is not None else 'cpu'}-{os.getpid()}@%h"
         reconcile_at_start(app)
         worker_shutdown.connect(lambda **_: runtime.engine.close(), weak=False)
+        freeze_boot_objects("worker")   # a full collection while serving scans only what came later
         code = run_worker(app, [
             "worker", "--pool", "threads", "--concurrency", str(slots),
             "--queues", ",".join(batch_queues),

@@ -175,7 +175,7 @@ def allocator_counts() -> dict[str, int]:
 def forced_collection(at_s: float):
     """A full GC collection ``at_s`` seconds into the block (none if 0), on a timer thread: the
     collector's worst case, on purpose. Yields a dict: when it ran and how long it took (ms), and
-    the objects frozen out of its reach (engine.freeze_boot_objects)."""
+    the objects frozen out of its reach (pipeline/gcfreeze.py)."""
     out: dict = {}
     if not at_s:
         yield out

@@ -37,7 +37,7 @@ class Switches:
     # The decode steps on a CUDA stream of their own priority (serving/runner.py); off: the
     # default stream.
     stream_priority: bool = True
-    # Boot objects frozen out of the cyclic garbage collector (engine.freeze_boot_objects); off:
+    # Boot objects frozen out of the cyclic garbage collector (pipeline/gcfreeze.py); off:
     # the collector is left as it is.
     gc_freeze: bool = True
 

@@ -8,7 +8,6 @@ that ends is flushed and gets its final chunk at once, while the others continue
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import math
 import queue
@@ -48,6 +47,7 @@ from pipeline.engines.orpheus.vocab import (
     VOICES,
 )
 from pipeline.errors import EngineError, EngineUnavailableError
+from pipeline.gcfreeze import freeze_boot_objects
 from pipeline.textfront import speech_seconds
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class OrpheusEngine(Engine):
         """Boot the loop; returns its rows and the longest text one row holds."""
         self.loop = build_loop(self.lm, self.params, max_batch, self.config, self._final_live)
         if self.lm.device.startswith("cuda") and self.config.switches.gc_freeze:
-            freeze_boot_objects()
+            freeze_boot_objects("engine")    # on CUDA only: a CPU test session builds many
         return self.loop.scheduler.capacity, text_chars_for(self.config.context,
                                                              budget_slack or BUDGET_SLACK)
 
@@ -234,25 +234,6 @@ class OrpheusEngine(Engine):
         if not a.frames and error is None:
             error = EngineError("the model produced no valid audio frame")
         return AudioChunk(key, audio, True, error)
-
-
-def freeze_boot_objects() -> None:
-    """Collect, then move every object alive now out of the cyclic garbage collector's reach
-    (``gc.freeze``), so that its full collections while serving scan only what came later.
-
-    A full collection holds the GIL, and with torch and transformers loaded it scans some 360,000
-    objects; after the freeze it scans only what came later. Every thread waits it out, the loop
-    and the codec lanes among them, so an unfrozen full collection while streams play stalls a
-    loop step and a realtime codec round for as long, and the streams run dry just after
-    (docs/performance.md).
-
-    Frozen objects are still freed by reference counting; only cycles among them are no longer
-    collected, which for the model, its graphs and the loop (alive until the worker exits) costs
-    nothing. On CUDA only: a GPU worker holds one engine for its life, while a CPU test session
-    builds many. ``SYNTH_ORPHEUS_DISABLE=gc_freeze`` turns it off."""
-    gc.collect()
-    gc.freeze()
-    log.info("gc: %d boot objects frozen", gc.get_freeze_count())
 
 
 def realtime_windows() -> tuple[int, ...]:

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 SLOW_STEP_S = 0.03
 # ... and one this long is logged as a stall: a listener hears it. It sits well above a batch
 # admission step, the longest ordinary one, and below what an unfrozen full GC collection holds
-# the loop for (engine.freeze_boot_objects).
+# the loop for (pipeline/gcfreeze.py).
 STALL_S = 0.15
 
 
