@@ -121,7 +121,11 @@ def test_a_client_that_goes_away_frees_its_live_stream_at_once(api_settings, red
         with client.stream("POST", SPEECH, json={"model": "tts-1", "input": LONG * 3, "voice": "alloy",
                                                  "response_format": "pcm"}) as r:
             assert r.status_code == 200
-            next(r.iter_bytes())
+            # The iterator is held: dropped after its first chunk, it would close the connection
+            # (httpx closes a response whose reading generator is closed), and the API could free
+            # the stream before the check below.
+            chunks = r.iter_bytes()
+            next(chunks)
             assert hub.streams == 1
         eventually(lambda: hub.streams == 0, 15, "the listener to be closed after the client left")
 
