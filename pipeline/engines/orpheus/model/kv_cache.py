@@ -17,8 +17,9 @@ class KVCache:
     (``torch.float8_e4m3fn``), half the bytes of bf16, so a step's attention reads half as much and
     twice the rows fit. An fp8 entry is ``x / scale`` saturated to +-448 and rounded to e4m3, with
     one fixed scale per cache (``k_scale``, ``v_scale``: 1.0 by default, vLLM's uncalibrated
-    default; the engine sets them from the checkpoint, kv_scales.py); reads convert back to the model dtype and fold the scales into the attention (the
-    key scale into the softmax scale, the value scale into the output). Non-fp8 caches take none.
+    default; the engine sets them from the checkpoint, kv_scales.py); reads convert back to the
+    model dtype and fold the scales into the attention (the key scale into the softmax scale, the
+    value scale into the output). Non-fp8 caches take none.
 
     Why a fixed scale of 1 is sound for Llama's K and V: they are projections of RMS-normed hidden
     states (keys then rotated, which keeps each pair's norm), typically of order 1 to 10 with a

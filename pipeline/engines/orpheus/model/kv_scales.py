@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pipeline.engines.orpheus.kernels import FP8_MAX
 from pipeline.engines.orpheus.model.decoder import Decoder
 from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.prompt import prompt_ids
@@ -23,7 +24,6 @@ from pipeline.engines.orpheus.vocab import AUDIO_TOKEN_BASE, AUDIO_TOKEN_END
 
 log = logging.getLogger(__name__)
 
-FP8_MAX = 448.0
 HEADROOM = 4.0
 PROBE_TEXTS = (
     ("tara", "Hello! The quarterly report is due on March 3rd, 2026, at 9:30 a.m. sharp."),
