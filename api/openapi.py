@@ -63,7 +63,7 @@ def truthful(doc: dict[str, Any], settings: Settings) -> dict[str, Any]:
     upload = doc["paths"]["/v1/batches/upload"]["post"]["requestBody"]["content"]["multipart/form-data"]
     form = upload["schema"]["$ref"].rsplit("/", 1)[-1]
     _limits(schemas, settings, form=form)
-    _one_name_each(schemas, form=form)
+    _dependent_fields(schemas, form=form)
     return doc
 
 
@@ -126,13 +126,19 @@ def _limits(schemas: dict, settings: Settings, *, form: str) -> None:
                     s["pattern"] = NO_NUL
 
 
-def _one_name_each(schemas: dict, *, form: str) -> None:
-    """A field under its current name and its former one (api.schemas.RENAMED) at once is a 422:
-    stated here, so a client, or a fuzzer, knows it before sending."""
+def _dependent_fields(schemas: dict, *, form: str) -> None:
+    """A field under its current name and its former one (api.schemas.RENAMED) at once is a 422,
+    and so are events without an address: stated here, so a client, or a fuzzer, knows it before
+    sending."""
     given = {"not": {"type": "null"}}
+    urls = [{"required": [url], "properties": {url: given}} for url in ("webhook_url", "callback_url")]
     for name in ("BatchCreate", "JobCreate", form):
-        schemas[name].setdefault("allOf", []).extend(
+        constraints = schemas[name].setdefault("allOf", [])
+        constraints.extend(
             {"not": {"required": [old, new], "properties": {old: given, new: given}}} for old, new in RENAMED.items())
+        # events need an address under either name (api.schemas.EVENTS_WITHOUT_URL)
+        constraints.extend({"anyOf": [{"not": {"required": [events], "properties": {events: given}}}, *urls]}
+                           for events in ("webhook_events", "callback_events"))
 
 
 def _narrow(props: dict, name: str, **constraints) -> None:

@@ -22,6 +22,11 @@ def both_names(old: str) -> str:
     return f"{old} is the deprecated name of {RENAMED[old]}: send {RENAMED[old]} only"
 
 
+# Events without an address could never be sent: a client that sends them has lost its URL on the
+# way, and is told so (422) rather than waiting for webhooks that never come.
+EVENTS_WITHOUT_URL = "webhook_events needs webhook_url: without an address no event is sent"
+
+
 # Schemes are case-insensitive; no control or space character of any kind, listed rather than
 # written \s, whose meaning differs between regex engines (pydantic's Rust one, JSON Schema's).
 URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$"
@@ -54,10 +59,11 @@ class _In(_NoNul):
 
 class Webhook(_In):
     webhook_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, description="POSTed (signed) on the events below")
-    webhook_events: list[WebhookEvent] | None = Field(None, max_length=3, description="Default: all of them")
+    webhook_events: list[WebhookEvent] | None = Field(None, min_length=1, max_length=3,
+                                                      description="Default: all of them; needs webhook_url")
     callback_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, deprecated=True,
                                      description="The former name of webhook_url")
-    callback_events: list[WebhookEvent] | None = Field(None, max_length=3, deprecated=True,
+    callback_events: list[WebhookEvent] | None = Field(None, min_length=1, max_length=3, deprecated=True,
                                                        description="The former name of webhook_events")
 
     @model_validator(mode="after")
@@ -71,6 +77,8 @@ class Webhook(_In):
             if values[new] is not None:
                 raise ValueError(both_names(old))
             values[new], values[old] = values[old], None
+        if values["webhook_events"] is not None and values["webhook_url"] is None:
+            raise ValueError(EVENTS_WITHOUT_URL)
         return self
 
     def fingerprinted(self) -> bytes:

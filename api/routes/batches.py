@@ -13,8 +13,8 @@ from pydantic import BeforeValidator
 from api import creating, idempotency, pagination
 from api.deps import CurrentKey, Session, State
 from api.ids import could_exist
-from api.schemas import (URL_PATTERN, BatchCreate, BatchOut, BatchPage, CancelOut, DeleteOut, JobPage, Priority,
-                         WebhookEvent, both_names)
+from api.schemas import (EVENTS_WITHOUT_URL, URL_PATTERN, BatchCreate, BatchOut, BatchPage, CancelOut, DeleteOut,
+                         JobPage, Priority, WebhookEvent, both_names)
 from api.views import batch_out, job_out
 from pipeline import lifecycle
 from pipeline.corpus import parse_corpus
@@ -92,6 +92,9 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
     """A batch from a corpus file: one job per non-empty line, client ids line-NNNNNN."""
     webhook_url = _one_name("callback_url", callback_url, webhook_url)
     webhook_events = _one_name("callback_events", callback_events, webhook_events)
+    if webhook_events is not None and webhook_url is None:
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "webhook_events"),
+                                       "msg": EVENTS_WITHOUT_URL, "input": webhook_events}])
     data = file.file.read()
     source = (file.filename or "upload")[:200]
     if any("\x00" in v for v in (source, voice, format, name, webhook_url) if v):

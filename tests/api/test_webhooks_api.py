@@ -124,7 +124,31 @@ def test_an_idempotency_fingerprint_reads_a_body_as_the_release_before_the_renam
            b'"voice":null,"format":null,"sample_rate":null,"priority":"batch"}')
     assert JobCreate(text="Hi.", webhook_url=PUBLIC).fingerprinted() == job
     assert JobCreate(text="Hi.", callback_url=PUBLIC).fingerprinted() == job
-    batch = (b'{"callback_url":null,"callback_events":["batch.finished"],"name":null,"items":[{"client_id":null,'
+    batch = (b'{"callback_url":"https://93.184.216.34/hook","callback_events":["batch.finished"],"name":null,"items":[{"client_id":null,'
              b'"text":"Hi.","voice":null,"format":null,"sample_rate":null}],"voice":null,"format":null,'
              b'"sample_rate":null,"priority":"batch"}')
-    assert BatchCreate(items=[{"text": "Hi."}], webhook_events=["batch.finished"]).fingerprinted() == batch
+    assert BatchCreate(items=[{"text": "Hi."}], webhook_url=PUBLIC,
+                       webhook_events=["batch.finished"]).fingerprinted() == batch
+
+
+def test_events_without_an_address_or_an_empty_list_of_them_are_refused(client):
+    """Neither could ever send a webhook: the client is told, and nothing is created."""
+    refused = {
+        "events, no url": client.post("/v1/batches", json={"items": [{"text": "Hi."}],
+                                                           "webhook_events": ["batch.finished"]}),
+        "former name, no url": client.post("/v1/jobs", json={"text": "Hi.", "callback_events": ["job.failed"]}),
+        "upload, no url": client.post("/v1/batches/upload", files={"file": ("a.txt", b"One.\n")},
+                                      data={"webhook_events": ["batch.finished"]}),
+        "empty list": client.post("/v1/jobs", json={"text": "Hi.", "webhook_url": PUBLIC, "webhook_events": []}),
+    }
+    for what, r in refused.items():
+        assert r.status_code == 422, (what, r.text)
+        assert r.json()["detail"][0]["loc"][-1] in ("webhook_events", "callback_events", "body"), (what, r.text)
+    for what in ("events, no url", "former name, no url", "upload, no url"):
+        assert "webhook_events needs webhook_url" in refused[what].json()["detail"][0]["msg"], what
+    assert "at least 1 item" in refused["empty list"].json()["detail"][0]["msg"]
+    assert client.get("/v1/batches").json()["data"] == []
+
+    # the address under its former name counts
+    ok = client.post("/v1/jobs", json={"text": "Hi.", "callback_url": PUBLIC, "webhook_events": ["job.failed"]})
+    assert ok.status_code == 201, ok.text
