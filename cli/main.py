@@ -10,7 +10,7 @@ import sys
 import click
 from pydantic import ValidationError
 
-from pipeline.errors import InputError, ServiceUnavailableError, SynthError, StorageError
+from pipeline.errors import EngineUnavailableError, InputError, ServiceUnavailableError, StorageError, SynthError
 
 
 # Each command's module is imported when that command runs: importing them all (the API's web
@@ -51,7 +51,9 @@ def cli(config: str | None, verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-EXIT_CODES = ((InputError, 2), (ServiceUnavailableError, 3), (StorageError, 3), (SynthError, 1))
+# An engine that cannot start is a setting (or a missing extra) to fix, like bad input: exit 2.
+EXIT_CODES = ((InputError, 2), (EngineUnavailableError, 2), (ServiceUnavailableError, 3), (StorageError, 3),
+              (SynthError, 1))
 
 
 def main() -> None:

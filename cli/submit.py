@@ -13,7 +13,7 @@ from tqdm import tqdm
 from cli.context import broker, open_database, open_store
 from cli.wait import embedded_worker, print_summary, wait_for_batch
 from pipeline.corpus import parse_corpus
-from pipeline.errors import InputError, ServiceUnavailableError
+from pipeline.errors import EngineUnavailableError, InputError, ServiceUnavailableError
 from pipeline.plural import counted
 from pipeline.settings import FORMATS, Settings
 from pipeline.submit import BatchOptions, create_batch, resolve_options, withdraw_batch
@@ -73,8 +73,15 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) 
             click.echo(batch.id)
             return
         if embedded:  # the message comes before the worker's warm shutdown, which may take a while
-            with embedded_worker(settings, broker_url) as child, _told_when_interrupted(batch.id, embedded):
-                summary = wait_for_batch(sessions, batch.id, alive=child.alive)
+            try:
+                with embedded_worker(settings, broker_url) as child, _told_when_interrupted(batch.id, embedded):
+                    summary = wait_for_batch(sessions, batch.id, alive=child.alive)
+            except EngineUnavailableError as e:
+                # Nothing ran; kept, the batch would render on whichever worker starts next, beside
+                # the one submitted again once the setting is fixed.
+                withdraw_batch(sessions, store, batch.id)
+                raise EngineUnavailableError(f"{e}; batch {batch.id} was withdrawn, nothing was rendered: "
+                                             "fix the setting and submit again") from e
         else:
             with _told_when_interrupted(batch.id, embedded):
                 summary = wait_for_batch(sessions, batch.id)

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, JobStatus
-from pipeline.errors import ServiceUnavailableError
+from pipeline.errors import EngineUnavailableError, ServiceUnavailableError
 from pipeline.settings import Settings
 from pipeline.summary import BatchSummary, describe_text_notes, summarize
 from pipeline.plural import counted
@@ -32,13 +32,17 @@ class Child:
     log_path: str
 
     def alive(self) -> None:
-        """Raise if the worker died: the batch would never finish."""
-        if self.process.poll() is not None:
-            tail = _tail(self.log_path)
-            raise ServiceUnavailableError(
-                f"the embedded worker exited with code {self.process.returncode}: {tail} "
-                f"(full log: {self.log_path})"
-            )
+        """Raise if the worker died: the batch would never finish. Exit code 2 is `synth worker`'s
+        for an engine that cannot start with these settings (cli/main.py EXIT_CODES): no job ran."""
+        code = self.process.poll()
+        if code is None:
+            return
+        tail = _tail(self.log_path)
+        if code == 2:
+            raise EngineUnavailableError(f"the embedded worker cannot start its engine: "
+                                         f"{tail.removeprefix('error: ')} (full log: {self.log_path})")
+        raise ServiceUnavailableError(f"the embedded worker exited with code {code}: {tail} "
+                                      f"(full log: {self.log_path})")
 
 
 @contextlib.contextmanager
@@ -64,7 +68,10 @@ def embedded_worker(settings: Settings, broker_url: str) -> Iterator[Child]:
 def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = None) -> BatchSummary:
     with sessions() as session:
         total = session.get(Batch, batch_id).total_jobs
-    with tqdm(total=total, desc="synthesize", unit="job", file=sys.stderr, dynamic_ncols=True) as bar:
+    # Redrawn in place on a terminal; into a log file, a line every 10 s rather than ten a second.
+    interval = 0.1 if sys.stderr.isatty() else 10
+    with tqdm(total=total, desc="synthesize", unit="job", file=sys.stderr, dynamic_ncols=True,
+              mininterval=interval) as bar:
         while True:
             asked = time.monotonic()
             with sessions() as session:

@@ -149,6 +149,18 @@ def test_a_setting_synth_cannot_use_is_refused_in_one_line(tmp_path, embedded_en
     assert batches_in(tmp_path / "data") == 0
 
 
+def test_a_model_the_embedded_worker_cannot_load_is_a_setting_error_and_the_batch_is_withdrawn(
+        tmp_path, embedded_env):
+    """Kept queued, the batch would render beside the one submitted again once the setting is fixed."""
+    env = {**embedded_env, "SYNTH_ENGINE": "orpheus", "SYNTH_MODEL": str(tmp_path / "no-such-model")}
+    result = synth("submit", str(REPO / "examples/corpus.txt"), env=env, timeout=120)
+    last = result.stderr.decode().strip().splitlines()[-1]
+    assert result.returncode == 2, result.stderr.decode()
+    assert last.startswith("error: the embedded worker cannot start its engine: cannot load the Orpheus model"), last
+    assert "(SYNTH_MODEL)" in last and "was withdrawn, nothing was rendered: fix the setting and submit again" in last
+    assert batches_in(tmp_path / "data") == 0
+
+
 @pytest.mark.parametrize("content,message", [
     (b"redis_url = \n", "is not valid TOML: Invalid value (at line 1, column 13)"),
     (b'redis_ur = "redis://127.0.0.1:1/0"\n', "names unknown setting 'redis_ur' (the settings: docs/configuration.md)"),
