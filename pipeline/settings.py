@@ -168,7 +168,10 @@ class Settings(BaseSettings):
     # Recorded as job_metrics.worker_host; None: the host name. `synth worker --gpu N` defaults it
     # to <host>/gpuN so workers sharing a machine are told apart in reports.
     worker_name: str | None = None
-    dashboard_token: str | None = None  # None: /dashboard is open; else ?token= or Bearer
+    # The operator's token for /dashboard (and /metrics), sent as a Bearer token; None: they answer
+    # loopback clients only.
+    dashboard_token: str | None = None
+    metrics_token: str | None = None    # a Prometheus scraper's token for /metrics alone
 
     # Webhooks (pipeline/webhooks/). Hosts or CIDRs that webhook URLs may reach even though they
     # are loopback/private/link-local (an operator's own receivers), e.g. '["hooks.internal", "10.1.0.0/16"]'.
