@@ -193,6 +193,14 @@ class Settings(BaseSettings):
     # Live streams one API process serves at once (all read over one Redis connection); past it,
     # new ones get 503 with Retry-After.
     api_max_live_streams: int = Field(default=1024, ge=1)
+    # Seconds a client has to send a request's headers, from connecting or from its previous
+    # response; slower, the connection is closed (api/server.py).
+    api_header_timeout: float = Field(default=10.0, gt=0)
+    api_keep_alive_timeout: int = Field(default=5, ge=1)  # seconds an idle kept-alive connection stays open
+    # Connections one API process holds open. Past it, the one that has waited longest for its
+    # request's headers is closed to make room, else the new one gets 503. The open-file limit is
+    # raised to fit at start where the hard limit allows.
+    api_max_connections: int = Field(default=2048, ge=1)
     # POST /v1/audio/speech: OpenAI voice names (alloy, nova ...) speak with the default voice;
     # false: they are refused with the list of voices.
     api_map_openai_voices: bool = True

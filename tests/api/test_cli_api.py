@@ -25,7 +25,8 @@ def test_keys_and_api_server_from_the_cli(database_url, redis_url, tmp_path):
 
     port = free_port()
     log = tmp_path / "api.log"
-    server = start_synth("api", "--port", str(port), env=env, log=log)
+    # On every interface with no operator token: it says that /dashboard and /metrics stay closed.
+    server = start_synth("api", "--host", "0.0.0.0", "--port", str(port), env=env, log=log)
     try:
         url = f"http://127.0.0.1:{port}"
 
@@ -49,8 +50,13 @@ def test_keys_and_api_server_from_the_cli(database_url, redis_url, tmp_path):
         revoked = synth("keys", "revoke", listed[0]["id"], env=env)
         assert revoked.returncode == 0, revoked.stderr
         assert httpx.get(f"{url}/v1/voices", headers=auth).status_code == 401
+        assert httpx.get(f"{url}/metrics").status_code == 200  # loopback
+        assert httpx.get(f"{url}/dashboard/data.json?token=leaked-secret").status_code == 400
     finally:
         server.terminate()
         server.wait(timeout=30)
+    text = log.read_text()
+    assert ("warning: /dashboard and /metrics answer loopback clients only: set SYNTH_DASHBOARD_TOKEN" in text
+            and "GET /dashboard/data.json?token=*** HTTP/1.1" in text and "leaked-secret" not in text), text
     again = synth("keys", "revoke", listed[0]["id"], env=env)
     assert again.returncode == 2 and "no active key" in again.stderr.decode()
