@@ -88,8 +88,8 @@ class ConnectionGuard:
             return True
         oldest = next(iter(self.waiting), None)
         if (times := self.warning.due()) is not None:
-            logger.warning("%d connections open, over SYNTH_API_MAX_CONNECTIONS (%d), %d times in the last "
-                           "minute: %s", len(connections), self.limits.max_connections, times,
+            logger.warning("%d connections open, over SYNTH_API_MAX_CONNECTIONS (%d; %d times since this was "
+                           "last logged): %s", len(connections), self.limits.max_connections, times,
                            "closing those slowest to send headers" if oldest else "refusing new ones with 503")
         if oldest is None:
             return False
@@ -165,8 +165,8 @@ class ResourceErrorLog:
             loop.default_exception_handler(context)
             return
         if (times := self.once.due()) is not None:
-            logger.error("%s: %s (%d times in the last minute); see SYNTH_API_MAX_CONNECTIONS and the "
-                         "open-file limit", context.get("message", "out of resources"), error, times)
+            logger.error("%s: %s (%d times since this was last logged); see SYNTH_API_MAX_CONNECTIONS and "
+                         "the open-file limit", context.get("message", "out of resources"), error, times)
 
 
 class RedactedQuery(logging.Filter):
