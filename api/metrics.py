@@ -1,4 +1,7 @@
-"""Prometheus metrics of the API: requests and latency by route template, method and status."""
+"""Prometheus metrics of the API: requests and latency by route template, method and status.
+
+Every label takes a bounded set of values: a client chooses the method and path it sends, and a
+label per made-up value would grow the registry (and each scrape) without end."""
 
 from __future__ import annotations
 
@@ -39,17 +42,26 @@ class MetricsMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                route = _route(scope)
-                self.metrics.latency.labels(scope["method"], route).observe(time.perf_counter() - started)
+                self.metrics.latency.labels(_method(scope), _route(scope)).observe(time.perf_counter() - started)
             await send(message)
 
         try:
             await self.app(scope, receive, timed_send)
         finally:
-            self.metrics.requests.labels(scope["method"], _route(scope), str(status)).inc()
+            self.metrics.requests.labels(_method(scope), _route(scope), str(status)).inc()
+
+
+# The methods HTTP defines (RFC 9110, and PATCH); uvicorn passes on any token as a method.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
+
+
+def _method(scope: Scope) -> str:
+    method = scope["method"]
+    return method if method in METHODS else "other"
 
 
 def _route(scope: Scope) -> str:
-    """The matched route's template (/v1/jobs/{job_id}), never the raw path (unbounded labels)."""
+    """The matched route's template (/v1/jobs/{job_id}), never the raw path: one label for every
+    path no route serves."""
     route = scope.get("route")
     return getattr(route, "path", None) or "unmatched"

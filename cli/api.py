@@ -1,6 +1,8 @@
-"""`synth api`: the REST API under uvicorn."""
+"""`synth api`: the REST API under uvicorn (api/server.py: its connection limits)."""
 
 from __future__ import annotations
+
+import ipaddress
 
 import click
 
@@ -20,15 +22,44 @@ def api(host: str, port: int) -> None:
     current schema; with no SYNTH_REDIS_URL it starts the embedded Redis (then workers must run on
     this machine: `synth worker`)."""
     try:
-        import uvicorn
-
+        from api import server
         from api.app import create_app
     except ImportError as e:
         raise InputError(f"the API needs its extra: pip install 'synth[api]' ({e})") from e
     settings = Settings()
     open_database(settings)  # refuse to start on an unmigrated database
+    if (warning := closed_routes_warning(host, settings)) is not None:
+        click.echo(f"warning: {warning}", err=True)
     with broker(settings) as broker_url:
         # The app's start connects to Redis; unreachable, uvicorn would print a traceback and
         # "Application startup failed". Said here in one line, with the address, as submit does.
         check_broker(make_producer(settings, broker_url))
-        uvicorn.run(create_app(settings, broker_url=broker_url, serving=True), host=host, port=port, log_level="info")
+        server.fit_file_limit(settings.api_max_connections)
+        httpd = server.server(create_app(settings, broker_url=broker_url, serving=True), settings,
+                              host=host, port=port, log_level="info")
+        try:
+            httpd.run()
+        except KeyboardInterrupt:  # uvicorn raises the Ctrl-C it held back once it has shut down
+            pass
+    if not httpd.started:
+        raise SystemExit(STARTUP_FAILURE)
+
+
+STARTUP_FAILURE = 3  # uvicorn's exit status for an app that did not start
+
+
+def closed_routes_warning(host: str, settings: Settings) -> str | None:
+    """Listening beyond loopback, which operator routes no token opens (they answer loopback only)."""
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        if host == "localhost":
+            return None
+    closed = [route for route, tokens in (("/dashboard", [settings.dashboard_token]),
+                                          ("/metrics", [settings.metrics_token, settings.dashboard_token]))
+              if not any(tokens)]
+    if not closed:
+        return None
+    return (f"{' and '.join(closed)} answer loopback clients only: set SYNTH_DASHBOARD_TOKEN "
+            f"(and SYNTH_METRICS_TOKEN for a Prometheus scraper) to open them to others with a Bearer token")

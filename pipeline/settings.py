@@ -168,7 +168,10 @@ class Settings(BaseSettings):
     # Recorded as job_metrics.worker_host; None: the host name. `synth worker --gpu N` defaults it
     # to <host>/gpuN so workers sharing a machine are told apart in reports.
     worker_name: str | None = None
-    dashboard_token: str | None = None  # None: /dashboard is open; else ?token= or Bearer
+    # The operator's token for /dashboard (and /metrics), sent as a Bearer token; None: they answer
+    # loopback clients only.
+    dashboard_token: str | None = None
+    metrics_token: str | None = None    # a Prometheus scraper's token for /metrics alone
 
     # Webhooks (pipeline/webhooks/). Hosts or CIDRs that webhook URLs may reach even though they
     # are loopback/private/link-local (an operator's own receivers), e.g. '["hooks.internal", "10.1.0.0/16"]'.
@@ -190,6 +193,14 @@ class Settings(BaseSettings):
     # Live streams one API process serves at once (all read over one Redis connection); past it,
     # new ones get 503 with Retry-After.
     api_max_live_streams: int = Field(default=1024, ge=1)
+    # Seconds a client has to send a request's headers, from connecting or from its previous
+    # response; slower, the connection is closed (api/server.py).
+    api_header_timeout: float = Field(default=10.0, gt=0)
+    api_keep_alive_timeout: int = Field(default=5, ge=1)  # seconds an idle kept-alive connection stays open
+    # Connections one API process holds open. Past it, the one that has waited longest for its
+    # request's headers is closed to make room, else the new one gets 503. The open-file limit is
+    # raised to fit at start where the hard limit allows.
+    api_max_connections: int = Field(default=2048, ge=1)
     # POST /v1/audio/speech: OpenAI voice names (alloy, nova ...) speak with the default voice;
     # false: they are refused with the list of voices.
     api_map_openai_voices: bool = True

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 
 from api import creating, idempotency, pagination
-from api.deps import CurrentKey, Session, State
+from api.deps import CurrentKey, KeyFirstRoute, Session, State
 from api.ids import could_exist
 from api.schemas import (EVENTS_WITHOUT_URL, URL_PATTERN, BatchCreate, BatchOut, BatchPage, CancelOut, DeleteOut,
                          JobPage, Priority, WebhookEvent, both_names)
@@ -22,7 +22,7 @@ from pipeline.db import owned
 from pipeline.db.models import Batch, Job, JobStatus
 from pipeline.submit import BatchOptions, Item, create_batch, create_item_batch
 
-router = APIRouter(prefix="/v1/batches", tags=["batches"])
+router = APIRouter(prefix="/v1/batches", tags=["batches"], route_class=KeyFirstRoute)
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="Retry-safe creation")]
 NOT_FOUND = {404: {"description": "no such batch for this key"}}
 

@@ -1,25 +1,24 @@
 """The operators' page: the latest report's key numbers, live queue depths and worker status.
 
-GET /dashboard (HTML, refreshes itself) and GET /dashboard/data.json. Open when
-SYNTH_DASHBOARD_TOKEN is unset (deploy it behind your network's edge); with a token set, send
-``?token=...`` or ``Authorization: Bearer ...``. API keys are not accepted: this is an operator view.
+GET /dashboard (HTML, refreshes itself) and GET /dashboard/data.json. With SYNTH_DASHBOARD_TOKEN
+set, send ``Authorization: Bearer <token>``; unset, loopback clients only (api/operator.py). API keys
+are not accepted: this is an operator view.
 """
 
 from __future__ import annotations
 
-import hmac
 import time
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 from string import Template
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query
+from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import State
+from api.operator import OPERATOR_RESPONSES, DashboardAccess
 from pipeline.reports import fleet
 from pipeline.reports.fmt import HEADLINE_LABELS, num, pct
 from pipeline.reports.publish import latest_report
@@ -27,19 +26,6 @@ from pipeline.routing import all_queues
 
 router = APIRouter(tags=["dashboard"])
 TEMPLATE = Template((Path(__file__).resolve().parents[1] / "templates" / "dashboard.html").read_text())
-
-
-def operator(state: State, token: Annotated[str | None, Query()] = None,
-             authorization: Annotated[str | None, Header()] = None) -> None:
-    expected = state.settings.dashboard_token
-    if not expected:
-        return
-    given = token or (authorization or "").removeprefix("Bearer ").strip()
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        raise HTTPException(401, detail="the dashboard needs SYNTH_DASHBOARD_TOKEN: ?token=... or Bearer")
-
-
-Operator = Annotated[None, Depends(operator)]
 
 
 def snapshot(state) -> dict:
@@ -56,14 +42,14 @@ def snapshot(state) -> dict:
             "workers": fleet.workers(state.redis)}
 
 
-@router.get("/dashboard/data.json")
-async def dashboard_data(state: State, _: Operator) -> dict:
+@router.get("/dashboard/data.json", responses=OPERATOR_RESPONSES)
+async def dashboard_data(state: State, _: DashboardAccess) -> dict:
     """The dashboard's numbers: latest report headline, queue depths, live workers."""
     return await run_in_threadpool(snapshot, state)
 
 
-@router.get("/dashboard", response_class=HTMLResponse)
-async def dashboard(state: State, _: Operator) -> HTMLResponse:
+@router.get("/dashboard", response_class=HTMLResponse, responses=OPERATOR_RESPONSES)
+async def dashboard(state: State, _: DashboardAccess) -> HTMLResponse:
     data = await run_in_threadpool(snapshot, state)
     return HTMLResponse(render(data))
 

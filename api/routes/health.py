@@ -1,4 +1,5 @@
-"""Liveness, readiness and Prometheus metrics (no key needed)."""
+"""Liveness and readiness (no key needed), and Prometheus metrics (an operator route:
+api/operator.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import State
+from api.operator import OPERATOR_RESPONSES, MetricsAccess
 from pipeline.db.session import check_reachable
 from pipeline.errors import SynthError
 
@@ -40,6 +42,6 @@ async def readyz(state: State) -> JSONResponse:
     return JSONResponse({"status": "ok" if ok else "unavailable", "checks": results}, status_code=200 if ok else 503)
 
 
-@router.get("/metrics", response_class=Response)
-def metrics(state: State) -> Response:
+@router.get("/metrics", response_class=Response, responses=OPERATOR_RESPONSES)
+def metrics(state: State, _: MetricsAccess) -> Response:
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

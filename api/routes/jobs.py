@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response, Streamin
 from starlette.concurrency import run_in_threadpool
 
 from api import creating, idempotency
-from api.deps import CurrentKey, Session, State
+from api.deps import CurrentKey, KeyFirstRoute, Session, State
 from api.ids import could_exist
 from api.schemas import JobCreate, JobOut
 from api.streaming import CONTENT_TYPES, LiveStartTimeout, LiveStreamError, encode, open_live
@@ -22,7 +22,7 @@ from pipeline.db.models import Job, JobStatus
 from pipeline.db.models_api import ApiKey
 from pipeline.submit import BatchOptions, Item, create_item_batch
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=KeyFirstRoute)
 NOT_FOUND = {404: {"description": "no such job for this key"}}
 
 

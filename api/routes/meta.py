@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import CurrentKey, Settings
+from api.deps import CurrentKey, KeyFirstRoute, Settings
 from api.schemas import Formats, Voices
 from api.streaming import SPEECH_FORMATS, STREAM_FORMATS
 from pipeline.engines.registry import engine_voices
 from pipeline.settings import FORMATS
 from pipeline.submit import SAMPLE_RATES
 
-router = APIRouter(prefix="/v1", tags=["meta"])
+router = APIRouter(prefix="/v1", tags=["meta"], route_class=KeyFirstRoute)
 
 
 @router.get("/voices", response_model=Voices)

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session as OrmSession
 from starlette.concurrency import run_in_threadpool
 
 from api import creating, idempotency
-from api.deps import CurrentKey, State
+from api.deps import CurrentKey, KeyFirstRoute, State
 from api.livehub import LiveCapacityError
 from api.routes.jobs import job_finished, open_live_or_fail
 from api.schemas import SpeechCreate
@@ -26,7 +26,7 @@ from pipeline.engines.registry import engine_voices
 from pipeline.settings import Settings
 from pipeline.submit import BatchOptions, Item, plan_item_batch
 
-router = APIRouter(prefix="/v1/audio", tags=["openai"])
+router = APIRouter(prefix="/v1/audio", tags=["openai"], route_class=KeyFirstRoute)
 
 # OpenAI's voice names. With api_map_openai_voices they speak with synth's default voice.
 OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova",

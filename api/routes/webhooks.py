@@ -9,12 +9,12 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from api import pagination
-from api.deps import CurrentKey, Session, Settings
+from api.deps import CurrentKey, KeyFirstRoute, Session, Settings
 from pipeline.db.models import as_utc
 from pipeline.db.models_webhooks import WebhookAttempt, WebhookDelivery, WebhookSecret
 from pipeline.webhooks import deliveries, secrets
 
-router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
+router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], route_class=KeyFirstRoute)
 
 EventType = Literal["job.finished", "job.failed", "batch.finished"]
 DeliveryState = Literal["pending", "delivering", "retrying", "succeeded", "failed"]

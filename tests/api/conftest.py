@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 
 from api.app import create_app
+from api.server import server
 from pipeline import api_keys
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.routing import all_queues
@@ -20,11 +20,12 @@ from tests.workers import app_with_worker
 
 
 class Server:
-    def __init__(self, app) -> None:
+    """The API as `synth api` serves it (api/server.py), in a thread."""
+
+    def __init__(self, app, settings) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan="on"))
+        self.server = server(app, settings, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> Server:
@@ -42,7 +43,7 @@ class Server:
 
 
 def serve(settings, redis_url: str):
-    return Server(create_app(settings, broker_url=redis_url))
+    return Server(create_app(settings, broker_url=redis_url), settings)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import httpx
 import pytest
@@ -25,7 +26,9 @@ def test_keys_and_api_server_from_the_cli(database_url, redis_url, tmp_path):
 
     port = free_port()
     log = tmp_path / "api.log"
-    server = start_synth("api", "--port", str(port), env=env, log=log)
+    # On every interface with no operator token: it says that /dashboard and /metrics stay closed.
+    server = start_synth("api", "--host", "0.0.0.0", "--port", str(port), log=log,
+                         env={**env, "SYNTH_API_HEADER_TIMEOUT": "1"})
     try:
         url = f"http://127.0.0.1:{port}"
 
@@ -49,8 +52,16 @@ def test_keys_and_api_server_from_the_cli(database_url, redis_url, tmp_path):
         revoked = synth("keys", "revoke", listed[0]["id"], env=env)
         assert revoked.returncode == 0, revoked.stderr
         assert httpx.get(f"{url}/v1/voices", headers=auth).status_code == 401
+        assert httpx.get(f"{url}/metrics").status_code == 200  # loopback
+        assert httpx.get(f"{url}/dashboard/data.json?token=leaked-secret").status_code == 400
+        with socket.create_connection(("127.0.0.1", port), timeout=15) as half_sent:
+            half_sent.sendall(b"GET /healthz HTTP/1.1\r\nHost: synth\r\n")
+            assert half_sent.recv(1024) == b""  # closed by the server after SYNTH_API_HEADER_TIMEOUT
     finally:
         server.terminate()
         server.wait(timeout=30)
+    text = log.read_text()
+    assert ("warning: /dashboard and /metrics answer loopback clients only: set SYNTH_DASHBOARD_TOKEN" in text
+            and "GET /dashboard/data.json?token=*** HTTP/1.1" in text and "leaked-secret" not in text), text
     again = synth("keys", "revoke", listed[0]["id"], env=env)
     assert again.returncode == 2 and "no active key" in again.stderr.decode()
