@@ -10,6 +10,7 @@ import json
 import httpx
 import pytest
 
+from api.schemas import SpeechCreate
 from tests.api.conftest import client_for, serve
 
 
@@ -49,6 +50,35 @@ def test_unencodable_input_gets_a_422_that_encodes(client, path, body):
     assert isinstance(detail, list) and detail[0]["msg"]
     if path == "/v1/audio/speech":
         assert r.json()["error"]["type"] == "invalid_request_error" and r.json()["error"]["message"]
+
+
+SPEECH = {"model": "tts-1", "voice": "alloy", "input": "Hi."}
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/v1/jobs", {"text": "One.", "format": ""}, "format"),
+    ("/v1/jobs", {"text": "One.", "voice": ""}, "voice"),
+    ("/v1/jobs", {"text": "One.", "sample_rate": "24000"}, "sample_rate"),
+    ("/v1/jobs", {"text": "One.", "sample_rate": True}, "sample_rate"),
+    ("/v1/jobs", {"text": "One.", "sample_rate": 24000.5}, "sample_rate"),
+    ("/v1/batches", {"items": [{"text": "One.", "sample_rate": "24000"}]}, "sample_rate"),
+    ("/v1/batches", {"items": [{"text": "One."}], "format": ""}, "format"),
+    ("/v1/audio/speech", {**SPEECH, "speed": "1"}, "speed"),
+    ("/v1/audio/speech", {**SPEECH, "speed": True}, "speed"),
+])
+def test_a_value_of_another_type_than_the_document_gives_is_refused_not_guessed(client, path, body, field):
+    r = client.post(path, json=body)
+    assert r.status_code == 422, r.text
+    assert [e["loc"][-1] for e in r.json()["detail"]] == [field], r.text
+
+
+def test_numbers_as_json_writes_them_are_accepted(client):
+    """24000.0 is an integer to JSON Schema, and an OpenAI client sends speed 1 as an integer."""
+    job = client.post("/v1/jobs", json={"text": "One.", "sample_rate": 24000.0})
+    assert job.status_code == 201 and job.json()["sample_rate"] == 24000, job.text
+    # as FastAPI validates a body: the parsed JSON (a speech request would wait here for a worker)
+    assert SpeechCreate.model_validate(json.loads('{"model": "tts-1", "voice": "alloy", "input": "Hi.", '
+                                                  '"speed": 1}')).speed == 1.0
 
 
 def test_a_nul_byte_deep_in_an_upload_is_refused_with_its_line(client):
