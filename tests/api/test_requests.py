@@ -169,6 +169,15 @@ def test_upload_a_corpus_file(client):
     assert bad.status_code == 400 and "binary" in bad.json()["detail"]
 
 
+def test_an_upload_field_sent_empty_counts_as_not_sent(client):
+    """A form's fields are text, and a browser sends a blank input as "": the upload reads it as a
+    field left out, where a JSON body's "" is a 422 (tests/api/test_odd_input.py)."""
+    r = client.post("/v1/batches/upload", files={"file": ("lines.txt", b"One line.\n")},
+                    data={"format": "", "voice": "", "sample_rate": ""})
+    assert r.status_code == 201, r.text
+    assert (r.json()["format"], r.json()["voice"], r.json()["sample_rate"]) == ("wav", "joe", None)
+
+
 def test_expire_task_runs_on_a_worker(client, running_worker):
     batch = client.post("/v1/batches", json=ITEMS).json()
     assert wait_batch(client, batch["id"])["counts"]["done"] == 2
