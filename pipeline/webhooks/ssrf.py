@@ -32,16 +32,16 @@ METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata.goog", "metada
 METADATA_ADDRESSES = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")         # embeds an IPv4 address in its low 32 bits
 # IANA hands out global unicast IPv6 from 2000::/3 only (IPv6 Address Space registry). Outside it
-# nothing is reachable on the Internet, whatever a Python release's ``is_global`` says: Python
-# calls the deprecated site-local fec0::/10 and the SRv6 SIDs 5f00::/16 global.
+# nothing is reachable on the Internet, whatever ``is_global`` says (it calls the deprecated
+# site-local fec0::/10 global, for one).
 _GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
-# IANA's special-purpose registries mark these not globally reachable; Python's tables learnt them
-# late (3.11.10, 3.12.4 and 3.13.1 for 3fff::/20), and the API may run on an older patch release.
-# 192.0.0.0/24 is refused whole: its two exceptions that IANA (and a current Python) call globally
-# reachable, 192.0.0.9 (PCP anycast) and 192.0.0.10 (TURN anycast), are anycast services answered
-# by the nearest server, which is the network's own.
-_NOT_GLOBAL = (ipaddress.ip_network("192.0.0.0/24"), ipaddress.ip_network("64:ff9b:1::/48"),
-               ipaddress.ip_network("3fff::/20"))
+# IANA's special-purpose registries mark these not globally reachable; Python's tables gained them
+# in later patch releases, and the API may run on an older one. 192.0.0.0/24 is refused whole:
+# its two exceptions that IANA (and a current Python) call globally reachable, 192.0.0.9 (PCP
+# anycast) and 192.0.0.10 (TURN anycast), are services answered by the nearest server, which is
+# the network's own; so is the deprecated 6to4 relay anycast 192.88.99.0/24 (IANA: "N/A").
+_NOT_GLOBAL = (ipaddress.ip_network("192.0.0.0/24"), ipaddress.ip_network("192.88.99.0/24"),
+               ipaddress.ip_network("64:ff9b:1::/48"), ipaddress.ip_network("3fff::/20"))
 MAX_URL_CHARS = 2000
 PORTS = range(1, 65536)
 PUBLIC_ONLY = "must resolve to public addresses only"

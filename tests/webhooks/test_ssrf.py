@@ -39,6 +39,7 @@ PUBLIC_V6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
     ("http://192.0.0.192/", "private|not globally"),    # IETF protocol assignments
     ("http://192.0.0.9/", "private|not globally"),      # PCP anycast: the nearest server is ours
     ("http://192.0.0.10/", "private|not globally"),     # TURN anycast, likewise
+    ("http://192.88.99.1/", "private|not globally"),     # 6to4 relay anycast (deprecated), likewise
     ("http://198.18.0.1/", "private"),                    # benchmarking
     ("http://[64:ff9b:1::a00:1]/", "reserved|not globally"),  # local-use NAT64
     ("http://[::ffff:127.0.0.1]/", "loopback"),          # IPv4-mapped IPv6
