@@ -24,16 +24,28 @@ from pipeline.errors import InputError, ServiceUnavailableError, StorageError
 OPENAI_PREFIX = "/v1/audio/"
 
 
-def openai_error(message: str, param: str | None = None) -> dict:
-    return {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+# OpenAI's error ``type`` and ``code`` by status, as its API answers: a key it does not know is an
+# invalid_request_error with code invalid_api_key, a request-rate limit has type "requests" and
+# code rate_limit_exceeded, and a failure of its own is a server_error; any other 4xx is an
+# invalid_request_error without a code (its clients pick the exception class by status alone).
+OPENAI_TYPES = {401: ("invalid_request_error", "invalid_api_key"), 429: ("requests", "rate_limit_exceeded")}
 
 
-def error_body(path: str, detail, param: str | None = None) -> dict:
+def openai_error(message: str, param: str | None = None, status: int = 400) -> dict:
+    kind, code = OPENAI_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
+    return {"message": message, "type": kind, "param": param, "code": code}
+
+
+def error_body(path: str, detail, param: str | None = None, status: int = 400) -> dict:
     body = {"detail": detail}
     if path.startswith(OPENAI_PREFIX):
-        message = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in detail) \
-            if isinstance(detail, list) else str(detail)
-        body["error"] = openai_error(message, param)
+        if isinstance(detail, list):   # a 422: its fields, the first named as OpenAI's param
+            message = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in detail)
+            fields = [e["loc"][1] for e in detail if len(e.get("loc", ())) > 1 and e["loc"][0] == "body"]
+            param = param or (str(fields[0]) if fields else None)
+        else:
+            message = str(detail)
+        body["error"] = openai_error(message, param, status)
     return encodable(body)
 
 
@@ -50,7 +62,7 @@ def unavailable_detail(e: Exception) -> str:
 
 def error_response(request: Request, status: int, detail, *, param: str | None = None,
                    headers: dict | None = None) -> JSONResponse:
-    return JSONResponse(error_body(request.url.path, detail, param), status_code=status, headers=headers)
+    return JSONResponse(error_body(request.url.path, detail, param, status), status_code=status, headers=headers)
 
 
 def encodable(value):

@@ -6,6 +6,7 @@ requests leaves one resource (the loser's insert violates the unique constraint 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 
 from fastapi import HTTPException
@@ -33,6 +34,12 @@ def fingerprint(route: str, *parts: bytes) -> str:
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return h.hexdigest()
+
+
+def canonical(**fields) -> bytes:
+    """Fields as one fingerprint part: JSON, keys sorted, so no field's text can pass for another
+    field's (joined with a separator, a name holding "|https://..." read as a webhook URL)."""
+    return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
 
 def make_claim(key_id: str, header: str | None, route: str, *parts: bytes) -> Claim | None:

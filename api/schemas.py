@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 Priority = Literal["batch", "realtime"]
 WebhookEvent = Literal["job.finished", "job.failed", "batch.finished"]
@@ -39,11 +39,23 @@ PATTERN_HINTS = {
 }
 
 
+def _whole(value):
+    """JSON Schema's integer includes 24000.0: read it as 24000 (strict mode refuses any float)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+SampleRate = Annotated[int | None, BeforeValidator(_whole)]
+
+
 class _NoNul(BaseModel):
     """SQL text cannot hold NUL characters (PostgreSQL refuses them): say so instead of failing.
-    (Lone surrogates pydantic refuses itself; NaN and infinity are refused here, as JSON has none.)"""
+    (Lone surrogates pydantic refuses itself; NaN and infinity are refused here, as JSON has none.)
 
-    model_config = ConfigDict(allow_inf_nan=False)
+    Strict: a value is of the type the OpenAPI document gives, as JSON writes it. Pydantic's lax
+    mode reads "24000" as an integer and true or "1" as a number; a client that sends those has a
+    bug the document already tells it about, and is told again (422) rather than served a guess."""
+
+    model_config = ConfigDict(allow_inf_nan=False, strict=True)
 
     @field_validator("*", mode="after")
     @classmethod
@@ -93,26 +105,26 @@ class ItemIn(_In):
     client_id: str | None = Field(None, min_length=1, max_length=200, pattern=CLIENT_ID_PATTERN,
                                   description="Your id for this item, unique in the batch; default item-NNNNNN")
     text: str = Field(min_length=1)
-    voice: str | None = Field(None, max_length=64)
-    format: str | None = Field(None, max_length=8)
-    sample_rate: int | None = None
+    voice: str | None = Field(None, min_length=1, max_length=64)
+    format: str | None = Field(None, min_length=1, max_length=8)
+    sample_rate: SampleRate = None
 
 
 class BatchCreate(Webhook):
     name: str | None = Field(None, max_length=200)
     items: list[ItemIn] = Field(min_length=1)
-    voice: str | None = Field(None, max_length=64, description="Default for items without one")
-    format: str | None = Field(None, max_length=8)
-    sample_rate: int | None = None
+    voice: str | None = Field(None, min_length=1, max_length=64, description="Default for items without one")
+    format: str | None = Field(None, min_length=1, max_length=8)
+    sample_rate: SampleRate = None
     priority: Priority = "batch"
 
 
 class JobCreate(Webhook):
     text: str = Field(min_length=1)
     client_id: str | None = Field(None, min_length=1, max_length=200, pattern=CLIENT_ID_PATTERN)
-    voice: str | None = Field(None, max_length=64)
-    format: str | None = Field(None, max_length=8)
-    sample_rate: int | None = None
+    voice: str | None = Field(None, min_length=1, max_length=64)
+    format: str | None = Field(None, min_length=1, max_length=8)
+    sample_rate: SampleRate = None
     priority: Priority = "batch"
 
 

@@ -1,5 +1,5 @@
 """Audio whose length is known when the response starts (a finished job: its stored file, or a live
-copy that has ended) is sent whole, with Content-Length and, for WAV, the real sizes in the header
+copy that has ended, or one a client that reads it whole waited for) is sent whole, with Content-Length and, for WAV, the real sizes in the header
 instead of the open-ended ones a stream carries (readers such as Python's ``wave`` trust them)."""
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from pipeline.errors import StorageError
 
 
 async def whole(pcm: AsyncIterator[bytes], sample_rate: int, fmt: str, *, job_id: str, speed: float = 1.0,
-                pcm_rate: int | None = None, headers: dict | None = None) -> Response:
-    """Encode all of ``pcm`` (a complete source) as ``fmt`` and answer it in one body."""
+                pcm_rate: int | None = None, headers: dict | None = None, failed_status: int = 409) -> Response:
+    """Encode all of ``pcm`` as ``fmt`` and answer it in one body: a complete source, or a live one
+    waited out (HTTP ``failed_status`` if it breaks first)."""
     try:
         data = b"".join([chunk async for chunk in encode(pcm, sample_rate, fmt, speed, pcm_rate)])
     except LiveStreamError as e:
-        raise HTTPException(409, detail=f"job {job_id} has no complete audio: {e}") from e
+        raise HTTPException(failed_status, detail=f"job {job_id} has no complete audio: {e}") from e
     if fmt == "wav":
         data = with_sizes(data)
     return Response(data, media_type=CONTENT_TYPES[fmt], headers=headers)

@@ -103,7 +103,8 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
     limit = state.settings.api_max_batch_items
     if len(corpus.lines) > limit:
         raise HTTPException(400, detail=f"{len(corpus.lines):,} lines; the limit per batch is {limit:,}")
-    form = f"{voice}|{format}|{sample_rate}|{priority}|{name}|{webhook_url}|{webhook_events}".encode()
+    form = idempotency.canonical(voice=voice, format=format, sample_rate=sample_rate, priority=priority,
+                                 name=name, webhook_url=webhook_url, webhook_events=webhook_events)
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/batches/upload", form, data)
     options = BatchOptions(voice=voice, format=format, sample_rate=sample_rate, priority=priority, name=name)
     columns = creating.owner_columns(state, key, kind="batch", webhook_url=webhook_url,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException
+from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session as OrmSession
 from starlette.concurrency import run_in_threadpool
@@ -64,10 +64,11 @@ def pick_voice(settings: Settings, voice: str) -> str | None:
                         FAILED: {"description": "unknown voice or format, or a text its job could not "
                                                 "render (nothing speakable ...)"},
                         503: {"description": "the API serves as many live streams as it may (Retry-After)"}})
-async def speech(body: SpeechCreate, key: CurrentKey, state: State,
+async def speech(body: SpeechCreate, key: CurrentKey, state: State, request: Request,
                  idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> Response:
-    """Streamed as the job renders; when its audio is already complete (an Idempotency-Key replay)
-    it is answered whole, a WAV with its real sizes."""
+    """Streamed as the job renders; when its audio is already complete (an Idempotency-Key replay),
+    or the client reads the body whole before using it, it is answered whole, a WAV with its real
+    sizes."""
     if body.response_format not in SPEECH_FORMATS:
         raise OpenAIError(400, f"unsupported response_format {body.response_format!r}; "
                                f"choose one of {', '.join(SPEECH_FORMATS)}", "response_format")
@@ -85,11 +86,22 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State,
         return await whole(once(pcm), rate, body.response_format, job_id=job_id, speed=body.speed,
                            pcm_rate=OPENAI_PCM_RATE, headers=headers)
     # pcm has no header to size, and a stream's first bytes must not wait for a database read
-    if body.response_format != "pcm" and await run_in_threadpool(job_finished, state, job_id):
+    if (body.response_format == "wav" and reads_whole(request)) or (
+            body.response_format != "pcm" and await run_in_threadpool(job_finished, state, job_id)):
         return await whole(live.pcm, live.sample_rate, body.response_format, job_id=job_id, speed=body.speed,
-                           pcm_rate=OPENAI_PCM_RATE, headers=headers)
+                           pcm_rate=OPENAI_PCM_RATE, headers=headers, failed_status=FAILED)
     return StreamingResponse(encode(live.pcm, live.sample_rate, body.response_format, body.speed, OPENAI_PCM_RATE),
                              media_type=CONTENT_TYPES[body.response_format], headers=headers)
+
+
+def reads_whole(request: Request) -> bool:
+    """Whether the client reads the whole body before using it, so a WAV is worth waiting for to
+    carry its real sizes (a streamed one says "unknown", which Python's ``wave`` reads as a day of audio).
+    OpenAI's Python SDK says so: its ``create()`` reads the body whole, and a streamed read
+    (``with_streaming_response``) marks its request ``X-Stainless-Raw-Response: stream``. Other
+    clients, which may play the audio as it arrives, get it streamed."""
+    return (request.headers.get("x-stainless-lang") == "python"
+            and request.headers.get("x-stainless-raw-response") != "stream")
 
 
 def _plan(state, key: ApiKey, body: SpeechCreate, voice: str | None, *, queued: bool = True) -> PlannedBatch:

@@ -10,7 +10,10 @@ import json
 import httpx
 import pytest
 
+from api.schemas import SpeechCreate
+from ops.bench.faults import RedisProcess
 from tests.api.conftest import client_for, serve
+from tests.conftest import free_port
 
 
 def test_ids_that_cannot_exist_answer_404(client):
@@ -49,6 +52,36 @@ def test_unencodable_input_gets_a_422_that_encodes(client, path, body):
     assert isinstance(detail, list) and detail[0]["msg"]
     if path == "/v1/audio/speech":
         assert r.json()["error"]["type"] == "invalid_request_error" and r.json()["error"]["message"]
+
+
+SPEECH = {"model": "tts-1", "voice": "alloy", "input": "Hi."}
+SPEECH_PATH = "/v1/audio/speech"
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/v1/jobs", {"text": "One.", "format": ""}, "format"),
+    ("/v1/jobs", {"text": "One.", "voice": ""}, "voice"),
+    ("/v1/jobs", {"text": "One.", "sample_rate": "24000"}, "sample_rate"),
+    ("/v1/jobs", {"text": "One.", "sample_rate": True}, "sample_rate"),
+    ("/v1/jobs", {"text": "One.", "sample_rate": 24000.5}, "sample_rate"),
+    ("/v1/batches", {"items": [{"text": "One.", "sample_rate": "24000"}]}, "sample_rate"),
+    ("/v1/batches", {"items": [{"text": "One."}], "format": ""}, "format"),
+    ("/v1/audio/speech", {**SPEECH, "speed": "1"}, "speed"),
+    ("/v1/audio/speech", {**SPEECH, "speed": True}, "speed"),
+])
+def test_a_value_of_another_type_than_the_document_gives_is_refused_not_guessed(client, path, body, field):
+    r = client.post(path, json=body)
+    assert r.status_code == 422, r.text
+    assert [e["loc"][-1] for e in r.json()["detail"]] == [field], r.text
+
+
+def test_numbers_as_json_writes_them_are_accepted(client):
+    """24000.0 is an integer to JSON Schema, and an OpenAI client sends speed 1 as an integer."""
+    job = client.post("/v1/jobs", json={"text": "One.", "sample_rate": 24000.0})
+    assert job.status_code == 201 and job.json()["sample_rate"] == 24000, job.text
+    # as FastAPI validates a body: the parsed JSON (a speech request would wait here for a worker)
+    assert SpeechCreate.model_validate(json.loads('{"model": "tts-1", "voice": "alloy", "input": "Hi.", '
+                                                  '"speed": 1}')).speed == 1.0
 
 
 def test_a_nul_byte_deep_in_an_upload_is_refused_with_its_line(client):
@@ -97,6 +130,32 @@ def test_speech_errors_carry_openais_error_object(client):
     assert long.status_code == 400 and "the limit is" in long.json()["error"]["message"]
     anonymous = httpx.post(f"{client.base_url}/v1/audio/speech", json=body)
     assert anonymous.status_code == 401 and anonymous.json()["error"]["message"]
+
+
+def test_openai_error_objects_carry_the_types_and_codes_openai_uses(api_settings, redis_url, new_key, tmp_path):
+    """A bad key, a rate limit and a failure of ours read as OpenAI's own; native routes keep
+    synth's {"detail": ...}."""
+    with serve(api_settings.with_overrides(api_rate_limit=1), redis_url) as server, \
+            client_for(server, new_key()) as c:
+        bad_key = httpx.post(f"{server.url}{SPEECH_PATH}", json=SPEECH, headers={"Authorization": "Bearer sk_synth_no"})
+        assert bad_key.status_code == 401
+        assert bad_key.json()["error"] | {"message": ""} == {
+            "message": "", "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}
+        typed = c.post(SPEECH_PATH, json={**SPEECH, "speed": "1"})   # the window's one request
+        assert typed.status_code == 422 and typed.json()["error"]["param"] == "speed", typed.text
+        assert (typed.json()["error"]["type"], typed.json()["error"]["code"]) == ("invalid_request_error", None)
+        limited = c.post(SPEECH_PATH, json=SPEECH)
+        assert limited.status_code == 429 and limited.headers["Retry-After"]
+        assert (limited.json()["error"]["type"], limited.json()["error"]["code"]) == ("requests", "rate_limit_exceeded")
+        native = c.post("/v1/jobs", json={"text": "Hi."})
+        assert native.status_code == 429 and set(native.json()) == {"detail"}
+
+    redis = RedisProcess(tmp_path / "redis", free_port())
+    with redis, serve(api_settings, redis.url) as server, client_for(server, new_key()) as c:
+        redis.kill()
+        down = c.post(SPEECH_PATH, json=SPEECH)
+        assert down.status_code == 503, down.text
+        assert (down.json()["error"]["type"], down.json()["error"]["code"]) == ("server_error", None)
 
 
 def test_options_lists_the_methods_of_a_path(api_server):

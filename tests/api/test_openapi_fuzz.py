@@ -38,13 +38,18 @@ class Outcome:
     errors: list[str] = field(default_factory=list)
 
 
-def fuzz(url: str, key: str, *, seed: int, max_examples: int) -> Outcome:
-    """Every phase (examples, coverage, fuzzing, stateful) with every check; what it saw."""
+def load(url: str, key: str, *, seed: int, max_examples: int):
+    """The published document with the repository's schemathesis.toml, every check on."""
     data = tomllib.loads((REPO / "schemathesis.toml").read_text())
     data |= {"seed": seed, "workers": 1, "headers": {"Authorization": f"Bearer {key}"},
              "generation": {"max-examples": max_examples}, "suppress-health-check": ["all"]}
     data["checks"] = {"enabled": True, **data.get("checks", {})}
-    schema = schemathesis.openapi.from_url(f"{url}/openapi.json", config=SchemathesisConfig.from_dict(data))
+    return schemathesis.openapi.from_url(f"{url}/openapi.json", config=SchemathesisConfig.from_dict(data))
+
+
+def fuzz(url: str, key: str, *, seed: int, max_examples: int) -> Outcome:
+    """Every phase (examples, coverage, fuzzing, stateful) with every check; what it saw."""
+    schema = load(url, key, seed=seed, max_examples=max_examples)
     outcome = Outcome()
     for event in from_schema(schema).execute():
         if isinstance(event, NonFatalError):
@@ -86,6 +91,19 @@ def test_the_document_states_errors_limits_and_audio_types(api_server):
     assert speech_error == {"$ref": "#/components/schemas/OpenAIError"}
     item = doc["components"]["schemas"]["ItemIn"]["properties"]
     assert item["text"]["maxLength"] == 300 and item["format"]["anyOf"][0]["enum"] == ["wav", "mp3", "ogg", "flac"]
+
+
+def test_the_repository_config_switches_off_only_the_checks_it_names_where_it_names_them(api_server):
+    schema = load(api_server.url, "unused", seed=1, max_examples=1)
+    off = {}
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        checks = schema.config.checks_config_for(operation=operation, phase="fuzzing")
+        off[operation.label] = {name for name in ("negative_data_rejection", "ensure_resource_availability")
+                                if not checks.get_by_name(name=name).enabled}
+    assert off["POST /v1/batches/upload"] == {"negative_data_rejection"}
+    assert off["GET /v1/jobs/{job_id}"] == off["GET /v1/jobs/{job_id}/audio"] == {"ensure_resource_availability"}
+    assert off["POST /v1/jobs"] == off["POST /v1/batches"] == off["POST /v1/audio/speech"] == set(), off
 
 
 @pytest.mark.slow

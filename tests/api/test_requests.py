@@ -42,6 +42,23 @@ def test_idempotency_keys_are_per_api_key_and_per_resource(api_server, new_key, 
     assert batch.status_code == 409  # the key already names a job
 
 
+def test_uploads_whose_fields_differ_are_different_requests_whatever_the_fields_hold(client):
+    """Form fields joined with "|" made these two uploads one request: the second, with a webhook,
+    was answered with the first batch, which has none."""
+    hook = "https://93.184.216.34/hook"   # public: past the SSRF guard without DNS
+    files = {"file": ("lines.txt", b"One line.\n")}
+    first = client.post("/v1/batches/upload", files=files, data={"name": f"n|{hook}"},
+                        headers={"Idempotency-Key": "upload"})
+    second = client.post("/v1/batches/upload", files=files, data={"name": "n", "webhook_url": f"{hook}|None"},
+                         headers={"Idempotency-Key": "upload"})
+    assert first.status_code == 201 and first.json()["webhook_url"] is None, first.text
+    assert second.status_code == 409 and "different request" in second.json()["detail"], second.text
+    again = client.post("/v1/batches/upload", files=files, data={"name": f"n|{hook}"},
+                        headers={"Idempotency-Key": "upload"})
+    assert again.status_code == 201 and again.json()["id"] == first.json()["id"]
+    assert again.headers["idempotent-replayed"] == "true"
+
+
 def test_concurrent_retries_create_one_batch(client):
     results = []
 
@@ -150,6 +167,15 @@ def test_upload_a_corpus_file(client):
     assert again.json()["id"] == body["id"]
     bad = client.post("/v1/batches/upload", files={"file": ("b.bin", b"\x00\x01")})
     assert bad.status_code == 400 and "binary" in bad.json()["detail"]
+
+
+def test_an_upload_field_sent_empty_counts_as_not_sent(client):
+    """A form's fields are text, and a browser sends a blank input as "": the upload reads it as a
+    field left out, where a JSON body's "" is a 422 (tests/api/test_odd_input.py)."""
+    r = client.post("/v1/batches/upload", files={"file": ("lines.txt", b"One line.\n")},
+                    data={"format": "", "voice": "", "sample_rate": ""})
+    assert r.status_code == 201, r.text
+    assert (r.json()["format"], r.json()["voice"], r.json()["sample_rate"]) == ("wav", "joe", None)
 
 
 def test_expire_task_runs_on_a_worker(client, running_worker):

@@ -6,8 +6,11 @@ Piper, real Redis and both databases."""
 from __future__ import annotations
 
 import asyncio
+import io
+import wave
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from pipeline.db.models import Batch, Job, JobStatus
@@ -57,3 +60,23 @@ def test_speech_requests_sent_together_each_get_their_own_job_and_a_bad_one_fail
         assert len(batches) == 10 and all(b.total_jobs == 1 and b.finished_at is not None for b in batches)
         # nothing was written for the refused requests
         assert s.scalar(select(Job.id).where(Job.text == BAD.strip())) is None
+
+
+def test_a_wav_the_openai_client_reads_whole_carries_its_real_sizes(api_server, running_worker, new_key):
+    """create() reads the body whole: the WAV waits for its last sample and says how long it is,
+    where a streamed one (with_streaming_response) keeps the header that says "unknown"."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"{api_server.url}/v1", api_key=new_key("whole"), max_retries=0)
+    text = "A whole file, read by a program that trusts its header."
+    wav = client.audio.speech.create(model="tts-1", voice="alloy", input=text, response_format="wav", speed=1)
+    assert wav.response.headers["content-length"] == str(len(wav.content))
+    with wave.open(io.BytesIO(wav.content)) as w:
+        seconds = w.getnframes() / w.getframerate()
+        frames = w.readframes(w.getnframes())
+    assert w.getnframes() * 2 == len(frames) == len(wav.content) - 44  # every sample, and no more
+    assert 1.0 < seconds < 10.0, seconds   # a sentence, not the 0xFFFFFFFF-byte day a stream's header says
+
+    with client.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input=text, response_format="wav") as streamed:
+        data = b"".join(streamed.iter_bytes())
+    assert data[4:8] == data[40:44] == b"\xff\xff\xff\xff"

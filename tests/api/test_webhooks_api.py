@@ -6,7 +6,7 @@ import pytest
 
 from api.schemas import BatchCreate, JobCreate
 from ops.bench.webhook_receiver import Receiver
-from tests.api.conftest import client_for, wait_batch
+from tests.api.conftest import client_for, serve, wait_batch
 from tests.waiting import eventually
 from tests.workers import app_with_worker
 
@@ -73,10 +73,30 @@ def test_webhook_routes_need_a_key(api_server):
 # The API checks webhook URLs at submission (api/creating.py); delivery checks them again
 # (tests/webhooks/test_delivery.py), since DNS may change in between.
 @pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://192.168.0.10:6379/",
-                                 "http://[::ffff:10.0.0.1]/", "http://user:pw@example.com/"])
+                                 "http://[::ffff:10.0.0.1]/", "http://user:pw@example.com/", "http://[fec0::1]/",
+                                 "http://192.0.0.192/", "https://93.184.216.34:0/hook"])
 def test_internal_webhook_urls_are_refused_at_submission(client, url):
     r = client.post("/v1/batches", json={"items": [{"text": "Hi."}], "webhook_url": url})
     assert r.status_code == 400 and "webhook" in r.json()["detail"]
+
+
+def test_a_webhook_host_is_refused_in_the_same_words_whether_it_resolves_inside_or_not_at_all(
+        settings, redis_url, new_key):
+    """What an internal name resolves to, or whether it exists, is not for a caller to learn."""
+    with serve(settings, redis_url) as server, client_for(server, new_key()) as client:  # no allow-list
+        said = {host: _refusal(client, host) for host in ("localhost", "no-such-host.invalid")}
+    assert said["localhost"] == said["no-such-host.invalid"], said
+    assert "public addresses" in said["localhost"] and "127.0.0.1" not in said["localhost"]
+
+
+def _refusal(client, host: str) -> str:
+    """The 400's detail for a webhook to ``host``, the same for a JSON body and an upload."""
+    json_body = client.post("/v1/jobs", json={"text": "Hi.", "webhook_url": f"http://{host}:8080/hook"})
+    upload = client.post("/v1/batches/upload", files={"file": ("a.txt", b"One.\n")},
+                         data={"webhook_url": f"http://{host}:8080/hook"})
+    assert json_body.status_code == upload.status_code == 400, (json_body.text, upload.text)
+    assert json_body.json()["detail"] == upload.json()["detail"]
+    return json_body.json()["detail"].replace(host, "HOST")
 
 
 PUBLIC = "https://93.184.216.34/hook"  # a public address: past the SSRF guard without DNS
