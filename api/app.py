@@ -54,7 +54,8 @@ def create_app(settings: Settings, *, broker_url: str | None = None, serving: bo
                 client_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S)),
             aredis=aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
                 client_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S)),
-            live=LiveHub(client_url, settings.api_max_live_streams), metrics=metrics,
+            live=LiveHub(client_url, settings.api_max_live_streams, settings.api_max_live_streams_per_key),
+            metrics=metrics,
         )
         await state.live.start()
         await run_in_threadpool(_warm, state)

@@ -190,6 +190,9 @@ class Settings(BaseSettings):
     # Live streams one API process serves at once (all read over one Redis connection); past it,
     # new ones get 503 with Retry-After.
     api_max_live_streams: int = Field(default=1024, ge=1)
+    # Live streams one API key holds at once in one API process; past it that key gets 429 with
+    # Retry-After while other keys still stream (docs/api.md says why 64).
+    api_max_live_streams_per_key: int = Field(default=64, ge=1)
     # POST /v1/audio/speech: OpenAI voice names (alloy, nova ...) speak with the default voice;
     # false: they are refused with the list of voices.
     api_map_openai_voices: bool = True
