@@ -47,7 +47,9 @@ over it (they keep their cache rows and resume where they were) instead of preem
 give their rows back and prefill again on resuming); rows are taken from batch work only when a
 stream needs one.
 
-Admission, highest first: realtime sequences, oldest first; then batch sequences, oldest first.
+Admission, highest first: realtime sequences, the one whose job (``Seq.group``) holds the fewest
+rows first, then oldest first, so a long job's many pieces do not queue a short job behind them;
+then batch sequences, oldest first.
 ``reserved`` rows are kept free of batch work so a realtime arrival finds a row at the next step;
 realtime work may use every row, except ``batch_floor`` rows while batch work waits, so a flood of
 realtime streams cannot starve batch jobs. Prompts are prefilled in chunks of at most
@@ -59,7 +61,7 @@ from __future__ import annotations
 import enum
 import itertools
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -92,6 +94,7 @@ class Seq:
     slot_steps: float = 0.0         # graph rows spent on it: its decode steps + its share of idle
     idle_slot_steps: float = 0.0    # its share of the padded rows of the steps it decoded in
     first_chunk_at: float | None = None  # the scheduler's clock when its first chunk's tokens came
+    group: Hashable | None = None   # its job: realtime admission takes turns between jobs
 
     @property
     def prefix(self) -> list[int]:
@@ -392,7 +395,7 @@ class Scheduler:
         running_rt = self._rt_rows
         rt_limit = self.capacity - (self.batch_floor if batch_waiting else 0)
         if self.waiting_rt and running_rt < rt_limit:
-            return self.waiting_rt.popleft()
+            return self._next_realtime()
         # Batch work leaves ``reserved`` rows free, less those realtime streams already use, and
         # while realtime streams run it stops at the realtime cap.
         keep_free = max(0, self.reserved - running_rt)
@@ -403,6 +406,17 @@ class Scheduler:
                 and self.running_rows - running_rt >= self.batch_floor:
             return None
         return self.waiting_batch.popleft()
+
+    def _next_realtime(self) -> Seq:
+        """The waiting stream whose job holds the fewest realtime rows, the oldest of those."""
+        waiting = self.waiting_rt
+        if len(waiting) > 1:
+            held = Counter(seq.group for seq in self._live(self._rt_rows) if seq.group is not None)
+            fairest = min(waiting, key=lambda seq: held[seq.group] if seq.group is not None else 0)
+            if fairest is not waiting[0]:
+                waiting.remove(fairest)
+                return fairest
+        return waiting.popleft()
 
     def _live(self, upto: int | None = None) -> list[Seq]:
         """The sequences of rows ``0 .. upto-1`` (all rows: None) that still hold their row; the
