@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from api import creating, errors, openapi
+from api import creating, errors, openapi, revocation
 from api.limits import BodyLimitMiddleware
 from api.livehub import LiveHub
 from api.metrics import Metrics, MetricsMiddleware
@@ -58,6 +59,7 @@ def create_app(settings: Settings, *, broker_url: str | None = None, serving: bo
             metrics=metrics,
         )
         await state.live.start()
+        revocations = asyncio.create_task(revocation.watch(state), name="synth-revocations")
         await run_in_threadpool(_warm, state)
         speech = creating.SpeechCreator(state)
         speech.start()
@@ -69,6 +71,7 @@ def create_app(settings: Settings, *, broker_url: str | None = None, serving: bo
         try:
             yield
         finally:
+            revocations.cancel()
             await run_in_threadpool(speech.stop)
             await state.live.close()
             await state.aredis.aclose()

@@ -59,9 +59,12 @@ class Listener:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     read_at: float = field(default_factory=time.monotonic)
     waiting: bool = False
+    cut: Exception | None = None    # ends the stream at the next read, ahead of what is queued
 
     async def get(self, timeout: float):
         """The next entry ``(id, fields)``, or None after ``timeout`` seconds without one."""
+        if self.cut is not None:
+            raise self.cut
         self.waiting = True
         try:
             item = await asyncio.wait_for(self.queue.get(), timeout)
@@ -107,12 +110,14 @@ class LiveHub:
         return list(self._owners)
 
     def end_owner(self, owner: str, error: Exception) -> int:
-        """End every listener of ``owner`` with ``error`` (its reader raises it); returns how many."""
+        """End every listener of ``owner``: its reader raises ``error`` at its next read, before
+        any audio still queued for it. Returns how many were ended."""
         ended = 0
         for listeners in self._listeners.values():
             for listener in listeners:
-                if listener.owner == owner:
-                    listener.queue.put_nowait(error)
+                if listener.owner == owner and listener.cut is None:
+                    listener.cut = error
+                    listener.queue.put_nowait(error)   # wakes a reader that waits
                     ended += 1
         return ended
 

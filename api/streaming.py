@@ -46,6 +46,10 @@ class LiveStartTimeout(LiveStreamError):
     """No worker started the job in time (it stays queued)."""
 
 
+class KeyRevokedError(LiveStreamError):
+    """The API key that opened the stream was revoked (api/revocation.py)."""
+
+
 class WorkerLostError(LiveStreamError):
     """The worker publishing the stream is gone (killed, or cut off from Redis) mid-stream."""
 

@@ -13,7 +13,7 @@ from api.deps import CurrentKey, Session, State
 from api.ids import could_exist
 from api.livehub import OwnerLimitError
 from api.schemas import JobCreate, JobOut
-from api.streaming import CONTENT_TYPES, LiveStartTimeout, LiveStreamError, encode, open_live
+from api.streaming import CONTENT_TYPES, KeyRevokedError, LiveStartTimeout, LiveStreamError, encode, open_live
 from api.views import job_out
 from api.whole_audio import stored_pcm, whole
 from pipeline import lifecycle
@@ -122,6 +122,8 @@ async def open_live_or_fail(state, job_id: str, failed_status: int = 409, *, own
                                owner)
     except OwnerLimitError as e:
         raise owner_limit(state) from e
+    except KeyRevokedError as e:
+        raise HTTPException(401, detail=f"{e}", headers={"WWW-Authenticate": "Bearer"}) from e
     except LiveStartTimeout as e:
         raise HTTPException(503, detail=str(e), headers={"Retry-After": "10"}) from e
     except LiveStreamError as e:
