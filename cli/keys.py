@@ -9,7 +9,7 @@ import click
 from cli.context import open_database, open_store
 from pipeline import api_keys, lifecycle
 from pipeline.db.models import as_utc
-from pipeline.errors import InputError
+from pipeline.errors import InputError, ServiceUnavailableError, StorageError
 from pipeline.plural import counted
 from pipeline.settings import Settings
 
@@ -61,7 +61,11 @@ def revoke(key_id: str) -> None:
             raise InputError(f"no active key with id {key_id!r} (see `synth keys list`)")
         session.commit()   # revoked first: nothing below may keep the key alive
     click.echo(f"key {key_id} revoked", err=True)
-    with sessions() as session:
-        cancelled = lifecycle.cancel_owned(session, open_store(settings), key_id)
-        session.commit()
+    try:
+        with sessions() as session:
+            cancelled = lifecycle.cancel_owned(session, open_store(settings), key_id)
+            session.commit()
+    except (ServiceUnavailableError, StorageError) as e:
+        raise ServiceUnavailableError(f"key {key_id} is revoked, but its queued jobs could not be cancelled "
+                                      f"({e}); workers cancel them as they reach them") from e
     click.echo(f"{counted(cancelled, 'queued job')} cancelled", err=True)
