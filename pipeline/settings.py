@@ -177,6 +177,11 @@ class Settings(BaseSettings):
     webhook_retry_schedule: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000)
     webhook_timeout: float = 10.0           # seconds per delivery attempt (connect + response)
     webhook_secret_grace: int = 86_400      # seconds the previous secret keeps signing after a rotation
+    # Delivery attempts a `synth worker` makes at once, on threads of their own (never a render slot).
+    webhook_concurrency: int = Field(default=16, ge=1)
+    # Of those, at most this many to one receiver (host and port): one that never answers slows
+    # its own deliveries only.
+    webhook_host_concurrency: int = Field(default=4, ge=1)
 
     # REST API (api/). Item text is bounded by max_line_chars, like a corpus line.
     api_max_batch_items: int = 10_000       # items in one POST /v1/batches (or lines in an upload)
