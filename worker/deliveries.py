@@ -141,14 +141,19 @@ class DeliveryConsumer:
             if name != DELIVER_TASK:
                 self._run_task(name, args, kwargs, message)
                 return
-            receiver = receiver_of(self.app, args[0] if args else kwargs.get("delivery_id"))
+            try:
+                receiver = receiver_of(self.app, args[0] if args else kwargs.get("delivery_id"))
+            except OperationalError:
+                log.exception("webhook message %s left for redelivery", _message_id(message))
+                return
             if not self.gate.enter(receiver, (args, kwargs, message)):
                 self._qos.increment_eventually()    # in its receiver's line, off the prefetch count
                 return
             next_up: tuple | None = (args, kwargs, message)
             while next_up is not None:              # this receiver's line, on this thread
                 self._deliver(*next_up)
-                next_up = self.gate.leave(receiver)
+                # Stopping: what is still in line is redelivered, not worked through one timeout each.
+                next_up = None if self._stop.is_set() else self.gate.leave(receiver)
                 if next_up is not None:
                     self._qos.decrement_eventually()
         finally:
@@ -164,7 +169,7 @@ class DeliveryConsumer:
             return
         except Exception:  # the attempt is recorded or was never claimed: nothing to redo
             log.exception("webhook message %s failed", _message_id(message))
-        message.ack()
+        _ack(message)
 
     def _run_task(self, name: str | None, args, kwargs, message) -> None:
         task = self.app.tasks.get(name or "")
@@ -174,7 +179,7 @@ class DeliveryConsumer:
             result = task.apply(args=args, kwargs=kwargs)
             if result.failed():
                 log.error("task %s on the webhook queues failed: %s", name, result.result)
-        message.ack()
+        _ack(message)
 def _task_of(body, message) -> tuple[str | None, list, dict]:
     name = (message.headers or {}).get("task")
     args, kwargs = (body[0], body[1]) if isinstance(body, list | tuple) and len(body) >= 2 else ([], {})
@@ -189,6 +194,15 @@ def _eta(message) -> float | None:
     except (TypeError, ValueError):
         return None
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def _ack(message) -> None:
+    """Ack; a message of a connection since lost is redelivered instead (its attempt is claimed
+    once, so the redelivery sends nothing twice)."""
+    try:
+        message.ack()
+    except Exception as e:  # noqa: BLE001 - the transport's own errors (Redis's are not OSErrors)
+        log.warning("webhook message %s not acked (%s); it will be redelivered", _message_id(message), e)
 
 
 def _message_id(message) -> str | None:
