@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from api import creating, errors, openapi
+from api import creating, errors, openapi, revocation
 from api.limits import BodyLimitMiddleware
 from api.livehub import LiveHub
 from api.metrics import Metrics, MetricsMiddleware
@@ -54,9 +55,11 @@ def create_app(settings: Settings, *, broker_url: str | None = None, serving: bo
                 client_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S)),
             aredis=aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
                 client_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S)),
-            live=LiveHub(client_url, settings.api_max_live_streams), metrics=metrics,
+            live=LiveHub(client_url, settings.api_max_live_streams, settings.api_max_live_streams_per_key),
+            metrics=metrics,
         )
         await state.live.start()
+        revocations = asyncio.create_task(revocation.watch(state), name="synth-revocations")
         await run_in_threadpool(_warm, state)
         speech = creating.SpeechCreator(state)
         speech.start()
@@ -68,6 +71,7 @@ def create_app(settings: Settings, *, broker_url: str | None = None, serving: bo
         try:
             yield
         finally:
+            revocations.cancel()
             await run_in_threadpool(speech.stop)
             await state.live.close()
             await state.aredis.aclose()

@@ -6,8 +6,10 @@ XREAD BLOCK over the keys of every stream being listened to, and hands each entr
 listeners' queues. A new listener wakes the blocked read by appending to the hub's own wake stream,
 which the read includes: an append that lands before the read starts is still seen, so no wake-up
 is lost. Listeners are bounded (``max_streams``): past that the API answers 503 with Retry-After
-rather than degrading every stream. A listener that is closed, or not read for ``STALE_S``, is
-dropped.
+rather than degrading every stream. Each owner (an API key) holds at most ``max_per_owner`` of
+them, so one key cannot take every slot from the others: past that its new streams get 429. Both
+are counted here, in the process, so the check costs the realtime path no round trip. A listener
+that is closed, or not read for ``STALE_S``, is dropped.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ class LiveCapacityError(Exception):
     """The API serves ``max_streams`` live streams already."""
 
 
+class OwnerLimitError(Exception):
+    """This owner (an API key) holds ``max_per_owner`` live streams already."""
+
+
 class LiveHubError(Exception):
     """Redis failed under a listener; the message says how."""
 
@@ -48,13 +54,17 @@ class Listener:
     """One reader of one stream: entries arrive in ``queue`` in order, from after ``last``."""
 
     key: str
+    owner: str | None = None    # the API key listening, counted against its own cap
     last: bytes = b"0"
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     read_at: float = field(default_factory=time.monotonic)
     waiting: bool = False
+    cut: Exception | None = None    # ends the stream at the next read, ahead of what is queued
 
     async def get(self, timeout: float):
         """The next entry ``(id, fields)``, or None after ``timeout`` seconds without one."""
+        if self.cut is not None:
+            raise self.cut
         self.waiting = True
         try:
             item = await asyncio.wait_for(self.queue.get(), timeout)
@@ -69,8 +79,9 @@ class Listener:
 
 
 class LiveHub:
-    def __init__(self, url: str, max_streams: int) -> None:
+    def __init__(self, url: str, max_streams: int, max_per_owner: int | None = None) -> None:
         self.max_streams = max_streams
+        self.max_per_owner = min(max_streams, max_per_owner or max_streams)
         self._reader = aioredis.Redis.from_url(url, single_connection_client=True)
         self._writer = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
             url, max_connections=4, timeout=10))
@@ -79,6 +90,7 @@ class LiveHub:
         self._listeners: dict[str, set[Listener]] = {}
         self._cursor: dict[str, bytes] = {}      # the next XREAD's id per key, kept as entries come
         self._count = 0
+        self._owners: dict[str, int] = {}        # open listeners per owner
         self._swept = time.monotonic()
         self._task: asyncio.Task | None = None
         self._idle = asyncio.Event()
@@ -89,6 +101,25 @@ class LiveHub:
 
     def has_room(self) -> bool:
         return self._count < self.max_streams
+
+    def owner_has_room(self, owner: str) -> bool:
+        return self._owners.get(owner, 0) < self.max_per_owner
+
+    def owners(self) -> list[str]:
+        """The owners with a listener open."""
+        return list(self._owners)
+
+    def end_owner(self, owner: str, error: Exception) -> int:
+        """End every listener of ``owner``: its reader raises ``error`` at its next read, before
+        any audio still queued for it. Returns how many were ended."""
+        ended = 0
+        for listeners in self._listeners.values():
+            for listener in listeners:
+                if listener.owner == owner and listener.cut is None:
+                    listener.cut = error
+                    listener.queue.put_nowait(error)   # wakes a reader that waits
+                    ended += 1
+        return ended
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="synth-live-hub")
@@ -107,14 +138,19 @@ class LiveHub:
         await self._reader.aclose()
         await self._writer.aclose()
 
-    async def listen(self, key: str) -> Listener:
-        """A listener of ``key`` from its first entry; LiveCapacityError when full."""
+    async def listen(self, key: str, owner: str | None = None) -> Listener:
+        """A listener of ``key`` from its first entry; LiveCapacityError when full, OwnerLimitError
+        when ``owner`` holds its share already."""
         if not self.has_room():
             raise LiveCapacityError(f"this API process serves {self.max_streams} live streams already")
-        listener = Listener(key)
+        if owner is not None and not self.owner_has_room(owner):
+            raise OwnerLimitError(f"this API key has {self.max_per_owner} live streams open already")
+        listener = Listener(key, owner)
         self._listeners.setdefault(key, set()).add(listener)
         self._cursor[key] = b"0"   # a key already read re-reads from its start for the newcomer
         self._count += 1
+        if owner is not None:
+            self._owners[owner] = self._owners.get(owner, 0) + 1
         await self._wake()
         return listener
 
@@ -124,6 +160,12 @@ class LiveHub:
             return
         listeners.discard(listener)
         self._count -= 1
+        if listener.owner is not None:
+            left = self._owners[listener.owner] - 1
+            if left:
+                self._owners[listener.owner] = left
+            else:
+                del self._owners[listener.owner]
         if not listeners:
             del self._listeners[listener.key]
             del self._cursor[listener.key]

@@ -46,6 +46,10 @@ class LiveStartTimeout(LiveStreamError):
     """No worker started the job in time (it stays queued)."""
 
 
+class KeyRevokedError(LiveStreamError):
+    """The API key that opened the stream was revoked (api/revocation.py)."""
+
+
 class WorkerLostError(LiveStreamError):
     """The worker publishing the stream is gone (killed, or cut off from Redis) mid-stream."""
 
@@ -57,12 +61,14 @@ class LiveStream:
 
 
 async def open_live(hub: LiveHub, client: aioredis.Redis, job_id: str,
-                    job_finished: Callable[[], Awaitable[bool]], wait_s: float) -> LiveStream | None:
+                    job_finished: Callable[[], Awaitable[bool]], wait_s: float,
+                    owner: str | None = None) -> LiveStream | None:
     """Wait for the job's live audio to start. None when the job finished without one (a batch job,
     or its live copy expired): the caller falls back to the stored file. LiveStreamError when the
     job failed before its first audio, or did not start within ``wait_s``; LiveCapacityError when
-    the API serves as many streams as it may."""
-    listener = await hub.listen(stream_key(job_id))
+    the API serves as many streams as it may, OwnerLimitError when ``owner`` (the API key) holds
+    its share."""
+    listener = await hub.listen(stream_key(job_id), owner)
     try:
         deadline = time.monotonic() + wait_s
         while True:

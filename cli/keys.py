@@ -6,10 +6,11 @@ import json
 
 import click
 
-from cli.context import open_database
-from pipeline import api_keys
+from cli.context import open_database, open_store
+from pipeline import api_keys, lifecycle
 from pipeline.db.models import as_utc
-from pipeline.errors import InputError
+from pipeline.errors import InputError, ServiceUnavailableError, StorageError
+from pipeline.plural import counted
 from pipeline.settings import Settings
 
 
@@ -51,10 +52,20 @@ def list_(as_json: bool) -> None:
 @keys.command()
 @click.argument("key_id")
 def revoke(key_id: str) -> None:
-    """Revoke a key by id: its requests get 401 from now on."""
-    _, sessions = open_database(Settings())
+    """Revoke a key by id: its requests get 401 from now on, its queued jobs are cancelled, its
+    open live streams end within seconds, and no webhook is sent for it any more."""
+    settings = Settings()
+    _, sessions = open_database(settings)
     with sessions() as session:
         if not api_keys.revoke_key(session, key_id):
             raise InputError(f"no active key with id {key_id!r} (see `synth keys list`)")
-        session.commit()
+        session.commit()   # revoked first: nothing below may keep the key alive
     click.echo(f"key {key_id} revoked", err=True)
+    try:
+        with sessions() as session:
+            cancelled = lifecycle.cancel_owned(session, open_store(settings), key_id)
+            session.commit()
+    except (ServiceUnavailableError, StorageError) as e:
+        raise ServiceUnavailableError(f"key {key_id} is revoked, but its queued jobs could not be cancelled "
+                                      f"({e}); workers cancel them as they reach them") from e
+    click.echo(f"{counted(cancelled, 'queued job')} cancelled", err=True)

@@ -24,7 +24,8 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     it serves the embedded Redis of the data folder, finishing jobs queued there earlier.
 
     Realtime jobs have a consumer of their own beside the batch tasks' slots, so they reach the
-    engine as soon as they arrive, however much batch work is running or queued. The batch slots
+    engine as soon as they arrive, however much batch work is running or queued; so do webhook
+    deliveries (SYNTH_WEBHOOK_CONCURRENCY at once, SYNTH_WEBHOOK_HOST_CONCURRENCY per receiver). The batch slots
     follow the engine's rows: nothing needs tuning per GPU.
     """
     if gpu is not None and cpu_only:
@@ -36,12 +37,10 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     from celery.signals import worker_shutdown
 
     from cli.context import broker, open_database
-    from pipeline.routing import REALTIME_QUEUE
     from pipeline.settings import Settings
     from worker.app import default_queues, make_app, run_worker
     from worker.boot import batch_slots, boot
     from worker.maintenance import reconcile_at_start
-    from worker.realtime import RealtimeConsumer, realtime_slots
     from pipeline.gcfreeze import freeze_boot_objects
 
     settings = Settings()
@@ -58,12 +57,7 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
 
         install_metrics(app, broker_url)  # Prometheus (SYNTH_WORKER_METRICS_PORT) + Redis heartbeat
         wanted = _former_names(queues.split(",")) if queues else default_queues(settings)
-        batch_queues = [q for q in wanted if q != REALTIME_QUEUE]
-        if REALTIME_QUEUE in wanted and batch_queues:  # a realtime-only worker needs no second consumer
-            consumer = RealtimeConsumer(app, realtime_slots(runtime.engine.info.max_batch)).start()
-            worker_shutdown.connect(lambda **_: consumer.stop(), weak=False)
-        else:
-            batch_queues = wanted
+        batch_queues = _own_consumers(app, runtime, wanted)
         slots = concurrency or batch_slots(settings, runtime.engine)
         name = hostname or f"synth-{'gpu' + str(gpu) if gpu is not None else 'cpu'}-{os.getpid()}@%h"
         reconcile_at_start(app)
@@ -75,6 +69,31 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
             "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle",
         ])
         sys.exit(code or (1 if engine_lost.is_set() else 0))
+
+
+def _own_consumers(app, runtime, wanted: list[str]) -> list[str]:
+    """Start the consumers of the realtime and webhook queues, which work beside Celery's pool so
+    that neither waits for a render slot; return the queues left to Celery. A worker that consumes
+    nothing else leaves them to Celery: its pool is theirs alone."""
+    from celery.signals import worker_shutdown
+
+    from pipeline.routing import REALTIME_QUEUE
+    from worker.deliveries import WEBHOOK_QUEUES, DeliveryConsumer
+    from worker.realtime import RealtimeConsumer, realtime_slots
+
+    hooks = tuple(q for q in wanted if q in WEBHOOK_QUEUES)
+    rest = [q for q in wanted if q not in hooks]
+    if hooks and rest:
+        deliveries = DeliveryConsumer(app, hooks).start()
+        worker_shutdown.connect(lambda **_: deliveries.stop(), weak=False)
+    else:
+        rest = wanted
+    batch = [q for q in rest if q != REALTIME_QUEUE]
+    if REALTIME_QUEUE in rest and batch:
+        realtime = RealtimeConsumer(app, realtime_slots(runtime.engine.info.max_batch)).start()
+        worker_shutdown.connect(lambda **_: realtime.stop(), weak=False)
+        rest = batch
+    return rest
 
 
 def _former_names(queues: list[str]) -> list[str]:

@@ -51,11 +51,18 @@ def list_keys(session: Session) -> list[ApiKey]:
 
 
 def revoke_key(session: Session, key_id: str) -> bool:
-    """Revoke by id; False when no active key has that id. The caller commits."""
+    """Revoke by id; False when no active key has that id. The caller commits, then cancels the
+    key's queued jobs (lifecycle.cancel_owned); the API ends its open streams (api/revocation.py)."""
     moved = session.execute(
         update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)).values(revoked_at=utcnow())
     ).rowcount
     return moved == 1
+
+
+def revoked_among(session: Session, key_ids: list[str]) -> list[str]:
+    """Which of these keys are revoked (or gone)."""
+    active = set(session.scalars(select(ApiKey.id).where(ApiKey.id.in_(key_ids), ApiKey.revoked_at.is_(None))))
+    return [key_id for key_id in key_ids if key_id not in active]
 
 
 def authenticate(session: Session, plaintext: str) -> ApiKey | None:

@@ -47,6 +47,17 @@ def cancel(session: Session, store: ObjectStore, batch_id: str, job_ids: Sequenc
     return moved
 
 
+def cancel_owned(session: Session, store: ObjectStore, key_id: str) -> int:
+    """Cancel the open (pending and queued) jobs of every batch an API key owns, as a batch cancel
+    does: what a revoked key had waiting is never rendered. Returns the jobs cancelled; the caller
+    commits."""
+    batch_ids = session.scalars(
+        select(Batch.id).where(Batch.owner_key_id == key_id, Batch.finished_at.is_(None),
+                               select(Job.id).where(Job.batch_id == Batch.id,
+                                                    Job.status.in_(sources_of(JobStatus.CANCELLED))).exists()))
+    return sum(cancel(session, store, batch_id) for batch_id in list(batch_ids))
+
+
 def running_jobs(session: Session, batch_id: str) -> int:
     return session.scalar(
         select(func.count()).where(Job.batch_id == batch_id, Job.status == JobStatus.RUNNING)

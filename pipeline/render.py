@@ -109,7 +109,7 @@ def _warm_live(r: Renderer) -> None:
         return
     spec = LiveSpec(job_id, 1, int(info.sample_rate * r.crossfade_ms / 1000))
     live = None if r.engine.publishes_live else LiveJob(r.live, spec.job_id, spec.pieces, spec.fade)
-    request = SynthesisRequest((job_id, 0), "Warm up.", info.voices[0], realtime=True,
+    request = SynthesisRequest((job_id, 0), "Warm up.", info.voices[0], realtime=True, job=job_id,
                                live=spec if r.engine.publishes_live else None)
     for chunk in r.engine.synthesize([request]):
         if live is not None:
@@ -164,7 +164,7 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
     # First chunks of every job first, so each job's first audio comes early.
     requests = [
         SynthesisRequest((job_id, i), chunks[i].text, job.voice, seed=None,
-                         realtime=job.priority == "realtime", rate=chunks[i].rate,
+                         realtime=job.priority == "realtime", rate=chunks[i].rate, job=job_id,
                          live=states[job_id].live_spec)
         for i in range(max((len(c) for _, c, _ in per_job), default=0))
         for job_id, chunks, job in per_job if i < len(chunks)

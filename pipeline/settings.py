@@ -180,6 +180,11 @@ class Settings(BaseSettings):
     webhook_retry_schedule: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000)
     webhook_timeout: float = 10.0           # seconds per delivery attempt (connect + response)
     webhook_secret_grace: int = 86_400      # seconds the previous secret keeps signing after a rotation
+    # Delivery attempts a `synth worker` makes at once, on threads of their own (never a render slot).
+    webhook_concurrency: int = Field(default=16, ge=1)
+    # Of those, at most this many to one receiver (host and port): one that never answers slows
+    # its own deliveries only.
+    webhook_host_concurrency: int = Field(default=4, ge=1)
 
     # REST API (api/). Item text is bounded by max_line_chars, like a corpus line.
     api_max_batch_items: int = 10_000       # items in one POST /v1/batches (or lines in an upload)
@@ -193,6 +198,9 @@ class Settings(BaseSettings):
     # Live streams one API process serves at once (all read over one Redis connection); past it,
     # new ones get 503 with Retry-After.
     api_max_live_streams: int = Field(default=1024, ge=1)
+    # Live streams one API key holds at once in one API process; past it that key gets 429 with
+    # Retry-After while other keys still stream (docs/api.md says why 64).
+    api_max_live_streams_per_key: int = Field(default=64, ge=1)
     # Seconds a client has to send a request's headers, from connecting or from its previous
     # response; slower, the connection is closed (api/server.py).
     api_header_timeout: float = Field(default=10.0, gt=0)

@@ -4,7 +4,9 @@
   failure), the events of its jobs and batches go into the outbox (pipeline/webhooks/outbox.py,
   deduplicated by event id) and each new delivery is enqueued;
 - "synth.deliver_webhook" on its own queue "webhooks" makes one attempt and, if it failed,
-  enqueues the next one with a countdown from the retry schedule (full jitter);
+  enqueues the next one with a countdown from the retry schedule (full jitter). `synth worker`
+  consumes that queue on a pool of its own (worker/deliveries.py), never in the render slots;
+  a receiver gets at most ``webhook_host_concurrency`` attempts at once per worker (``HostGate``);
 - "synth.sweep_webhooks", on the beat schedule, re-enqueues deliveries whose next attempt is long
   overdue (their message was lost with a worker) and emits batch.finished for finished batches that
   have none (closed by cancelling their last jobs, which runs no render task).
@@ -17,7 +19,9 @@ conditional UPDATE (deliveries.claim), so only one of them sends it.
 from __future__ import annotations
 
 import logging
+import random
 import threading
+from collections import deque
 from datetime import timedelta
 
 from celery import Celery
@@ -27,7 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline.db.models import utcnow
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.routing import WEBHOOK_QUEUE
-from pipeline.webhooks import deliveries, outbox
+from pipeline.webhooks import deliveries, outbox, ssrf
 from pipeline.webhooks.delivery import DeliveryConfig, deliver
 from worker.tasks import RENDER_TASK
 
@@ -35,19 +39,69 @@ log = logging.getLogger(__name__)
 
 DELIVER_TASK = "synth.deliver_webhook"
 SWEEP_TASK = "synth.sweep_webhooks"
+DEFER_S = (1.0, 3.0)    # a delivery whose receiver is at its limit tries again after this (uniform)
 _lock = threading.Lock()
+
+Receiver = tuple[str, int]   # a URL's host and port
+
+
+class HostGate:
+    """At most ``limit`` attempts at once per receiver in this process. One that finds its
+    receiver at the limit waits in the receiver's line (``enter`` with an item), or is told no
+    (without one); ``leave`` hands the slot to the next in line, if any."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._busy: dict[Receiver, int] = {}
+        self._lines: dict[Receiver, deque] = {}
+        self._lock = threading.Lock()
+
+    def enter(self, receiver: Receiver | None, item=None) -> bool:
+        if receiver is None:        # the delivery is gone: its attempt only closes it
+            return True
+        with self._lock:
+            busy = self._busy.get(receiver, 0)
+            if busy < self.limit:
+                self._busy[receiver] = busy + 1
+                return True
+            if item is not None:
+                self._lines.setdefault(receiver, deque()).append(item)
+            return False
+
+    def leave(self, receiver: Receiver | None):
+        """The next item in the receiver's line, which now holds the slot; None: the slot is free."""
+        if receiver is None:
+            return None
+        with self._lock:
+            line = self._lines.get(receiver)
+            if line:
+                item = line.popleft()
+                if not line:
+                    del self._lines[receiver]
+                return item
+            busy = self._busy.pop(receiver) - 1
+            if busy:
+                self._busy[receiver] = busy
+            return None
 
 
 def register(app: Celery) -> None:
     settings = app.synth_settings
-    config = DeliveryConfig.from_settings(settings)
+    config = app.synth_delivery_config = DeliveryConfig.from_settings(settings)
+    app.synth_host_gate = HostGate(settings.webhook_host_concurrency)
 
     @app.task(name=DELIVER_TASK, shared=False, ignore_result=True)  # sent to WEBHOOK_QUEUE by enqueue()
     def deliver_webhook(delivery_id: str, attempt_no: int = 1) -> dict:
-        result = deliver(_sessions(app), config, delivery_id, attempt_no)
-        if result.retry_in is not None:
-            enqueue(app, [delivery_id], attempt_no=attempt_no + 1, countdown=result.retry_in)
-        return {"claimed": result.claimed, "succeeded": result.succeeded, "retry_in": result.retry_in}
+        # Run by Celery's pool (a worker started with -Q webhooks alone): a receiver at its limit
+        # is tried again shortly rather than holding a slot (worker/deliveries.py lines it up).
+        receiver = receiver_of(app, delivery_id)
+        if not app.synth_host_gate.enter(receiver):
+            enqueue(app, [delivery_id], attempt_no=attempt_no, countdown=random.uniform(*DEFER_S))
+            return {"claimed": False, "deferred": True}
+        try:
+            return attempt(app, config, delivery_id, attempt_no)
+        finally:
+            app.synth_host_gate.leave(receiver)
 
     @app.task(name=SWEEP_TASK, shared=False, ignore_result=True)
     def sweep_webhooks() -> int:
@@ -66,6 +120,28 @@ def register(app: Celery) -> None:
     schedule["sweep-webhooks"] = {"task": SWEEP_TASK, "schedule": 600.0, "options": {"queue": WEBHOOK_QUEUE}}
     app.conf.beat_schedule = schedule
     task_postrun.connect(_after_render, weak=False, dispatch_uid="synth.webhooks.after_render")
+
+
+def attempt(app: Celery, config: DeliveryConfig, delivery_id: str, attempt_no: int = 1) -> dict:
+    """One attempt; a failed one enqueues the next with its countdown."""
+    result = deliver(_sessions(app), config, delivery_id, attempt_no)
+    if result.retry_in is not None:
+        enqueue(app, [delivery_id], attempt_no=attempt_no + 1, countdown=result.retry_in)
+    return {"claimed": result.claimed, "succeeded": result.succeeded, "retry_in": result.retry_in}
+
+
+def receiver_of(app: Celery, delivery_id: str | None) -> Receiver | None:
+    """The receiver (host, port) a delivery goes to; None when it is gone or its URL is malformed
+    (its attempt then closes it)."""
+    if not delivery_id:
+        return None
+    with _sessions(app)() as session:
+        url = deliveries.url_of(session, delivery_id)
+    try:
+        _, host, port = ssrf.parse_url(url) if url else (None, None, None)
+    except ssrf.WebhookURLError:
+        return None
+    return (host, port) if host else None
 
 
 def enqueue(app: Celery, delivery_ids: list[str], *, attempt_no: int = 1, countdown: float | None = None) -> None:

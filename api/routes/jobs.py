@@ -11,8 +11,9 @@ from starlette.concurrency import run_in_threadpool
 from api import creating, idempotency
 from api.deps import CurrentKey, KeyFirstRoute, Session, State
 from api.ids import could_exist
+from api.livehub import OwnerLimitError
 from api.schemas import JobCreate, JobOut
-from api.streaming import CONTENT_TYPES, LiveStartTimeout, LiveStreamError, encode, open_live
+from api.streaming import CONTENT_TYPES, KeyRevokedError, LiveStartTimeout, LiveStreamError, encode, open_live
 from api.views import job_out
 from api.whole_audio import stored_pcm, whole
 from pipeline import lifecycle
@@ -96,7 +97,7 @@ async def stream_job(job_id: str, key: CurrentKey, state: State,
     if job.priority != "realtime" and not job.status.terminal:
         raise HTTPException(409, detail=f"job {job.id} is a batch job ({job.status.value}); live audio is "
                                         f"for realtime jobs; its file is at /v1/jobs/{job.id}/audio once done")
-    live = await open_live_or_fail(state, job.id)
+    live = await open_live_or_fail(state, job.id, owner=key.id)
     if live is None:
         return await run_in_threadpool(stored_audio, state, job.id, format == "pcm")
     headers = {"X-Sample-Rate": str(live.sample_rate), "Cache-Control": "no-store"}
@@ -111,17 +112,29 @@ def _load(state, key: ApiKey, job_id: str) -> Job:
         return own_job(session, key, job_id)
 
 
-async def open_live_or_fail(state, job_id: str, failed_status: int = 409):
+async def open_live_or_fail(state, job_id: str, failed_status: int = 409, *, owner: str):
     """The job's live stream; None if it finished without one; HTTP ``failed_status`` if it failed,
-    503 if no worker started it in time."""
+    503 if no worker started it in time, 429 if ``owner`` (the API key) holds its share of streams."""
     async def finished() -> bool:
         return await run_in_threadpool(job_finished, state, job_id)
     try:
-        return await open_live(state.live, state.aredis, job_id, finished, state.settings.live_start_timeout)
+        return await open_live(state.live, state.aredis, job_id, finished, state.settings.live_start_timeout,
+                               owner)
+    except OwnerLimitError as e:
+        raise owner_limit(state) from e
+    except KeyRevokedError as e:
+        raise HTTPException(401, detail=f"{e}", headers={"WWW-Authenticate": "Bearer"}) from e
     except LiveStartTimeout as e:
         raise HTTPException(503, detail=str(e), headers={"Retry-After": "10"}) from e
     except LiveStreamError as e:
         raise HTTPException(failed_status, detail=f"job {job_id} produced no audio: {e}") from e
+
+
+def owner_limit(state) -> HTTPException:
+    """429 for a key at its share of live streams: its own streams free it as they end."""
+    return HTTPException(429, detail=f"this API key has {state.live.max_per_owner} live streams open "
+                                     f"already (SYNTH_API_MAX_LIVE_STREAMS_PER_KEY); try again when one ends",
+                         headers={"Retry-After": "1"})
 
 
 def job_finished(state, job_id: str) -> bool:

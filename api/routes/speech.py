@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from api import creating, idempotency
 from api.deps import CurrentKey, KeyFirstRoute, State
 from api.livehub import LiveCapacityError
-from api.routes.jobs import job_finished, open_live_or_fail
+from api.routes.jobs import job_finished, open_live_or_fail, owner_limit
 from api.schemas import SpeechCreate
 from api.streaming import CONTENT_TYPES, OPENAI_PCM_RATE, SPEECH_FORMATS, encode, once, wav_pcm
 from api.whole_audio import whole
@@ -63,6 +63,7 @@ def pick_voice(settings: Settings, voice: str) -> str | None:
                               "description": "audio, streamed as it is synthesized"},
                         FAILED: {"description": "unknown voice or format, or a text its job could not "
                                                 "render (nothing speakable ...)"},
+                        429: {"description": "this key holds its share of live streams (Retry-After)"},
                         503: {"description": "the API serves as many live streams as it may (Retry-After)"}})
 async def speech(body: SpeechCreate, key: CurrentKey, state: State, request: Request,
                  idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> Response:
@@ -75,12 +76,14 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State, request: Req
     voice = pick_voice(state.settings, body.voice)
     if not state.live.has_room():  # refused before a job is made that nobody would hear
         raise LiveCapacityError(f"this API process serves {state.live.max_streams} live streams already")
+    if not state.live.owner_has_room(key.id):
+        raise owner_limit(state)
     if idempotency_key is None:
         job_id = await state.create_speech(partial(_plan, state, key, body, voice))
     else:   # a replay may answer with an existing job: the request's own transaction
         job_id = await run_in_threadpool(_create, state, key, body, voice, idempotency_key)
     headers = {"X-Job-Id": job_id, "Cache-Control": "no-store"}
-    live = await open_live_or_fail(state, job_id, FAILED)
+    live = await open_live_or_fail(state, job_id, FAILED, owner=key.id)
     if live is None:  # a replay after the live copy expired: the stored WAV
         rate, pcm = wav_pcm(await run_in_threadpool(_stored_wav, state, job_id))
         return await whole(once(pcm), rate, body.response_format, job_id=job_id, speed=body.speed,

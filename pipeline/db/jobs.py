@@ -11,6 +11,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, new_id, sources_of, utcnow
+from pipeline.db.models_api import ApiKey
 from pipeline.errors import IllegalTransitionError
 
 
@@ -127,21 +128,39 @@ def mark_batch_queued(session: Session, batch_id: str) -> int:
 def claim(session: Session, job_ids: Sequence[str]) -> list[Job]:
     """Take jobs for rendering: PENDING/QUEUED/RUNNING (a redelivery) -> RUNNING, attempts + 1.
     Jobs already finished or cancelled are left alone, which is what makes a redelivered message
-    harmless."""
+    harmless. A job whose API key was revoked is not rendered: it is cancelled here (revocation
+    cancels the key's open jobs, this catches one created in the moment before it)."""
     now = utcnow()
-    session.execute(
+    claimed = session.execute(
         update(Job)
-        .where(Job.id.in_(job_ids), Job.status.in_(sources_of(JobStatus.RUNNING)))
+        .where(Job.id.in_(job_ids), Job.status.in_(sources_of(JobStatus.RUNNING)), ~_revoked_owner())
         .values(status=JobStatus.RUNNING, attempts=Job.attempts + 1, started_at=now, updated_at=now,
                 error=None)
         .execution_options(synchronize_session=False)
-    )
+    ).rowcount
+    if claimed < len(set(job_ids)):   # a finished or cancelled job, or a revoked key's
+        for target in (JobStatus.CANCELLED, JobStatus.FAILED):   # open; or running (a redelivery)
+            session.execute(
+                update(Job)
+                .where(Job.id.in_(job_ids), Job.status.in_(sources_of(target)), _revoked_owner())
+                .values(status=target, finished_at=now, updated_at=now, error=REVOKED)
+                .execution_options(synchronize_session=False)
+            )
     session.commit()
     jobs = session.scalars(
         select(Job).where(Job.id.in_(job_ids), Job.status == JobStatus.RUNNING)
     ).all()
     order = {jid: i for i, jid in enumerate(job_ids)}
     return sorted(jobs, key=lambda j: order[j.id])
+
+
+REVOKED = "the API key was revoked"
+
+
+def _revoked_owner():
+    """True for a job whose batch belongs to a revoked API key (one index lookup per job)."""
+    return (select(Batch.id).join(ApiKey, ApiKey.id == Batch.owner_key_id)
+            .where(Batch.id == Job.batch_id, ApiKey.revoked_at.is_not(None)).exists())
 
 
 def finish(session: Session, job: Job, *, object_key: str, metrics: dict) -> None:

@@ -29,9 +29,18 @@ class SynthesisRequest:
     seed: int | None = None
     realtime: bool = False  # admitted ahead of batch work where the engine schedules
     rate: float = 1.0       # speaking rate (SSML prosody); honoured where EngineInfo.rate_control
+    # The job this request is a piece of (None: a job of its own). Engines share realtime turns
+    # between jobs, not pieces, so a long job's many pieces do not queue a short job behind them.
+    job: Hashable | None = None
     # Where the engine publishes live audio itself (``Engine.publishes_live``): this request is
     # piece ``key[1]`` of job ``live.job_id``'s live stream, which the caller has started.
     live: LiveSpec | None = None
+
+
+    @property
+    def group(self) -> Hashable:
+        """What shares a turn: the job, or the request alone."""
+        return self.key if self.job is None else self.job
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,10 @@ def claim(session: Session, delivery_id: str, attempt_no: int) -> WebhookDeliver
     return session.get(WebhookDelivery, delivery_id, populate_existing=True) if moved else None
 
 
+def url_of(session: Session, delivery_id: str) -> str | None:
+    return session.scalar(select(WebhookDelivery.url).where(WebhookDelivery.id == delivery_id))
+
+
 def record(session: Session, delivery: WebhookDelivery, attempt: AttemptRecord) -> None:
     """Log the attempt and move the delivery on: succeeded, retrying (with next_attempt_at) or failed."""
     fields = {k: v for k, v in attempt.__dict__.items() if k != "succeeded"}

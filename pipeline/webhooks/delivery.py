@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.db.models import utcnow
+from pipeline.db.models_api import ApiKey
 from pipeline.settings import Settings
 from pipeline.webhooks import deliveries, secrets, signing, ssrf
 
@@ -66,14 +67,12 @@ def deliver(sessions: sessionmaker[Session], config: DeliveryConfig, delivery_id
         delivery = deliveries.claim(session, delivery_id, attempt_no)
         if delivery is None:
             return Result(delivery_id, attempt_no, claimed=False)
-        try:
-            keys = secrets.signing_secrets(secrets.get_or_create(session, delivery.key_id))
-            session.commit()
-        except IntegrityError:  # the API key was deleted: nobody is left to verify a signature
-            session.rollback()
-            keys = []
+        keys = _signing_keys(session, delivery.key_id)
         started, t0 = utcnow(), time.monotonic()
-        status, error, address, permanent = _attempt(config, delivery.url, delivery.id, delivery.body, keys)
+        if isinstance(keys, str):   # nobody may receive it any more: said why, never sent
+            status, error, address, permanent = None, keys, None, True
+        else:
+            status, error, address, permanent = _attempt(config, delivery.url, delivery.id, delivery.body, keys)
         succeeded = status is not None and 200 <= status < 300
         delay = None if succeeded or permanent else retry_delay(attempt_no, config.schedule)
         if delay is None and not succeeded and not permanent:
@@ -87,11 +86,24 @@ def deliver(sessions: sessionmaker[Session], config: DeliveryConfig, delivery_id
     return Result(delivery_id, attempt_no, claimed=True, succeeded=succeeded, retry_in=delay)
 
 
+def _signing_keys(session: Session, key_id: str) -> list[str] | str:
+    """The secrets to sign with, or why nothing may be sent: the key that owns the webhook was
+    revoked (its work stops with it) or deleted (nobody is left to verify a signature)."""
+    key = session.get(ApiKey, key_id)
+    if key is not None and key.revoked_at is not None:
+        return "the API key that owns this webhook was revoked"
+    try:
+        keys = secrets.signing_secrets(secrets.get_or_create(session, key_id))
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        keys = []
+    return keys or "the API key that owns this webhook no longer exists"
+
+
 def _attempt(config: DeliveryConfig, url: str, msg_id: str, body: str,
              keys: list[str]) -> tuple[int | None, str | None, str | None, bool]:
     """(status code, error, address, permanent): one signed POST to the checked address."""
-    if not keys:
-        return None, "the API key that owns this webhook no longer exists", None, True
     try:
         target = ssrf.validate_webhook_url(url, config.allow)
     except ssrf.WebhookURLError as e:

@@ -196,3 +196,26 @@ def test_a_stream_published_by_an_engine_in_its_own_process_carries_the_whole_jo
 def _job(sessions, job_id: str) -> Job | None:
     with sessions() as s:
         return s.get(Job, job_id)
+
+
+def test_a_key_at_its_share_of_live_streams_gets_429_while_another_key_still_streams(
+        api_settings, redis_url, worker, new_key):
+    settings = api_settings.with_overrides(api_max_live_streams_per_key=1)
+    greedy, other = new_key("greedy"), new_key("other")
+    with serve(settings, redis_url) as server, client_for(server, greedy) as first:
+        hub = server.server.config.app.state.synth.live
+        with first.stream("POST", SPEECH, json={"model": "tts-1", "input": LONG * 3, "voice": "alloy",
+                                                "response_format": "pcm"}) as held:
+            assert held.status_code == 200
+            chunks = held.iter_bytes()
+            next(chunks)                      # the greedy key's one stream is open and playing
+            with client_for(server, greedy) as again:
+                refused = again.post(SPEECH, json={"model": "tts-1", "input": "One more.", "voice": "alloy"})
+            assert hub.streams == 1           # refused while its first stream was open
+            with client_for(server, other) as client:
+                served = client.post(SPEECH, json={"model": "tts-1", "input": "My turn.", "voice": "alloy",
+                                                   "response_format": "pcm"})
+    assert refused.status_code == 429, refused.text
+    assert int(refused.headers["retry-after"]) >= 1
+    assert "SYNTH_API_MAX_LIVE_STREAMS_PER_KEY" in refused.json()["error"]["message"]
+    assert served.status_code == 200 and len(served.content) > 10_000

@@ -467,3 +467,22 @@ def test_the_realtime_cap_preempts_or_pauses_batch_work(pause):
     assert all(q.finish_reason == "budget" and len(q.tokens) == 40 for q in jobs)
     assert all(q.finish_reason == "budget" for q in streams)
     assert (s.preempted == 0) == pause
+
+
+def test_a_short_realtime_job_takes_the_next_free_row_before_a_long_jobs_waiting_pieces():
+    s = Scheduler(rows=4, max_context=100)
+    long = [Seq(("long", i), [1, 2], budget=3 if i == 0 else 50, realtime=True, group="long") for i in range(8)]
+    for q in long:
+        s.add(q)
+    run_step(s, lambda q: 7)                        # four of the long job's pieces hold every row
+    short = Seq(("short", 0), [1, 2], budget=50, realtime=True, group="short")
+    s.add(short)
+    admitted: list = []
+    while not admitted:
+        plan, _ = run_step(s, lambda q: 7)
+        admitted = [c.seq.key for c in plan.prefill if c.start == 0]
+    # The first row the long job gives back goes to the short one, ahead of its own four waiting
+    # pieces, while the long job's other pieces still run.
+    assert admitted == [("short", 0)]
+    assert sum(q.state is SeqState.RUNNING for q in long) == 3
+    assert long[0].state is SeqState.FINISHED and len(s.waiting_rt) == 4

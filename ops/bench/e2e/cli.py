@@ -203,7 +203,8 @@ def run(args) -> dict:
     port, api_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
     env.update(SYNTH_REDIS_URL=f"redis://127.0.0.1:{port}/0", SYNTH_DATA_DIR=str(workdir / "data"),
-               SYNTH_ENGINE=args.engine, PYTHONUNBUFFERED="1")
+               SYNTH_ENGINE=args.engine, PYTHONUNBUFFERED="1",
+               SYNTH_API_MAX_LIVE_STREAMS_PER_KEY="1024")  # one key plays every stream of the run
     if args.engine == "orpheus":
         env["SYNTH_MODEL"] = str(model)
     env.update(dict(kv.split("=", 1) for kv in args.env))

@@ -175,7 +175,7 @@ class OrpheusEngine(Engine):
                 prompt = prompt_ids(self.lm.tokenizer, req.text, req.voice)
                 seed = req.seed if req.seed is not None else default_seed(req)
                 seqs.append(Seq(req.key, prompt, token_budget(req.text, *self.budget),
-                                req.realtime, seed, stop))
+                                req.realtime, seed, stop, group=req.group))
         return refused, seqs
 
     def _run_continuous(self, seqs: list[Seq]) -> Iterator[AudioChunk]:

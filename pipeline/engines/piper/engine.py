@@ -5,20 +5,25 @@ threads keep N cores busy on N different requests: better throughput on short te
 request using all cores. espeak-ng (phonemization) is not thread-safe, so it runs under a lock; it
 costs a few percent of the synthesis time.
 
-The pool works one sentence at a time, most urgent first: realtime requests before batch ones, then
-requests in arrival order (a request's next sentence keeps its place). A realtime request therefore
-waits for at most one sentence per thread, never for the batch work queued before it.
+The pool works one sentence at a time, most urgent first: realtime requests before batch ones.
+Batch requests go in arrival order (a request's next sentence keeps its place). Realtime jobs take
+turns, a sentence each (``SynthesisRequest.job``: a job's pieces share one turn, in text order), so
+a short stream that arrives while a long one renders waits for one sentence per thread, not for
+the long one's every piece. A realtime request therefore never waits for the batch work queued
+before it, nor for more than a sentence of another stream.
 """
 
 from __future__ import annotations
 
 import importlib
 import itertools
+import heapq
 import json
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +103,7 @@ class PiperEngine(Engine):
     def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
         out: queue.Queue[AudioChunk] = queue.Queue()
         for request in requests:
-            self._pool.submit(request.realtime, self._start, request, out)
+            self._pool.submit(request.realtime, request.group, self._start, request, out)
         remaining = len(requests)
         while remaining:
             chunk = out.get()
@@ -154,32 +159,52 @@ class PiperEngine(Engine):
 
 
 class _UrgentFirstPool:
-    """Threads that take the most urgent item first: (0 realtime / 1 batch, arrival order).
+    """Threads that take the most urgent item first: realtime items, a turn per group (a job) in
+    rotation and a group's own items in arrival order; then batch items in arrival order.
     ``fn(place, *args)`` gets its place, so a continuation can keep it (``resubmit``)."""
 
     def __init__(self, threads: int) -> None:
-        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._ready = threading.Condition()
+        self._turns: OrderedDict[Hashable, list] = OrderedDict()   # realtime: group -> its heap
+        self._batch: list = []                                      # heap
         self._order = itertools.count()
+        self._closed = False
         self._threads = [threading.Thread(target=self._work, name=f"piper-{i}", daemon=True)
                          for i in range(max(1, threads))]
         for thread in self._threads:
             thread.start()
 
-    def submit(self, urgent: bool, fn: Callable, *args) -> None:
-        self.resubmit((0 if urgent else 1, next(self._order)), fn, *args)
+    def submit(self, urgent: bool, group: Hashable, fn: Callable, *args) -> None:
+        self.resubmit((0 if urgent else 1, next(self._order), group), fn, *args)
 
-    def resubmit(self, place: tuple[int, int], fn: Callable, *args) -> None:
-        self._queue.put((place, next(self._order), fn, args))
+    def resubmit(self, place: tuple[int, int, Hashable], fn: Callable, *args) -> None:
+        item = (place[:2], next(self._order), place, fn, args)   # ordered by (class, arrival)
+        with self._ready:
+            heapq.heappush(self._turns.setdefault(place[2], []) if place[0] == 0 else self._batch, item)
+            self._ready.notify()
 
     def close(self) -> None:
-        for _ in self._threads:
-            self._queue.put(((2, 0), next(self._order), None, ()))  # after every queued item
+        """Stop the threads once every queued item has run."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
         for thread in self._threads:
             thread.join()
 
+    def _take(self):
+        """The next item, or None once closed and drained."""
+        with self._ready:
+            while not (self._turns or self._batch or self._closed):
+                self._ready.wait()
+            if self._turns:
+                group, heap = self._turns.popitem(last=False)
+                item = heapq.heappop(heap)
+                if heap:
+                    self._turns[group] = heap      # its next turn comes after every other group's
+                return item
+            return heapq.heappop(self._batch) if self._batch else None
+
     def _work(self) -> None:
-        while True:
-            place, _, fn, args = self._queue.get()
-            if fn is None:
-                return
+        while (item := self._take()) is not None:
+            _, _, place, fn, args = item
             fn(place, *args)

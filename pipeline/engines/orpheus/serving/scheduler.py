@@ -47,7 +47,9 @@ over it (they keep their cache rows and resume where they were) instead of preem
 give their rows back and prefill again on resuming); rows are taken from batch work only when a
 stream needs one.
 
-Admission, highest first: realtime sequences, oldest first; then batch sequences, oldest first.
+Admission, highest first: realtime sequences, the one whose job (``Seq.group``) holds the fewest
+rows first, then oldest first, so a long job's many pieces do not queue a short job behind them;
+then batch sequences, oldest first.
 ``reserved`` rows are kept free of batch work so a realtime arrival finds a row at the next step;
 realtime work may use every row, except ``batch_floor`` rows while batch work waits, so a flood of
 realtime streams cannot starve batch jobs. Prompts are prefilled in chunks of at most
@@ -56,83 +58,15 @@ realtime streams cannot starve batch jobs. Prompts are prefilled in chunks of at
 
 from __future__ import annotations
 
-import enum
 import itertools
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from pipeline.engines.orpheus.serving.sequence import Plan, PrefillChunk, Seq, SeqState
 
-class SeqState(enum.Enum):
-    WAITING = "waiting"      # no row yet
-    PREFILL = "prefill"      # holds a row, prompt partly in the cache
-    RUNNING = "running"      # decoding one token per step
-    FINISHED = "finished"    # row given back
-
-
-@dataclass(eq=False)
-class Seq:
-    key: Hashable
-    prompt: list[int]
-    budget: int                     # most new tokens
-    realtime: bool = False
-    seed: int = 0
-    stop_token: int | None = None   # None: run to the budget
-    state: SeqState = SeqState.WAITING
-    row: int = -1
-    prefilled: int = 0              # prompt tokens already in the cache (or on their way)
-    generated: int = 0
-    inflight: int = 0               # tokens launched whose value is not back yet
-    epoch: int = 0                  # +1 at each preemption: older steps' tokens are stale
-    tokens: list[int] = field(default_factory=list)   # generated so far (a resume prefills them)
-    finish_reason: str | None = None  # "eos" | "budget" | "cancelled"
-    order: int = 0                  # arrival order, set by the scheduler
-    preemptions: int = 0
-    slot_steps: float = 0.0         # graph rows spent on it: its decode steps + its share of idle
-    idle_slot_steps: float = 0.0    # its share of the padded rows of the steps it decoded in
-    first_chunk_at: float | None = None  # the scheduler's clock when its first chunk's tokens came
-
-    @property
-    def prefix(self) -> list[int]:
-        """What a prefill puts in the cache: the prompt, and after a preemption what was generated."""
-        return self.prompt + self.tokens if self.tokens else self.prompt
-
-    @property
-    def context(self) -> int:
-        """Cache positions this sequence needs once the next step's input is written."""
-        return max(self.prefilled, len(self.prompt) + self.generated + self.inflight)
-
-    @property
-    def decodable(self) -> bool:
-        """Running, and another token stays within the budget."""
-        return self.state is SeqState.RUNNING and self.generated + self.inflight < self.budget
-
-
-@dataclass(frozen=True)
-class PrefillChunk:
-    seq: Seq
-    start: int                      # prompt positions [start, end) go into the cache this step
-    end: int
-    last: bool                      # the prefix is complete: its last logits give the next token
-
-
-@dataclass
-class Plan:
-    moves: list[tuple[int, int, int]] = field(default_factory=list)  # (from, to, positions), in order
-    prefill: list[PrefillChunk] = field(default_factory=list)
-    decode: list[Seq] = field(default_factory=list)             # RUNNING, by row; rows 0..n-1
-    rows: int = 0           # the rows the decode step runs over: all in use, or the realtime tier
-    context: int = 0                # positions the decode step attends to (its longest row)
-    realtime_only: bool = False     # a step over the realtime rows alone
-    starting_only: bool = False     # ... and of those, the streams waiting for their first chunk
-    # Who held each row when the plan was made, and in which epoch: the tokens of a row go to
-    # this sequence, whatever moved since.
-    owners: dict[int, tuple[Seq, int]] = field(default_factory=dict)
-
-    @property
-    def empty(self) -> bool:
-        return not (self.prefill or self.decode)
+__all__ = ["Plan", "PrefillChunk", "Scheduler", "SchedulerConfig", "Seq", "SeqState"]
 
 
 @dataclass(frozen=True)
@@ -392,7 +326,7 @@ class Scheduler:
         running_rt = self._rt_rows
         rt_limit = self.capacity - (self.batch_floor if batch_waiting else 0)
         if self.waiting_rt and running_rt < rt_limit:
-            return self.waiting_rt.popleft()
+            return self._next_realtime()
         # Batch work leaves ``reserved`` rows free, less those realtime streams already use, and
         # while realtime streams run it stops at the realtime cap.
         keep_free = max(0, self.reserved - running_rt)
@@ -403,6 +337,17 @@ class Scheduler:
                 and self.running_rows - running_rt >= self.batch_floor:
             return None
         return self.waiting_batch.popleft()
+
+    def _next_realtime(self) -> Seq:
+        """The waiting stream whose job holds the fewest realtime rows, the oldest of those."""
+        waiting = self.waiting_rt
+        if len(waiting) > 1:
+            held = Counter(seq.group for seq in self._live(self._rt_rows) if seq.group is not None)
+            fairest = min(waiting, key=lambda seq: held[seq.group] if seq.group is not None else 0)
+            if fairest is not waiting[0]:
+                waiting.remove(fairest)
+                return fairest
+        return waiting.popleft()
 
     def _live(self, upto: int | None = None) -> list[Seq]:
         """The sequences of rows ``0 .. upto-1`` (all rows: None) that still hold their row; the
