@@ -43,6 +43,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -468,6 +469,9 @@ def _f(v, spec: str = ".4g") -> str:
 
 def main(argv=None) -> None:
     args = parse(argv)
+    # A SIGTERM (a `timeout` around the run) unwinds like an exception, so the workers, the API and
+    # the redis-server it started are stopped rather than left holding their GPUs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = run(args)
     table = side_by_side(result)
     result["table"] = table
