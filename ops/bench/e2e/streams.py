@@ -113,12 +113,14 @@ async def run_streams(base_url: str, key: str, texts: list[str], spread_s: float
     return await _streams(base_url, key, [(i, t, start + i * step) for i, t in enumerate(texts)], voice)
 
 
-def run_streams_in_processes(base_url: str, key: str, texts: list[str], spread_s: float,
+def run_streams_in_processes(base_url: str | list[str], key: str, texts: list[str], spread_s: float,
                              per_process: int = 32, voice: str = "alloy") -> tuple[list[Stream], list[float]]:
     """As ``run_streams``, the streams dealt over client processes of at most ``per_process``
     streams each, as the many apps of a real deployment would send them: one Python process
     reading hundreds of streams would be the bottleneck it measures. Also returns each client
-    process's CPU share (CPU seconds over wall seconds), to show it was not."""
+    process's CPU share (CPU seconds over wall seconds), to show it was not. With several base
+    URLs (API processes), the client processes take them in turn, as a load balancer would."""
+    urls = [base_url] if isinstance(base_url, str) else base_url
     procs = max(1, math.ceil(len(texts) / per_process))
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(procs, mp_context=ctx) as pool:
@@ -126,7 +128,8 @@ def run_streams_in_processes(base_url: str, key: str, texts: list[str], spread_s
             f.result()
         start, step = time.monotonic() + 1.0, spread_s / max(1, len(texts))
         jobs = [(i, t, start + i * step) for i, t in enumerate(texts)]
-        futures = [pool.submit(_client_process, base_url, key, jobs[p::procs], voice) for p in range(procs)]
+        futures = [pool.submit(_client_process, urls[p % len(urls)], key, jobs[p::procs], voice)
+                   for p in range(procs)]
         results = [f.result() for f in futures]
     streams = sorted((s for got, _ in results for s in got), key=lambda s: s.index)
     return streams, [round(share, 3) for _, share in results]
