@@ -361,6 +361,21 @@ def _only_job_of_batch(session: Session, job: Job) -> bool:
     return batch is not None and batch.total_jobs == 1
 
 
+def fail_jobs(r: Renderer, reasons: dict[str, str]) -> None:
+    """Record each job failed with its reason, outside a render (retries spent, an internal error),
+    and close the batches that are now finished, as a render's last job does. A database error
+    propagates: the caller keeps the message. A manifest that cannot be written is left to the
+    message's next copy or the reconciler: the jobs' outcome is recorded."""
+    with r.sessions() as session:
+        for job_id, reason in reasons.items():
+            db.fail(session, job_id, reason)
+        session.commit()
+    try:
+        _close_finished_batches(r, list(reasons), set(), set())
+    except RetryableError as e:
+        log.warning("the batch of %d failed jobs is not closed yet: %s", len(reasons), e)
+
+
 def _close_finished_batches(r: Renderer, job_ids: Sequence[str], claimed: set[str], closed: set[str]) -> None:
     """Close every finished batch this message touches, but those ``closed`` with their job's
     result. A batch of claimed jobs gets its manifest (re)written; a batch whose jobs were all

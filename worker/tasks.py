@@ -8,11 +8,10 @@ import random
 from celery import Celery
 from sqlalchemy.exc import OperationalError
 
-from pipeline.db import jobs as db
 from pipeline.errors import OutageError, RetryableError
 from pipeline.messages import RENDER_TASK
 from pipeline.plural import counted
-from pipeline.render import render_jobs, retry_error
+from pipeline.render import fail_jobs, render_jobs, retry_error
 from worker import maintenance
 from worker.boot import runtime_for
 
@@ -60,10 +59,7 @@ def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception,
         return _retry(task, runtime, job_ids, error)
     gave_up = f"gave up after {counted(task.request.retries, 'retry', 'retries')}: "
     try:
-        with runtime.renderer.sessions() as session:
-            for job_id in job_ids:
-                db.fail(session, job_id, gave_up + str((errors or {}).get(job_id, error)))
-            session.commit()
+        fail_jobs(runtime.renderer, {job_id: gave_up + str((errors or {}).get(job_id, error)) for job_id in job_ids})
     except OperationalError as e:
         return _retry(task, runtime, job_ids, e)
     return error
@@ -79,8 +75,6 @@ def _retry(task, runtime, job_ids: list[str], error: Exception) -> Exception:
 
 
 def fail_all(runtime, job_ids: list[str], reason: str) -> None:
-    """Record every job as failed. A database error propagates: the caller keeps the message."""
-    with runtime.renderer.sessions() as session:
-        for job_id in job_ids:
-            db.fail(session, job_id, reason)
-        session.commit()
+    """Record every job as failed, and close their finished batches. A database error propagates:
+    the caller keeps the message."""
+    fail_jobs(runtime.renderer, dict.fromkeys(job_ids, reason))
