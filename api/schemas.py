@@ -201,6 +201,10 @@ class CancelOut(BaseModel):
     cancelled: int
 
 
+class RetryOut(BaseModel):
+    retried: int = Field(description="failed jobs queued again")
+
+
 class DeleteOut(BaseModel):
     deleted: bool
     objects_removed: int

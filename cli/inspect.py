@@ -22,7 +22,7 @@ from pipeline.storage.base import manifest_key
 from pipeline.summary import summarize
 
 
-def _batch(session, ref: str, doing: str):
+def resolve_batch(session, ref: str, doing: str):
     """The batch ``ref`` names; a name several batches share resolves to the newest, and says so
     (``doing``: what the command does with it), since the others are then reached only by id."""
     batch = db.find_batch(session, ref)
@@ -45,7 +45,7 @@ def status(batch: str, as_json: bool) -> None:
     settings = Settings()
     _, sessions = open_database(settings)
     with sessions() as session:
-        summary = summarize(session, _batch(session, batch, "showing"))
+        summary = summarize(session, resolve_batch(session, batch, "showing"))
     if as_json:
         out = {k: v for k, v in vars(summary).items()}
         out["x_real_time"] = summary.x_real_time
@@ -69,7 +69,7 @@ def fetch(batch: str, output: Path) -> None:
     settings = Settings()
     _, sessions = open_database(settings)
     with sessions() as session:
-        batch_id = _batch(session, batch, "fetching").id
+        batch_id = resolve_batch(session, batch, "fetching").id
     fetch_batch(settings, sessions, batch_id, output)
 
 

@@ -11,6 +11,7 @@ import click
 from tqdm import tqdm
 
 from cli.context import broker, open_database, open_store
+from cli.interrupts import WithdrawRequested, counted_interrupts
 from cli.wait import embedded_worker, print_summary, wait_for_batch
 from pipeline.corpus import parse_corpus
 from pipeline.errors import EngineUnavailableError, InputError, ServiceUnavailableError
@@ -19,6 +20,9 @@ from pipeline.settings import FORMATS, Settings
 from pipeline.submit import BatchOptions, create_batch, resolve_options, withdraw_batch
 from worker.app import make_producer
 from worker.enqueue import check_broker, enqueue_batch
+
+
+PROGRESS_FROM = 5000   # lines: a corpus this long shows its enqueue's progress
 
 
 @click.command()
@@ -55,43 +59,68 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) 
     with broker(settings) as broker_url:
         app = make_producer(settings, broker_url)
         check_broker(app)
-        with sessions() as session:
-            batch = create_batch(session, settings, parsed, options, source=source)
-            session.commit()
-        try:
-            with tqdm(total=len(parsed.lines), desc="enqueue", unit="job", disable=len(parsed.lines) < 5000,
-                      file=sys.stderr) as bar:
-                enqueue_batch(app, sessions, batch.id, settings.jobs_per_task, progress=bar.update)
-        except ServiceUnavailableError:  # nothing half-written: the batch is withdrawn everywhere
-            withdraw_batch(sessions, store, batch.id)
-            raise
-        click.echo(f"batch {batch.id}{f' ({name})' if name else ''}: "
+        batch_id, interrupted = _write_and_enqueue(settings, sessions, store, app, parsed, options, source)
+        click.echo(f"batch {batch_id}{f' ({name})' if name else ''}: "
                    + counted(len(parsed.lines), "job queued", "jobs queued")
                    + (f", {counted(len(parsed.empty_lines), 'empty line skipped', 'empty lines skipped')}"
                       if parsed.empty_lines else ""), err=True)
+        if interrupted:
+            who = "`synth worker` (same SYNTH_DATA_DIR) renders them" if embedded else "the workers render them"
+            click.echo(f"interrupted: batch {batch_id} is queued whole; {who}; `synth cancel {batch_id}` stops it, "
+                       f"`synth status {batch_id}` shows progress", err=True)
+            sys.exit(130)
         if not (embedded or wait or output):
-            click.echo(batch.id)
+            click.echo(batch_id)
             return
         if embedded:  # the message comes before the worker's warm shutdown, which may take a while
             try:
-                with embedded_worker(settings, broker_url) as child, _told_when_interrupted(batch.id, embedded):
-                    summary = wait_for_batch(sessions, batch.id, alive=child.alive)
+                with embedded_worker(settings, broker_url) as child, _told_when_interrupted(batch_id, embedded):
+                    summary = wait_for_batch(sessions, batch_id, alive=child.alive)
             except EngineUnavailableError as e:
                 # Nothing ran; kept, the batch would render on whichever worker starts next, beside
                 # the one submitted again once the setting is fixed.
-                withdraw_batch(sessions, store, batch.id)
-                raise EngineUnavailableError(f"{e}; batch {batch.id} was withdrawn, nothing was rendered: "
+                withdraw_batch(sessions, store, batch_id)
+                raise EngineUnavailableError(f"{e}; batch {batch_id} was withdrawn, nothing was rendered: "
                                              "fix the setting and submit again") from e
         else:
-            with _told_when_interrupted(batch.id, embedded):
-                summary = wait_for_batch(sessions, batch.id)
+            with _told_when_interrupted(batch_id, embedded):
+                summary = wait_for_batch(sessions, batch_id)
     print_summary(summary)
     if output:
         from cli.inspect import fetch_batch
 
-        fetch_batch(settings, sessions, batch.id, output)
+        fetch_batch(settings, sessions, batch_id, output)
     if summary.counts.get("failed"):
         sys.exit(1)
+
+
+def _write_and_enqueue(settings, sessions, store, app, parsed, options, source) -> tuple[str, bool]:
+    """Write the batch and send its messages, Ctrl-C counted meanwhile (cli/interrupts.py). Returns
+    the batch id and whether Ctrl-C was pressed; exits 130 once the batch is withdrawn on a second."""
+    with counted_interrupts() as interrupts:
+        with sessions() as session:
+            batch_id = create_batch(session, settings, parsed, options, source=source).id
+            session.commit()
+        if len(parsed.lines) >= PROGRESS_FROM:   # the id, before a long enqueue
+            click.echo(f"batch {batch_id}: enqueuing {counted(len(parsed.lines), 'job')}", err=True)
+
+        def progress(n: int) -> None:
+            bar.update(n)
+            interrupts.check(batch_id)
+        try:
+            with tqdm(total=len(parsed.lines), desc="enqueue", unit="job", disable=len(parsed.lines) < PROGRESS_FROM,
+                      file=sys.stderr) as bar:
+                interrupts.check(batch_id)
+                enqueue_batch(app, sessions, batch_id, settings.jobs_per_task, progress=progress)
+        except ServiceUnavailableError:  # nothing half-written: the batch is withdrawn everywhere
+            withdraw_batch(sessions, store, batch_id)
+            raise
+        except WithdrawRequested:
+            withdraw_batch(sessions, store, batch_id)
+            click.echo(f"interrupted: batch {batch_id} withdrawn; the messages already sent find no job "
+                       "and are dropped; nothing of it renders", err=True)
+            sys.exit(130)
+        return batch_id, interrupts.count > 0
 
 
 @contextlib.contextmanager

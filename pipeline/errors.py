@@ -37,13 +37,29 @@ class ServiceUnavailableError(RetryableError):
     """Redis, the database or object storage could not be reached."""
 
 
-class DatabaseUnavailableError(ServiceUnavailableError):
+class OutageError(RetryableError):
+    """Something every job needs is down: retried with backoff for as long as it lasts, spending
+    no retry budget, since no job could succeed meanwhile and none is to blame."""
+
+
+class DatabaseUnavailableError(ServiceUnavailableError, OutageError):
     """The database could not be reached: no job's outcome can be recorded, so the work is kept
     (its message retried for as long as the outage lasts) rather than given up."""
 
 
 class StorageError(RetryableError):
     """An object could not be written or read."""
+
+
+class StorageFullError(StorageError, OutageError):
+    """The object store takes no writes: no space left, over quota, read-only or not permitted.
+    An outage, waited out as the database's is (its retries spend no budget): the jobs render
+    once space is freed, where failing them would lose the batch to a full disk. ``state`` is
+    what health checks and heartbeats show: "storage full" or "storage unwritable"."""
+
+    def __init__(self, message: str, *, state: str = "storage full") -> None:
+        super().__init__(message)
+        self.state = state
 
 
 class IllegalTransitionError(PermanentError):

@@ -1,6 +1,6 @@
-"""The end of a batch's life: cancel (queued jobs stop, running ones finish, results kept), delete
-(objects and rows), and expiry after the results TTL (``expire_batches``, run by the synth.expire
-task)."""
+"""The end of a batch's life: cancel (queued jobs stop, running ones finish, results kept), retry
+(failed jobs queued again), delete (objects and rows), and expiry after the results TTL
+(``expire_batches``, run by the synth.expire task). The CLI and the API both call these."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 
 class BatchBusyError(PermanentError):
     """The batch still has running jobs; it can be deleted once they finish."""
+
+
+class NothingToRetryError(PermanentError):
+    """The batch has no failed job to retry (matching the filter), or it was cancelled."""
 
 
 def cancel(session: Session, store: ObjectStore, batch_id: str, job_ids: Sequence[str] | None = None) -> int:
@@ -56,6 +60,34 @@ def cancel_owned(session: Session, store: ObjectStore, key_id: str) -> int:
                                select(Job.id).where(Job.batch_id == Batch.id,
                                                     Job.status.in_(sources_of(JobStatus.CANCELLED))).exists()))
     return sum(cancel(session, store, batch_id) for batch_id in list(batch_ids))
+
+
+def retry(session: Session, batch_id: str, *, reason: str | None = None) -> dict[str, list[str]]:
+    """Queue the batch's failed jobs again (only those whose error contains ``reason``, given one):
+    FAILED -> QUEUED with a conditional UPDATE, keeping their ids, client ids and attempt counts
+    (the next claim counts on), and reopen the batch, which closes again with a fresh manifest at
+    its last job. Returns the jobs moved, by queue, for ``send_messages`` once the caller has
+    committed; a job whose message is never sent is found and re-sent by the reconciler. Refused
+    (NothingToRetryError) for a cancelled batch or when no job matches."""
+    batch = session.get(Batch, batch_id)
+    if batch is not None and batch.cancelled_at is not None:
+        raise NothingToRetryError(f"batch {batch_id} was cancelled; submit its lines again instead")
+    where = [Job.batch_id == batch_id, Job.status == JobStatus.FAILED]
+    if reason:
+        where.append(Job.error.contains(reason, autoescape=True))
+    rows = session.execute(select(Job.id, Job.queue).where(*where).order_by(Job.line_no, Job.client_id)
+                           .with_for_update()).all()
+    if not rows:
+        raise NothingToRetryError(f"batch {batch_id} has no failed jobs"
+                                  + (f" whose reason contains {reason!r}" if reason else ""))
+    now = utcnow()
+    session.execute(update(Job).where(*where).values(status=JobStatus.QUEUED, queued_at=now, finished_at=None,
+                                                     updated_at=now).execution_options(synchronize_session=False))
+    session.execute(update(Batch).where(Batch.id == batch_id).values(finished_at=None))
+    by_queue: dict[str, list[str]] = {}
+    for job_id, queue in rows:
+        by_queue.setdefault(queue, []).append(job_id)
+    return by_queue
 
 
 def running_jobs(session: Session, batch_id: str) -> int:

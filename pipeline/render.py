@@ -23,8 +23,10 @@ from pipeline.errors import (
     DatabaseUnavailableError,
     IllegalTransitionError,
     MarkupError,
+    OutageError,
     PermanentError,
     RetryableError,
+    StorageFullError,
 )
 from pipeline.formats import get_format
 from pipeline.hostinfo import hostname
@@ -52,6 +54,9 @@ class Renderer:
     # never wait here.
     batch_gate: threading.Semaphore = field(default_factory=lambda: threading.BoundedSemaphore(2))
     read_emoji: bool = False            # the text front end reads emoji out instead of dropping them
+    # The last write the store refused as full or unwritable (StorageFullError), until one succeeds:
+    # the heartbeat shows it, and jobs are not rendered while a probe write still fails.
+    storage_fault: StorageFullError | None = None
 
 
 @dataclass
@@ -59,6 +64,7 @@ class Outcome:
     done: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     retry: list[str] = field(default_factory=list)     # requeued: the caller schedules them again
+    retry_errors: dict[str, RetryableError] = field(default_factory=dict)  # why, per requeued job
     skipped: list[str] = field(default_factory=list)   # already finished, cancelled or unknown
     closed: list[str] = field(default_factory=list)    # batches closed with their last job's result
 
@@ -122,6 +128,7 @@ def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) 
     """``realtime``: the realtime consumer's call, which never waits at the batch gate."""
     outcome = Outcome()
     gate = contextlib.nullcontext() if realtime else r.batch_gate
+    _check_storage(r)
     with gate:
         try:
             with r.sessions() as session:
@@ -142,6 +149,31 @@ def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) 
 
     _close_finished_batches(r, job_ids, {j.batch_id for j in jobs}, set(outcome.closed))
     return outcome
+
+
+def _check_storage(r: Renderer) -> None:
+    """While the store refuses writes, raise its StorageFullError before any job is claimed: the
+    message waits the outage out without rendering audio that could not be kept."""
+    if r.storage_fault is None:
+        return
+    try:
+        r.store.check()
+    except StorageFullError as e:
+        r.storage_fault = e
+        raise
+    r.storage_fault = None
+
+
+def retry_error(outcome: Outcome) -> RetryableError:
+    """One error for the jobs ``outcome`` requeued, whose text says each distinct reason once: an
+    outage where any job met one (the whole message then waits it out), else a RetryableError."""
+    errors = [outcome.retry_errors[j] for j in outcome.retry if j in outcome.retry_errors]
+    reasons = list(dict.fromkeys(str(e) for e in errors)) or ["requeued"]
+    text = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} other reasons" if len(reasons) > 3 else "")
+    outage = next((e for e in errors if isinstance(e, OutageError)), None)
+    if isinstance(outage, StorageFullError):
+        return StorageFullError(text, state=outage.state)
+    return DatabaseUnavailableError(text) if outage is not None else RetryableError(text)
 
 
 def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
@@ -208,7 +240,7 @@ def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome:
     if chunk.error is not None:
         states.pop(job_id)
         if isinstance(chunk.error, RetryableError):   # the engine shed load: run the job again
-            _requeue(r, job_id, str(chunk.error), outcome)
+            _requeue(r, job_id, chunk.error, outcome)
         else:
             _fail(r, job_id, str(chunk.error), outcome)
         return
@@ -242,6 +274,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         data = audio.encode(samples, info.sample_rate, job.format, job.sample_rate)
         key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)
+        r.storage_fault = None
         audio_s = audio.duration_seconds(samples, info.sample_rate)
         first = state.first_audio or time.monotonic()
         first_wall = state.admitted_wall + timedelta(seconds=first - state.admitted)
@@ -263,9 +296,14 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         _lost_race(r, job, key, outcome)
     except PermanentError as e:
         _fail(r, job.id, str(e), outcome)
+    except StorageFullError as e:
+        r.storage_fault = e
+        log.warning("job %s waits for storage (%s): %s", job.id, e.state, e)
+        _requeue(r, job.id, e, outcome)
     except (RetryableError, OperationalError) as e:
         log.warning("job %s will be retried: %s", job.id, e)
-        _requeue(r, job.id, str(e), outcome)
+        _requeue(r, job.id, e if isinstance(e, RetryableError)
+                 else DatabaseUnavailableError(f"database unreachable while recording the job: {e.orig}"), outcome)
 
 
 def _extra(state: _JobState) -> dict | None:
@@ -303,11 +341,15 @@ def _fail(r: Renderer, job_id: str, reason: str, outcome: Outcome) -> None:
     (outcome.failed if moved else outcome.skipped).append(job_id)
 
 
-def _requeue(r: Renderer, job_id: str, reason: str, outcome: Outcome) -> None:
+def _requeue(r: Renderer, job_id: str, error: RetryableError, outcome: Outcome) -> None:
     with r.sessions() as session:
-        moved = db.requeue(session, [job_id], reason)
+        moved = db.requeue(session, [job_id], str(error))
         session.commit()
-    (outcome.retry if moved else outcome.skipped).append(job_id)
+    if moved:
+        outcome.retry.append(job_id)
+        outcome.retry_errors[job_id] = error
+    else:
+        outcome.skipped.append(job_id)
 
 
 def _seconds(start: datetime, end: datetime) -> float:
@@ -317,6 +359,21 @@ def _seconds(start: datetime, end: datetime) -> float:
 def _only_job_of_batch(session: Session, job: Job) -> bool:
     batch = session.get(Batch, job.batch_id)
     return batch is not None and batch.total_jobs == 1
+
+
+def fail_jobs(r: Renderer, reasons: dict[str, str]) -> None:
+    """Record each job failed with its reason, outside a render (retries spent, an internal error),
+    and close the batches that are now finished, as a render's last job does. A database error
+    propagates: the caller keeps the message. A manifest that cannot be written is left to the
+    message's next copy or the reconciler: the jobs' outcome is recorded."""
+    with r.sessions() as session:
+        for job_id, reason in reasons.items():
+            db.fail(session, job_id, reason)
+        session.commit()
+    try:
+        _close_finished_batches(r, list(reasons), set(), set())
+    except RetryableError as e:
+        log.warning("the batch of %d failed jobs is not closed yet: %s", len(reasons), e)
 
 
 def _close_finished_batches(r: Renderer, job_ids: Sequence[str], claimed: set[str], closed: set[str]) -> None:

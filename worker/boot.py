@@ -13,6 +13,7 @@ from celery import Celery
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.engines.base import Engine
 from pipeline.engines.registry import load_engine
+from pipeline.errors import StorageFullError
 from pipeline.live import LiveAudio
 from pipeline.render import Renderer, warm
 from pipeline.settings import Settings
@@ -37,14 +38,20 @@ def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: 
         log.info("engine %s (%s, %s) ready on %s in %.1f s", engine.info.name, engine.info.model,
                  engine.info.quantization, engine.info.device_type, time.monotonic() - started)
     store = make_store(settings)
-    store.check()
+    fault = None
+    try:
+        store.check()
+    except StorageFullError as e:   # an outage: the worker starts, and its jobs wait it out
+        log.warning("%s: jobs wait until it takes writes again: %s", e.state, e)
+        fault = e
     live = LiveAudio.from_url(broker_url, settings.live_stream_ttl) if broker_url else None
     if live is not None:
         engine.publish_live(broker_url, settings.live_stream_ttl, live.owner)
     renderer = Renderer(engine=engine, store=store,
                         sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),
                         max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms,
-                        worker_host=settings.worker_name, read_emoji=settings.read_emoji, live=live)
+                        worker_host=settings.worker_name, read_emoji=settings.read_emoji, live=live,
+                        storage_fault=fault)
     warm(renderer)
     return Runtime(settings=settings, engine=engine, renderer=renderer)
 

@@ -117,7 +117,9 @@ class Installed:
     def heartbeat(self) -> None:
         with self.lock:
             in_flight = self.in_flight
-        fleet.write_heartbeat(self.client, self.name, {**self.info, "jobs_in_flight": in_flight})
+        fault = runtime_for(self.app).renderer.storage_fault   # a full store shows on the dashboard
+        fleet.write_heartbeat(self.client, self.name, {**self.info, "jobs_in_flight": in_flight,
+                                                       "storage": "ok" if fault is None else fault.state})
 
     def uninstall(self) -> None:
         self.stop.set()

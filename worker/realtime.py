@@ -31,7 +31,7 @@ from sqlalchemy.exc import OperationalError
 
 from pipeline.errors import RetryableError
 from pipeline.plural import counted
-from pipeline.render import render_jobs
+from pipeline.render import render_jobs, retry_error
 from pipeline.routing import REALTIME_QUEUE
 from worker.boot import runtime_for
 from worker.tasks import RENDER_TASK, backoff, fail_all
@@ -160,7 +160,7 @@ class RealtimeConsumer:
                     totals[k] += len(getattr(outcome, k))
                 if not outcome.retry:
                     return totals
-                error, again = RetryableError("; ".join(outcome.retry)), outcome.retry
+                error, again = retry_error(outcome), outcome.retry
             if retries >= max_retries:
                 fail_all(runtime, again, f"gave up after {counted(retries, 'retry', 'retries')}: {error}")
                 totals["failed"] += len(again)

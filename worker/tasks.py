@@ -8,11 +8,10 @@ import random
 from celery import Celery
 from sqlalchemy.exc import OperationalError
 
-from pipeline.db import jobs as db
-from pipeline.errors import DatabaseUnavailableError, RetryableError
+from pipeline.errors import OutageError, RetryableError
 from pipeline.messages import RENDER_TASK
 from pipeline.plural import counted
-from pipeline.render import render_jobs
+from pipeline.render import fail_jobs, render_jobs, retry_error
 from worker import maintenance
 from worker.boot import runtime_for
 
@@ -42,21 +41,25 @@ def register(app: Celery) -> None:
                 raise _retry(self, runtime, job_ids, db_error) from e
             raise
         if outcome.retry:
-            raise _retry_or_fail(self, runtime, outcome.retry, RetryableError("; ".join(outcome.retry)))
+            raise _retry_or_fail(self, runtime, outcome.retry, retry_error(outcome), outcome.retry_errors)
         return {"done": len(outcome.done), "failed": len(outcome.failed), "skipped": len(outcome.skipped)}
 
     maintenance.register(app)       # synth.expire (batch expiry) on the same app
 
 
-def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception) -> Exception:
-    """The exception the task raises: a Retry, or ``error`` once retries are used up (jobs failed).
+def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception,
+                   errors: dict[str, Exception] | None = None) -> Exception:
+    """The exception the task raises: a Retry, or ``error`` once retries are used up (jobs failed,
+    each with its own reason from ``errors`` where given).
 
-    A database outage spends no retries: nothing can record the jobs' outcome, so the message is
-    retried (capped backoff) for as long as it lasts. Acking it would lose its jobs for good."""
-    if isinstance(error, (DatabaseUnavailableError, OperationalError)) or task.request.retries < task.max_retries:
+    An outage (the database down, the object store full) spends no retries: no job could succeed
+    meanwhile, so the message is retried (capped backoff) for as long as it lasts. Acking it would
+    lose its jobs for good."""
+    if isinstance(error, (OutageError, OperationalError)) or task.request.retries < task.max_retries:
         return _retry(task, runtime, job_ids, error)
+    gave_up = f"gave up after {counted(task.request.retries, 'retry', 'retries')}: "
     try:
-        fail_all(runtime, job_ids, f"gave up after {counted(task.request.retries, 'retry', 'retries')}: {error}")
+        fail_jobs(runtime.renderer, {job_id: gave_up + str((errors or {}).get(job_id, error)) for job_id in job_ids})
     except OperationalError as e:
         return _retry(task, runtime, job_ids, e)
     return error
@@ -66,15 +69,12 @@ def _retry(task, runtime, job_ids: list[str], error: Exception) -> Exception:
     """A Retry of the same jobs; the new message is sent before this one is acked."""
     retries = task.request.retries
     if retries >= task.max_retries:
-        log.warning("database unreachable (%s): the %d jobs of this message stay open; retrying it",
-                    error, len(job_ids))
+        log.warning("outage (%s): the %d jobs of this message stay open; retrying it", error, len(job_ids))
     return task.retry(args=[job_ids], exc=error, countdown=backoff(retries, runtime.settings.retry_backoff_max),
                       max_retries=max(task.max_retries, retries + 1), throw=False)
 
 
 def fail_all(runtime, job_ids: list[str], reason: str) -> None:
-    """Record every job as failed. A database error propagates: the caller keeps the message."""
-    with runtime.renderer.sessions() as session:
-        for job_id in job_ids:
-            db.fail(session, job_id, reason)
-        session.commit()
+    """Record every job as failed, and close their finished batches. A database error propagates:
+    the caller keeps the message."""
+    fail_jobs(runtime.renderer, dict.fromkeys(job_ids, reason))

@@ -1,4 +1,4 @@
-"""Batches: create (JSON items or an uploaded corpus), get, list, list items, cancel, delete."""
+"""Batches: create (JSON items or an uploaded corpus), get, list, list items, cancel, retry, delete."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from api import creating, idempotency, pagination
 from api.deps import CurrentKey, KeyFirstRoute, Session, State
 from api.ids import could_exist
 from api.schemas import (EVENTS_WITHOUT_URL, URL_PATTERN, BatchCreate, BatchOut, BatchPage, CancelOut, DeleteOut,
-                         JobPage, Priority, WebhookEvent, both_names)
+                         JobPage, Priority, RetryOut, WebhookEvent, both_names)
 from api.views import batch_out, job_out
 from pipeline import lifecycle
 from pipeline.corpus import parse_corpus
 from pipeline.db import owned
 from pipeline.db.models import Batch, Job, JobStatus
 from pipeline.submit import BatchOptions, Item, create_batch, create_item_batch
+from worker.enqueue import send_messages
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"], route_class=KeyFirstRoute)
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="Retry-safe creation")]
@@ -164,6 +165,24 @@ def cancel_batch(batch_id: str, key: CurrentKey, session: Session, state: State)
     cancelled = lifecycle.cancel(session, state.store, batch.id)
     session.commit()
     return CancelOut(cancelled=cancelled)
+
+
+@router.post("/{batch_id}/retry", response_model=RetryOut,
+             responses={**NOT_FOUND, 409: {"description": "no failed job to retry (matching reason), or the "
+                                                          "batch was cancelled"}})
+def retry_batch(batch_id: str, key: CurrentKey, session: Session, state: State,
+                reason: Annotated[str | None, Query(max_length=2000, pattern="^[^\x00]*$", description=(
+                    "Retry only the failed jobs whose error contains this text"))] = None) -> RetryOut:
+    """Queue the batch's failed jobs again: same job ids and client ids, attempts counted on. The
+    batch reopens and closes again, with a fresh manifest, at its last job."""
+    batch = _own(session, key, batch_id)
+    try:
+        by_queue = lifecycle.retry(session, batch.id, reason=reason)
+    except lifecycle.NothingToRetryError as e:
+        raise HTTPException(409, detail=str(e)) from e
+    session.commit()
+    send_messages(state.celery, by_queue, state.settings.jobs_per_task)
+    return RetryOut(retried=sum(len(ids) for ids in by_queue.values()))
 
 
 @router.delete("/{batch_id}", response_model=DeleteOut,

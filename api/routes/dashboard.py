@@ -72,8 +72,9 @@ def render(data: dict) -> str:
         f"<tr><td>{escape(w['name'])}</td><td>{escape(w.get('device', ''))}</td><td>{escape(w.get('engine', ''))}</td>"
         f"<td>{escape(w.get('model', ''))}</td><td>{escape(w.get('quantization', ''))}</td>"
         f'<td class="inflight">{escape(w.get("jobs_in_flight", "?"))}</td>'
+        f'<td class="storage">{escape(w.get("storage", "?"))}</td>'
         f"<td>{_ago(now, w.get('last_seen'))}</td></tr>"
-        for w in data["workers"]) or '<tr><td colspan="7">No live workers.</td></tr>'
+        for w in data["workers"]) or '<tr><td colspan="8">No live workers.</td></tr>'
     return TEMPLATE.substitute(now=escape(data["now"]), report_period=escape(period), report_cards=cards,
                                queue_rows=queues, worker_rows=workers)
 

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from api.deps import State
 from api.operator import OPERATOR_RESPONSES, MetricsAccess
 from pipeline.db.session import check_reachable
-from pipeline.errors import SynthError
+from pipeline.errors import StorageFullError, SynthError
 
 router = APIRouter(tags=["health"])
 
@@ -25,7 +25,7 @@ def healthz() -> dict:
 
 @router.get("/readyz", responses={503: {"description": "a dependency is unreachable"}})
 async def readyz(state: State) -> JSONResponse:
-    """Database, Redis and object storage are reachable."""
+    """Database, Redis and object storage are reachable, and the storage takes writes."""
     checks = {
         "database": lambda: check_reachable(state.db),
         "redis": state.redis.ping,
@@ -36,6 +36,8 @@ async def readyz(state: State) -> JSONResponse:
         try:
             await run_in_threadpool(check)
             results[name] = "ok"
+        except StorageFullError as e:
+            results[name] = f"{e.state}: {e}"
         except (SynthError, redis.RedisError, OSError) as e:
             results[name] = f"unreachable: {e}"
     ok = all(v == "ok" for v in results.values())

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline.errors import StorageError
+from pipeline.errors import StorageError, StorageFullError
 from pipeline.storage.base import ObjectStore
+
+# A write refused for these reasons is the disk's state, not the object's: every write fails
+# until an operator frees space or fixes the mount, so the store is down, not the job bad.
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+_UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def write_error(message: str, e: OSError) -> StorageError:
+    """The StorageError for a failed write: StorageFullError where the disk refuses all writes."""
+    if e.errno in _FULL:
+        return StorageFullError(message)
+    if e.errno in _UNWRITABLE:
+        return StorageFullError(message, state="storage unwritable")
+    return StorageError(message)
 
 
 class LocalStore(ObjectStore):
@@ -33,7 +48,7 @@ class LocalStore(ObjectStore):
         except OSError as e:
             if tmp is not None:  # a failed write or rename leaves no partial file behind
                 Path(tmp).unlink(missing_ok=True)
-            raise StorageError(f"cannot write {path}: {e}") from e
+            raise write_error(f"cannot write {path} (local object folder): {e}", e) from e
 
     def get(self, key: str) -> bytes:
         try:
@@ -67,10 +82,12 @@ class LocalStore(ObjectStore):
         return None
 
     def check(self) -> None:
-        # A folder that exists read-only passes mkdir: only a file created in it shows it takes writes.
+        # A folder that exists read-only passes mkdir, and a full disk still makes empty files:
+        # only a byte written and flushed shows that the store takes writes.
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=self.root, prefix=".tmp-"):
-                pass
+            with tempfile.TemporaryFile(dir=self.root, prefix=".tmp-") as probe:
+                probe.write(b"\0")
+                probe.flush()
         except OSError as e:
-            raise StorageError(f"object folder {self.root} is not writable: {e}") from e
+            raise write_error(f"object folder {self.root} is not writable: {e}", e) from e
