@@ -38,8 +38,14 @@ def manifest_lines(session: Session, store: ObjectStore, batch_id: str) -> list[
             "url": url,
             "error": job.error if job.status.value == "failed" else None,
             "attempts": job.attempts,
+            "loudness_lufs": _rounded(metrics.loudness_lufs if metrics else None),
+            "true_peak_dbtp": _rounded(metrics.true_peak_dbtp if metrics else None),
         })
     return lines
+
+
+def _rounded(value: float | None) -> float | None:
+    return round(value, 2) if value is not None else None
 
 
 def write_manifest(session: Session, store: ObjectStore, batch_id: str) -> str:

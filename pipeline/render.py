@@ -15,7 +15,7 @@ import numpy as np
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline import audio, textfront
+from pipeline import audio, loudness, textfront
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, as_utc, utcnow
 from pipeline.engines.base import AudioChunk, Engine, LiveSpec, SynthesisRequest
@@ -92,6 +92,10 @@ def warm(r: Renderer) -> None:
         log.warning("database unreachable at boot, the claim is compiled at the first job: %s", e.orig)
     info = r.engine.info
     textfront.prepare("Warm up.", info.profile(info.voices[0]), read_emoji=r.read_emoji)
+    # The meter's imports (scipy's signal package, a second of CPU) load beside the first jobs'
+    # render rather than in front of it; a job that finishes first waits for them.
+    threading.Thread(target=loudness.measure, args=(np.zeros(info.sample_rate, np.float32), info.sample_rate),
+                     name="loudness-warm-up", daemon=True).start()
     if r.live is not None:
         r.live.connect()
         _warm_live(r)
@@ -239,6 +243,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         return
     try:
         fmt = get_format(job.format)
+        samples, level = _level(job, samples, info.sample_rate)
         data = audio.encode(samples, info.sample_rate, job.format, job.sample_rate)
         key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)
@@ -252,6 +257,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
             engine=info.name, model=info.model, quantization=info.quantization,
             device_type=info.device_type, worker_host=r.worker_host or hostname(),
             batch_size=state.batch_size, extra=_extra(state),
+            loudness_lufs=level.lufs, true_peak_dbtp=level.true_peak_dbtp,
         )
         with r.sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)
@@ -266,6 +272,15 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
     except (RetryableError, OperationalError) as e:
         log.warning("job %s will be retried: %s", job.id, e)
         _requeue(r, job.id, str(e), outcome)
+
+
+def _level(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, loudness.Level]:
+    """Every job's loudness is measured; a job of a levelled batch is brought to its target."""
+    if job.loudness_target is None:
+        return samples, loudness.measure(samples, sample_rate)
+    ceiling = loudness.ceiling_for(job.true_peak_max if job.true_peak_max is not None
+                                   else loudness.DEFAULT_CEILING_DBTP, get_format(job.format).lossy)
+    return loudness.level(samples, sample_rate, job.loudness_target, ceiling)
 
 
 def _extra(state: _JobState) -> dict | None:

@@ -46,7 +46,7 @@ def create_job(body: JobCreate, key: CurrentKey, state: State, session: Session,
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/jobs", body.fingerprinted())
     item = Item(text=body.text, client_id=body.client_id or "job")
     options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
-                           priority=body.priority)
+                           priority=body.priority, loudness=body.loudness_target, true_peak=body.true_peak_max)
     columns = creating.owner_columns(state, key, kind="job", webhook_url=body.webhook_url,
                                      webhook_events=body.webhook_events)
     job_id, created = creating.create(state, session, claim, "job", lambda s: create_item_batch(
