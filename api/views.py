@@ -27,7 +27,16 @@ def job_out(job: Job, metrics: JobMetrics | None) -> JobOut:
         loudness_target=job.loudness_target,
         loudness_lufs=metrics.loudness_lufs if metrics else None,
         true_peak_dbtp=metrics.true_peak_dbtp if metrics else None,
+        **_verdict(job, metrics),
     )
+
+
+def _verdict(job: Job, metrics: JobMetrics | None) -> dict:
+    if metrics is None or metrics.verdict is None:
+        return {}
+    found = (metrics.extra or {}).get("verify") or {}
+    return {"verdict": metrics.verdict, "verdict_reasons": found.get("reasons") or [],
+            "captions_url": f"/v1/jobs/{job.id}/captions" if found.get("captions") else None}
 
 
 def batch_out(session: Session, batch: Batch) -> BatchOut:

@@ -32,6 +32,7 @@ from pipeline.live import LiveAudio, LiveJob
 from pipeline.manifest import close_if_finished
 from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
+from pipeline.verify.jobs import Verifier, record, store_captions
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class Renderer:
     # never wait here.
     batch_gate: threading.Semaphore = field(default_factory=lambda: threading.BoundedSemaphore(2))
     read_emoji: bool = False            # the text front end reads emoji out instead of dropping them
+    verifier: Verifier | None = None    # checks jobs' audio against their text (SYNTH_VERIFY)
 
 
 @dataclass
@@ -247,6 +249,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         data = audio.encode(samples, info.sample_rate, job.format, job.sample_rate)
         key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)
+        checked = _check(r, job, key, samples)
         audio_s = audio.duration_seconds(samples, info.sample_rate)
         first = state.first_audio or time.monotonic()
         first_wall = state.admitted_wall + timedelta(seconds=first - state.admitted)
@@ -258,7 +261,10 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
             device_type=info.device_type, worker_host=r.worker_host or hostname(),
             batch_size=state.batch_size, extra=_extra(state),
             loudness_lufs=level.lufs, true_peak_dbtp=level.true_peak_dbtp,
+            verdict=checked.status if checked else None,
         )
+        if checked:
+            metrics["extra"] = {**(metrics["extra"] or {}), "verify": record(checked)}
         with r.sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)
             if _only_job_of_batch(session, job) and close_if_finished(session, r.store, job.batch_id):
@@ -281,6 +287,18 @@ def _level(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray,
     ceiling = loudness.ceiling_for(job.true_peak_max if job.true_peak_max is not None
                                    else loudness.DEFAULT_CEILING_DBTP, get_format(job.format).lossy)
     return loudness.level(samples, sample_rate, job.loudness_target, ceiling)
+
+
+def _check(r: Renderer, job: Job, key: str, samples: np.ndarray):
+    """The verdict on a batch job in the checked share, its word times stored beside its audio. A
+    realtime job's audio went out live before any check could act on it, and the check's CPU would
+    come out of the other streams' first bytes: it is not checked here."""
+    if r.verifier is None or job.priority == "realtime" or not r.verifier.wants(job.id):
+        return None
+    info = r.engine.info
+    result = r.verifier.check(samples, info.sample_rate, job.text, info.profile(job.voice))
+    store_captions(r.store, key, result)
+    return result
 
 
 def _extra(state: _JobState) -> dict | None:

@@ -153,6 +153,9 @@ class JobMetrics(Base):
     batch_size: Mapped[int | None] = mapped_column(Integer)  # jobs admitted together
     loudness_lufs: Mapped[float | None] = mapped_column(Float)   # BS.1770 integrated, as stored
     true_peak_dbtp: Mapped[float | None] = mapped_column(Float)
+    # clean, suspect, bad or not_checked (pipeline/verify); None: not checked (SYNTH_VERIFY).
+    # Its reasons and scores are in extra["verify"].
+    verdict: Mapped[str | None] = mapped_column(String(16))
     extra: Mapped[dict | None] = mapped_column(JSON)
     recorded_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
 

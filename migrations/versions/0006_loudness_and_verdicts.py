@@ -1,4 +1,5 @@
-"""loudness: a batch's and a job's target and true-peak ceiling, and each job's measured level
+"""loudness and verdicts: a batch's and a job's loudness target and true-peak ceiling, each job's
+measured level, and the verdict of the check of its audio against its text
 
 Revision ID: 0006
 Revises: 0005
@@ -24,10 +25,12 @@ def upgrade() -> None:
     with op.batch_alter_table('job_metrics', recreate='never') as t:
         t.add_column(sa.Column('loudness_lufs', sa.Float(), nullable=True))
         t.add_column(sa.Column('true_peak_dbtp', sa.Float(), nullable=True))
+        t.add_column(sa.Column('verdict', sa.String(length=16), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table('job_metrics', recreate='never') as t:
+        t.drop_column('verdict')
         t.drop_column('true_peak_dbtp')
         t.drop_column('loudness_lufs')
     for table in ('jobs', 'batches'):
