@@ -20,7 +20,7 @@ $(VENV)/.run-installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q '$(TORCH)'
-	$(BIN)/pip install -q -e '.[piper,orpheus,gpu,api,reports,dev]' '$(TORCH)'
+	$(BIN)/pip install -q -e '.[piper,orpheus,gpu,api,reports,verify,dev]' '$(TORCH)'
 	touch $@ $(VENV)/.run-installed
 
 install: $(VENV)/.run-installed

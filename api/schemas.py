@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from pipeline.loudness import CEILING_RANGE, LOUDNESS_RANGE
+
 Priority = Literal["batch", "realtime"]
 WebhookEvent = Literal["job.finished", "job.failed", "batch.finished"]
 
@@ -98,7 +100,17 @@ class Webhook(_In):
         place, as the release before the rename wrote it, so a retry sent across an upgrade still
         matches its first request."""
         former = self.model_copy(update={old: self.__dict__[new] for old, new in RENAMED.items()})
-        return former.model_dump_json(exclude=set(RENAMED.values())).encode()
+        unset_later = {name for name in ADDED_LATER if self.__dict__.get(name, ...) is None}
+        return former.model_dump_json(exclude=set(RENAMED.values()) | unset_later).encode()
+
+
+class Levelled(_In):
+    loudness_target: float | None = Field(
+        None, ge=LOUDNESS_RANGE[0], le=LOUDNESS_RANGE[1],
+        description="LUFS (EBU R128 integrated) every job is levelled to, e.g. -16; default: as rendered")
+    true_peak_max: float | None = Field(
+        None, ge=CEILING_RANGE[0], le=CEILING_RANGE[1],
+        description="dBTP ceiling of levelled jobs; needs loudness_target; default -1 (lossy formats keep 1 dB more)")
 
 
 class ItemIn(_In):
@@ -110,7 +122,12 @@ class ItemIn(_In):
     sample_rate: SampleRate = None
 
 
-class BatchCreate(Webhook):
+# Fields added after bodies were first fingerprinted: left out while unset, so a retry of a body
+# that never had them still matches its first request's Idempotency-Key fingerprint.
+ADDED_LATER = ("loudness_target", "true_peak_max")
+
+
+class BatchCreate(Levelled, Webhook):
     name: str | None = Field(None, max_length=200)
     items: list[ItemIn] = Field(min_length=1)
     voice: str | None = Field(None, min_length=1, max_length=64, description="Default for items without one")
@@ -119,7 +136,7 @@ class BatchCreate(Webhook):
     priority: Priority = "batch"
 
 
-class JobCreate(Webhook):
+class JobCreate(Levelled, Webhook):
     text: str = Field(min_length=1)
     client_id: str | None = Field(None, min_length=1, max_length=200, pattern=CLIENT_ID_PATTERN)
     voice: str | None = Field(None, min_length=1, max_length=64)
@@ -162,6 +179,14 @@ class JobOut(BaseModel):
         None, description="What the text front end changed, when it changed anything: "
         "foreign_chars_dropped, emoji_dropped, tags_removed, readings_expanded, ssml_breaks, "
         "ssml_say_as, rate_ignored")
+    loudness_target: float | None = Field(None, description="LUFS the job was levelled to, if any")
+    loudness_lufs: float | None = Field(None, description="Integrated loudness of the stored audio (BS.1770)")
+    true_peak_dbtp: float | None = Field(None, description="True peak of the stored audio, dBTP")
+    verdict: str | None = Field(None, description="The check of the audio against its text: clean, suspect, bad "
+                                "or not_checked; null where the job was not checked (SYNTH_VERIFY)")
+    verdict_reasons: list[str] | None = None
+    captions_url: str | None = Field(None, description="GET it (?format=srt|vtt|json) for the word times, "
+                                     "where the job was checked")
 
 
 class BatchOut(BaseModel):
@@ -185,6 +210,8 @@ class BatchOut(BaseModel):
     finished_at: datetime | None
     cancelled_at: datetime | None
     expires_at: datetime | None
+    loudness_target: float | None = None
+    true_peak_max: float | None = None
 
 
 class BatchPage(BaseModel):

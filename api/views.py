@@ -24,7 +24,19 @@ def job_out(job: Job, metrics: JobMetrics | None) -> JobOut:
         audio_url=job_audio_path(job.id) if job.status == JobStatus.DONE else None,
         stream_url=f"/v1/jobs/{job.id}/stream",
         text_notes=((metrics.extra or {}).get("text") or None) if metrics else None,
+        loudness_target=job.loudness_target,
+        loudness_lufs=metrics.loudness_lufs if metrics else None,
+        true_peak_dbtp=metrics.true_peak_dbtp if metrics else None,
+        **_verdict(job, metrics),
     )
+
+
+def _verdict(job: Job, metrics: JobMetrics | None) -> dict:
+    if metrics is None or metrics.verdict is None:
+        return {}
+    found = (metrics.extra or {}).get("verify") or {}
+    return {"verdict": metrics.verdict, "verdict_reasons": found.get("reasons") or [],
+            "captions_url": f"/v1/jobs/{job.id}/captions" if found.get("captions") else None}
 
 
 def batch_out(session: Session, batch: Batch) -> BatchOut:
@@ -46,4 +58,5 @@ def batch_out(session: Session, batch: Batch) -> BatchOut:
         callback_url=batch.webhook_url, callback_events=batch.webhook_events,   # their deprecated names
         created_at=_utc(batch.created_at), finished_at=_utc(batch.finished_at),
         cancelled_at=_utc(batch.cancelled_at), expires_at=_utc(batch.expires_at),
+        loudness_target=batch.loudness_target, true_peak_max=batch.true_peak_max,
     )

@@ -20,6 +20,7 @@ from pipeline.settings import Settings
 from pipeline.storage import make_store
 from pipeline.storage.base import manifest_key
 from pipeline.summary import summarize
+from pipeline.verify.jobs import CAPTION_TYPES, caption_key
 
 
 def resolve_batch(session, ref: str, doing: str):
@@ -63,17 +64,20 @@ def status(batch: str, as_json: bool) -> None:
 @click.argument("batch")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Folder to write the audio files and manifest.jsonl into.")
-def fetch(batch: str, output: Path) -> None:
+@click.option("--captions/--no-captions", default=True, show_default=True,
+              help="Also write each checked job's word times beside its audio: NAME.srt, NAME.vtt and "
+                   "NAME.words.json (SYNTH_VERIFY says which jobs are checked).")
+def fetch(batch: str, output: Path, captions: bool) -> None:
     """Download a batch's audio files (named by client id, -2, -3 ... where two ids make one name)
     and its manifest. BATCH is an id, id prefix or name (the newest batch of that name)."""
     settings = Settings()
     _, sessions = open_database(settings)
     with sessions() as session:
         batch_id = resolve_batch(session, batch, "fetching").id
-    fetch_batch(settings, sessions, batch_id, output)
+    fetch_batch(settings, sessions, batch_id, output, captions=captions)
 
 
-def fetch_batch(settings: Settings, sessions, batch_id: str, output: Path) -> None:
+def fetch_batch(settings: Settings, sessions, batch_id: str, output: Path, *, captions: bool = True) -> None:
     store = make_store(settings)
     output.mkdir(parents=True, exist_ok=True)
     with sessions() as session:
@@ -85,6 +89,11 @@ def fetch_batch(settings: Settings, sessions, batch_id: str, output: Path) -> No
                            disable=len(done) < 20):
         (output / name).write_bytes(store.get(line["object_key"]))
         line["file"] = name
+        if captions and line.get("captions"):
+            stem = name.rsplit(".", 1)[0]
+            for fmt in CAPTION_TYPES:
+                suffix = "words.json" if fmt == "json" else fmt
+                (output / f"{stem}.{suffix}").write_bytes(store.get(caption_key(line["object_key"], fmt)))
     key = manifest_key(batch_id)
     (output / "manifest.jsonl").write_text(
         "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")

@@ -34,17 +34,23 @@ PROGRESS_FROM = 5000   # lines: a corpus this long shows its enqueue's progress
 @click.option("--priority", type=click.Choice(["batch", "realtime"]), default="batch", show_default=True,
               help="realtime: each job goes ahead of batch work, as an API stream does.")
 @click.option("--name", help="A name for the batch, usable instead of its id.")
+@click.option("--loudness", type=float, metavar="LUFS",
+              help="Level every job to this integrated loudness (EBU R128), e.g. -16 for podcasts "
+                   "[default: as rendered; each job's loudness is measured and recorded either way].")
+@click.option("--true-peak", type=float, metavar="DBTP",
+              help="The true-peak ceiling of levelled jobs [default: -1; lossy formats keep 1 dB more].")
 @click.option("--wait/--no-wait", default=None,
               help="Wait for the batch to finish. Embedded mode always waits; with SYNTH_REDIS_URL "
                    "the default is to enqueue and return.")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="After finishing, copy the audio and manifest here (implies --wait).")
-def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) -> None:
+def submit(corpus: Path, voice, fmt, sample_rate, priority, name, loudness, true_peak, wait, output) -> None:
     """Synthesize every non-empty line of CORPUS (a UTF-8 text file, or - for stdin) as one job.
 
     \b
     Examples:
       synth submit corpus.txt --voice joe --format mp3 -o out/
+      synth submit chapter.txt --format mp3 --loudness -16 -o out/
       cat lines.txt | synth submit - --name nightly --no-wait
     """
     settings = Settings()
@@ -52,7 +58,8 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, wait, output) 
     data = _read(corpus)
     parsed = parse_corpus(data, source=source, max_line_chars=settings.max_line_chars)
     options = resolve_options(settings, BatchOptions(voice=voice, format=fmt, sample_rate=sample_rate,
-                                                     priority=priority, name=name))
+                                                     priority=priority, name=name, loudness=loudness,
+                                                     true_peak=true_peak))
     _, sessions = open_database(settings)
     store = open_store(settings)
     embedded = settings.redis_url is None

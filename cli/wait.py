@@ -101,6 +101,14 @@ def print_summary(s: BatchSummary) -> None:
         echo(f"TTFB p50 {s.ttfb_p50 * 1000:,.0f} ms, p95 {s.ttfb_p95 * 1000:,.0f} ms")
     if s.text_notes:
         echo(describe_text_notes(s.text_notes))
+    if s.verdicts:
+        checked = sum(s.verdicts.values())
+        echo(f"checked against the text: {s.verdicts.get('clean', 0)} of {counted(checked, 'job')} clean"
+             + "".join(f", {s.verdicts[v]} {v}" for v in ("suspect", "bad", "not_checked") if s.verdicts.get(v)))
+    for client_id, verdict, reasons in s.flagged[:10]:
+        echo(f"  {verdict} {client_id}: {reasons}")
+    if len(s.flagged) > 10:
+        echo(f"  ... and {len(s.flagged) - 10} more in manifest.jsonl (verdict, verdict_reasons)")
     for client_id, reason in s.failures[:10]:
         echo(f"  failed {client_id}: {reason}")
     if len(s.failures) > 10:

@@ -102,3 +102,26 @@ def _wav(pcm: np.ndarray, sample_rate: int) -> bytes:
 
 def duration_seconds(audio: np.ndarray, sample_rate: int) -> float:
     return audio.size / sample_rate
+
+
+def decode(data: bytes) -> tuple[np.ndarray, int]:
+    """Any audio file ffmpeg reads -> (float32 mono at the file's own rate, that rate). InputError
+    for bytes that hold no audio stream, or no samples."""
+    import re
+    import subprocess
+
+    from pipeline.errors import InputError
+
+    if not data:
+        raise InputError("the audio file is empty")
+    done = subprocess.run([ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", "pipe:0", "-map", "0:a:0",
+                           "-ac", "1", "-f", "f32le", "pipe:1"], input=data, capture_output=True, check=False)
+    err = done.stderr.decode(errors="replace")
+    rate = re.search(r"Audio: .*?(\d+) Hz", err)
+    if done.returncode != 0 or rate is None:
+        last = err.strip().splitlines()[-1] if err.strip() else "no audio stream"
+        raise InputError(f"not an audio file ffmpeg can read: {last}")
+    samples = np.frombuffer(done.stdout, dtype="<f4").astype(np.float32)
+    if samples.size == 0:
+        raise InputError("the audio file holds no samples")
+    return samples, int(rate.group(1))

@@ -15,12 +15,13 @@ class Format:
     extension: str
     content_type: str
     export_args: dict
+    lossy: bool = False     # its decoder can rebuild peaks above the input's (pipeline/loudness.py)
 
 
 _FORMATS = {
     "wav": Format("wav", "audio/wav", {"format": "wav"}),
-    "mp3": Format("mp3", "audio/mpeg", {"format": "mp3", "codec": "libmp3lame", "bitrate": "64k"}),
-    "ogg": Format("ogg", "audio/ogg", {"format": "ogg", "codec": "libopus", "bitrate": "32k"}),
+    "mp3": Format("mp3", "audio/mpeg", {"format": "mp3", "codec": "libmp3lame", "bitrate": "64k"}, lossy=True),
+    "ogg": Format("ogg", "audio/ogg", {"format": "ogg", "codec": "libopus", "bitrate": "32k"}, lossy=True),
     "flac": Format("flac", "audio/flac", {"format": "flac"}),
 }
 assert set(_FORMATS) == set(FORMATS)

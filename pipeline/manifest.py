@@ -38,8 +38,25 @@ def manifest_lines(session: Session, store: ObjectStore, batch_id: str) -> list[
             "url": url,
             "error": job.error if job.status.value == "failed" else None,
             "attempts": job.attempts,
+            "loudness_lufs": _rounded(metrics.loudness_lufs if metrics else None),
+            "true_peak_dbtp": _rounded(metrics.true_peak_dbtp if metrics else None),
+            **_verdict(metrics),
         })
     return lines
+
+
+def _verdict(metrics) -> dict:
+    """The check of the job's audio against its text, where it was checked (pipeline/verify)."""
+    if metrics is None or metrics.verdict is None:
+        return {"verdict": None}
+    found = (metrics.extra or {}).get("verify") or {}
+    return {"verdict": metrics.verdict, "verdict_reasons": found.get("reasons") or [],
+            "wer": (found.get("scores") or {}).get("wer"), "cer": (found.get("scores") or {}).get("cer"),
+            "captions": found.get("captions", False)}
+
+
+def _rounded(value: float | None) -> float | None:
+    return round(value, 2) if value is not None else None
 
 
 def write_manifest(session: Session, store: ObjectStore, batch_id: str) -> str:

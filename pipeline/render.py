@@ -15,7 +15,7 @@ import numpy as np
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline import audio, textfront
+from pipeline import audio, loudness, textfront
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, as_utc, utcnow
 from pipeline.engines.base import AudioChunk, Engine, LiveSpec, SynthesisRequest
@@ -34,6 +34,7 @@ from pipeline.live import LiveAudio, LiveJob
 from pipeline.manifest import close_if_finished
 from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
+from pipeline.verify.jobs import Verifier, record, store_captions
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class Renderer:
     # The last write the store refused as full or unwritable (StorageFullError), until one succeeds:
     # the heartbeat shows it, and jobs are not rendered while a probe write still fails.
     storage_fault: StorageFullError | None = None
+    verifier: Verifier | None = None    # checks jobs' audio against their text (SYNTH_VERIFY)
 
 
 @dataclass
@@ -98,6 +100,10 @@ def warm(r: Renderer) -> None:
         log.warning("database unreachable at boot, the claim is compiled at the first job: %s", e.orig)
     info = r.engine.info
     textfront.prepare("Warm up.", info.profile(info.voices[0]), read_emoji=r.read_emoji)
+    # The meter's imports (scipy's signal package, a second of CPU) load beside the first jobs'
+    # render rather than in front of it; a job that finishes first waits for them.
+    threading.Thread(target=loudness.measure, args=(np.zeros(info.sample_rate, np.float32), info.sample_rate),
+                     name="loudness-warm-up", daemon=True).start()
     if r.live is not None:
         r.live.connect()
         _warm_live(r)
@@ -271,10 +277,12 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         return
     try:
         fmt = get_format(job.format)
+        samples, level = _level(job, samples, info.sample_rate)
         data = audio.encode(samples, info.sample_rate, job.format, job.sample_rate)
         key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)
         r.storage_fault = None
+        checked = _check(r, job, key, samples)
         audio_s = audio.duration_seconds(samples, info.sample_rate)
         first = state.first_audio or time.monotonic()
         first_wall = state.admitted_wall + timedelta(seconds=first - state.admitted)
@@ -285,7 +293,11 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
             engine=info.name, model=info.model, quantization=info.quantization,
             device_type=info.device_type, worker_host=r.worker_host or hostname(),
             batch_size=state.batch_size, extra=_extra(state),
+            loudness_lufs=level.lufs, true_peak_dbtp=level.true_peak_dbtp,
+            verdict=checked.status if checked else None,
         )
+        if checked:
+            metrics["extra"] = {**(metrics["extra"] or {}), "verify": record(checked)}
         with r.sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)
             if _only_job_of_batch(session, job) and close_if_finished(session, r.store, job.batch_id):
@@ -304,6 +316,27 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         log.warning("job %s will be retried: %s", job.id, e)
         _requeue(r, job.id, e if isinstance(e, RetryableError)
                  else DatabaseUnavailableError(f"database unreachable while recording the job: {e.orig}"), outcome)
+
+
+def _level(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, loudness.Level]:
+    """Every job's loudness is measured; a job of a levelled batch is brought to its target."""
+    if job.loudness_target is None:
+        return samples, loudness.measure(samples, sample_rate)
+    ceiling = loudness.ceiling_for(job.true_peak_max if job.true_peak_max is not None
+                                   else loudness.DEFAULT_CEILING_DBTP, get_format(job.format).lossy)
+    return loudness.level(samples, sample_rate, job.loudness_target, ceiling)
+
+
+def _check(r: Renderer, job: Job, key: str, samples: np.ndarray):
+    """The verdict on a batch job in the checked share, its word times stored beside its audio. A
+    realtime job's audio went out live before any check could act on it, and the check's CPU would
+    come out of the other streams' first bytes: it is not checked here."""
+    if r.verifier is None or job.priority == "realtime" or not r.verifier.wants(job.id):
+        return None
+    info = r.engine.info
+    result = r.verifier.check(samples, info.sample_rate, job.text, info.profile(job.voice))
+    store_captions(r.store, key, result)
+    return result
 
 
 def _extra(state: _JobState) -> dict | None:

@@ -128,6 +128,13 @@ class Settings(BaseSettings):
     realtime_low_lead_ms: int = Field(default=_REALTIME.low_lead_ms, ge=0)
 
     # Jobs.
+    # The speech recognizer that checks audio against its text: pocketsphinx (offline, US English,
+    # the verify extra) or package.module:Class (pipeline/verify/recognizer.py).
+    verify_recognizer: str = "pocketsphinx"
+    # Which jobs are checked against their text as they render (verdict, word times, captions):
+    # auto (every job where the engine runs on the CPU, none on a GPU, whose host work must not
+    # wait on a recognizer), all, off, or a share of jobs such as 0.1.
+    verify: str = "auto"
     default_voice: str | None = None  # None: the engine's first voice
     default_format: str = "wav"       # wav, mp3 (64 kb/s), ogg (Opus, 32 kb/s) or flac
     max_line_chars: int = 20_000      # a corpus line or API item longer than this is refused

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipeline import loudness
 from pipeline.formats import get_format
 from pipeline.corpus import Corpus, client_id_for
 from pipeline.db import jobs as db
@@ -28,6 +29,8 @@ class BatchOptions:
     sample_rate: int | None = None
     priority: str = "batch"
     name: str | None = None
+    loudness: float | None = None       # LUFS every job is levelled to; None: as rendered
+    true_peak: float | None = None      # dBTP ceiling of levelled jobs; None: loudness.DEFAULT_CEILING_DBTP
 
 
 def resolve_options(settings: Settings, options: BatchOptions) -> BatchOptions:
@@ -45,8 +48,14 @@ def resolve_options(settings: Settings, options: BatchOptions) -> BatchOptions:
                          f"{', '.join(map(str, SAMPLE_RATES))}")
     if options.priority not in PRIORITIES:
         raise InputError(f"unknown priority {options.priority!r}; choose one of {', '.join(PRIORITIES)}")
+    loudness.check_target(options.loudness, options.true_peak)
+    if options.true_peak is not None and options.loudness is None:
+        raise InputError("a true-peak ceiling applies to levelled audio: give a loudness target with it")
+    true_peak = options.true_peak if options.true_peak is not None else (
+        loudness.DEFAULT_CEILING_DBTP if options.loudness is not None else None)
     return BatchOptions(voice=voice, format=fmt, sample_rate=options.sample_rate,
-                        priority=options.priority, name=options.name)
+                        priority=options.priority, name=options.name, loudness=options.loudness,
+                        true_peak=true_peak)
 
 
 def create_batch(session: Session, settings: Settings, corpus: Corpus, options: BatchOptions,
@@ -60,7 +69,8 @@ def create_batch(session: Session, settings: Settings, corpus: Corpus, options: 
     ]
     return db.create_batch(session, name=opts.name, source=source, voice=opts.voice, format=opts.format,
                            sample_rate=opts.sample_rate, priority=opts.priority, jobs=jobs,
-                           skipped_lines=len(corpus.empty_lines), **batch_columns)
+                           skipped_lines=len(corpus.empty_lines), loudness_target=opts.loudness,
+                           true_peak_max=opts.true_peak, **batch_columns)
 
 
 def withdraw_batch(sessions: sessionmaker[Session], store: ObjectStore, batch_id: str) -> None:
@@ -117,7 +127,7 @@ def plan_item_batch(settings: Settings, items: Sequence[Item], options: BatchOpt
                               voice=own.voice, format=own.format, sample_rate=own.sample_rate))
     return db.plan_batch(name=opts.name, source=source, voice=opts.voice, format=opts.format,
                          sample_rate=opts.sample_rate, priority=opts.priority, jobs=jobs, queued=queued,
-                         **batch_columns)
+                         loudness_target=opts.loudness, true_peak_max=opts.true_peak, **batch_columns)
 
 
 def _check_text(raw: str, max_chars: int, where: str) -> str:
@@ -136,4 +146,4 @@ def _item_options(settings: Settings, batch: BatchOptions, item: Item) -> BatchO
     return resolve_options(settings, BatchOptions(
         voice=item.voice or batch.voice, format=item.format or batch.format,
         sample_rate=item.sample_rate if item.sample_rate is not None else batch.sample_rate,
-        priority=batch.priority))
+        priority=batch.priority, loudness=batch.loudness, true_peak=batch.true_peak))

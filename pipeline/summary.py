@@ -37,6 +37,10 @@ class BatchSummary:
     # What the text front end changed, summed over the done jobs (job_metrics.extra["text"]), with
     # "jobs": how many jobs had anything changed; empty when nothing was.
     text_notes: dict[str, int] = field(default_factory=dict)
+    # Checks of the done jobs' audio against their text (pipeline/verify): count per verdict, and
+    # the suspect and bad jobs as (client id, verdict, reasons).
+    verdicts: dict[str, int] = field(default_factory=dict)
+    flagged: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def x_real_time(self) -> float | None:
@@ -53,12 +57,19 @@ def summarize(session: Session, batch: Batch) -> BatchSummary:
     ttfbs, audio_s, last = [], 0.0, None
     failures = []
     text_notes: dict[str, int] = {}
+    verdicts: dict[str, int] = {}
+    flagged = []
     for job, m in rows:
         counts[job.status.value] += 1
         if job.status == JobStatus.FAILED:
             failures.append((job.client_id, job.error or "unknown"))
         if m is not None and job.status == JobStatus.DONE:
             _add_text_notes(text_notes, (m.extra or {}).get("text"))
+            if m.verdict is not None:
+                verdicts[m.verdict] = verdicts.get(m.verdict, 0) + 1
+                if m.verdict in ("suspect", "bad"):
+                    reasons = ((m.extra or {}).get("verify") or {}).get("reasons") or []
+                    flagged.append((job.client_id, m.verdict, "; ".join(reasons)))
             audio_s += m.audio_s or 0.0
             if m.ttfb_s is not None:
                 ttfbs.append(m.ttfb_s)
@@ -69,7 +80,7 @@ def summarize(session: Session, batch: Batch) -> BatchSummary:
         batch_id=batch.id, name=batch.name, total=len(rows), counts=counts,
         skipped_lines=batch.skipped_lines, audio_s=audio_s, wall_s=wall,
         ttfb_p50=percentile(ttfbs, 50), ttfb_p95=percentile(ttfbs, 95), failures=failures,
-        text_notes=text_notes,
+        text_notes=text_notes, verdicts=verdicts, flagged=flagged,
     )
 
 

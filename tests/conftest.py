@@ -127,8 +127,10 @@ def s3_bucket(s3_endpoint) -> str:
 
 @pytest.fixture
 def settings(tmp_path, database_url, redis_url) -> Settings:
+    """verify="off": checking every Piper job against its text (the CPU default) would double the
+    CPU of every test that renders; the tests of the check turn it on (tests/api/test_verify_jobs.py)."""
     return Settings(data_dir=tmp_path / "data", database_url=database_url, redis_url=redis_url,
-                    engine_threads=2, jobs_per_task=4)
+                    engine_threads=2, jobs_per_task=4, verify="off")
 
 
 @pytest.fixture(scope="session")

@@ -14,10 +14,12 @@ from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.engines.base import Engine
 from pipeline.engines.registry import load_engine
 from pipeline.errors import StorageFullError
+from pipeline.hostinfo import cpu_name
 from pipeline.live import LiveAudio
 from pipeline.render import Renderer, warm
 from pipeline.settings import Settings
 from pipeline.storage import make_store
+from pipeline.verify.jobs import make_verifier
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -51,7 +53,9 @@ def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: 
                         sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),
                         max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms,
                         worker_host=settings.worker_name, read_emoji=settings.read_emoji, live=live,
-                        storage_fault=fault)
+                        storage_fault=fault,
+                        verifier=make_verifier(settings.verify, settings.verify_recognizer,
+                                               on_cpu=engine.info.device_type == cpu_name()))
     warm(renderer)
     return Runtime(settings=settings, engine=engine, renderer=renderer)
 

@@ -20,6 +20,7 @@ from pipeline import lifecycle
 from pipeline.corpus import parse_corpus
 from pipeline.db import owned
 from pipeline.db.models import Batch, Job, JobStatus
+from pipeline.loudness import CEILING_RANGE, LOUDNESS_RANGE
 from pipeline.submit import BatchOptions, Item, create_batch, create_item_batch
 from worker.enqueue import send_messages
 
@@ -51,7 +52,8 @@ def create_json_batch(body: BatchCreate, key: CurrentKey, state: State, session:
     items = [Item(text=i.text, client_id=i.client_id, voice=i.voice, format=i.format, sample_rate=i.sample_rate)
              for i in body.items]
     options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
-                           priority=body.priority, name=body.name)
+                           priority=body.priority, name=body.name, loudness=body.loudness_target,
+                           true_peak=body.true_peak_max)
     columns = creating.owner_columns(state, key, kind="batch", webhook_url=body.webhook_url,
                                      webhook_events=body.webhook_events)
     batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_item_batch(
@@ -83,6 +85,8 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
                  sample_rate: Annotated[int | None, Form(), BeforeValidator(_digits)] = None,
                  priority: Annotated[Priority, Form()] = "batch",
                  name: Annotated[str | None, Form(max_length=200)] = None,
+                 loudness_target: Annotated[float | None, Form(ge=LOUDNESS_RANGE[0], le=LOUDNESS_RANGE[1])] = None,
+                 true_peak_max: Annotated[float | None, Form(ge=CEILING_RANGE[0], le=CEILING_RANGE[1])] = None,
                  webhook_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN)] = None,
                  webhook_events: Annotated[list[WebhookEvent] | None, Form()] = None,
                  callback_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN, deprecated=True,
@@ -105,9 +109,11 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
     if len(corpus.lines) > limit:
         raise HTTPException(400, detail=f"{len(corpus.lines):,} lines; the limit per batch is {limit:,}")
     form = idempotency.canonical(voice=voice, format=format, sample_rate=sample_rate, priority=priority,
-                                 name=name, webhook_url=webhook_url, webhook_events=webhook_events)
+                                 name=name, webhook_url=webhook_url, webhook_events=webhook_events,
+                                 loudness_target=loudness_target, true_peak_max=true_peak_max)
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/batches/upload", form, data)
-    options = BatchOptions(voice=voice, format=format, sample_rate=sample_rate, priority=priority, name=name)
+    options = BatchOptions(voice=voice, format=format, sample_rate=sample_rate, priority=priority, name=name,
+                           loudness=loudness_target, true_peak=true_peak_max)
     columns = creating.owner_columns(state, key, kind="batch", webhook_url=webhook_url,
                                      webhook_events=webhook_events)
     batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_batch(

@@ -19,9 +19,10 @@ from api.whole_audio import stored_pcm, whole
 from pipeline import lifecycle
 from pipeline.formats import get_format
 from pipeline.db import owned
-from pipeline.db.models import Job, JobStatus
+from pipeline.db.models import Job, JobMetrics, JobStatus
 from pipeline.db.models_api import ApiKey
 from pipeline.submit import BatchOptions, Item, create_item_batch
+from pipeline.verify.jobs import CAPTION_TYPES, caption_key
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=KeyFirstRoute)
 NOT_FOUND = {404: {"description": "no such job for this key"}}
@@ -47,7 +48,7 @@ def create_job(body: JobCreate, key: CurrentKey, state: State, session: Session,
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/jobs", body.fingerprinted())
     item = Item(text=body.text, client_id=body.client_id or "job")
     options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
-                           priority=body.priority)
+                           priority=body.priority, loudness=body.loudness_target, true_peak=body.true_peak_max)
     columns = creating.owner_columns(state, key, kind="job", webhook_url=body.webhook_url,
                                      webhook_events=body.webhook_events)
     job_id, created = creating.create(state, session, claim, "job", lambda s: create_item_batch(
@@ -84,6 +85,21 @@ def get_audio(job_id: str, key: CurrentKey, session: Session, state: State, redi
         if url:
             return RedirectResponse(url, status_code=307)
     return Response(state.store.get(job.object_key), media_type=get_format(job.format).content_type)
+
+
+@router.get("/{job_id}/captions", responses={**NOT_FOUND, 409: {"description": "no word times for this job"}})
+def get_captions(job_id: str, key: CurrentKey, session: Session, state: State,
+                 format: Literal["srt", "vtt", "json"] = "srt") -> Response:
+    """The job's word times, from the check of its audio against its text: SubRip, WebVTT, or
+    JSON (word, start, end, confidence)."""
+    job = own_job(session, key, job_id)
+    metrics = session.get(JobMetrics, job.id)
+    found = ((metrics.extra or {}).get("verify") or {}) if metrics is not None else {}
+    if job.status != JobStatus.DONE or not job.object_key or not found.get("captions"):
+        raise HTTPException(409, detail=f"job {job.id} has no word times: they come with a check of a done "
+                                        "job's audio against its text (SYNTH_VERIFY)")
+    data = state.store.get(caption_key(job.object_key, format))
+    return Response(data, media_type=CAPTION_TYPES[format] + ("; charset=utf-8" if format != "json" else ""))
 
 
 @router.get("/{job_id}/stream", responses={**NOT_FOUND, 409: {"description": "a batch job still queued"}})

@@ -92,6 +92,8 @@ class Batch(Base):
     webhook_events: Mapped[list | None] = mapped_column(JSON)
     expires_at: Mapped[datetime | None] = mapped_column(_ts, index=True)  # None: kept until deleted
     cancelled_at: Mapped[datetime | None] = mapped_column(_ts)
+    loudness_target: Mapped[float | None] = mapped_column(Float)   # LUFS; None: levels left as rendered
+    true_peak_max: Mapped[float | None] = mapped_column(Float)     # dBTP ceiling of a levelled batch
 
     jobs: Mapped[list[Job]] = relationship(back_populates="batch", cascade="all, delete-orphan",
                                            passive_deletes=True)
@@ -113,6 +115,8 @@ class Job(Base):
     voice: Mapped[str] = mapped_column(String(64))
     format: Mapped[str] = mapped_column(String(8))
     sample_rate: Mapped[int | None] = mapped_column(Integer)
+    loudness_target: Mapped[float | None] = mapped_column(Float)   # migration 0006, as the batch's
+    true_peak_max: Mapped[float | None] = mapped_column(Float)
     priority: Mapped[str] = mapped_column(String(16), default="batch")
     queue: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[JobStatus] = mapped_column(_status, default=JobStatus.PENDING)
@@ -147,6 +151,11 @@ class JobMetrics(Base):
     device_type: Mapped[str | None] = mapped_column(String(200))
     worker_host: Mapped[str | None] = mapped_column(String(200))
     batch_size: Mapped[int | None] = mapped_column(Integer)  # jobs admitted together
+    loudness_lufs: Mapped[float | None] = mapped_column(Float)   # BS.1770 integrated, as stored
+    true_peak_dbtp: Mapped[float | None] = mapped_column(Float)
+    # clean, suspect, bad or not_checked (pipeline/verify); None: not checked (SYNTH_VERIFY).
+    # Its reasons and scores are in extra["verify"].
+    verdict: Mapped[str | None] = mapped_column(String(16))
     extra: Mapped[dict | None] = mapped_column(JSON)
     recorded_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
 

@@ -18,6 +18,7 @@ from pipeline.reports.model import (
     Report,
     Series,
     ThroughputRow,
+    Verification,
 )
 from pipeline.reports.queries import DoneJob
 from pipeline.reports.stats import busy_seconds, change, ratio, reason
@@ -65,9 +66,21 @@ def _compute(session: Session, since: datetime, until: datetime, prices: dict[st
         batching=batching(done),
         unpriced_device_types=sorted({j.device_type for j in done} - set(prices)),
         series=series(done, since, until),
+        verification=verification(session, since, until),
     )
     report.headline = _headline(report)
     return report
+
+
+WORST_JOBS = 10
+
+
+def verification(session: Session, since: datetime, until: datetime) -> Verification:
+    counts = queries.verdicts(session, since, until)
+    checked = sum(counts.values())
+    return Verification(checked=checked, verdicts=counts,
+                        clean_share=counts.get("clean", 0) / checked if checked else None,
+                        worst=queries.flagged_jobs(session, since, until, WORST_JOBS))
 
 
 def throughput_row(key: str, jobs: list[DoneJob], prices: Mapping[str, float], period_s: float) -> ThroughputRow:

@@ -25,6 +25,9 @@ NOTES = (
     "Cost = busy GPU-hours x the configured price per GPU-hour of the device type (SYNTH_GPU_PRICES); "
     "idle GPUs are not charged here. Rows with an unpriced device type have no cost.",
     "Percentiles are nearest-rank. TTFB = first audio available - submission; RTF = synthesis / audio.",
+    "Checked against the text: the share of done jobs with a verdict that is clean (SYNTH_VERIFY says "
+    "which jobs are checked); the worst are the bad jobs, then the suspect ones, highest character error "
+    "rate first.",
     "Padding and idle-slot waste come from job_metrics.extra (padded_tokens / tokens, idle_slot_steps / "
     "slot_steps) where the engine records them; slot fill = batch size / extra.max_batch.",
 )
@@ -71,6 +74,15 @@ class Batching:
 
 
 @dataclass
+class Verification:
+    """The checks of done jobs' audio against their text (pipeline/verify)."""
+    checked: int                       # done jobs with a verdict
+    verdicts: dict[str, int]           # clean, suspect, bad, not_checked -> jobs
+    clean_share: float | None          # clean / checked
+    worst: list[dict]                  # the bad, then suspect, jobs: batch_id, client_id, verdict, reasons, cer
+
+
+@dataclass
 class Series:
     bin_s: int
     starts: list[datetime]
@@ -98,6 +110,7 @@ class Report:
     batching: Batching
     unpriced_device_types: list[str]
     series: Series
+    verification: Verification | None = None
     headline: dict[str, float | None] = field(default_factory=dict)
     previous: dict[str, float | None] = field(default_factory=dict)
     changes: dict[str, float | None] = field(default_factory=dict)

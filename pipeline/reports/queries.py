@@ -83,3 +83,28 @@ def done_jobs(session: Session, since: datetime, until: datetime) -> list[DoneJo
                 worker_host=r.worker_host or "unknown", batch_size=r.batch_size, extra=r.extra)
         for r in rows
     ]
+
+
+def verdicts(session: Session, since: datetime, until: datetime) -> dict[str, int]:
+    """Done jobs of the period by the verdict of their check (pipeline/verify); unchecked left out."""
+    return {v: n for v, n in session.execute(
+        select(JobMetrics.verdict, func.count()).join(Job, Job.id == JobMetrics.job_id)
+        .where(*_finished_in(since, until, JobStatus.DONE), JobMetrics.verdict.is_not(None))
+        .group_by(JobMetrics.verdict))}
+
+
+def flagged_jobs(session: Session, since: datetime, until: datetime, limit: int) -> list[dict]:
+    """The bad, then suspect, jobs of the period, highest character error rate first."""
+    rows = session.execute(
+        select(Job.batch_id, Job.client_id, JobMetrics.verdict, JobMetrics.extra)
+        .join(JobMetrics, JobMetrics.job_id == Job.id)
+        .where(*_finished_in(since, until, JobStatus.DONE), JobMetrics.verdict.in_(("bad", "suspect")))
+        .order_by(JobMetrics.verdict, Job.finished_at.desc()).limit(50 * limit)
+    ).all()
+    found = []
+    for batch_id, client_id, verdict, extra in rows:
+        checked = (extra or {}).get("verify") or {}
+        found.append({"batch_id": batch_id, "client_id": client_id, "verdict": verdict,
+                      "reasons": checked.get("reasons") or [], "cer": (checked.get("scores") or {}).get("cer")})
+    found.sort(key=lambda j: (j["verdict"] != "bad", -(j["cer"] or 0.0)))
+    return found[:limit]

@@ -38,6 +38,7 @@ def render_html(r: Report, *, with_plots: bool = True) -> str:
             "<h2>Failures by reason</h2>",
             table(("reason", "jobs"), list(r.failures_by_reason.items())) if r.failures_by_reason
             else "<p>No failures.</p>",
+            "<h2>Checked against the text</h2>", *_verification_html(r),
             "<h2>Throughput</h2>", table(fmt.THROUGHPUT_HEAD, [fmt.throughput_cells(r.overall)])]
     for dim, rows in r.throughput.items():
         body += [f"<h3>By {escape(DIMENSION_TITLES[dim])}</h3>",
@@ -55,6 +56,19 @@ def render_html(r: Report, *, with_plots: bool = True) -> str:
     body += ["<h2>Definitions</h2><ul class=notes>", *(f"<li>{escape(n)}</li>" for n in r.notes), "</ul>"]
     return (f"<!doctype html><html><head><meta charset=utf-8><title>{escape(fmt.title(r))}</title>"
             f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>")
+
+
+def _verification_html(r: Report) -> list[str]:
+    v = r.verification
+    if v is None or not v.checked:
+        return ["<p>No job of the period was checked (SYNTH_VERIFY).</p>"]
+    counts = ", ".join(f"{n} {escape(k)}" for k, n in v.verdicts.items())
+    out = [f"<p>{fmt.share(v.clean_share)} verified clean: {counts} of {v.checked} checked jobs.</p>"]
+    if v.worst:
+        out.append(table(("batch", "job", "verdict", "CER", "reasons"),
+                         [(j["batch_id"], j["client_id"], j["verdict"], fmt.num(j["cer"]), "; ".join(j["reasons"]))
+                          for j in v.worst]))
+    return out
 
 
 def _plots(r: Report) -> list[str]:

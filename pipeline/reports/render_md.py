@@ -26,6 +26,7 @@ def render_md(r: Report) -> str:
     parts += ["## Failures by reason",
               table(("reason", "jobs"), [(k, str(v)) for k, v in r.failures_by_reason.items()])
               if r.failures_by_reason else "No failures.", ""]
+    parts += ["## Checked against the text", *_verification_md(r), ""]
     parts += ["## Throughput", table(fmt.THROUGHPUT_HEAD, [fmt.throughput_cells(r.overall)]), ""]
     for dim, rows in r.throughput.items():
         parts += [f"### By {DIMENSION_TITLES[dim]}",
@@ -45,6 +46,18 @@ def render_md(r: Report) -> str:
               "batch details).", ""]
     parts += ["## Definitions", *[f"- {n}" for n in r.notes], ""]
     return "\n".join(parts)
+
+
+def _verification_md(r: Report) -> list[str]:
+    v = r.verification
+    if v is None or not v.checked:
+        return ["No job of the period was checked (SYNTH_VERIFY)."]
+    lines = [f"{fmt.share(v.clean_share)} verified clean: {_pairs(v.verdicts)} of {v.checked} checked jobs."]
+    if v.worst:
+        lines += ["", table(("batch", "job", "verdict", "CER", "reasons"),
+                            [(j["batch_id"], j["client_id"], j["verdict"], fmt.num(j["cer"]), "; ".join(j["reasons"]))
+                             for j in v.worst])]
+    return lines
 
 
 def _pairs(d: dict) -> str:

@@ -50,7 +50,7 @@ def job_target(job_url: str | None, job_events: Sequence[str] | None, batch_url:
 
 def job_payload(*, event_type: str, at: datetime, batch_id: str, job_id: str, client_id: str,
                 status: str, error: str | None, object_key: str | None, audio_url: str | None,
-                audio_seconds: float | None) -> dict:
+                audio_seconds: float | None, verdict: str | None = None) -> dict:
     return {
         "type": event_type,
         "timestamp": _iso(at),
@@ -58,6 +58,7 @@ def job_payload(*, event_type: str, at: datetime, batch_id: str, job_id: str, cl
             "batch_id": batch_id, "job_id": job_id, "client_id": client_id, "status": status,
             "error": error, "object_key": object_key, "audio_url": audio_url,
             "audio_seconds": None if audio_seconds is None else round(audio_seconds, 3),
+            "verdict": verdict,
         },
     }
 

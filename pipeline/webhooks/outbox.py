@@ -35,13 +35,13 @@ def emit_for_jobs(session: Session, job_ids: Sequence[str]) -> list[str]:
     if not job_ids:
         return []
     rows = session.execute(
-        select(Job, Batch, JobMetrics.audio_s)
+        select(Job, Batch, JobMetrics.audio_s, JobMetrics.verdict)
         .join(Batch, Batch.id == Job.batch_id)
         .outerjoin(JobMetrics, JobMetrics.job_id == Job.id)
         .where(Job.id.in_(list(job_ids)))
     ).all()
     ids: list[str] = []
-    for job, batch, audio_s in rows:
+    for job, batch, audio_s, verdict in rows:
         event_type = _JOB_EVENTS.get(job.status)
         url = event_type and ev.job_target(job.webhook_url, job.webhook_events, batch.webhook_url,
                                            batch.webhook_events, event_type)
@@ -51,9 +51,9 @@ def emit_for_jobs(session: Session, job_ids: Sequence[str]) -> list[str]:
             event_type=event_type, at=as_utc(job.finished_at or utcnow()), batch_id=batch.id, job_id=job.id,
             client_id=job.client_id, status=job.status.value, error=job.error, object_key=job.object_key,
             audio_url=job_audio_path(job.id) if job.object_key else None,
-            audio_seconds=audio_s)
+            audio_seconds=audio_s, verdict=verdict)
         ids.append(_insert(session, event_type, job.id, batch, url, payload))
-    for batch in {b.id: b for _, b, _ in rows}.values():
+    for batch in {b.id: b for _, b, _, _ in rows}.values():
         delivery_id = emit_batch_finished(session, batch)
         if delivery_id:
             ids.append(delivery_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.db.models import JobMetrics
 from pipeline.reports.compute import compute_report
 from pipeline.reports.stats import busy_seconds, reason
 from tests.reports.known_fleet import EPYC, H100, PRICES, T0, UNTIL, at, fill
@@ -95,3 +96,27 @@ def test_busy_seconds_and_reasons():
     assert reason("storage s3://b/batches/0123abcd9f/x.wav failed after 3 tries") == \
         "storage s3://b/batches/<id>/x.wav failed after N tries"
     assert reason(None).startswith("unknown")
+
+
+def test_verdicts_give_the_share_verified_clean_and_the_worst_jobs(sessions):
+    """j1-j3 checked (clean, suspect, bad), j4-j5 not: 1 of 3 clean, the bad one listed first."""
+    from pipeline.reports.render_html import render_html
+    from pipeline.reports.render_md import render_md
+
+    checks = {"j1": ("clean", [], 0.05), "j2": ("suspect", ["words not heard: character error rate 0.62"], 0.62),
+              "j3": ("bad", ["no speech: the audio is silent"], 1.0)}
+    with sessions() as session:
+        fill(session)
+        for name, (verdict, reasons, cer) in checks.items():
+            metrics = session.get(JobMetrics, name.ljust(8, "x"))
+            metrics.verdict = verdict
+            metrics.extra = {**(metrics.extra or {}), "verify": {"reasons": reasons, "scores": {"cer": cer}}}
+        session.commit()
+        report = compute_report(session, T0, UNTIL, gpu_prices=PRICES)
+    v = report.verification
+    assert v.checked == 3 and v.verdicts == {"clean": 1, "suspect": 1, "bad": 1}
+    assert v.clean_share == pytest.approx(1 / 3)
+    assert [j["client_id"] for j in v.worst] == ["j3", "j2"]
+    assert "33.3 % verified clean" in render_md(report) and "no speech: the audio is silent" in render_md(report)
+    assert "verified clean" in render_html(report, with_plots=False)
+    assert report.to_dict()["verification"]["worst"][0]["verdict"] == "bad"

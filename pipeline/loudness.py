@@ -1,0 +1,144 @@
+"""Loudness: every job's integrated loudness and true peak (ITU-R BS.1770-4 / EBU R128), and a
+batch's audio levelled to a target under a true-peak ceiling.
+
+The meter is pyloudnorm's BS.1770-4 gated integrated loudness; the true peak is the sample peak
+of the signal oversampled four times (BS.1770-4 Annex 2), by scipy's polyphase resampler. The
+limiter that keeps a levelled job under its ceiling is ffmpeg's ``alimiter`` run at four times the
+rate, so what it holds down is the true peak, not only the samples. Nothing here writes its own
+filter or gate.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.errors import InputError, PermanentError
+
+# The most common delivery target for spoken word (Apple Podcasts, Spotify and Amazon's ACX call for
+# -16 to -20 LUFS) and EBU R128's true-peak ceiling for a lossless master.
+DEFAULT_CEILING_DBTP = -1.0
+# A lossy encoder (mp3, Opus) rebuilds peaks up to about a decibel over its input's (AES TD1004):
+# levelled audio bound for one gets this much more headroom, so the delivered file stays under.
+LOSSY_HEADROOM_DB = 1.0
+LOUDNESS_RANGE = (-70.0, -5.0)     # LUFS a target may take
+CEILING_RANGE = (-20.0, 0.0)       # dBTP a ceiling may take
+OVERSAMPLE = 4
+# BS.1770's gate needs one 400 ms block; shorter audio has no integrated loudness.
+MIN_SECONDS = 0.4
+_TOLERANCE_LU = 0.05
+_PASSES = 5
+# The limiter's output, brought back to the job's rate, peaks up to a few hundredths of a decibel
+# over its limit: it aims this far under the ceiling.
+LIMITER_MARGIN_DB = 0.15
+# Limiting more than this beyond the plain gain audibly flattens speech.
+MAX_EXTRA_GAIN_DB = 6.0
+
+
+@dataclass(frozen=True)
+class Level:
+    lufs: float | None          # integrated loudness; None: too short or silent to measure
+    true_peak_dbtp: float | None
+
+
+def measure(audio: np.ndarray, sample_rate: int) -> Level:
+    """The integrated loudness and true peak of float32 mono audio."""
+    return Level(_integrated(audio, sample_rate), true_peak(audio))
+
+
+def true_peak(audio: np.ndarray) -> float | None:
+    if audio.size == 0:
+        return None
+    from scipy.signal import resample_poly
+
+    peak = float(np.max(np.abs(resample_poly(audio.astype(np.float64), OVERSAMPLE, 1))))
+    return _db(peak)
+
+
+def level(audio: np.ndarray, sample_rate: int, target_lufs: float, ceiling_dbtp: float) -> tuple[np.ndarray, Level]:
+    """``audio`` at ``target_lufs`` with its true peak at or under ``ceiling_dbtp``: a gain, and
+    where the gain would lift a peak past the ceiling, the limiter on the peaks alone. What the
+    limiter takes off lowers the loudness, so the gain is searched (secant steps, each from the
+    original audio) until the limited result meets the target, within MAX_EXTRA_GAIN_DB of the
+    plain gain: past that the peaks would be crushed, and the nearest level is kept. Audio too
+    short or quiet to measure is returned as it is. Returns the audio and its level after."""
+    before = measure(audio, sample_rate)
+    if before.lufs is None:
+        return audio, before
+    plain = target_lufs - before.lufs
+
+    def attempt(gain_db: float) -> tuple[np.ndarray, Level]:
+        gained = audio * np.float32(10 ** (gain_db / 20))
+        peak = true_peak(gained)
+        out = gained if peak is None or peak <= ceiling_dbtp else _limit(gained, sample_rate,
+                                                                              ceiling_dbtp - LIMITER_MARGIN_DB)
+        return out, measure(out, sample_rate)
+
+    out, now = attempt(plain)
+    tried = [(plain, now.lufs)]
+    for _ in range(_PASSES):
+        if now.lufs is None or abs(now.lufs - target_lufs) <= _TOLERANCE_LU:
+            break
+        (g0, l0), (g1, l1) = tried[-2] if len(tried) > 1 else (plain - 1.0, now.lufs - 1.0), tried[-1]
+        slope = (l1 - l0) / (g1 - g0) if g1 != g0 and l0 is not None else 1.0
+        gain = min(plain + MAX_EXTRA_GAIN_DB, g1 + (target_lufs - l1) / max(slope, 0.1))
+        if gain == g1:
+            break
+        out, now = attempt(gain)
+        tried.append((gain, now.lufs))
+    return out, now
+
+
+def ceiling_for(ceiling_dbtp: float, lossy: bool) -> float:
+    return ceiling_dbtp - LOSSY_HEADROOM_DB if lossy else ceiling_dbtp
+
+
+def check_target(lufs: float | None, ceiling_dbtp: float | None) -> None:
+    """Refuse a target or ceiling outside what a delivery could ask for (InputError)."""
+    if lufs is not None and not (math.isfinite(lufs) and LOUDNESS_RANGE[0] <= lufs <= LOUDNESS_RANGE[1]):
+        raise InputError(f"a loudness target must be between {LOUDNESS_RANGE[0]:g} and "
+                         f"{LOUDNESS_RANGE[1]:g} LUFS, not {lufs}")
+    if ceiling_dbtp is not None and not (math.isfinite(ceiling_dbtp)
+                                         and CEILING_RANGE[0] <= ceiling_dbtp <= CEILING_RANGE[1]):
+        raise InputError(f"a true-peak ceiling must be between {CEILING_RANGE[0]:g} and "
+                         f"{CEILING_RANGE[1]:g} dBTP, not {ceiling_dbtp}")
+
+
+def _integrated(audio: np.ndarray, sample_rate: int) -> float | None:
+    if audio.size < MIN_SECONDS * sample_rate:
+        return None
+    import pyloudnorm
+
+    lufs = pyloudnorm.Meter(sample_rate).integrated_loudness(audio.astype(np.float64))
+    return float(lufs) if math.isfinite(lufs) else None
+
+
+def _limit(audio: np.ndarray, sample_rate: int, ceiling_dbtp: float) -> np.ndarray:
+    """ffmpeg's lookahead limiter at four times the rate (so the peaks it sees are the true peaks),
+    its delay compensated and its own make-up gain off: the audio's length and timing stay."""
+    from pipeline.audio import ffmpeg_exe
+
+    rate = sample_rate * OVERSAMPLE
+    # alimiter's limit floor is -24 dB; a ceiling is at most -20 dBTP (CEILING_RANGE).
+    limit = 10 ** (ceiling_dbtp / 20)
+    chain = (f"aresample={rate}:filter_size=64,"
+             f"alimiter=limit={limit:.6f}:attack=1:release=60:level=false:latency=true,"
+             f"aresample={sample_rate}:filter_size=64")
+    cmd = [ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-nostdin",
+           "-f", "f32le", "-ar", str(sample_rate), "-ac", "1", "-i", "pipe:0",
+           "-af", chain, "-f", "f32le", "-ar", str(sample_rate), "-ac", "1", "pipe:1"]
+    done = subprocess.run(cmd, input=audio.astype("<f4").tobytes(), capture_output=True, check=False)
+    if done.returncode != 0:
+        raise PermanentError(f"ffmpeg's limiter failed: {done.stderr.decode(errors='replace').strip()[-300:]}")
+    out = np.frombuffer(done.stdout, dtype="<f4").astype(np.float32)
+    # The resamplers may round the length by a sample or two; the job's timing is the input's.
+    if out.size >= audio.size:
+        return out[:audio.size]
+    return np.concatenate([out, np.zeros(audio.size - out.size, np.float32)])
+
+
+def _db(amplitude: float) -> float | None:
+    return 20 * math.log10(amplitude) if amplitude > 0 else None
