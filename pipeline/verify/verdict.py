@@ -34,11 +34,14 @@ FEW_WORDS = 4
 DURATION_BAD, DURATION_SUSPECT = (0.45, 2.5), (0.65, 1.8)   # speech seconds over expected
 CLIPPED_BAD, CLIPPED_SUSPECT = 0.005, 0.0005                 # share of samples in clipped runs
 LEADING_SUSPECT_S, TRAILING_SUSPECT_S, PAUSE_SUSPECT_S = 1.0, 1.5, 1.5
-# A loop: at least LOOP_RUNS word pairs each heard LOOP_EXTRA times more than the text has them
-# (the recognizer garbles a repeat now and then, so no single longer run must come out whole).
-LOOP_NGRAM, LOOP_EXTRA, LOOP_RUNS = 2, 2, 2
+# A loop: a run of LOOP_NGRAM words heard LOOP_EXTRA times more than the text has it, in audio that
+# says more than its text (LOOP_LONGER times its words, or its expected length). Shorter runs ("at
+# the") come back by chance, and a sentence the text says three times, misheard the same way each
+# time, is a run heard more often than the text has it, in audio of the right length.
+LOOP_NGRAM, LOOP_EXTRA, LOOP_LONGER = 3, 2, 1.2
 TAIL_SHARE = 0.3                       # the last 30% of the words ...
 TAIL_HEARD_BAD = 0.2                   # ... of which under 20% heard, while the rest is heard
+TAIL_MIN_WORDS = 5                     # fewer: a short line's tail is the length check's to judge
 
 
 @dataclass
@@ -124,10 +127,10 @@ def judge(words: list[str], heard: list[str], report: signal.SignalReport, longe
         bad.append(f"says other words: character error rate {cer:.2f}")
     elif report.active and cer > CER_SUSPECT:
         suspect.append(f"words not heard: character error rate {cer:.2f}")
-    loop = _loop(words, heard)
+    loop = _loop(words, heard) if max(ratio, len(heard) / len(words)) >= LOOP_LONGER else None
     if loop:
         bad.append(f"repeats itself: {loop!r} heard {LOOP_EXTRA} times more than the text has it")
-    if report.active and len(words) >= 2 * FEW_WORDS and tail < TAIL_HEARD_BAD <= _head_heard(matched):
+    if report.active and _tail_words(words) >= TAIL_MIN_WORDS and tail < TAIL_HEARD_BAD <= _head_heard(matched):
         bad.append(f"missing tail: {tail:.0%} of the last words heard")
     if report.active and not DURATION_BAD[0] <= ratio <= DURATION_BAD[1]:
         bad.append(f"{'too short' if ratio < 1 else 'too long'}: {ratio:.2f}x the expected length")
@@ -182,13 +185,17 @@ def _matched(ref: list[str], hyp: list[str]) -> list[bool]:
     return out
 
 
+def _tail_words(words: list) -> int:
+    return max(1, round(len(words) * TAIL_SHARE))
+
+
 def _tail_heard(matched: list[bool]) -> float:
-    k = max(1, round(len(matched) * TAIL_SHARE))
+    k = _tail_words(matched)
     return sum(matched[-k:]) / k if matched else 0.0
 
 
 def _head_heard(matched: list[bool]) -> float:
-    k = max(1, round(len(matched) * TAIL_SHARE))
+    k = _tail_words(matched)
     head = matched[:-k]
     return sum(head) / len(head) if head else 0.0
 
@@ -196,5 +203,7 @@ def _head_heard(matched: list[bool]) -> float:
 def _loop(ref: list[str], hyp: list[str]) -> str | None:
     heard = Counter(tuple(hyp[i:i + LOOP_NGRAM]) for i in range(len(hyp) - LOOP_NGRAM + 1))
     in_text = Counter(tuple(ref[i:i + LOOP_NGRAM]) for i in range(len(ref) - LOOP_NGRAM + 1))
-    repeated = [gram for gram, times in heard.most_common() if times >= in_text[gram] + LOOP_EXTRA]
-    return " ".join(repeated[0]) if len(repeated) >= LOOP_RUNS else None
+    for gram, times in heard.most_common(3):
+        if times >= in_text[gram] + LOOP_EXTRA:
+            return " ".join(gram)
+    return None
