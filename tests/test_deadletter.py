@@ -10,6 +10,7 @@ import base64
 import json
 import pickle
 import uuid
+from collections import Counter
 
 import pytest
 import redis
@@ -19,6 +20,7 @@ from pipeline import deadletter
 from pipeline.db.models import Job, JobStatus
 from pipeline.live import redis_client_url
 from pipeline.messages import RENDER_TASK
+from pipeline.routing import REALTIME_QUEUE
 from pipeline.settings import Settings
 from tests.cli_helpers import start_synth, synth, synth_env
 from tests.waiting import eventually
@@ -27,11 +29,11 @@ from worker.app import make_producer
 QUEUE = "batch.le10s"
 
 
-def real_envelope(redis_url: str) -> dict:
+def real_envelope(redis_url: str, queue: str) -> dict:
     """A render message as a producer writes it, read back off the queue: the template of the shapes."""
-    make_producer(Settings(), redis_url).send_task(RENDER_TASK, args=[["0" * 32]], queue=QUEUE, routing_key=QUEUE)
+    make_producer(Settings(), redis_url).send_task(RENDER_TASK, args=[["0" * 32]], queue=queue, routing_key=queue)
     client = redis.Redis.from_url(redis_client_url(redis_url))
-    return json.loads(client.rpop(QUEUE))
+    return json.loads(client.rpop(queue))
 
 
 def with_body(envelope: dict, body: bytes, **changes) -> bytes:
@@ -74,10 +76,16 @@ def malformed(envelope: dict) -> dict[str, tuple[bytes, str]]:
 def test_malformed_messages_are_dead_lettered_and_the_worker_renders_the_batch_behind_them(
         tmp_path, redis_url, database_url, sessions):
     env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
-                    SYNTH_DATABASE_URL=database_url, SYNTH_ENGINE_THREADS="1", SYNTH_JOBS_PER_TASK="2")
+                    SYNTH_DATABASE_URL=database_url, SYNTH_ENGINE_THREADS="1", SYNTH_JOBS_PER_TASK="2",
+                    SYNTH_WORKER_CONCURRENCY="1")  # one task at a time: dead-lettered in order
     client = redis.Redis.from_url(redis_client_url(redis_url))
-    shapes = malformed(real_envelope(redis_url))
+    shapes = malformed(real_envelope(redis_url, QUEUE))
     client.lpush(QUEUE, *[raw for raw, _ in shapes.values()])  # taken from the right: in this order
+    # The realtime queue has a consumer of its own. (It renders a message whose jobs are gone as
+    # skipped: a realtime client is waiting, and no second query is made for it.)
+    realtime = malformed(real_envelope(redis_url, REALTIME_QUEUE))
+    del realtime["job ids that name no job"]
+    client.lpush(REALTIME_QUEUE, *[raw for raw, _ in realtime.values()])
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("Good morning.\nThe train is late.\nSee you soon.\n")
     submitted = synth("submit", str(corpus), "--no-wait", env=env, timeout=60)
@@ -93,23 +101,29 @@ def test_malformed_messages_are_dead_lettered_and_the_worker_renders_the_batch_b
                 states = s.scalars(select(Job.status).where(Job.batch_id == batch_id)).all()
             return states == [JobStatus.DONE] * 3
         eventually(batch_done, 180, "the batch behind the malformed messages to be done", interval=0.2)
-        eventually(lambda: deadletter.count(client) == len(shapes), 30, "every malformed message dead-lettered")
+        eventually(lambda: deadletter.count(client) == len(shapes) + len(realtime), 30,
+                   "every malformed message dead-lettered")
         assert worker.poll() is None
     finally:
         worker.terminate()
         worker.wait(timeout=60)
 
-    entries = [json.loads(e) for e in reversed(client.lrange(deadletter.DEADLETTER, 0, -1))]
-    assert [e["queue"] for e in entries] == [QUEUE] * len(shapes)
+    every = [json.loads(e) for e in reversed(client.lrange(deadletter.DEADLETTER, 0, -1))]
+    entries = [e for e in every if e["queue"] == QUEUE]
+    realtime_reasons = [e["reason"] for e in every if e["queue"] == REALTIME_QUEUE]
+    assert len(entries) == len(shapes) and len(realtime_reasons) == len(realtime)
+    for word, n in Counter(reason for _, reason in realtime.values()).items():
+        assert sum(word in r for r in realtime_reasons) == n, (word, realtime_reasons)
     for (name, (raw, reason)), entry in zip(shapes.items(), entries, strict=True):
         assert reason in entry["reason"], (name, entry)
     kept = entries[0]  # not UTF-8: kept byte for byte
     assert base64.b64decode(kept["message_b64"]) == shapes["bytes that are not JSON"][0]
     assert entries[1]["message"] == "hello, queue" and entries[2]["message"] == "[1, 2, 3]"
     assert log.read_text().count("dead-lettered a message from batch.le10s") == len(shapes)  # once each
+    assert log.read_text().count("dead-lettered a message from realtime") == len(realtime)
 
     status = synth("status", batch_id, env=env)
     assert status.returncode == 0, status.stderr.decode()
-    assert f"{len(shapes)} messages in synth.deadletter" in status.stderr.decode()
+    assert f"{len(every)} messages in synth.deadletter" in status.stderr.decode()
     as_json = json.loads(synth("status", batch_id, "--json", env=env).stdout)
-    assert as_json["dead_letters"] == len(shapes)
+    assert as_json["dead_letters"] == len(every)

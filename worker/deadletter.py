@@ -12,6 +12,9 @@
 - the task: arguments of the right shape but meaningless (job ids that are not strings, ids that
   name no job) are the render task's to judge (worker/tasks.py, ``dead_letter_task``).
 
+The realtime queue's own consumer (worker/realtime.py) reads through the same channel and makes
+the same checks (``message_problem``, ``dead_letter_message``).
+
 ``install(app)`` puts the first two in place for a worker's app (make_app); producers keep
 kombu's own classes.
 """
@@ -121,7 +124,7 @@ class Consumer(CeleryConsumer):
         handle = super().create_task_handler(*args, **kwargs)
 
         def on_task_received(message):
-            problem = self._problem(message)
+            problem = message_problem(self.app, message)
             if problem is not None:
                 return self._dead_letter(message, problem)
             try:
@@ -132,38 +135,8 @@ class Consumer(CeleryConsumer):
                 return self._dead_letter(message, f"could not be taken as a task: {type(e).__name__}: {e}")
         return on_task_received
 
-    def _problem(self, message) -> str | None:
-        headers = message.headers
-        name = headers.get("task") if isinstance(headers, dict) else None
-        if not isinstance(name, str):
-            return "not a task message (no task header)"
-        task = self.app.tasks.get(name)
-        if task is None:
-            return f"unknown task {name!r}"
-        if message.content_type != "application/json":  # never decoded: pickle would run its code
-            return f"content type {message.content_type!r} is not accepted"
-        try:
-            body = message.decode()
-        except DecodeError as e:
-            return f"the body does not decode ({e})"
-        if not (isinstance(body, list | tuple) and len(body) == 3 and isinstance(body[0], list | tuple)
-                and isinstance(body[1], dict) and isinstance(body[2], dict | None)):
-            return "the body is not [args, kwargs, embed]"
-        try:
-            task.__header__(*body[0], **body[1])
-        except TypeError as e:
-            return f"arguments {name} cannot take: {e}"
-        return None
-
     def _dead_letter(self, message, reason: str) -> None:
-        raw = getattr(message, "_raw", None)  # the payload dict of kombu's virtual transports
-        raw = json.dumps(raw, default=str) if raw is not None else bytes_to_str(message.body or b"")
-        queue = (message.delivery_info or {}).get("routing_key")
-        dead_letter = getattr(message.channel, "dead_letter", None)
-        if dead_letter is None:  # not our transport: drop it as Celery would, having said why
-            log.error("dropped a message from %s: %s", queue, reason)
-        else:
-            dead_letter(raw, queue, reason)
+        dead_letter_message(message, reason)
         message.ack_log_error(log, self.connection_errors)
 
     # What Celery itself refuses: kept on the list rather than logged and dropped.
@@ -178,6 +151,43 @@ class Consumer(CeleryConsumer):
 
     def on_invalid_task(self, body, message, exc):
         self._dead_letter(message, f"invalid task message ({exc})")
+
+
+def message_problem(app: Celery, message) -> str | None:
+    """Why ``message`` (a kombu message) is no task of ``app``'s that could run; None when it is."""
+    headers = message.headers
+    name = headers.get("task") if isinstance(headers, dict) else None
+    if not isinstance(name, str):
+        return "not a task message (no task header)"
+    task = app.tasks.get(name)
+    if task is None:
+        return f"unknown task {name!r}"
+    if message.content_type != "application/json":  # never decoded: pickle would run its code
+        return f"content type {message.content_type!r} is not accepted"
+    try:
+        body = message.decode()
+    except DecodeError as e:
+        return f"the body does not decode ({e})"
+    if not (isinstance(body, list | tuple) and len(body) == 3 and isinstance(body[0], list | tuple)
+            and isinstance(body[1], dict) and isinstance(body[2], dict | None)):
+        return "the body is not [args, kwargs, embed]"
+    try:
+        task.__header__(*body[0], **body[1])
+    except TypeError as e:
+        return f"arguments {name} cannot take: {e}"
+    return None
+
+
+def dead_letter_message(message, reason: str) -> None:
+    """Put a kombu message on the dead-letter list (the caller acks it)."""
+    raw = getattr(message, "_raw", None)  # the payload dict of kombu's virtual transports
+    raw = json.dumps(raw, default=str) if raw is not None else bytes_to_str(message.body or b"")
+    queue = (message.delivery_info or {}).get("routing_key")
+    dead_letter = getattr(message.channel, "dead_letter", None)
+    if dead_letter is None:  # not our transport: dropped as Celery would, having said why
+        log.error("dropped a message from %s: %s", queue, reason)
+    else:
+        dead_letter(raw, queue, reason)
 
 
 # The task ------------------------------------------------------------------------------------------
