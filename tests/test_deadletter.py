@@ -58,8 +58,14 @@ def malformed(envelope: dict) -> dict[str, tuple[bytes, str]]:
         "a JSON list": (b"[1, 2, 3]", "JSON list"),
         "a JSON string": (b'"hello"', "JSON str"),
         "an envelope without properties": (json.dumps(no_properties).encode(), "delivery_tag"),
+        "a delivery tag that is a list": (json.dumps(dict(envelope, properties={
+            **envelope["properties"], "delivery_tag": [1]})).encode(), "delivery_tag"),
+        "no routing key to restore it to": (json.dumps(dict(envelope, properties={
+            **envelope["properties"], "delivery_info": {}})).encode(), "routing_key"),
         "a body that is not base64": (json.dumps(dict(envelope, body="@@not base64@@")).encode(), "base64"),
         "a body that is not JSON": (with_body(envelope, b"{not json"), "does not decode"),
+        "a content encoding that is a number": (with_body(envelope, render_args(["x"]), **{"content-encoding": 5}),
+                                                "does not decode"),
         "a body that is not [args, kwargs, embed]": (with_body(envelope, b'{"job_ids": ["a"]}'), "[args, kwargs"),
         "a task no worker knows": (with_body(other_task, render_args(["x"])), "unknown task"),
         "a pickled body": (with_body(envelope, pickle.dumps([[["x"]], {}, {}]),

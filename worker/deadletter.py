@@ -30,7 +30,6 @@ from celery import Celery
 from celery.app.amqp import AMQP
 from celery.worker.consumer import Consumer as CeleryConsumer
 from kombu import Connection as KombuConnection
-from kombu.exceptions import DecodeError
 from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 
@@ -84,10 +83,12 @@ class Channel(kombu_redis.Channel):
         if not isinstance(payload, dict):
             return None, f"not a message envelope but a JSON {type(payload).__name__}"
         properties = payload.get("properties")
-        if not isinstance(properties, dict) or "delivery_tag" not in properties:
+        if not isinstance(properties, dict) or not isinstance(properties.get("delivery_tag"), str):
             return None, "the envelope has no properties with a delivery_tag"
-        if not isinstance(properties.get("delivery_info"), dict):
-            return None, "the envelope's properties have no delivery_info"
+        info = properties.get("delivery_info")  # where the unacked hash files it, and restores it to
+        if not (isinstance(info, dict) and isinstance(info.get("exchange"), str)
+                and isinstance(info.get("routing_key"), str)):
+            return None, "the envelope's properties have no delivery_info with exchange and routing_key"
         if not isinstance(payload.get("headers") or {}, dict):
             return None, "the envelope's headers are not an object"
         body = payload.get("body")
@@ -124,15 +125,15 @@ class Consumer(CeleryConsumer):
         handle = super().create_task_handler(*args, **kwargs)
 
         def on_task_received(message):
-            problem = message_problem(self.app, message)
-            if problem is not None:
-                return self._dead_letter(message, problem)
             try:
-                return handle(message)
+                problem = message_problem(self.app, message)
+                if problem is None:
+                    return handle(message)
             except self.connection_errors:
                 raise
             except Exception as e:  # noqa: BLE001 - anything Celery did not catch would end the worker
-                return self._dead_letter(message, f"could not be taken as a task: {type(e).__name__}: {e}")
+                problem = f"could not be taken as a task: {type(e).__name__}: {e}"
+            return self._dead_letter(message, problem)
         return on_task_received
 
     def _dead_letter(self, message, reason: str) -> None:
@@ -166,8 +167,8 @@ def message_problem(app: Celery, message) -> str | None:
         return f"content type {message.content_type!r} is not accepted"
     try:
         body = message.decode()
-    except DecodeError as e:
-        return f"the body does not decode ({e})"
+    except Exception as e:  # noqa: BLE001 - JSON only (above): any error is a body that does not decode
+        return f"the body does not decode ({type(e).__name__}: {e})"
     if not (isinstance(body, list | tuple) and len(body) == 3 and isinstance(body[0], list | tuple)
             and isinstance(body[1], dict) and isinstance(body[2], dict | None)):
         return "the body is not [args, kwargs, embed]"
