@@ -77,6 +77,44 @@ def test_the_embedded_redis_of_a_killed_synth_worker_stops_with_it(tmp_path):
     eventually(lambda: not redis_servers_of(data_dir), 30, "the embedded redis-server to stop after kill -9")
 
 
+def children_of(pid: int) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:  # the field after the state: the parent's pid
+            found.append(int(proc.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_synth_submit_stopped_by_sigterm_leaves_neither_its_redis_nor_its_worker(tmp_path):
+    data_dir = tmp_path / "data"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"Line {n} is read aloud, slowly and with care, to the very end.\n" for n in range(40)))
+    submit = start_synth("submit", str(corpus), env=embedded_env(data_dir), log=tmp_path / "submit.log")
+    try:
+        def started() -> list[int]:
+            assert submit.poll() is None, (tmp_path / "submit.log").read_text()
+            workers = [pid for pid in children_of(submit.pid) if pid not in redis_servers_of(data_dir)]
+            return workers if workers and redis_servers_of(data_dir) else []
+        worker_pids = eventually(started, 60, "synth submit to start its Redis and its worker")
+    finally:
+        os.kill(submit.pid, signal.SIGTERM)
+        submit.wait(timeout=60)
+    eventually(lambda: not redis_servers_of(data_dir), 30, "the embedded redis-server to stop with synth submit")
+    eventually(lambda: not any(alive(pid) for pid in worker_pids), 60, "the embedded worker to stop with it")
+
+
 def test_an_embedded_redis_stops_at_the_end_of_its_block_and_a_joiner_leaves_it_running(tmp_path):
     with EmbeddedRedis(tmp_path) as owner:
         assert len(redis_servers_of(tmp_path)) == 1

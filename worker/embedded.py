@@ -34,10 +34,11 @@ def socket_path(data_dir: Path) -> Path:
     return path
 
 
-def _die_with_parent():
+def die_with_parent():
     """A ``preexec_fn`` asking the kernel to SIGTERM the child when the thread that started it dies
-    (Linux's PR_SET_PDEATHSIG; redis-server shuts down cleanly on SIGTERM, writing its append-only
-    file). None where there is no prctl: there ``stop()`` at the end of the owner's block is all."""
+    (Linux's PR_SET_PDEATHSIG): redis-server shuts down cleanly on SIGTERM, writing its append-only
+    file, and `synth worker` warmly. None where there is no prctl: there the end of the owner's
+    block (``stop()``, or terminating the child) is all."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -89,7 +90,7 @@ class EmbeddedRedis:
              "--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", "everysec",
              "--save", "", "--logfile", str(log_file)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_die_with_parent(),
+            preexec_fn=die_with_parent(),
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
