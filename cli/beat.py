@@ -19,8 +19,8 @@ def schedule_path(settings: Settings) -> Path:
               help="Celery's log level: DEBUG, INFO, WARNING or ERROR.")
 def beat(loglevel: str) -> None:
     """Run the scheduler: the nightly report (SYNTH_REPORT_CRON, default 06:00 UTC), hourly batch
-    expiry (SYNTH_EXPIRE_CRON) and the reconciler (SYNTH_RECONCILE_INTERVAL). Run exactly one per
-    deployment; workers do the work. With no
+    expiry (SYNTH_EXPIRE_CRON) and the webhook sweep. Run exactly one per deployment; workers do
+    the work (and run the reconciler themselves, every SYNTH_RECONCILE_INTERVAL). With no
     SYNTH_REDIS_URL it uses the embedded Redis of the data folder, like `synth worker`."""
     from cli.context import broker, open_database
     from worker.app import make_app

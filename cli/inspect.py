@@ -7,13 +7,16 @@ import sys
 from pathlib import Path
 
 import click
+import redis
 from tqdm import tqdm
 
 from cli.context import open_database
 from cli.wait import print_summary
+from pipeline import deadletter
 from pipeline.db import jobs as db
 from pipeline.db.models import JobStatus
 from pipeline.errors import InputError
+from pipeline.live import redis_client_url
 from pipeline.manifest import file_names, manifest_lines
 from pipeline.plural import counted
 from pipeline.settings import Settings
@@ -21,6 +24,20 @@ from pipeline.storage import make_store
 from pipeline.storage.base import manifest_key
 from pipeline.summary import summarize
 from pipeline.verify.jobs import CAPTION_TYPES, caption_key
+from worker.embedded import EmbeddedRedis
+
+
+def _dead_letters(settings: Settings) -> int | None:
+    """The length of the fleet's dead-letter list; None when Redis is not there to ask (the
+    embedded one is asked only while another command runs it)."""
+    url = settings.redis_url or EmbeddedRedis(settings.data_dir).url
+    client = redis.Redis.from_url(redis_client_url(url), socket_connect_timeout=2, socket_timeout=5)
+    try:
+        return deadletter.count(client)
+    except (redis.RedisError, OSError):
+        return None
+    finally:
+        client.close()
 
 
 def resolve_batch(session, ref: str, doing: str):
@@ -47,13 +64,18 @@ def status(batch: str, as_json: bool) -> None:
     _, sessions = open_database(settings)
     with sessions() as session:
         summary = summarize(session, resolve_batch(session, batch, "showing"))
+    dead_letters = _dead_letters(settings)
     if as_json:
         out = {k: v for k, v in vars(summary).items()}
         out["x_real_time"] = summary.x_real_time
         out["finished"] = summary.finished
+        out["dead_letters"] = dead_letters
         click.echo(json.dumps(out, indent=2, default=str))
         return
     print_summary(summary)
+    if dead_letters:
+        click.echo(f"{counted(dead_letters, 'message')} in {deadletter.DEADLETTER}: taken off a queue but not "
+                   "a task synth can run (see docs/operations.md)", err=True)
     open_jobs = sum(summary.counts.get(s.value, 0) for s in JobStatus if not s.terminal)
     if open_jobs:
         click.echo(f"{counted(open_jobs, 'job')} not finished: " + ", ".join(

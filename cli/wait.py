@@ -19,6 +19,7 @@ from pipeline.errors import EngineUnavailableError, ServiceUnavailableError
 from pipeline.settings import Settings
 from pipeline.summary import BatchSummary, describe_text_notes, summarize
 from pipeline.plural import counted
+from worker.embedded import die_with_parent
 
 # The wait polls the batch's counts: often enough that the command ends within a few tens of ms of
 # its last job (a GPU renders a 500-line corpus in under 20 s), and never spending more than a
@@ -51,8 +52,11 @@ def embedded_worker(settings: Settings, broker_url: str) -> Iterator[Child]:
     log_path = settings.data_dir / "worker.log"
     env = {**os.environ, "SYNTH_REDIS_URL": broker_url, "SYNTH_DATA_DIR": str(settings.data_dir)}
     with open(log_path, "ab") as log:
+        # It ends with this process however that ends (SIGTERM: a warm shutdown), as the embedded
+        # Redis it works from does.
         process = subprocess.Popen([sys.executable, "-m", "cli.main", "-v", "worker"], env=env,
-                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                   preexec_fn=die_with_parent())
     try:
         yield Child(process, str(log_path))
     finally:

@@ -40,7 +40,7 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     from pipeline.settings import Settings
     from worker.app import default_queues, make_app, run_worker
     from worker.boot import batch_slots, boot
-    from worker.maintenance import reconcile_at_start
+    from worker.maintenance import ReconcileTimer
     from pipeline.gcfreeze import freeze_boot_objects
 
     settings = Settings()
@@ -60,7 +60,8 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
         batch_queues = _own_consumers(app, runtime, wanted)
         slots = concurrency or batch_slots(settings, runtime.engine)
         name = hostname or f"synth-{'gpu' + str(gpu) if gpu is not None else 'cpu'}-{os.getpid()}@%h"
-        reconcile_at_start(app)
+        reconciler = ReconcileTimer(app).start()  # the fleet heals itself, with or without `synth beat`
+        worker_shutdown.connect(lambda **_: reconciler.stop(), weak=False)
         worker_shutdown.connect(lambda **_: runtime.engine.close(), weak=False)
         freeze_boot_objects("worker")   # a full collection while serving scans only what came later
         code = run_worker(app, [

@@ -167,7 +167,9 @@ class Settings(BaseSettings):
     # Reports and operations (pipeline/reports/, worker/beat.py, worker/metrics.py).
     report_cron: str = "0 6 * * *"      # nightly report, crontab in UTC
     expire_cron: str = "0 * * * *"      # batch expiry (synth.expire), hourly
-    reconcile_interval: int = 300       # seconds between reconciler passes (pipeline/reconcile.py)
+    # Seconds between reconciler passes (pipeline/reconcile.py), one across the fleet: every worker
+    # runs it on a timer of its own (worker/maintenance.py), with or without `synth beat`.
+    reconcile_interval: int = Field(default=300, ge=1)
     # Price per busy GPU-hour by device type (as recorded in job_metrics.device_type), e.g.
     # SYNTH_GPU_PRICES='{"NVIDIA H100 80GB HBM3": 2.5}'. Types without a price have no cost line.
     gpu_prices: dict[str, float] = Field(default_factory=dict)

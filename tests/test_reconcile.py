@@ -24,7 +24,8 @@ from tests.waiting import eventually
 from tests.workers import app_with_worker
 from worker.app import make_app
 from worker.beat import beat_schedule
-from worker.maintenance import RECONCILE_TASK
+from worker.boot import boot
+from worker.maintenance import RECONCILE_LOCK, RECONCILE_TASK, RECONCILE_TURN, reconcile_pass
 from worker.tasks import RENDER_TASK
 
 LINES = "".join(f"Line {n} of the corpus.\n" for n in range(1, 7))
@@ -131,6 +132,30 @@ def test_the_reconcile_task_runs_in_a_worker_and_puts_a_lost_message_back(settin
         assert statuses == {JobStatus.DONE} and s.get(Batch, batch_id).manifest_key
 
 
-def test_beat_sends_the_reconciler_every_interval(settings):
+def test_beat_leaves_the_reconciler_to_the_workers(settings):
     schedule = beat_schedule(settings.with_overrides(reconcile_interval=45))
-    assert schedule["reconcile"] == {"task": RECONCILE_TASK, "schedule": 45.0}
+    assert set(schedule) == {"nightly-report", "expire-batches"}
+    assert RECONCILE_TASK not in {entry["task"] for entry in schedule.values()}
+
+
+def test_one_pass_per_interval_across_workers_and_the_task_runs_one_at_once(settings, sessions, redis_url,
+                                                                            piper_engine):
+    settings = settings.with_overrides(reconcile_interval=600)
+    first, second = make_app(settings, redis_url), make_app(settings, redis_url)  # two workers' apps
+    for app in (first, second):
+        boot(app, engine=piper_engine)
+    batch_id, ids = new_batch(settings, sessions)
+    age(sessions, ids)  # queued long ago; the messages were lost with Redis
+    client = redis.Redis.from_url(redis_client_url(redis_url))
+
+    done = reconcile_pass(first, take_turn=True)
+    assert done is not None and done.requeued == len(ids)
+    assert 0 < client.ttl(RECONCILE_TURN) <= 600
+    assert reconcile_pass(second, take_turn=True) is None    # this interval's pass has run
+    assert reconcile_pass(first, take_turn=True) is None
+    asked = reconcile_pass(second, take_turn=False)          # synth.reconcile, sent by hand
+    assert asked is not None and asked.requeued == 0         # every job has its message again
+    with client.lock(RECONCILE_LOCK, timeout=10):            # a pass is running elsewhere
+        client.delete(RECONCILE_TURN)
+        assert reconcile_pass(second, take_turn=True) is None
+        assert reconcile_pass(second, take_turn=False) is None

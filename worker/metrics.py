@@ -7,7 +7,7 @@ render loop): ``install(app)`` after boot. Metric names are what ops/deploy/graf
 - synth_job_ttfb_seconds, synth_job_rtf: histograms of the jobs this worker finished
 - synth_audio_seconds_total: audio rendered
 - synth_engine_tokens_total, synth_engine_tokens_per_second: from the engine's stats where it keeps them
-- synth_reconciler_actions_total{action}: requeued jobs, closed batches, removed objects (synth.reconcile)
+- synth_reconciler_actions_total{action}: requeued jobs, closed batches, removed objects (each pass)
 - synth_gpu_memory_allocated_bytes: torch.cuda.memory_allocated(), only when torch and CUDA are present
 """
 
@@ -34,7 +34,7 @@ from pipeline.live import redis_client_url
 from pipeline.reports import fleet
 from pipeline.routing import all_queues
 from worker.boot import runtime_for
-from worker.maintenance import RECONCILE_TASK
+from worker.maintenance import reconciled
 from worker.tasks import RENDER_TASK
 
 log = logging.getLogger(__name__)
@@ -126,6 +126,7 @@ class Installed:
         task_prerun.disconnect(self._prerun)
         task_postrun.disconnect(self._postrun)
         worker_shutdown.disconnect(self._shutdown)
+        reconciled.disconnect(self._reconciled)
         fleet.remove_heartbeat(self.client, self.name)
 
     def _shutdown(self, sender=None, **_):  # a worker stopping says so, instead of lingering for the TTL
@@ -151,11 +152,13 @@ class Installed:
             self.tasks[task_id] = _Task(ids, time.monotonic(), time.time(), _engine_tokens(self.app))
         self.metrics.in_flight.inc(len(ids))
 
-    def _postrun(self, sender=None, task_id=None, retval=None, **_):
-        if sender is not None and sender.name == RECONCILE_TASK and sender.app is self.app:
-            for action in RECONCILE_ACTIONS:
-                self.metrics.reconciled.labels(action).inc(retval.get(action, 0) if isinstance(retval, dict) else 0)
+    def _reconciled(self, sender=None, result=None, **_):
+        if sender is not self.app or result is None:
             return
+        for action in RECONCILE_ACTIONS:
+            self.metrics.reconciled.labels(action).inc(getattr(result, action))
+
+    def _postrun(self, sender=None, task_id=None, retval=None, **_):
         if not self._mine(sender):
             return
         with self.lock:
@@ -218,6 +221,7 @@ def install(app: Celery, broker_url: str, *, name: str | None = None, interval: 
     task_prerun.connect(installed._prerun, weak=False)
     task_postrun.connect(installed._postrun, weak=False)
     worker_shutdown.connect(installed._shutdown, weak=False)
+    reconciled.connect(installed._reconciled, weak=False)
     installed._safe_heartbeat()
     threading.Thread(target=installed._beat_loop, args=(interval,), name="synth-heartbeat", daemon=True).start()
     if settings.worker_metrics_port:

@@ -29,11 +29,13 @@ from celery.signals import task_postrun, task_prerun
 from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import OperationalError
 
+from pipeline.deadletter import bad_job_ids
 from pipeline.errors import RetryableError
 from pipeline.plural import counted
 from pipeline.render import render_jobs, retry_error
 from pipeline.routing import REALTIME_QUEUE
 from worker.boot import runtime_for
+from worker.deadletter import dead_letter_message, message_problem
 from worker.tasks import RENDER_TASK, backoff, fail_all
 
 log = logging.getLogger(__name__)
@@ -90,7 +92,7 @@ class RealtimeConsumer:
     def _consume(self) -> None:
         with self.app.connection_for_read() as conn:
             consumer = conn.Consumer([self.queue], callbacks=[self._on_message], accept=["json"],
-                                     prefetch_count=self.slots)
+                                     prefetch_count=self.slots, on_decode_error=self._undecodable)
             with consumer:
                 while not self._stop.is_set():
                     try:
@@ -99,12 +101,22 @@ class RealtimeConsumer:
                         continue
 
     def _on_message(self, body, message) -> None:
+        problem = message_problem(self.app, message)
+        if problem is not None:
+            return self._dead_letter(message, problem)
         # prefetch_count bounds the messages in hand; the semaphore makes it hold on every transport
         self._in_flight.acquire()
         try:
             self.pool.submit(self._work, body, message)
         except RuntimeError:  # the pool is shut down: leave the message for redelivery
             self._in_flight.release()
+
+    def _dead_letter(self, message, reason: str) -> None:
+        dead_letter_message(message, reason)
+        message.ack()
+
+    def _undecodable(self, message, exc) -> None:  # kombu's decoding failed: say why as the checks would
+        self._dead_letter(message, message_problem(self.app, message) or f"the body does not decode ({exc})")
 
     # A pool thread -------------------------------------------------------------------------------
 
@@ -126,11 +138,14 @@ class RealtimeConsumer:
         name = (message.headers or {}).get("task")
         args, kwargs = (body[0], body[1]) if isinstance(body, list | tuple) and len(body) >= 2 else ([], {})
         if name == RENDER_TASK:
-            self._render(message, list(args[0]) if args else [])
+            self._render(message, args[0])
         else:
             self._other(name, args, kwargs)
 
     def _render(self, message, job_ids: list[str]) -> None:
+        problem = bad_job_ids(job_ids)
+        if problem is not None:
+            return dead_letter_message(message, problem)  # acked by _work
         task = self.app.tasks[RENDER_TASK]
         task_id = _message_id(message) or uuid.uuid4().hex
         task_prerun.send(sender=task, task_id=task_id, task=task, args=[job_ids], kwargs={})

@@ -8,12 +8,14 @@ import random
 from celery import Celery
 from sqlalchemy.exc import OperationalError
 
+from pipeline import deadletter
 from pipeline.errors import OutageError, RetryableError
 from pipeline.messages import RENDER_TASK
 from pipeline.plural import counted
 from pipeline.render import fail_jobs, render_jobs, retry_error
 from worker import maintenance
 from worker.boot import runtime_for
+from worker.deadletter import dead_letter_task
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,10 @@ def register(app: Celery) -> None:
 
     @app.task(name=RENDER_TASK, bind=True, max_retries=settings.max_retries, shared=False)
     def render(self, job_ids: list[str]) -> dict:
+        problem = deadletter.bad_job_ids(job_ids)
+        if problem is not None:
+            dead_letter_task(app, self, problem)
+            return {"dead_lettered": 1}
         runtime = runtime_for(app)
         try:
             outcome = render_jobs(runtime.renderer, job_ids)
@@ -42,9 +48,18 @@ def register(app: Celery) -> None:
             raise
         if outcome.retry:
             raise _retry_or_fail(self, runtime, outcome.retry, retry_error(outcome), outcome.retry_errors)
+        if len(outcome.skipped) == len(job_ids) and _names_no_job(runtime, job_ids):
+            dead_letter_task(app, self, "names no job: another deployment's message, or its batch was deleted")
+            return {"dead_lettered": 1}
         return {"done": len(outcome.done), "failed": len(outcome.failed), "skipped": len(outcome.skipped)}
 
     maintenance.register(app)       # synth.expire (batch expiry) on the same app
+
+
+def _names_no_job(runtime, job_ids: list[str]) -> bool:
+    """Asked only when every job was skipped (finished, cancelled, or not there), which is rare."""
+    with runtime.renderer.sessions() as session:
+        return deadletter.names_no_job(session, job_ids)
 
 
 def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception,

@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import State
 from api.operator import OPERATOR_RESPONSES, DashboardAccess
+from pipeline import deadletter
 from pipeline.reports import fleet
 from pipeline.reports.fmt import HEADLINE_LABELS, num, pct
 from pipeline.reports.publish import latest_report
@@ -39,12 +40,12 @@ def snapshot(state) -> dict:
                   "changes": summary.get("changes", {})}
     return {"now": datetime.now(UTC).isoformat(timespec="seconds"), "latest_report": report,
             "queues": fleet.queue_depths(state.redis, all_queues(state.settings.bucket_seconds)),
-            "workers": fleet.workers(state.redis)}
+            "workers": fleet.workers(state.redis), "deadletter": deadletter.count(state.redis)}
 
 
 @router.get("/dashboard/data.json", responses=OPERATOR_RESPONSES)
 async def dashboard_data(state: State, _: DashboardAccess) -> dict:
-    """The dashboard's numbers: latest report headline, queue depths, live workers."""
+    """The dashboard's numbers: latest report headline, queue depths, live workers, dead letters."""
     return await run_in_threadpool(snapshot, state)
 
 
@@ -67,6 +68,8 @@ def render(data: dict) -> str:
             f'<div class="change">{escape(pct(changes.get(k)))} vs previous period</div></div>'
             for k, v in report["headline"].items())
     queues = "".join(f'<tr><td>{escape(q)}</td><td class="depth">{n}</td></tr>' for q, n in data["queues"].items())
+    queues += (f'<tr><td>{deadletter.DEADLETTER} (could not be worked; docs/operations.md)</td>'
+               f'<td class="depth" id="deadletter">{data["deadletter"]}</td></tr>')
     now = time.time()
     workers = "".join(
         f"<tr><td>{escape(w['name'])}</td><td>{escape(w.get('device', ''))}</td><td>{escape(w.get('engine', ''))}</td>"

@@ -6,8 +6,9 @@ checked after each one.
 
 It starts its own redis-server (append-only file, fsync always), moto's S3 server behind a TCP
 proxy, a fresh PostgreSQL database (made on the server given, dropped at the end) behind another,
-``--workers`` `synth worker` processes and `synth beat` (the reconciler). For each fault it submits
-a corpus, waits until a tenth of it is done, injects the fault, and waits for the batch to close:
+and ``--workers`` `synth worker` processes, which run the reconciler themselves (no `synth beat`).
+For each fault it submits a corpus, waits until a tenth of it is done, injects the fault, and
+waits for the batch to close:
 
 - kill-worker: ``kill -9`` a worker and start another, ``--kills`` times over the fault's length;
 - redis: ``kill -9`` the redis-server, start it again from its append-only file;
@@ -141,7 +142,6 @@ class Rig:
         self.procs: list[subprocess.Popen] = []
         stack.callback(self.stop_all)
         self.workers = [self.start("worker") for _ in range(opts.workers)]
-        self.start("beat")
 
     def start(self, *args: str) -> subprocess.Popen:
         log = open(self.root / f"{args[0]}-{len(self.procs)}.log", "ab")  # the child owns it

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from pipeline import deadletter
 from pipeline.live import redis_client_url
 from pipeline.reports import fleet
 from pipeline.reports.publish import publish_report
@@ -45,6 +46,8 @@ def server(request, settings, sessions, redis_url):
     client = redis.Redis.from_url(redis_client_url(redis_url))
     client.rpush("batch.le10s", *[b"m"] * 7)   # seven messages waiting; no worker consumes them here
     client.rpush("realtime", b"m")
+    for raw in (b"not json", b"[1, 2]"):       # two messages a worker could not act on
+        deadletter.record(client, queue="batch.le10s", reason="test", message=raw)
     fleet.write_heartbeat(client, "gpu-host-1/gpu0", {"device": "NVIDIA H100 80GB HBM3", "engine": "orpheus",
                                                       "model": "orpheus-3b", "quantization": "int8",
                                                       "jobs_in_flight": 12})
@@ -80,7 +83,7 @@ def test_data_json_and_the_operator_token(server):
     assert e.value.code == 401
     status, body = get(server + "/dashboard/data.json", token="op-secret")
     data = json.loads(body)
-    assert data["queues"]["batch.le10s"] == 7 and data["queues"]["realtime"] == 1
+    assert data["queues"]["batch.le10s"] == 7 and data["queues"]["realtime"] == 1 and data["deadletter"] == 2
     assert data["latest_report"]["headline"]["jobs_done"] == 5
     assert data["latest_report"]["headline"]["x_realtime"] == pytest.approx(4100 / 1300)
     assert {w["name"]: w["jobs_in_flight"] for w in data["workers"]} == {"gpu-host-1/gpu0": "12", "cpu-host/cpu": "3"}
@@ -106,7 +109,7 @@ def test_dashboard_in_headless_chromium(server, tmp_path):
     assert 'id="h-jobs_done">5<' in dom and 'id="h-x_realtime">3.15<' in dom
     assert 'id="h-jobs_done">5</div><div class="change">+400.0 % vs previous period<' in dom
     assert 'id="h-audio_hours">1.14<' in dom and 'id="h-ttfb_p95_s">4.00<' in dom
-    assert '<td>batch.le10s</td><td class="depth">7</td>' in dom
+    assert '<td>batch.le10s</td><td class="depth">7</td>' in dom and 'id="deadletter">2<' in dom
     assert "gpu-host-1/gpu0" in dom and '<td class="inflight">12</td>' in dom and "orpheus-3b" in dom
 
     shot = tmp_path / "dashboard.png"
