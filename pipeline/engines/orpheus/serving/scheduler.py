@@ -66,6 +66,10 @@ from dataclasses import dataclass
 
 from pipeline.engines.orpheus.serving.sequence import Plan, PrefillChunk, Seq, SeqState
 
+# Realtime admission weighs this many of the oldest waiting streams: enough that a long job's
+# pieces never hold a short job back, few enough that a burst of hundreds costs the step little.
+FAIR_WINDOW = 32
+
 __all__ = ["Plan", "PrefillChunk", "Scheduler", "SchedulerConfig", "Seq", "SeqState"]
 
 
@@ -125,6 +129,7 @@ class Scheduler:
         self._steps = 0                # full steps (batch admission counts these)
         self._rt_turn = 0
         self._rt_rows = 0                    # realtime rows (rows 0 .. r-1), from each schedule() on
+        self._held: Counter | None = None    # realtime rows per job this step (_next_realtime)
         self.waiting_rt: deque[Seq] = deque()
         self.waiting_batch: deque[Seq] = deque()
         self.by_row: list[Seq] = []             # row i holds by_row[i]
@@ -179,6 +184,7 @@ class Scheduler:
     # One step -------------------------------------------------------------------------------
 
     def schedule(self) -> Plan:
+        self._held = None           # realtime rows per job, counted at this step's first need
         self._preempt_for_realtime()
         # Holes exist only where something finished, was cancelled or preempted since.
         plan = Plan(moves=self._compact() if self._free_rows else [])
@@ -339,15 +345,26 @@ class Scheduler:
         return self.waiting_batch.popleft()
 
     def _next_realtime(self) -> Seq:
-        """The waiting stream whose job holds the fewest realtime rows, the oldest of those."""
+        """Of the FAIR_WINDOW oldest waiting streams, the one whose job holds the fewest realtime
+        rows, the oldest of those. The rows each job holds are counted once a step (rows are given
+        back only between steps) and kept up to date as this step admits: a burst of streams costs
+        the step one pass over its rows, not one per admission."""
         waiting = self.waiting_rt
-        if len(waiting) > 1:
-            held = Counter(seq.group for seq in self._live(self._rt_rows) if seq.group is not None)
-            fairest = min(waiting, key=lambda seq: held[seq.group] if seq.group is not None else 0)
-            if fairest is not waiting[0]:
-                waiting.remove(fairest)
-                return fairest
-        return waiting.popleft()
+        if len(waiting) == 1:
+            seq = waiting.popleft()
+        else:
+            if self._held is None:
+                self._held = Counter(s.group for s in self._live(self._rt_rows) if s.group is not None)
+            held = self._held
+            seq = min(itertools.islice(waiting, FAIR_WINDOW),
+                      key=lambda s: held[s.group] if s.group is not None else 0)
+            if seq is waiting[0]:
+                waiting.popleft()
+            else:
+                waiting.remove(seq)
+        if seq.group is not None and self._held is not None:
+            self._held[seq.group] += 1
+        return seq
 
     def _live(self, upto: int | None = None) -> list[Seq]:
         """The sequences of rows ``0 .. upto-1`` (all rows: None) that still hold their row; the
