@@ -34,7 +34,7 @@ from pipeline.live import LiveAudio, LiveJob
 from pipeline.manifest import close_if_finished
 from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
-from pipeline.verify.jobs import Verifier, record, store_captions
+from pipeline.verify.jobs import CAPTION_TYPES, Verifier, caption_key, record, store_captions
 
 log = logging.getLogger(__name__)
 
@@ -359,7 +359,8 @@ def _lost_race(r: Renderer, job: Job, key: str, outcome: Outcome) -> None:
         current = session.get(Job, job.id)
         recorded = current.object_key if current is not None else None
     if recorded != key:
-        r.store.delete(key)
+        for stored in (key, *(caption_key(key, fmt) for fmt in CAPTION_TYPES)):
+            r.store.delete(stored)
     log.info("job %s was finished elsewhere or withdrawn while it rendered; this copy is dropped", job.id)
     outcome.skipped.append(job.id)
 

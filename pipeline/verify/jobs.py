@@ -73,9 +73,11 @@ def make_verifier(setting: str, recognizer_spec: str, on_cpu: bool) -> Verifier 
 
 
 def caption_key(audio_key: str, fmt: str) -> str:
-    """``batches/B/audio/line-000001.J.mp3`` -> ``batches/B/audio/line-000001.J.srt`` (json: ``.words.json``)."""
-    stem = audio_key.rsplit(".", 1)[0]
-    return f"{stem}.words.json" if fmt == "json" else f"{stem}.{fmt}"
+    """``batches/B/audio/line-000001.J.mp3`` -> ``batches/B/captions/line-000001.J.srt`` (json:
+    ``.words.json``): a folder of their own, so ``audio/`` holds one object per job, as before."""
+    folder, _, name = audio_key.rpartition("/audio/")
+    stem = name.rsplit(".", 1)[0]
+    return f"{folder}/captions/{stem}.words.json" if fmt == "json" else f"{folder}/captions/{stem}.{fmt}"
 
 
 def store_captions(store: ObjectStore, audio_key: str, result: verdict.Verdict) -> list[str]:
