@@ -2,7 +2,8 @@
 checked after each one.
 
     python -m ops.bench.chaos --database-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres \\
-        --jobs 300 --workers 2 --faults kill-worker,redis,database,s3 --fault-seconds 60
+        --jobs 300 --workers 2 --faults kill-worker,term-worker,redis,database,db-backends,s3 \\
+        --fault-seconds 60
 
 It starts its own redis-server (append-only file, fsync always), moto's S3 server behind a TCP
 proxy, a fresh PostgreSQL database (made on the server given, dropped at the end) behind another,
@@ -11,8 +12,12 @@ For each fault it submits a corpus, waits until a tenth of it is done, injects t
 waits for the batch to close:
 
 - kill-worker: ``kill -9`` a worker and start another, ``--kills`` times over the fault's length;
+- term-worker: SIGTERM a worker (what a supervisor or a scale-down sends) and start another as it
+  stops, ``--kills`` times;
 - redis: ``kill -9`` the redis-server, start it again from its append-only file;
-- database, s3: the proxy drops every connection and refuses new ones, then lets them in again.
+- database, s3: the proxy drops every connection and refuses new ones, then lets them in again;
+- db-backends: PostgreSQL terminates every backend of the run's database (``pg_terminate_backend``,
+  as a failover or an operator does), ``--kills`` times over the fault's length.
 
 Invariants (``check``): every job done, or failed with a reason; one object per done job and none
 for others; the manifest equals the database; nothing stranded (the batch closed). Exit status 1
@@ -37,6 +42,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from ops.bench.faults import RedisProcess, TcpProxy
 from ops.bench import REPO
@@ -46,7 +52,7 @@ from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.manifest import manifest_lines
 from pipeline.storage.s3 import S3Store
 
-FAULTS = ("kill-worker", "redis", "database", "s3")
+FAULTS = ("kill-worker", "term-worker", "redis", "database", "db-backends", "s3")
 WORDS = ("the committee reviewed every proposal carefully before the final vote was taken and then "
          "adjourned for lunch while the rain kept falling on the quiet harbour town").split()
 
@@ -122,6 +128,7 @@ class Rig:
         self.opts, self.root = opts, root
         self.redis = stack.enter_context(RedisProcess(root / "redis", _free_port()))
         db_url = stack.enter_context(_fresh_database(opts.database_url))
+        self.db_admin = create_engine(db_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
         url = make_url(db_url)
         self.db_proxy = stack.enter_context(TcpProxy((url.host, url.port or 5432)))
         self.sessions = make_sessionmaker(make_engine(db_url))
@@ -161,12 +168,19 @@ class Rig:
                 proc.kill()
 
     def inject(self, fault: str, seconds: float, rng: random.Random) -> None:
-        if fault == "kill-worker":
+        if fault in ("kill-worker", "term-worker"):
             for _ in range(self.opts.kills):
                 victim = rng.choice(self.workers)
-                os.kill(victim.pid, signal.SIGKILL)
-                victim.wait()
+                os.kill(victim.pid, signal.SIGKILL if fault == "kill-worker" else signal.SIGTERM)
                 self.workers[self.workers.index(victim)] = self.start("worker")
+                victim.wait()       # a warm shutdown finishes the tasks in hand first
+                time.sleep(seconds / self.opts.kills)
+            return
+        if fault == "db-backends":
+            for _ in range(self.opts.kills):
+                with self.db_admin.connect() as conn:
+                    conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                      "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
                 time.sleep(seconds / self.opts.kills)
             return
         cut, restore = {"redis": (self.redis.kill, self.redis.start),

@@ -1,5 +1,6 @@
-"""The chaos run, short: each fault (workers killed, Redis killed and restarted from its AOF, the
-database and S3 cut off) strikes while a small corpus renders, and afterwards every job is done or
+"""The chaos run, short: each fault (workers killed, workers sent SIGTERM and replaced, Redis killed
+and restarted from its AOF, the database and S3 cut off, every database backend terminated) strikes
+while a small corpus renders, and afterwards every job is done or
 failed with a reason, each done job has one object and nothing else has one, the manifest equals
 the database, and the batch closed."""
 
