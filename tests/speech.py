@@ -7,6 +7,7 @@ import subprocess
 import wave
 
 from pipeline.audio import ffmpeg_exe
+from pipeline.verify.verdict import edit_distance
 
 
 def to_pcm16k(data: bytes) -> bytes:
@@ -28,14 +29,8 @@ def transcribe(data: bytes) -> str:
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
-    ref, hyp = _words(reference), _words(hypothesis)
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        cur = [i]
-        for j, h in enumerate(hyp, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h)))
-        prev = cur
-    return prev[-1] / max(1, len(ref))
+    ref = _words(reference)
+    return edit_distance(ref, _words(hypothesis)) / max(1, len(ref))
 
 
 def _words(text: str) -> list[str]:

@@ -106,8 +106,8 @@ def check(audio: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile,
 def judge(words: list[str], heard: list[str], report: signal.SignalReport, longest_break: float = 0.0) -> Verdict:
     """The verdict from the text's words, the words heard and the waveform's report."""
     matched = _matched(words, heard)
-    wer = _edit_distance(words, heard) / len(words)
-    cer = _edit_distance(list(" ".join(words)), list(" ".join(heard))) / max(1, len(" ".join(words)))
+    wer = edit_distance(words, heard) / len(words)
+    cer = edit_distance(list(" ".join(words)), list(" ".join(heard))) / max(1, len(" ".join(words)))
     expected = max(0.5, len(" ".join(words)) / CHARS_PER_SECOND + longest_break)
     ratio = report.speech_seconds / expected
     tail = _tail_heard(matched)
@@ -157,7 +157,8 @@ def _pcm16k(audio: np.ndarray, sample_rate: int) -> bytes:
     return (np.clip(audio, -1.0, 1.0) * 32767).astype("<i2").tobytes()
 
 
-def _edit_distance(ref: list, hyp: list) -> int:
+def edit_distance(ref: list, hyp: list) -> int:
+    """Levenshtein distance between two sequences (words, or characters)."""
     prev = list(range(len(hyp) + 1))
     for i, r in enumerate(ref, 1):
         cur = [i]
