@@ -1,5 +1,6 @@
 # The two commands of the README:
-#   make run    install synth with the Piper engine and render examples/corpus.txt into out/sample
+#   make run    install synth with the Piper engine and the offline recognizer that checks each file,
+#               and render examples/corpus.txt into out/sample
 #   make test   install everything the tests need and run the whole suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -15,7 +16,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.run-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[piper]'
+	$(BIN)/pip install -q -e '.[piper,verify]'
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
