@@ -21,7 +21,7 @@ from pipeline.errors import InputError
 from pipeline.lexicon.entries import Entry
 
 PLS_NS = "http://www.w3.org/2005/01/pronunciation-lexicon"
-SYNTH_NS = "https://synth.dev/lexicon"    # case-sensitive and pattern entries, which PLS cannot say
+SYNTH_NS = "urn:synth:lexicon"    # case-sensitive and pattern entries, which PLS cannot say
 MAX_FILE_BYTES = 20 * 1024 * 1024
 _DECLARATIONS = re.compile(rb"<!(DOCTYPE|ENTITY)", re.IGNORECASE)
 _LINE = re.compile(r"^(.*?\S)\s*(==?)\s*(\S.*)$")

@@ -24,7 +24,7 @@ DEFAULT_NAME = "default"      # the lexicon every new job of its owner uses unle
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 class NotFound(InputError):
-    """No lexicon of that name or id for this owner (the API answers 404)."""
+    """No lexicon (or batch) of that name or id for this owner (the API answers 404)."""
 
 
 @dataclass(frozen=True)
