@@ -163,12 +163,14 @@ def apply(name: str, batch: str, wait: bool | None) -> None:
     settings = Settings()
     _, sessions = open_database(settings)
     open_store(settings)
+    with sessions() as session:   # a typo is refused before a broker is started
+        batch_id = resolve_batch(session, batch, "applying a lexicon to").id
+        lexicons.find(session, owner=OWNER, ref=name)
     embedded = settings.redis_url is None
     with broker(settings) as broker_url:
         app = make_producer(settings, broker_url)
         check_broker(app)
         with sessions() as session:
-            batch_id = resolve_batch(session, batch, "applying a lexicon to").id
             found = lexicons.find(session, owner=OWNER, ref=name)
             plan = rerender.plan(session, found, owner=OWNER, batch_id=batch_id)
             session.commit()
