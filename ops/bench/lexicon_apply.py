@@ -1,6 +1,6 @@
 """How long the text front end's lexicon step takes on one long line.
 
-    PYTHONPATH=. python ops/bench/lexicon_apply.py [--entries 10000] [--chars 20000]
+    python -m ops.bench.lexicon_apply [--entries 10000] [--chars 20000]
 
 A lexicon of ``--entries`` made-up words (one in ten case-sensitive, one in a hundred of two
 words, plus ten patterns), and a line of ``--chars`` characters in which about one word in five
