@@ -113,11 +113,15 @@ class Levelled(_In):
         description="dBTP ceiling of levelled jobs; needs loudness_target; default -1 (lossy formats keep 1 dB more)")
 
 
+MAX_VERSION = 2**31 - 1   # a lexicon version is an SQL integer
+
+
 class Lexiconed(_In):
     lexicon: str | None = Field(None, min_length=1, max_length=100, description=(
         "A lexicon of yours (name or id) every job reads its words with; default: your lexicon named "
         "`default`, if you have one"))
-    lexicon_version: int | None = Field(None, ge=1, description="Pin this version; default: the latest")
+    lexicon_version: Annotated[int | None, BeforeValidator(_whole)] = Field(
+        None, ge=1, le=MAX_VERSION, description="Pin this version; default: the latest")
 
 
 class ItemIn(_In):

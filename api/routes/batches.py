@@ -28,6 +28,7 @@ from worker.enqueue import send_messages
 router = APIRouter(prefix="/v1/batches", tags=["batches"], route_class=KeyFirstRoute)
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="Retry-safe creation")]
 NOT_FOUND = {404: {"description": "no such batch for this key"}}
+NO_LEXICON = {404: {"description": "no such lexicon for this key"}}
 
 
 def _own(session, key, batch_id: str) -> Batch:
@@ -42,7 +43,8 @@ def _created(session, batch_id: str, created: bool) -> JSONResponse:
     return JSONResponse(body, status_code=201, headers={"Idempotent-Replayed": "false" if created else "true"})
 
 
-@router.post("", status_code=201, response_model=BatchOut, responses={409: {"description": "Idempotency-Key reused"}})
+@router.post("", status_code=201, response_model=BatchOut,
+             responses={409: {"description": "Idempotency-Key reused"}, **NO_LEXICON})
 def create_json_batch(body: BatchCreate, key: CurrentKey, state: State, session: Session,
                       idempotency_key: IdempotencyKey = None) -> JSONResponse:
     """A batch from JSON items; per-item voice, format and sample rate override the batch's."""
@@ -79,7 +81,7 @@ def _digits(value):
 
 
 @router.post("/upload", status_code=201, response_model=BatchOut, dependencies=[Depends(one_file)],
-             responses={409: {"description": "Idempotency-Key reused"}})
+             responses={409: {"description": "Idempotency-Key reused"}, **NO_LEXICON})
 def upload_batch(key: CurrentKey, state: State, session: Session,
                  file: Annotated[UploadFile, File(description="UTF-8 text, one item per non-empty line")],
                  voice: Annotated[str | None, Form(max_length=64)] = None,
@@ -90,7 +92,7 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
                  loudness_target: Annotated[float | None, Form(ge=LOUDNESS_RANGE[0], le=LOUDNESS_RANGE[1])] = None,
                  true_peak_max: Annotated[float | None, Form(ge=CEILING_RANGE[0], le=CEILING_RANGE[1])] = None,
                  lexicon: Annotated[str | None, Form(min_length=1, max_length=100)] = None,
-                 lexicon_version: Annotated[int | None, Form(ge=1), BeforeValidator(_digits)] = None,
+                 lexicon_version: Annotated[int | None, Form(ge=1, le=999_999_999), BeforeValidator(_digits)] = None,
                  webhook_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN)] = None,
                  webhook_events: Annotated[list[WebhookEvent] | None, Form()] = None,
                  callback_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN, deprecated=True,

@@ -42,7 +42,8 @@ def job_body(session, job_id: str) -> dict:
     return job_out(job, owned.job_metrics(session, job.id)).model_dump(mode="json")
 
 
-@router.post("", status_code=201, response_model=JobOut, responses={409: {"description": "Idempotency-Key reused"}})
+@router.post("", status_code=201, response_model=JobOut,
+             responses={409: {"description": "Idempotency-Key reused"}, 404: {"description": "no such lexicon for this key"}})
 def create_job(body: JobCreate, key: CurrentKey, state: State, session: Session,
                idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> JSONResponse:
     """One text. priority=realtime goes ahead of batch work and streams live (GET .../stream)."""

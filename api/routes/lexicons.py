@@ -12,6 +12,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from api.deps import CurrentKey, KeyFirstRoute, Session, State
+from api.schemas import MAX_VERSION
 from pipeline.db.models import as_utc
 from pipeline.db.models_lexicons import Lexicon
 from pipeline.lexicon import formats, rerender
@@ -20,7 +21,8 @@ from pipeline.lexicon.entries import MAX_SAYS_CHARS, MAX_WRITTEN_CHARS, Entry
 from worker.enqueue import send_messages
 
 router = APIRouter(prefix="/v1/lexicons", tags=["lexicons"], route_class=KeyFirstRoute)
-NOT_FOUND = {404: {"description": "no such lexicon for this key"}}
+NOT_FOUND = {404: {"description": "no such lexicon (or batch) for this key"}}
+REFUSED = {**NOT_FOUND, 400: {"description": "an entry, file, name or version that is refused, with the reason"}}
 # Checked by the entry rules (pipeline/lexicon/entries.py) with a clear 400; these bounds only keep
 # a request from carrying megabytes into them.
 _WRITTEN = Field(max_length=MAX_WRITTEN_CHARS * 50)
@@ -86,7 +88,7 @@ def _entries_in(entries: list[Entry]) -> list[EntryIn]:
     return [EntryIn(**e.to_dict()) for e in entries]
 
 
-@router.post("", status_code=201, response_model=LexiconOut)
+@router.post("", status_code=201, response_model=LexiconOut, responses=REFUSED)
 def create_lexicon(body: LexiconCreate, key: CurrentKey, state: State, session: Session) -> LexiconOut:
     """A new lexicon at version 1 (400 for a name in use, or any bad entry: nothing is written)."""
     lexicon = lexicons.create(session, lexicons.checker_for(state.settings.engine_settings()), owner=key.id,
@@ -100,9 +102,9 @@ def list_lexicons(key: CurrentKey, session: Session) -> LexiconList:
     return LexiconList(data=[_out(x) for x in lexicons.list_for(session, owner=key.id)])
 
 
-@router.get("/{ref}", response_model=LexiconDetail, responses=NOT_FOUND)
+@router.get("/{ref}", response_model=LexiconDetail, responses=REFUSED)
 def get_lexicon(ref: str, key: CurrentKey, session: Session,
-                version: Annotated[int | None, Query(ge=1)] = None) -> LexiconDetail:
+                version: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None) -> LexiconDetail:
     """The lexicon (by id or name) with its entries at ``version`` (default: the latest)."""
     lexicon = lexicons.find(session, owner=key.id, ref=ref)
     pin = lexicons.pin(session, owner=key.id, ref=lexicon.id, version=version)
@@ -110,7 +112,7 @@ def get_lexicon(ref: str, key: CurrentKey, session: Session,
     return LexiconDetail(**_out(lexicon).model_dump(), shown_version=pin.version, entries=_entries_in(entries))
 
 
-@router.post("/{ref}/entries", response_model=LexiconOut, responses=NOT_FOUND)
+@router.post("/{ref}/entries", response_model=LexiconOut, responses=REFUSED)
 def change_entries(ref: str, body: EntriesChange, key: CurrentKey, state: State, session: Session) -> LexiconOut:
     """Add entries (an entry with the same written form and case rule is replaced) and remove
     others, as one new version; all checked first, nothing half-applied. No change, no version."""
@@ -121,7 +123,7 @@ def change_entries(ref: str, body: EntriesChange, key: CurrentKey, state: State,
     return _out(lexicon)
 
 
-@router.post("/{ref}/import", response_model=LexiconOut, responses=NOT_FOUND,
+@router.post("/{ref}/import", response_model=LexiconOut, responses=REFUSED,
              openapi_extra={"requestBody": {"content": {
                  "application/pls+xml": {"schema": {"type": "string"}},
                  "text/plain": {"schema": {"type": "string"}}}}})
@@ -142,10 +144,10 @@ async def import_entries(ref: str, request: Request, key: CurrentKey, state: Sta
     return _out(lexicon)
 
 
-@router.get("/{ref}/export", responses={**NOT_FOUND, 200: {"content": {"application/pls+xml": {},
+@router.get("/{ref}/export", responses={**REFUSED, 200: {"content": {"application/pls+xml": {},
                                                                         "text/plain": {}}}})
 def export_entries(ref: str, key: CurrentKey, session: Session, format: Literal["pls", "text"] = "pls",
-                   version: Annotated[int | None, Query(ge=1)] = None) -> Response:
+                   version: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None) -> Response:
     lexicon = lexicons.find(session, owner=key.id, ref=ref)
     pin = lexicons.pin(session, owner=key.id, ref=lexicon.id, version=version)
     entries = lexicons.entries_at(session, lexicon.id, pin.version)
@@ -162,7 +164,7 @@ def delete_lexicon(ref: str, key: CurrentKey, session: Session) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/{ref}/apply", response_model=ApplyOut, responses=NOT_FOUND)
+@router.post("/{ref}/apply", response_model=ApplyOut, responses=REFUSED)
 def apply_lexicon(ref: str, body: ApplyIn, key: CurrentKey, state: State, session: Session) -> ApplyOut:
     """Re-render, with the lexicon's latest version, the finished jobs of one of your batches whose
     text an entry changed since their version touches; the others and their audio stay as they are."""

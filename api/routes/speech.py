@@ -63,6 +63,7 @@ def pick_voice(settings: Settings, voice: str) -> str | None:
 @router.post("/speech", response_class=StreamingResponse,
              responses={200: {"content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))},
                               "description": "audio, streamed as it is synthesized"},
+                        404: {"description": "no such lexicon (X-Synth-Lexicon) for this key"},
                         FAILED: {"description": "unknown voice or format, or a text its job could not "
                                                 "render (nothing speakable ...)"},
                         429: {"description": "this key holds its share of live streams (Retry-After)"},

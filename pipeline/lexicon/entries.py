@@ -58,6 +58,8 @@ def check_entry(entry: Entry, phonemes: frozenset[str] | None, engine: str) -> E
     what = f"entry {written[:40]!r}"
     if not written:
         raise InputError("an entry's written form is empty")
+    if "\x00" in written:
+        raise InputError(f"{what}: the written form contains a NUL character")
     if len(written) > MAX_WRITTEN_CHARS:
         raise InputError(f"{what}...: the written form has {len(written):,} characters; "
                          f"the limit is {MAX_WRITTEN_CHARS}")

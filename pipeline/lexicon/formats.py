@@ -48,6 +48,8 @@ def parse_pls(data: bytes) -> list[Entry]:
     except ET.ParseError as e:
         line, column = e.position
         raise InputError(f"not a PLS file: not well-formed XML at line {line}, column {column}") from e
+    except (LookupError, ValueError) as e:   # an encoding declaration Python does not know
+        raise InputError(f"not a PLS file: {e}") from e
     if root.tag != f"{{{PLS_NS}}}lexicon":
         raise InputError(f"not a PLS file: the root element is <{root.tag.rsplit('}', 1)[-1]}>, expected "
                          f"<lexicon xmlns=\"{PLS_NS}\">")

@@ -75,6 +75,8 @@ def plan(session: Session, lexicon: Lexicon, *, owner: str, batch_id: str) -> Pl
 
 
 def _owned_batch(session: Session, owner: str, batch_id: str) -> Batch:
+    if "\x00" in batch_id:   # never a batch id or name, and PostgreSQL refuses it in a query
+        raise NotFound(f"batch {batch_id[:64]!r} not found")
     owner_is = Batch.owner_key_id.is_(None) if owner == LOCAL_OWNER else Batch.owner_key_id == owner
     batch = session.scalars(select(Batch).where(Batch.id == batch_id, owner_is)).first() or \
         session.scalars(select(Batch).where(Batch.name == batch_id, owner_is)

@@ -75,6 +75,8 @@ def create(session: Session, checker: Checker, *, owner: str, name: str, entries
 
 def find(session: Session, *, owner: str, ref: str) -> Lexicon:
     """The owner's lexicon with this id or name, or NotFound."""
+    if not _NAME.fullmatch(ref):     # no name or id looks like this (nor may reach the database: NUL)
+        raise NotFound(f"lexicon {ref[:100]!r} not found")
     found = session.scalars(select(Lexicon).where(Lexicon.owner == owner, Lexicon.id == ref)).first() or \
         session.scalars(select(Lexicon).where(Lexicon.owner == owner, Lexicon.name == ref)).first()
     if found is None:
@@ -120,7 +122,7 @@ def delete(session: Session, lexicon: Lexicon) -> None:
 def entries_at(session: Session, lexicon_id: str, version: int) -> list[Entry]:
     row = session.get(LexiconVersion, (lexicon_id, version))
     if row is None:
-        raise NotFound(f"lexicon {lexicon_id} has no version {version}")
+        raise NotFound(f"lexicon {lexicon_id} version {version} no longer exists: the lexicon was deleted")
     return [Entry.from_dict(d) for d in row.entries]
 
 
