@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from api.deps import CurrentKey, KeyFirstRoute, Session, State
 from api.schemas import MAX_VERSION
@@ -132,12 +133,17 @@ async def import_entries(ref: str, request: Request, key: CurrentKey, state: Sta
     """A PLS document or ``word = says`` lines as the body: its entries are added (``replace``:
     they become the whole lexicon) as one new version. The lexicon is created if it does not exist."""
     data = await request.body()
+    # parsing a file and writing a version is blocking work: off the event loop
+    return await run_in_threadpool(_import, data, ref, key.id, state, session, replace)
+
+
+def _import(data: bytes, ref: str, owner: str, state, session, replace: bool) -> LexiconOut:
     entries = formats.parse(data)
     checker = lexicons.checker_for(state.settings.engine_settings())
     try:
-        lexicon = lexicons.find(session, owner=key.id, ref=ref)
+        lexicon = lexicons.find(session, owner=owner, ref=ref)
     except lexicons.NotFound:
-        lexicon = lexicons.create(session, checker, owner=key.id, name=ref, entries=entries)
+        lexicon = lexicons.create(session, checker, owner=owner, name=ref, entries=entries)
     else:
         lexicons.change(session, checker, lexicon, added=entries, replace=replace)
     session.commit()

@@ -6,9 +6,9 @@ words however the lexicon changes after it was made."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -22,6 +22,7 @@ from pipeline.lexicon.entries import Entry, check_entry, check_lexicon, merge
 
 DEFAULT_NAME = "default"      # the lexicon every new job of its owner uses unless told otherwise
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
 
 class NotFound(InputError):
     """No lexicon (or batch) of that name or id for this owner (the API answers 404)."""
@@ -65,7 +66,7 @@ def create(session: Session, checker: Checker, *, owner: str, name: str, entries
     session.add(lexicon)
     try:
         session.flush()
-    except IntegrityError as e:
+    except IntegrityError as e:   # the unique (owner, name): the name is taken, perhaps a moment ago
         session.rollback()
         raise InputError(f"a lexicon named {name!r} exists already") from e
     session.add(LexiconVersion(lexicon_id=lexicon.id, version=1, entries=[e.to_dict() for e in checked]))
@@ -101,7 +102,7 @@ def change(session: Session, checker: Checker, lexicon: Lexicon, *, added: list[
         raise InputError(f"no entry for {missing[0][:60]!r} in lexicon {lexicon.name!r}")
     entries = merge([] if replace else current, checker.entries(list(added)), list(removed))
     check_lexicon(entries)
-    if _as_set(entries) == _as_set(current):
+    if set(entries) == set(current):
         return False
     lexicon.version += 1
     lexicon.entry_count = len(entries)
@@ -144,12 +145,8 @@ def pin(session: Session, *, owner: str, ref: str | None, version: int | None = 
 def changed_between(old: list[Entry], new: list[Entry]) -> list[Entry]:
     """The entries added, removed or changed from ``old`` to ``new``: a text that none of them
     matches reads the same with either version."""
-    before, after = _as_set(old), _as_set(new)
+    before, after = set(old), set(new)
     return [e for e in old + new if (e in before) != (e in after)]
-
-
-def _as_set(entries: list[Entry]) -> set[Entry]:
-    return set(entries)
 
 
 class Versions:
