@@ -108,7 +108,8 @@ def show(name: str, version: int | None) -> None:
 
 @lexicon.command("export")
 @click.argument("name", default=lexicons.DEFAULT_NAME)
-@click.option("--format", "fmt", type=click.Choice(["pls", "text"]), default="pls", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["pls", "text"]), default="pls", show_default=True,
+              help="W3C PLS, or `word = says` lines.")
 @click.option("--version", "version", type=int, help="This version [default: the latest].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here, not stdout.")
 def export(name: str, fmt: str, version: int | None, output: Path | None) -> None:
