@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from api.livehub import LiveCapacityError
 from api.schemas import PATTERN_HINTS
 from pipeline.errors import InputError, ServiceUnavailableError, StorageError
+from pipeline.lexicon.store import NotFound as LexiconNotFound
 
 OPENAI_PREFIX = "/v1/audio/"
 
@@ -101,6 +102,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(InputError)
     async def _input(request: Request, e: InputError) -> JSONResponse:
         return error_response(request, 400, str(e))
+
+    @app.exception_handler(LexiconNotFound)   # another key's lexicon is not found either
+    async def _no_lexicon(request: Request, e: LexiconNotFound) -> JSONResponse:
+        return error_response(request, 404, str(e))
 
     @app.exception_handler(ServiceUnavailableError)
     @app.exception_handler(StorageError)

@@ -113,6 +113,17 @@ class Levelled(_In):
         description="dBTP ceiling of levelled jobs; needs loudness_target; default -1 (lossy formats keep 1 dB more)")
 
 
+MAX_VERSION = 2**31 - 1   # a lexicon version is an SQL integer
+
+
+class Lexiconed(_In):
+    lexicon: str | None = Field(None, min_length=1, max_length=100, description=(
+        "A lexicon of yours (name or id) every job reads its words with; default: your lexicon named "
+        "`default`, if you have one"))
+    lexicon_version: Annotated[int | None, BeforeValidator(_whole)] = Field(
+        None, ge=1, le=MAX_VERSION, description="Pin this version; default: the latest")
+
+
 class ItemIn(_In):
     client_id: str | None = Field(None, min_length=1, max_length=200, pattern=CLIENT_ID_PATTERN,
                                   description="Your id for this item, unique in the batch; default item-NNNNNN")
@@ -124,10 +135,10 @@ class ItemIn(_In):
 
 # Fields added after bodies were first fingerprinted: left out while unset, so a retry of a body
 # that never had them still matches its first request's Idempotency-Key fingerprint.
-ADDED_LATER = ("loudness_target", "true_peak_max")
+ADDED_LATER = ("loudness_target", "true_peak_max", "lexicon", "lexicon_version")
 
 
-class BatchCreate(Levelled, Webhook):
+class BatchCreate(Levelled, Lexiconed, Webhook):
     name: str | None = Field(None, max_length=200)
     items: list[ItemIn] = Field(min_length=1)
     voice: str | None = Field(None, min_length=1, max_length=64, description="Default for items without one")
@@ -136,7 +147,7 @@ class BatchCreate(Levelled, Webhook):
     priority: Priority = "batch"
 
 
-class JobCreate(Levelled, Webhook):
+class JobCreate(Levelled, Lexiconed, Webhook):
     text: str = Field(min_length=1)
     client_id: str | None = Field(None, min_length=1, max_length=200, pattern=CLIENT_ID_PATTERN)
     voice: str | None = Field(None, min_length=1, max_length=64)
@@ -178,8 +189,10 @@ class JobOut(BaseModel):
     text_notes: dict[str, int] | None = Field(
         None, description="What the text front end changed, when it changed anything: "
         "foreign_chars_dropped, emoji_dropped, tags_removed, readings_expanded, ssml_breaks, "
-        "ssml_say_as, rate_ignored")
+        "ssml_say_as, rate_ignored, lexicon_entries, lexicon_phonemes_skipped")
     loudness_target: float | None = Field(None, description="LUFS the job was levelled to, if any")
+    lexicon_id: str | None = Field(None, description="The lexicon the job renders (or rendered) with, if any")
+    lexicon_version: int | None = None
     loudness_lufs: float | None = Field(None, description="Integrated loudness of the stored audio (BS.1770)")
     true_peak_dbtp: float | None = Field(None, description="True peak of the stored audio, dBTP")
     verdict: str | None = Field(None, description="The check of the audio against its text: clean, suspect, bad "
@@ -212,6 +225,8 @@ class BatchOut(BaseModel):
     expires_at: datetime | None
     loudness_target: float | None = None
     true_peak_max: float | None = None
+    lexicon_id: str | None = Field(None, description="The lexicon the batch was made with, if any")
+    lexicon_version: int | None = None
 
 
 class BatchPage(BaseModel):

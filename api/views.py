@@ -24,7 +24,7 @@ def job_out(job: Job, metrics: JobMetrics | None) -> JobOut:
         audio_url=job_audio_path(job.id) if job.status == JobStatus.DONE else None,
         stream_url=f"/v1/jobs/{job.id}/stream",
         text_notes=((metrics.extra or {}).get("text") or None) if metrics else None,
-        loudness_target=job.loudness_target,
+        loudness_target=job.loudness_target, lexicon_id=job.lexicon_id, lexicon_version=job.lexicon_version,
         loudness_lufs=metrics.loudness_lufs if metrics else None,
         true_peak_dbtp=metrics.true_peak_dbtp if metrics else None,
         **_verdict(job, metrics),
@@ -59,4 +59,5 @@ def batch_out(session: Session, batch: Batch) -> BatchOut:
         created_at=_utc(batch.created_at), finished_at=_utc(batch.finished_at),
         cancelled_at=_utc(batch.cancelled_at), expires_at=_utc(batch.expires_at),
         loudness_target=batch.loudness_target, true_peak_max=batch.true_peak_max,
+        lexicon_id=batch.lexicon_id, lexicon_version=batch.lexicon_version,
     )

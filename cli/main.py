@@ -18,6 +18,7 @@ from pipeline.errors import EngineUnavailableError, InputError, ServiceUnavailab
 COMMANDS = {
     "api": "cli.api:api", "beat": "cli.beat:beat", "cancel": "cli.batches:cancel", "check": "cli.check:check",
     "db": "cli.db:db", "delete": "cli.batches:delete", "fetch": "cli.inspect:fetch", "keys": "cli.keys:keys",
+    "lexicon": "cli.lexicon:lexicon",
     "models": "cli.models:models", "report": "cli.report:report", "retry": "cli.batches:retry",
     "status": "cli.inspect:status", "submit": "cli.submit:submit", "worker": "cli.worker:worker",
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from pipeline.corpus import parse_corpus
 from pipeline.errors import EngineUnavailableError, InputError, ServiceUnavailableError
 from pipeline.plural import counted
 from pipeline.settings import FORMATS, Settings
+from pipeline.lexicon import store as lexicons
 from pipeline.submit import BatchOptions, create_batch, resolve_options, withdraw_batch
 from worker.app import make_producer
 from worker.enqueue import check_broker, enqueue_batch
@@ -39,12 +41,16 @@ PROGRESS_FROM = 5000   # lines: a corpus this long shows its enqueue's progress
                    "[default: as rendered; each job's loudness is measured and recorded either way].")
 @click.option("--true-peak", type=float, metavar="DBTP",
               help="The true-peak ceiling of levelled jobs [default: -1; lossy formats keep 1 dB more].")
+@click.option("--lexicon", metavar="NAME",
+              help="Pronunciation lexicon (`synth lexicon`) [default: the lexicon named default, if any].")
+@click.option("--lexicon-version", type=int, metavar="N", help="Pin this version [default: the latest].")
 @click.option("--wait/--no-wait", default=None,
               help="Wait for the batch to finish. Embedded mode always waits; with SYNTH_REDIS_URL "
                    "the default is to enqueue and return.")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="After finishing, copy the audio and manifest here (implies --wait).")
-def submit(corpus: Path, voice, fmt, sample_rate, priority, name, loudness, true_peak, wait, output) -> None:
+def submit(corpus: Path, voice, fmt, sample_rate, priority, name, loudness, true_peak, lexicon, lexicon_version,
+           wait, output) -> None:
     """Synthesize every non-empty line of CORPUS (a UTF-8 text file, or - for stdin) as one job.
 
     \b
@@ -61,6 +67,9 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, loudness, true
                                                      priority=priority, name=name, loudness=loudness,
                                                      true_peak=true_peak))
     _, sessions = open_database(settings)
+    with sessions() as session:   # the version is taken now: later changes do not reach this batch
+        options = dataclasses.replace(options, lexicon=lexicons.pin(
+            session, owner=lexicons.LOCAL_OWNER, ref=lexicon, version=lexicon_version))
     store = open_store(settings)
     embedded = settings.redis_url is None
     with broker(settings) as broker_url:

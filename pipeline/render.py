@@ -30,6 +30,8 @@ from pipeline.errors import (
 )
 from pipeline.formats import get_format
 from pipeline.hostinfo import hostname
+from pipeline.lexicon.store import NotFound as LexiconNotFound
+from pipeline.lexicon.store import Pin, Versions
 from pipeline.live import LiveAudio, LiveJob
 from pipeline.manifest import close_if_finished
 from pipeline.storage import ObjectStore
@@ -59,6 +61,7 @@ class Renderer:
     # the heartbeat shows it, and jobs are not rendered while a probe write still fails.
     storage_fault: StorageFullError | None = None
     verifier: Verifier | None = None    # checks jobs' audio against their text (SYNTH_VERIFY)
+    lexicons: Versions = field(default_factory=Versions)   # lexicon versions, compiled once each
 
 
 @dataclass
@@ -86,6 +89,7 @@ class _JobState:
     gate: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
     pauses: list[float] | None = None   # seconds of silence around the pieces (audio.join)
     text_notes: dict = field(default_factory=dict)  # what the text front end changed
+    lexicon: dict | None = None         # {"id", "version"} of the lexicon it rendered with
 
 
 def warm(r: Renderer) -> None:
@@ -197,7 +201,8 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
         chunks, pauses, notes = planned
         live, live_spec = _live(r, job, len(chunks))
         states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
-                                   live=live, live_spec=live_spec, pauses=pauses, text_notes=notes)
+                                   live=live, live_spec=live_spec, pauses=pauses, text_notes=notes,
+                                   lexicon=_lexicon_record(job))
         per_job.append((job.id, chunks, job))
     # First chunks of every job first, so each job's first audio comes early.
     requests = [
@@ -215,8 +220,9 @@ def _front(r: Renderer, job: Job, max_chars: int, outcome: Outcome):
     and what was changed; None when the job failed here (malformed SSML, nothing to say)."""
     voice = r.engine.info.profile(job.voice)
     try:
-        prepared = textfront.prepare(job.text, voice, read_emoji=r.read_emoji)
-    except MarkupError as e:
+        lexicon = _lexicon(r, job)
+        prepared = textfront.prepare(job.text, voice, read_emoji=r.read_emoji, lexicon=lexicon)
+    except (MarkupError, LexiconNotFound) as e:
         _fail(r, job.id, str(e), outcome)
         return None
     chunks, pauses = prepared.pieces(max_chars)
@@ -224,6 +230,18 @@ def _front(r: Renderer, job: Job, max_chars: int, outcome: Outcome):
         _fail(r, job.id, textfront.unspeakable_reason(job.text, voice, prepared.notes), outcome)
         return None
     return chunks, pauses, prepared.notes
+
+
+def _lexicon(r: Renderer, job: Job):
+    """The job's lexicon version, compiled; LexiconNotFound where it was deleted since."""
+    if job.lexicon_id is None:
+        return None
+    with r.sessions() as session:
+        return r.lexicons.get(session, Pin(job.lexicon_id, job.lexicon_version))
+
+
+def _lexicon_record(job: Job) -> dict | None:
+    return {"id": job.lexicon_id, "version": job.lexicon_version} if job.lexicon_id else None
 
 
 def _live(r: Renderer, job: Job, pieces: int) -> tuple[LiveJob | None, LiveSpec | None]:
@@ -340,8 +358,10 @@ def _check(r: Renderer, job: Job, key: str, samples: np.ndarray):
 
 
 def _extra(state: _JobState) -> dict | None:
-    """job_metrics.extra: the engine's counters, and under "text" what the front end changed."""
-    extra = {**state.stats, **({"text": state.text_notes} if state.text_notes else {})}
+    """job_metrics.extra: the engine's counters, under "text" what the front end changed, and
+    under "lexicon" the lexicon version it rendered with."""
+    extra = {**state.stats, **({"text": state.text_notes} if state.text_notes else {}),
+             **({"lexicon": state.lexicon} if state.lexicon else {})}
     return extra or None
 
 

@@ -21,6 +21,7 @@ from pipeline.formats import get_format
 from pipeline.db import owned
 from pipeline.db.models import Job, JobMetrics, JobStatus
 from pipeline.db.models_api import ApiKey
+from pipeline.lexicon import store as lexicons
 from pipeline.submit import BatchOptions, Item, create_item_batch
 from pipeline.verify.jobs import CAPTION_TYPES, caption_key
 
@@ -41,14 +42,16 @@ def job_body(session, job_id: str) -> dict:
     return job_out(job, owned.job_metrics(session, job.id)).model_dump(mode="json")
 
 
-@router.post("", status_code=201, response_model=JobOut, responses={409: {"description": "Idempotency-Key reused"}})
+@router.post("", status_code=201, response_model=JobOut,
+             responses={409: {"description": "Idempotency-Key reused"}, 404: {"description": "no such lexicon for this key"}})
 def create_job(body: JobCreate, key: CurrentKey, state: State, session: Session,
                idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> JSONResponse:
     """One text. priority=realtime goes ahead of batch work and streams live (GET .../stream)."""
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/jobs", body.fingerprinted())
     item = Item(text=body.text, client_id=body.client_id or "job")
     options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
-                           priority=body.priority, loudness=body.loudness_target, true_peak=body.true_peak_max)
+                           priority=body.priority, loudness=body.loudness_target, true_peak=body.true_peak_max,
+                           lexicon=lexicons.pin(session, owner=key.id, ref=body.lexicon, version=body.lexicon_version))
     columns = creating.owner_columns(state, key, kind="job", webhook_url=body.webhook_url,
                                      webhook_events=body.webhook_events)
     job_id, created = creating.create(state, session, claim, "job", lambda s: create_item_batch(

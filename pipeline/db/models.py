@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from pipeline.db import models_api, models_reports, models_webhooks  # noqa: F401 - see the module
+from pipeline.db import models_api, models_lexicons, models_reports, models_webhooks  # noqa: F401 - see the module
 from pipeline.db.base import Base, new_id, utcnow
 
 def as_utc(value: datetime) -> datetime:
@@ -94,6 +94,9 @@ class Batch(Base):
     cancelled_at: Mapped[datetime | None] = mapped_column(_ts)
     loudness_target: Mapped[float | None] = mapped_column(Float)   # LUFS; None: levels left as rendered
     true_peak_max: Mapped[float | None] = mapped_column(Float)     # dBTP ceiling of a levelled batch
+    # The pronunciation lexicon the batch was made with (migration 0007); None: none
+    lexicon_id: Mapped[str | None] = mapped_column(String(32))
+    lexicon_version: Mapped[int | None] = mapped_column(Integer)
 
     jobs: Mapped[list[Job]] = relationship(back_populates="batch", cascade="all, delete-orphan",
                                            passive_deletes=True)
@@ -117,6 +120,9 @@ class Job(Base):
     sample_rate: Mapped[int | None] = mapped_column(Integer)
     loudness_target: Mapped[float | None] = mapped_column(Float)   # migration 0006, as the batch's
     true_peak_max: Mapped[float | None] = mapped_column(Float)
+    # The lexicon version the job renders with: its batch's, or a later one (`synth lexicon apply`)
+    lexicon_id: Mapped[str | None] = mapped_column(String(32))
+    lexicon_version: Mapped[int | None] = mapped_column(Integer)
     priority: Mapped[str] = mapped_column(String(16), default="batch")
     queue: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[JobStatus] = mapped_column(_status, default=JobStatus.PENDING)
