@@ -19,7 +19,8 @@ COMMANDS = {
     "api": "cli.api:api", "beat": "cli.beat:beat", "cancel": "cli.batches:cancel", "check": "cli.check:check",
     "db": "cli.db:db", "delete": "cli.batches:delete", "fetch": "cli.inspect:fetch", "keys": "cli.keys:keys",
     "models": "cli.models:models", "report": "cli.report:report", "retry": "cli.batches:retry",
-    "status": "cli.inspect:status", "submit": "cli.submit:submit", "worker": "cli.worker:worker",
+    "status": "cli.inspect:status", "submit": "cli.submit:submit", "usage": "cli.usage:usage_",
+    "worker": "cli.worker:worker",
 }
 
 
