@@ -69,8 +69,10 @@ class QuotaValue(click.ParamType):
         self.kind = kind
 
     def convert(self, value, param, ctx):
+        if value is NO_LIMIT:
+            return value
         if isinstance(value, str) and value.strip().lower() == "none":
-            return None
+            return NO_LIMIT
         try:
             number = self.kind(value)
         except (TypeError, ValueError):
@@ -80,22 +82,22 @@ class QuotaValue(click.ParamType):
         return number
 
 
-_UNSET = object()
+NO_LIMIT = object()   # "none" given: the option's None means it was not given
 
 
 @keys.command()
 @click.argument("key_name")
-@click.option("--chars-per-day", type=QuotaValue(int), default=_UNSET,
+@click.option("--chars-per-day", type=QuotaValue(int), default=None,
               help="Characters per UTC day, done and unfinished jobs together (none: no limit).")
-@click.option("--audio-seconds-per-day", "audio_s_per_day", type=QuotaValue(float), default=_UNSET,
+@click.option("--audio-seconds-per-day", "audio_s_per_day", type=QuotaValue(float), default=None,
               help="Seconds of audio rendered per UTC day; past it, new work is refused (none: no limit).")
-@click.option("--live-streams", type=QuotaValue(int), default=_UNSET,
+@click.option("--live-streams", type=QuotaValue(int), default=None,
               help="Live streams open at once per API process, under SYNTH_API_MAX_LIVE_STREAMS_PER_KEY "
                    "(none: that setting alone).")
 def quota(key_name: str, **limits) -> None:
     """Set or remove a key's quotas (KEY_NAME: its name, or its id). Past one, the key's requests
     to create work answer 429 with Retry-After; nothing queued is cancelled."""
-    changes = {name: value for name, value in limits.items() if value is not _UNSET}
+    changes = {name: None if value is NO_LIMIT else value for name, value in limits.items() if value is not None}
     if not changes:
         raise InputError("give at least one of --chars-per-day, --audio-seconds-per-day, --live-streams")
     _, sessions = open_database(Settings())
