@@ -1,5 +1,6 @@
-"""key quotas and usage: optional per-day limits and a live-stream cap on each API key, and a
-per-key, per-day usage table
+"""key quotas, usage and the console's indexes: optional per-day limits and a live-stream cap on
+each API key, a per-key, per-day usage table, and the indexes the operator's console reads the
+last day and the open batches through
 
 Revision ID: 0008
 Revises: 0006
@@ -32,9 +33,15 @@ def upgrade() -> None:
                                 ondelete='CASCADE'),
         sa.PrimaryKeyConstraint('key_id', 'day', name=op.f('pk_key_usage')),
     )
+    op.create_index('ix_jobs_status_finished_at', 'jobs', ['status', 'finished_at'])
+    op.create_index(op.f('ix_batches_finished_at'), 'batches', ['finished_at'])
+    op.create_index(op.f('ix_job_metrics_recorded_at'), 'job_metrics', ['recorded_at'])
 
 
 def downgrade() -> None:
+    op.drop_index(op.f('ix_job_metrics_recorded_at'), table_name='job_metrics')
+    op.drop_index(op.f('ix_batches_finished_at'), table_name='batches')
+    op.drop_index('ix_jobs_status_finished_at', table_name='jobs')
     op.drop_table('key_usage')
     with op.batch_alter_table('api_keys', recreate='never') as t:
         t.drop_column('live_streams')
