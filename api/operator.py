@@ -44,9 +44,7 @@ def check_operator(request: Request, tokens: tuple[str, ...], authorization: str
                    *, cookie: bool = False) -> None:
     """Passes, or raises the 400, 401 or 403 that says what to send; ``setting`` names the
     variables that set ``tokens``. ``cookie``: a console session (``SESSION_COOKIE``) opens it too."""
-    if any(name in request.query_params for name in QUERY_TOKENS):
-        raise HTTPException(400, detail="a token in the URL is refused (URLs are logged): "
-                                        "send it as `Authorization: Bearer <token>`")
+    refuse_query_token(request)
     if tokens and cookie and authorization is None and valid_session(request.cookies.get(SESSION_COOKIE), tokens):
         return
     if tokens:
@@ -57,6 +55,12 @@ def check_operator(request: Request, tokens: tuple[str, ...], authorization: str
         return
     if not _loopback(request):
         raise HTTPException(403, detail=f"{setting} is unset, so this route answers loopback clients only")
+
+
+def refuse_query_token(request: Request) -> None:
+    if any(name in request.query_params for name in QUERY_TOKENS):
+        raise HTTPException(400, detail="a token in the URL is refused (URLs are logged): "
+                                        "send it as `Authorization: Bearer <token>`")
 
 
 def token_matches(given: str, tokens: tuple[str, ...]) -> bool:

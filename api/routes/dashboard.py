@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from api.deps import State
 from api.limits import check_rate
 from api.operator import (OPERATOR_RESPONSES, DashboardAccess, check_operator, dashboard_tokens, end_session,
-                          start_session, token_matches)
+                          refuse_query_token, start_session, token_matches)
 from pipeline import deadletter
 from pipeline.reports.fmt import HEADLINE_LABELS, num, pct
 
@@ -72,6 +72,7 @@ async def dashboard(request: Request, state: State,
                         400: {"description": "a token in the query string"}})
 async def login(request: Request, state: State, token: Annotated[str, Form(max_length=1000)]) -> HTMLResponse:
     """Log a browser in with the operator token, sent in the form's body (never in the URL)."""
+    refuse_query_token(request)
     tokens = dashboard_tokens(state.settings)
     if not tokens:   # nothing to log in to: loopback clients are let in, others told why not
         check_operator(request, (), None, "SYNTH_DASHBOARD_TOKEN")
