@@ -70,7 +70,7 @@ async def dashboard(request: Request, state: State,
                         401: {"description": "not the token of SYNTH_DASHBOARD_TOKEN"},
                         429: {"description": "too many tries from this address (Retry-After)"},
                         400: {"description": "a token in the query string"}})
-async def login(request: Request, state: State, token: Annotated[str, Form(max_length=1000)]) -> HTMLResponse:
+async def login(request: Request, state: State, token: Annotated[str, Form(min_length=1, max_length=1000)]) -> HTMLResponse:
     """Log a browser in with the operator token, sent in the form's body (never in the URL)."""
     refuse_query_token(request)
     tokens = dashboard_tokens(state.settings)
