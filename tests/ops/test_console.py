@@ -21,6 +21,7 @@ from api.console import CACHE_S
 from pipeline import api_keys
 from pipeline.db.models import Job, JobStatus
 from pipeline.live import redis_client_url
+from pipeline.reports import fleet
 from pipeline.routing import all_queues
 from pipeline.submit import BatchOptions, Item, create_item_batch
 from tests.api.conftest import serve
@@ -90,7 +91,12 @@ def test_the_console_shows_a_running_batch_plots_workers_and_failures_in_headles
                                   BatchOptions(name="board-minutes"), source="api", owner_key_id=key.id)
         s.commit()
         bad = s.scalar(select(Job.id).where(Job.batch_id == batch.id, Job.client_id == "bad"))
-    sample_depths(redis.Redis.from_url(redis_client_url(redis_url)), queues)
+    client = redis.Redis.from_url(redis_client_url(redis_url))
+    sample_depths(client, queues)
+    # a worker that stopped beating a minute ago: its heartbeat has not expired yet
+    fleet.write_heartbeat(client, "gpu-host/gpu0", {"device": H100, "engine": "orpheus", "rows": 64,
+                                                    "jobs_in_flight": 0}, ttl=300)
+    client.hset(fleet.WORKER_PREFIX + "gpu-host/gpu0", "last_seen", f"{time.time() - 60:.3f}")
 
     from worker.enqueue import enqueue_batch
     with serve(settings.with_overrides(api_rate_limit=0), redis_url) as server, \
@@ -112,6 +118,7 @@ def test_the_console_shows_a_running_batch_plots_workers_and_failures_in_headles
     assert f'<a href="/v1/jobs/{bad}">{bad[:12]}</a>' in second and "nothing speakable in line" in second
     # the worker's heartbeat: device, engine, rows in use
     assert "cpu-host/piper" in second and "<td>piper</td>" in second
+    assert '<tr class="stale"><td>gpu-host/gpu0</td>' in second and "0 / 64" in second
     assert re.search(r"<td>[0-9]+ / [0-9]+</td><td class=\"inflight\">", second)
     # each plot drew its series (uPlot's legend names them; the canvas is checked in pixels below)
     assert f">{H100}<" in plot_of(second, "audio") and f">{EPYC}<" in plot_of(second, "audio")
