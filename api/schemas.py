@@ -263,3 +263,27 @@ class Formats(BaseModel):
     sample_rates: list[int]
     stream_formats: list[str] = Field(description="GET /v1/jobs/{id}/stream")
     speech_formats: list[str] = Field(description="POST /v1/audio/speech response_format")
+
+
+class UsageCounts(BaseModel):
+    jobs: int = Field(description="Jobs done")
+    chars: int = Field(description="Characters of the jobs done")
+    audio_s: float = Field(description="Seconds of audio of the jobs done")
+
+
+class Quotas(BaseModel):
+    chars_per_day: int | None = Field(description="None: no limit")
+    audio_s_per_day: float | None = Field(description="None: no limit")
+    live_streams: int = Field(description="Live streams this key may hold open at once, per API process")
+
+
+class UsageOut(BaseModel):
+    key_id: str
+    name: str
+    day: str = Field(description="Today, a UTC day (YYYY-MM-DD); usage is counted when a job is done")
+    today: UsageCounts
+    month: UsageCounts = Field(description="This UTC month, today included")
+    unfinished_chars: int = Field(description="Characters of this key's jobs not yet done; they count "
+                                              "against chars_per_day")
+    quotas: Quotas
+    resets_in_s: int = Field(description="Seconds until the day's quotas reset (00:00 UTC)")

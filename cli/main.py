@@ -20,7 +20,8 @@ COMMANDS = {
     "db": "cli.db:db", "delete": "cli.batches:delete", "fetch": "cli.inspect:fetch", "keys": "cli.keys:keys",
     "lexicon": "cli.lexicon:lexicon",
     "models": "cli.models:models", "report": "cli.report:report", "retry": "cli.batches:retry",
-    "status": "cli.inspect:status", "submit": "cli.submit:submit", "worker": "cli.worker:worker",
+    "status": "cli.inspect:status", "submit": "cli.submit:submit", "usage": "cli.usage:usage_",
+    "worker": "cli.worker:worker",
 }
 
 

@@ -61,7 +61,8 @@ def create_json_batch(body: BatchCreate, key: CurrentKey, state: State, session:
     columns = creating.owner_columns(state, key, kind="batch", webhook_url=body.webhook_url,
                                      webhook_events=body.webhook_events)
     batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_item_batch(
-        s, state.settings, items, options, source="api", **columns))
+        s, state.settings, items, options, source="api", **columns), key=key,
+        chars=sum(len(i.text) for i in items))
     return _created(session, batch_id, created)
 
 
@@ -125,7 +126,8 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
     columns = creating.owner_columns(state, key, kind="batch", webhook_url=webhook_url,
                                      webhook_events=webhook_events)
     batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_batch(
-        s, state.settings, corpus, options, source=source, **columns))
+        s, state.settings, corpus, options, source=source, **columns), key=key,
+        chars=sum(len(text) for _, text in corpus.lines))
     return _created(session, batch_id, created)
 
 

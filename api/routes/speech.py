@@ -19,6 +19,7 @@ from api.routes.jobs import job_finished, open_live_or_fail, owner_limit
 from api.schemas import SpeechCreate
 from api.streaming import CONTENT_TYPES, OPENAI_PCM_RATE, SPEECH_FORMATS, encode, once, wav_pcm
 from api.whole_audio import whole
+from pipeline import usage
 from pipeline.db.jobs import PlannedBatch, insert_batch
 from pipeline.db.models import Batch, Job
 from pipeline.db.models_api import ApiKey
@@ -83,15 +84,17 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State, request: Req
     voice = pick_voice(state.settings, body.voice)
     if not state.live.has_room():  # refused before a job is made that nobody would hear
         raise LiveCapacityError(f"this API process serves {state.live.max_streams} live streams already")
-    if not state.live.owner_has_room(key.id):
-        raise owner_limit(state)
+    if not state.live.owner_has_room(key.id, key.live_streams):
+        raise owner_limit(state, key)
     pin = await run_in_threadpool(_lexicon, state, key, lexicon)
     if idempotency_key is None:
+        if usage.has_daily_quota(key):   # a read only for a key with a quota: the first byte waits on it
+            await run_in_threadpool(_check_quota, state, key, len(body.input))
         job_id = await state.create_speech(partial(_plan, state, key, body, voice, pin))
     else:   # a replay may answer with an existing job: the request's own transaction
         job_id = await run_in_threadpool(_create, state, key, body, voice, pin, idempotency_key)
     headers = {"X-Job-Id": job_id, "Cache-Control": "no-store"}
-    live = await open_live_or_fail(state, job_id, FAILED, owner=key.id)
+    live = await open_live_or_fail(state, job_id, FAILED, owner=key)
     if live is None:  # a replay after the live copy expired: the stored WAV
         rate, pcm = wav_pcm(await run_in_threadpool(_stored_wav, state, job_id))
         return await whole(once(pcm), rate, body.response_format, job_id=job_id, speed=body.speed,
@@ -140,8 +143,14 @@ def _create(state, key: ApiKey, body: SpeechCreate, voice: str | None, pin: Pin 
             idempotency_key: str) -> str:
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/audio/speech", body.model_dump_json().encode())
     with state.sessions() as session:
-        job_id, _ = creating.create(state, session, claim, "job", partial(_build, state, key, body, voice, pin))
+        job_id, _ = creating.create(state, session, claim, "job", partial(_build, state, key, body, voice, pin),
+                                    key=key, chars=len(body.input))
     return job_id
+
+
+def _check_quota(state, key: ApiKey, chars: int) -> None:
+    with state.sessions() as session:
+        usage.check_submission(session, key, chars)
 
 
 def _stored_wav(state, job_id: str) -> bytes:

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, new_id, sources_of, utcnow
 from pipeline.db.models_api import ApiKey
+from pipeline import usage
 from pipeline.errors import IllegalTransitionError
 from pipeline.lexicon.store import Pin
 
@@ -174,6 +175,8 @@ def finish(session: Session, job: Job, *, object_key: str, metrics: dict) -> Non
     if not moved:
         raise IllegalTransitionError(f"job {job.id} is no longer running; result not recorded")
     session.merge(JobMetrics(job_id=job.id, **metrics))
+    # here, in the transaction that moved it to DONE, so the job is counted exactly once
+    usage.record_done(session, batch_id=job.batch_id, chars=len(job.text), audio_s=metrics.get("audio_s"))
 
 
 def fail(session: Session, job_id: str, error: str) -> int:

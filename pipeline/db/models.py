@@ -82,7 +82,7 @@ class Batch(Base):
     total_jobs: Mapped[int] = mapped_column(Integer, default=0)
     skipped_lines: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
-    finished_at: Mapped[datetime | None] = mapped_column(_ts)
+    finished_at: Mapped[datetime | None] = mapped_column(_ts, index=True)   # open batches (0008)
     manifest_key: Mapped[str | None] = mapped_column(String(500))
     # API (migration 0002). CLI batches have no owner and are invisible to the API.
     owner_key_id: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id", ondelete="SET NULL"),
@@ -107,6 +107,8 @@ class Job(Base):
     __table_args__ = (
         UniqueConstraint("batch_id", "client_id", name="uq_jobs_batch_client"),
         Index("ix_jobs_batch_status", "batch_id", "status"),
+        # the console's latest failures and failures per hour (pipeline/console; migration 0008)
+        Index("ix_jobs_status_finished_at", "status", "finished_at"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
@@ -163,6 +165,6 @@ class JobMetrics(Base):
     # Its reasons and scores are in extra["verify"].
     verdict: Mapped[str | None] = mapped_column(String(16))
     extra: Mapped[dict | None] = mapped_column(JSON)
-    recorded_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
+    recorded_at: Mapped[datetime] = mapped_column(_ts, default=utcnow, index=True)  # the console's day (0008)
 
     job: Mapped[Job] = relationship(back_populates="metrics")

@@ -63,3 +63,12 @@ def percentile_cells(priority: str, p: Percentiles, digits: int = 3) -> list[str
 def headline_rows(r: Report) -> list[list[str]]:
     return [[HEADLINE_LABELS[k], num(v), num(r.previous.get(k)) if r.previous else "–",
              pct(r.changes.get(k)) if r.changes else "–"] for k, v in r.headline.items()]
+
+
+BY_KEY_HEAD = ("API key", "id", "jobs done", "jobs failed", "characters", "audio h")
+NO_BY_KEY = "No job finished in the period."
+
+
+def by_key_cells(row: dict) -> list[str]:
+    return [row["name"], (row["key_id"] or "–")[:12], str(row["jobs_done"]), str(row["jobs_failed"]),
+            f"{row['characters']:,}", num(row["audio_s"] / 3600, 3)]

@@ -111,6 +111,8 @@ class Report:
     unpriced_device_types: list[str]
     series: Series
     verification: Verification | None = None
+    # per API key (queries.usage_by_key): key_id, name, jobs_done, jobs_failed, characters, audio_s
+    by_key: list[dict] = field(default_factory=list)
     headline: dict[str, float | None] = field(default_factory=dict)
     previous: dict[str, float | None] = field(default_factory=dict)
     changes: dict[str, float | None] = field(default_factory=dict)
