@@ -39,7 +39,7 @@ from worker.tasks import RENDER_TASK
 
 log = logging.getLogger(__name__)
 TTFB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800)
-RECONCILE_ACTIONS = ("requeued", "closed", "removed")   # the fields of pipeline.reconcile.Reconciled
+RECONCILE_ACTIONS = ("requeued", "closed", "removed", "rechecked")   # the fields of pipeline.reconcile.Reconciled
 RTF_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2)
 
 

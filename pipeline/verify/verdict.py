@@ -28,6 +28,8 @@ from pipeline.verify import signal
 from pipeline.verify.recognizer import RATE, Recognizer, Word, serves
 
 CLEAN, SUSPECT, BAD, NOT_CHECKED = "clean", "suspect", "bad", "not_checked"
+# A job's verdict while its check waits on the verify queue (pipeline/verify/queued.py).
+PENDING = "pending"
 CER_BAD, CER_SUSPECT = 0.7, 0.6
 # Under this many words a line's error rate says little (one miss is a third of three).
 FEW_WORDS = 4
