@@ -26,9 +26,7 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname, verify_only) 
     One worker per GPU: `synth worker --gpu 0`, `synth worker --gpu 1`, ... With no SYNTH_REDIS_URL
     it serves the embedded Redis of the data folder, finishing jobs queued there earlier.
 
-    `synth worker --verify` checks finished jobs against their text (SYNTH_VERIFY), a process per
-    core, beside the render workers: on CPU machines, so that GPU workers never wait for a check.
-    A CPU render worker serves the verify queue too, after its own queues.
+    `synth worker --verify` checks finished jobs against their text (SYNTH_VERIFY) with no engine.
 
     Realtime jobs have a consumer of their own beside the batch tasks' slots, so they reach the
     engine as soon as they arrive, however much batch work is running or queued; so do webhook

@@ -1,7 +1,7 @@
 """Checks on the verify queue (SYNTH_VERIFY with a Redis of the fleet's): a render worker records
 each job done with its verdict pending and queues its check; a verify worker checks it once, also
-when a message comes twice or a verify worker is killed mid-check, and the batch's manifest is
-written again with every verdict."""
+when a message comes twice, is lost (the reconciler sends it again) or a verify worker is killed
+mid-check, and the batch's manifest is written again with every verdict."""
 
 from __future__ import annotations
 
@@ -9,24 +9,27 @@ import json
 import os
 import signal
 import time
+from datetime import timedelta
 
 import pytest
 import redis
 from sqlalchemy import select
 
 from pipeline.corpus import parse_corpus
-from pipeline.db.models import Batch, Job, JobMetrics
+from pipeline.db.models import Batch, Job, JobMetrics, utcnow
 from pipeline.live import redis_client_url
 from pipeline.messages import UNACKED, VERIFY_TASK
 from pipeline.routing import VERIFY_QUEUE, all_queues
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch
 from pipeline.verify.jobs import caption_key
+from pipeline.verify.queued import stranded
 from tests.cli_helpers import start_synth, synth_env
 from tests.waiting import eventually
 from tests.workers import app_with_worker, thread_worker
 from worker.app import make_app
 from worker.enqueue import enqueue_batch
+from worker.verify import check_later
 
 pytest.importorskip("pocketsphinx")
 
@@ -78,6 +81,10 @@ def test_a_verify_worker_checks_each_queued_job_once_and_the_manifest_gets_the_v
 
     app = make_app(settings, redis_url)
     client = redis.Redis.from_url(redis_client_url(redis_url))
+    client.delete(VERIFY_QUEUE)                 # the messages are lost: the reconciler sends them again
+    later = utcnow() + timedelta(minutes=5)
+    assert stranded(sessions, client, send=check_later(app), before=later) == 2
+    assert stranded(sessions, client, send=check_later(app), before=later) == 0   # named by a message now
     with thread_worker(app, [VERIFY_QUEUE]):
         eventually(lambda: checked(sessions, batch_id), 120, "every job to be checked", interval=0.1)
         assert log.read_text().splitlines() == ["transcribed"] * 2

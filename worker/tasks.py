@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 
 from celery import Celery
 from sqlalchemy.exc import OperationalError
@@ -14,15 +13,11 @@ from pipeline.messages import RENDER_TASK
 from pipeline.plural import counted
 from pipeline.render import fail_jobs, render_jobs, retry_error
 from worker import maintenance
+from worker.backoff import backoff
 from worker.boot import runtime_for
 from worker.deadletter import dead_letter_task
 
 log = logging.getLogger(__name__)
-
-
-def backoff(retries: int, cap: int) -> float:
-    """Exponential backoff with full jitter: 2, 4, 8 ... seconds, capped, times U(0.5, 1)."""
-    return min(cap, 2 ** (min(retries, 30) + 1)) * random.uniform(0.5, 1.0)
 
 
 def register(app: Celery) -> None:

@@ -21,6 +21,7 @@ from pipeline.routing import VERIFY_QUEUE
 from pipeline.storage import make_store
 from pipeline.verify.queued import Checker, verify_jobs
 from pipeline.verify.recognizer import load_recognizer
+from worker.backoff import backoff
 from worker.deadletter import dead_letter_task
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,6 @@ def register(app: Celery) -> None:
         except (RetryableError, OperationalError) as e:
             # The store or the database is away: the jobs stay pending. Once retries run out the
             # reconciler sends their checks again (pipeline/verify/queued.py stranded).
-            from worker.tasks import backoff   # here: worker.tasks imports boot, which imports this
-
 
             raise self.retry(exc=e, countdown=backoff(self.request.retries, settings.retry_backoff_max)) from e
         return {"checked": len(done.checked), "skipped": len(done.skipped)}
