@@ -16,6 +16,7 @@ from pipeline.reports.fleet import PRIORITY_SUFFIXES
 
 RENDER_TASK = "synth.render"    # the task worker/tasks.py registers
 VERIFY_TASK = "synth.verify"    # worker/verify.py: check done jobs' audio against their text
+RERENDER_TASK = "synth.rerender"    # worker/tasks.py: render a bad job again (pipeline/retake.py)
 UNACKED = "unacked"             # kombu's hash of delivered, unacked messages
 _PAGE = 1000
 

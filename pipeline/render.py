@@ -36,6 +36,7 @@ from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
 from pipeline.verify.jobs import CAPTION_TYPES, LaterChecks, Verifier, caption_key, record, store_captions
 from pipeline.verify.queued import pending_record
+from pipeline.verify.retakes import Retakes
 from pipeline.verify.verdict import PENDING
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class Renderer:
     storage_fault: StorageFullError | None = None
     # Checks jobs' audio against their text (SYNTH_VERIFY): inline, or later on the verify queue.
     verifier: Verifier | LaterChecks | None = None
+    retakes: Retakes | None = None      # renders a bad job again (SYNTH_RERENDER_BUDGET)
 
 
 @dataclass
@@ -280,7 +282,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         return
     try:
         fmt = get_format(job.format)
-        samples, level = _level(job, samples, info.sample_rate)
+        samples, level = level_job(job, samples, info.sample_rate)
         data = audio.encode(samples, info.sample_rate, job.format, job.sample_rate)
         key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)
@@ -294,6 +296,8 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
             session.commit()
         if checked and checked[0] == PENDING:   # recorded first: a check never finds its job unfinished
             r.verifier.send(job.id)
+        elif checked and r.retakes is not None:   # a bad render is rendered again (pipeline/retake.py)
+            r.retakes.after(job, checked[0], 1)
         outcome.done.append(job.id)
     except IllegalTransitionError:
         _lost_race(r, job, key, outcome)
@@ -309,7 +313,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
                  else DatabaseUnavailableError(f"database unreachable while recording the job: {e.orig}"), outcome)
 
 
-def _level(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, loudness.Level]:
+def level_job(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, loudness.Level]:
     """Every job's loudness is measured; a job of a levelled batch is brought to its target."""
     if job.loudness_target is None:
         return samples, loudness.measure(samples, sample_rate)
@@ -336,7 +340,7 @@ def _metrics(r: Renderer, state: _JobState, samples: np.ndarray, synth_s: float,
         device_type=info.device_type, worker_host=r.worker_host or hostname(),
         batch_size=state.batch_size, extra=extra,
         loudness_lufs=level.lufs, true_peak_dbtp=level.true_peak_dbtp,
-        verdict=checked[0] if checked else None,
+        verdict=checked[0] if checked else None, renders=1,
     )
 
 

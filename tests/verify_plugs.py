@@ -31,3 +31,23 @@ class Stuck(PocketSphinx):
         _log("started")
         time.sleep(3600)
         return ""
+
+
+class DeafFirst(Counted):
+    """Hears nothing in the first audio it is given, then hears as pocketsphinx does: the first
+    render of a job is judged bad (says other words), its retake on its merits."""
+
+    def transcribe(self, pcm: bytes) -> str:
+        log = os.environ["SYNTH_TEST_RECOGNIZER_LOG"]
+        if not os.path.exists(log):
+            _log("deaf")
+            return ""
+        return super().transcribe(pcm)
+
+
+class Deaf(Counted):
+    """Hears nothing, ever: every render of a job is bad."""
+
+    def transcribe(self, pcm: bytes) -> str:
+        _log("deaf")
+        return ""

@@ -22,7 +22,7 @@ from pipeline.settings import Settings
 from pipeline.storage import make_store
 from pipeline.verify.jobs import plan_checks
 from worker.embedded import EmbeddedRedis
-from worker.verify import check_later
+from worker.verify import check_later, retakes_for
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -74,6 +74,7 @@ def boot(app: Celery, engine: Engine | None = None) -> Runtime:
             settings, broker_url = app.synth_settings, app.conf.broker_url
             runtime = app.synth_runtime = build_runtime(
                 settings, engine, broker_url, None if on_embedded_redis(settings, broker_url) else check_later(app))
+            runtime.renderer.retakes = retakes_for(app)
         return runtime
 
 

@@ -16,11 +16,12 @@ from sqlalchemy.exc import OperationalError
 from pipeline import deadletter
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.errors import InputError, RetryableError
-from pipeline.messages import VERIFY_TASK
+from pipeline.messages import RERENDER_TASK, VERIFY_TASK
 from pipeline.routing import VERIFY_QUEUE
 from pipeline.storage import make_store
 from pipeline.verify.queued import Checker, verify_jobs
 from pipeline.verify.recognizer import load_recognizer
+from pipeline.verify.retakes import Retakes
 from worker.backoff import backoff
 from worker.deadletter import dead_letter_task
 
@@ -58,8 +59,23 @@ def checker_for(app: Celery) -> Checker:
                 log.warning("jobs checked here end not_checked: %s", e)
                 recognizer = None
             checker = app.synth_checker = Checker(make_sessionmaker(make_engine(settings.sqlalchemy_url)),
-                                                  make_store(settings), recognizer)
+                                                  make_store(settings), recognizer, retakes_for(app))
         return checker
+
+
+def retakes_for(app: Celery) -> Retakes | None:
+    """How a bad job is sent to be rendered again, on its own queue; None under a budget of 0."""
+    budget = app.synth_settings.rerender_budget
+    if not budget:
+        return None
+
+    def send(job_id: str, queue: str | None, render: int) -> None:
+        queue = queue or app.conf.task_default_queue
+        try:
+            app.send_task(RERENDER_TASK, args=[job_id, render], queue=queue, routing_key=queue)
+        except (KombuOperationalError, OSError) as e:
+            log.warning("job %s keeps its bad render: its retake was not queued (%s)", job_id, e)
+    return Retakes(budget, send)
 
 
 def check_later(app: Celery) -> Callable[[str], None]:

@@ -31,6 +31,7 @@ from pipeline.textfront import VoiceProfile
 from pipeline.verify import verdict
 from pipeline.verify.jobs import record, store_captions
 from pipeline.verify.recognizer import Recognizer
+from pipeline.verify.retakes import Retakes, settle
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class Checker:
     sessions: sessionmaker[Session]
     store: ObjectStore
     recognizer: Recognizer | None       # None: not installed here; its jobs end not_checked
+    retakes: Retakes | None = None      # a bad job rendered again (SYNTH_RERENDER_BUDGET)
 
 
 @dataclass
@@ -75,30 +77,46 @@ def verify_jobs(c: Checker, job_ids: Sequence[str]) -> Checked:
             out.skipped.append(job_id)
             continue
         job, metrics = row
-        result = _check(c, job, metrics)
-        with c.sessions() as session:
-            moved = session.execute(
-                update(JobMetrics).where(JobMetrics.job_id == job_id, JobMetrics.verdict == verdict.PENDING)
-                .values(verdict=result.status, extra={**(metrics.extra or {}), "verify": record(result)})
-                .execution_options(synchronize_session=False)).rowcount
-            session.commit()
-        if not moved:   # another copy of the message recorded it meanwhile
+        take = (metrics.extra or {}).get("retake")
+        status = _retake(c, job, metrics, take) if take else _first(c, job, metrics)
+        if status is None:   # another copy of the message recorded it meanwhile
             out.skipped.append(job_id)
             continue
         out.checked.append(job_id)
+        if c.retakes is not None:
+            c.retakes.after(job, status, take["render"] if take else metrics.renders or 1)
         _rewrite_manifest(c, job.batch_id)
     return out
 
 
-def _check(c: Checker, job: Job, metrics: JobMetrics) -> verdict.Verdict:
+def _first(c: Checker, job: Job, metrics: JobMetrics) -> str | None:
+    """The check of the job's render; its verdict, or None where it was recorded already."""
     pending = (metrics.extra or {}).get("verify") or {}
+    result = _check(c, job.object_key, job, pending)
+    store_captions(c.store, job.object_key, result)
+    with c.sessions() as session:
+        moved = session.execute(
+            update(JobMetrics).where(JobMetrics.job_id == job.id, JobMetrics.verdict == verdict.PENDING)
+            .values(verdict=result.status, extra={**(metrics.extra or {}), "verify": record(result)})
+            .execution_options(synchronize_session=False)).rowcount
+        session.commit()
+    return result.status if moved else None
+
+
+def _retake(c: Checker, job: Job, metrics: JobMetrics, take: dict) -> str | None:
+    """The check of a retake (pipeline/retake.py), and the better render kept."""
+    result = _check(c, take["key"], job, take)
+    return settle(c.sessions, c.store, job, metrics.extra or {}, take.get("prior"), take, result)
+
+
+def _check(c: Checker, key: str, job: Job, pending: dict) -> verdict.Verdict:
+    """The check of the audio at ``key`` against the job's text, read for the voice ``pending``
+    recorded."""
     try:
-        samples, rate = decode(c.store.get(job.object_key))
+        samples, rate = decode(c.store.get(key))
     except InputError as e:
         return verdict.Verdict(verdict.NOT_CHECKED, [f"the stored audio cannot be read: {e}"])
-    result = verdict.check(samples, rate, job.text, _profile(pending, job.voice), c.recognizer)
-    store_captions(c.store, job.object_key, result)
-    return result
+    return verdict.check(samples, rate, job.text, _profile(pending, job.voice), c.recognizer)
 
 
 def _rewrite_manifest(c: Checker, batch_id: str) -> None:
