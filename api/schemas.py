@@ -168,6 +168,8 @@ class JobOut(BaseModel):
     priority: str
     characters: int
     attempts: int
+    renders: int | None = Field(None, description="Renders the stored audio took: more than one where a bad "
+                                "check had the job rendered again (SYNTH_RERENDER_BUDGET); null until done")
     error: str | None
     audio_seconds: float | None
     ttfb_seconds: float | None

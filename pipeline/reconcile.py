@@ -8,7 +8,8 @@ costs a skipped message, never a second object.
 - a done job whose check waits on the verify queue (verdict ``pending``) since ``stale_after``
   that no verify message names is sent again (pipeline/verify/queued.py);
 - an audio object no done job refers to (its job failed or never recorded it, or its batch is
-  gone) is removed once older than ``object_grace``, and so is a manifest of a batch that is gone.
+  gone) is removed once older than ``object_grace``, and so is a retake whose check is not
+  waiting (pipeline/retake.py) and a manifest of a batch that is gone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sqlalchemy import exists, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.db import jobs as db
-from pipeline.db.models import Batch, Job, JobStatus, as_utc, utcnow
+from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, as_utc, utcnow
 from pipeline.manifest import close_if_finished
 from pipeline.messages import job_ids_in_messages
 from pipeline.storage import ObjectStore
@@ -126,12 +127,17 @@ def remove_orphans(sessions: sessionmaker[Session], store: ObjectStore, *, befor
         alive = set(session.scalars(select(Batch.id).where(Batch.id.in_(batch_ids))))
         kept = set(session.scalars(select(Job.object_key).where(
             Job.batch_id.in_(alive), Job.status == JobStatus.DONE, Job.object_key.is_not(None))))
+        # A retake whose check still waits (pipeline/retake.py) is kept; one left by a worker that
+        # died after settling it is an orphan.
+        kept |= {((extra or {}).get("retake") or {}).get("key") for extra in session.scalars(
+            select(JobMetrics.extra).join(Job, Job.id == JobMetrics.job_id)
+            .where(Job.batch_id.in_(alive), JobMetrics.verdict == "pending"))}
     removed = 0
     for key in sorted(old):
         batch_id = key.split("/")[1] if key.count("/") >= 2 else None
         if key in kept or (batch_id in alive and key == manifest_key(batch_id)):
             continue
-        if batch_id in alive and not key.startswith(f"batches/{batch_id}/audio/"):
+        if batch_id in alive and not key.startswith((f"batches/{batch_id}/audio/", f"batches/{batch_id}/retakes/")):
             continue  # not something a job writes: leave it
         store.delete(key)
         removed += 1

@@ -12,6 +12,7 @@ from pipeline.db.models import Job, JobMetrics, JobStatus
 from pipeline.engines.base import SynthesisRequest
 from pipeline.errors import PermanentError, RetryableError
 from pipeline.formats import get_format
+from pipeline.manifest import close_if_finished
 from pipeline.render import Renderer, level_job
 from pipeline.verify.jobs import LaterChecks
 from pipeline.verify.queued import pending_record
@@ -46,8 +47,13 @@ def render_again(r: Renderer, job_id: str, render: int) -> bool:
         return True
     result = r.verifier.check(samples, info.sample_rate, job.text, info.profile(job.voice))
     status = settle(r.sessions, r.store, job, extra, metrics.verdict, take, result)
-    if status is not None and r.retakes is not None:
+    if status is None:
+        return True
+    if r.retakes is not None:
         r.retakes.after(job, status, render)
+    with r.sessions() as session:   # a finished batch's manifest, with the kept render's verdict
+        if close_if_finished(session, r.store, job.batch_id, rewrite=True):
+            session.commit()
     return True
 
 

@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+from datetime import timedelta
 
 import pytest
 import redis
 from sqlalchemy import select
 
 from pipeline.corpus import parse_corpus
-from pipeline.db.models import Batch, Job, JobMetrics
+from pipeline.db.models import Batch, Job, JobMetrics, utcnow
 from pipeline.live import redis_client_url
+from pipeline.reconcile import remove_orphans
 from pipeline.messages import RERENDER_TASK, UNACKED
 from pipeline.routing import VERIFY_QUEUE, all_queues
 from pipeline.settings import Settings
@@ -78,6 +80,11 @@ def test_a_bad_job_is_rendered_again_once_and_the_better_render_is_its_one_objec
         manifest = store.get(s.get(Batch, batch.id).manifest_key).decode()
     line = json.loads(manifest)
     assert (line["renders"], line["verdict"]) == (2, verdict)
+
+    # A retake a worker left behind, killed after settling it, is removed as an orphan; the audio stays.
+    store.put(f"batches/{batch.id}/retakes/left.r2.mp3", first, "audio/mpeg")
+    assert remove_orphans(sessions, store, before=utcnow() + timedelta(hours=2)) == 1
+    assert objects(store, batch.id, "audio") == [job.object_key] and objects(store, batch.id, "retakes") == []
 
 
 @pytest.mark.slow
