@@ -123,7 +123,7 @@ def store_captions(store: ObjectStore, audio_key: str, result: verdict.Verdict) 
     keys = []
     for fmt, content_type in CAPTION_TYPES.items():
         key = caption_key(audio_key, fmt)
-        store.put(key, captions.render(result.words, fmt).encode("utf-8"), content_type)
+        store.put(key, captions.render(result.caption_words, fmt).encode("utf-8"), content_type)
         keys.append(key)
     return keys
 
