@@ -32,7 +32,7 @@ from pipeline.db.models import JobMetrics
 from pipeline.hostinfo import hostname
 from pipeline.live import redis_client_url
 from pipeline.reports import fleet
-from pipeline.routing import all_queues
+from pipeline.routing import VERIFY_QUEUE, all_queues
 from worker.boot import runtime_for
 from worker.maintenance import reconciled
 from worker.tasks import RENDER_TASK
@@ -213,7 +213,8 @@ def install(app: Celery, broker_url: str, *, name: str | None = None, interval: 
     info = runtime.engine.info
     name = name or settings.worker_name or hostname()
     installed = Installed(
-        app=app, metrics=WorkerMetrics(client, all_queues(settings.bucket_seconds)), client=client, name=name,
+        app=app, metrics=WorkerMetrics(client, [*all_queues(settings.bucket_seconds), VERIFY_QUEUE]), client=client,
+        name=name,
         info={"device": info.device_type, "engine": info.name, "model": info.model,
               "quantization": info.quantization, "host": hostname(), "pid": os.getpid(),
               "started": f"{time.time():.0f}"},
