@@ -19,8 +19,9 @@ from pipeline.verify.queued import pending_record
 from pipeline.verify.retakes import retake_key, settle
 from pipeline.verify.verdict import PENDING
 
-# A retake's seed: its render number times this, so each retake draws other samples than the
-# render before it, and the same retake of the same job draws the same ones on redelivery.
+# A retake's seed, for an engine that takes one (Orpheus): its render number times this, so each
+# retake samples differently from the render before it, and a redelivered retake the same way.
+# Piper draws its noise afresh on every render, seed or not.
 SEED_STEP = 7919
 
 
