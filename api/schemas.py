@@ -179,6 +179,8 @@ class JobOut(BaseModel):
     priority: str
     characters: int
     attempts: int
+    renders: int | None = Field(None, description="Renders the stored audio took: more than one where a bad "
+                                "check had the job rendered again (SYNTH_RERENDER_BUDGET); null until done")
     error: str | None
     audio_seconds: float | None
     ttfb_seconds: float | None
@@ -196,7 +198,8 @@ class JobOut(BaseModel):
     loudness_lufs: float | None = Field(None, description="Integrated loudness of the stored audio (BS.1770)")
     true_peak_dbtp: float | None = Field(None, description="True peak of the stored audio, dBTP")
     verdict: str | None = Field(None, description="The check of the audio against its text: clean, suspect, bad "
-                                "or not_checked; null where the job was not checked (SYNTH_VERIFY)")
+                                "or not_checked; pending while its check waits on the verify queue; null where the job "
+                                "is not checked (SYNTH_VERIFY)")
     verdict_reasons: list[str] | None = None
     captions_url: str | None = Field(None, description="GET it (?format=srt|vtt|json) for the word times, "
                                      "where the job was checked")

@@ -36,7 +36,10 @@ from pipeline.live import LiveAudio, LiveJob
 from pipeline.manifest import close_if_finished
 from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
-from pipeline.verify.jobs import CAPTION_TYPES, Verifier, caption_key, record, store_captions
+from pipeline.verify.jobs import CAPTION_TYPES, LaterChecks, Verifier, caption_key, record, store_captions
+from pipeline.verify.queued import pending_record
+from pipeline.verify.retakes import Retakes
+from pipeline.verify.verdict import PENDING
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +63,9 @@ class Renderer:
     # The last write the store refused as full or unwritable (StorageFullError), until one succeeds:
     # the heartbeat shows it, and jobs are not rendered while a probe write still fails.
     storage_fault: StorageFullError | None = None
-    verifier: Verifier | None = None    # checks jobs' audio against their text (SYNTH_VERIFY)
+    # Checks jobs' audio against their text (SYNTH_VERIFY): inline, or later on the verify queue.
+    verifier: Verifier | LaterChecks | None = None
+    retakes: Retakes | None = None      # renders a bad job again (SYNTH_RERENDER_BUDGET)
     lexicons: Versions = field(default_factory=Versions)   # lexicon versions, compiled once each
 
 
@@ -295,32 +300,22 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         return
     try:
         fmt = get_format(job.format)
-        samples, level = _level(job, samples, info.sample_rate)
+        samples, level = level_job(job, samples, info.sample_rate)
         data = audio.encode(samples, info.sample_rate, job.format, job.sample_rate)
         key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)
         r.storage_fault = None
         checked = _check(r, job, key, samples)
-        audio_s = audio.duration_seconds(samples, info.sample_rate)
-        first = state.first_audio or time.monotonic()
-        first_wall = state.admitted_wall + timedelta(seconds=first - state.admitted)
-        metrics = dict(
-            queue_wait_s=_seconds(job.queued_at or job.created_at, state.admitted_wall),
-            ttfb_s=_seconds(job.created_at, first_wall),
-            synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
-            engine=info.name, model=info.model, quantization=info.quantization,
-            device_type=info.device_type, worker_host=r.worker_host or hostname(),
-            batch_size=state.batch_size, extra=_extra(state),
-            loudness_lufs=level.lufs, true_peak_dbtp=level.true_peak_dbtp,
-            verdict=checked.status if checked else None,
-        )
-        if checked:
-            metrics["extra"] = {**(metrics["extra"] or {}), "verify": record(checked)}
+        metrics = _metrics(r, state, samples, synth_s, level, checked)
         with r.sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)
             if _only_job_of_batch(session, job) and close_if_finished(session, r.store, job.batch_id):
                 outcome.closed.append(job.batch_id)   # one write for a speech request's job and batch
             session.commit()
+        if checked and checked[0] == PENDING:   # recorded first: a check never finds its job unfinished
+            r.verifier.send(job.id)
+        elif checked and r.retakes is not None:   # a bad render is rendered again (pipeline/retake.py)
+            r.retakes.after(job, checked[0], 1)
         outcome.done.append(job.id)
     except IllegalTransitionError:
         _lost_race(r, job, key, outcome)
@@ -336,7 +331,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
                  else DatabaseUnavailableError(f"database unreachable while recording the job: {e.orig}"), outcome)
 
 
-def _level(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, loudness.Level]:
+def level_job(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, loudness.Level]:
     """Every job's loudness is measured; a job of a levelled batch is brought to its target."""
     if job.loudness_target is None:
         return samples, loudness.measure(samples, sample_rate)
@@ -345,16 +340,42 @@ def _level(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray,
     return loudness.level(samples, sample_rate, job.loudness_target, ceiling)
 
 
-def _check(r: Renderer, job: Job, key: str, samples: np.ndarray):
-    """The verdict on a batch job in the checked share, its word times stored beside its audio. A
-    realtime job's audio went out live before any check could act on it, and the check's CPU would
-    come out of the other streams' first bytes: it is not checked here."""
+def _metrics(r: Renderer, state: _JobState, samples: np.ndarray, synth_s: float, level: loudness.Level,
+             checked: tuple[str, dict] | None) -> dict:
+    """The job_metrics row of a finished job."""
+    job, info = state.job, r.engine.info
+    audio_s = audio.duration_seconds(samples, info.sample_rate)
+    first = state.first_audio or time.monotonic()
+    first_wall = state.admitted_wall + timedelta(seconds=first - state.admitted)
+    extra = _extra(state)
+    if checked:
+        extra = {**(extra or {}), "verify": checked[1]}
+    return dict(
+        queue_wait_s=_seconds(job.queued_at or job.created_at, state.admitted_wall),
+        ttfb_s=_seconds(job.created_at, first_wall),
+        synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
+        engine=info.name, model=info.model, quantization=info.quantization,
+        device_type=info.device_type, worker_host=r.worker_host or hostname(),
+        batch_size=state.batch_size, extra=extra,
+        loudness_lufs=level.lufs, true_peak_dbtp=level.true_peak_dbtp,
+        verdict=checked[0] if checked else None, renders=1,
+    )
+
+
+def _check(r: Renderer, job: Job, key: str, samples: np.ndarray) -> tuple[str, dict] | None:
+    """The verdict on a batch job in the checked share and what job_metrics.extra keeps of it,
+    its word times stored beside its audio; or ``pending`` where a verify worker checks it later.
+    A realtime job's audio went out live before any check could act on it, and the check's CPU
+    would come out of the other streams' first bytes: it is not checked."""
     if r.verifier is None or job.priority == "realtime" or not r.verifier.wants(job.id):
         return None
     info = r.engine.info
-    result = r.verifier.check(samples, info.sample_rate, job.text, info.profile(job.voice))
+    profile = info.profile(job.voice)
+    if isinstance(r.verifier, LaterChecks):
+        return PENDING, pending_record(profile)
+    result = r.verifier.check(samples, info.sample_rate, job.text, profile)
     store_captions(r.store, key, result)
-    return result
+    return result.status, record(result)
 
 
 def _extra(state: _JobState) -> dict | None:

@@ -33,14 +33,14 @@ from pipeline.db.models import JobMetrics
 from pipeline.hostinfo import hostname
 from pipeline.live import redis_client_url
 from pipeline.reports import fleet
-from pipeline.routing import all_queues
+from pipeline.routing import VERIFY_QUEUE, all_queues
 from worker.boot import runtime_for
 from worker.maintenance import reconciled
 from worker.tasks import RENDER_TASK
 
 log = logging.getLogger(__name__)
 TTFB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800)
-RECONCILE_ACTIONS = ("requeued", "closed", "removed")   # the fields of pipeline.reconcile.Reconciled
+RECONCILE_ACTIONS = ("requeued", "closed", "removed", "rechecked")   # the fields of pipeline.reconcile.Reconciled
 RTF_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2)
 
 
@@ -215,7 +215,7 @@ def install(app: Celery, broker_url: str, *, name: str | None = None, interval: 
     client = redis.Redis.from_url(redis_client_url(broker_url))
     info = runtime.engine.info
     name = name or settings.worker_name or hostname()
-    queues = all_queues(settings.bucket_seconds)
+    queues = [*all_queues(settings.bucket_seconds), VERIFY_QUEUE]
     installed = Installed(
         app=app, metrics=WorkerMetrics(client, queues), client=client, name=name, queues=queues,
         info={"device": info.device_type, "engine": info.name, "model": info.model,

@@ -98,6 +98,9 @@ def get_captions(job_id: str, key: CurrentKey, session: Session, state: State,
     job = own_job(session, key, job_id)
     metrics = session.get(JobMetrics, job.id)
     found = ((metrics.extra or {}).get("verify") or {}) if metrics is not None else {}
+    if metrics is not None and metrics.verdict == "pending":
+        raise HTTPException(409, detail=f"job {job.id} waits for its check on the verify queue (synth worker "
+                                        "--verify); its word times come with it")
     if job.status != JobStatus.DONE or not job.object_key or not found.get("captions"):
         raise HTTPException(409, detail=f"job {job.id} has no word times: they come with a check of a done "
                                         "job's audio against its text (SYNTH_VERIFY)")

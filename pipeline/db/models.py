@@ -164,6 +164,9 @@ class JobMetrics(Base):
     # clean, suspect, bad or not_checked (pipeline/verify); None: not checked (SYNTH_VERIFY).
     # Its reasons and scores are in extra["verify"].
     verdict: Mapped[str | None] = mapped_column(String(16))
+    # Renders the job took: 1, more where a bad verdict had it rendered again (pipeline/retake.py).
+    # None: recorded before renders were counted (one).
+    renders: Mapped[int | None] = mapped_column(Integer)
     extra: Mapped[dict | None] = mapped_column(JSON)
     recorded_at: Mapped[datetime] = mapped_column(_ts, default=utcnow, index=True)  # the console's day (0008)
 

@@ -90,7 +90,8 @@ def verdicts(session: Session, since: datetime, until: datetime) -> dict[str, in
     """Done jobs of the period by the verdict of their check (pipeline/verify); unchecked left out."""
     return {v: n for v, n in session.execute(
         select(JobMetrics.verdict, func.count()).join(Job, Job.id == JobMetrics.job_id)
-        .where(*_finished_in(since, until, JobStatus.DONE), JobMetrics.verdict.is_not(None))
+        .where(*_finished_in(since, until, JobStatus.DONE), JobMetrics.verdict.is_not(None),
+               JobMetrics.verdict != "pending")   # its check waits on the verify queue: not checked yet
         .group_by(JobMetrics.verdict))}
 
 
