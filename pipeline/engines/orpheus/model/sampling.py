@@ -134,7 +134,7 @@ class RowSampler:
         """``fused``: draw with one Triton kernel (kernels/sample.py; with the code constraint and
         no top-k); None: on CUDA. A kernel that fails its first draw says why in ``fallbacks``
         (fallbacks.py), and the torch draw runs. It draws the same tokens as the torch draw, whose some 67 small
-        kernels it replaces, so a decode step is shorter (docs/performance.md)."""
+        kernels it replaces, so a decode step is shorter."""
         import torch
 
         if fused is None:
