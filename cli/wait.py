@@ -69,7 +69,9 @@ def embedded_worker(settings: Settings, broker_url: str) -> Iterator[Child]:
                 process.wait()
 
 
-def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = None) -> BatchSummary:
+def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = None,
+                   on_poll: Callable[..., None] | None = None) -> BatchSummary:
+    """``on_poll(session, batch_id)``: called on each poll, for progress of its own (a document's chapters)."""
     with sessions() as session:
         total = session.get(Batch, batch_id).total_jobs
     # Redrawn in place on a terminal; into a log file, a line every 10 s rather than ten a second.
@@ -80,6 +82,8 @@ def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = N
             asked = time.monotonic()
             with sessions() as session:
                 counts = db.status_counts(session, batch_id)
+                if on_poll is not None:
+                    on_poll(session, batch_id)
             pause = min(POLL_MAX_S, max(POLL_MIN_S, 20 * (time.monotonic() - asked)))
             finished = sum(n for s, n in counts.items() if s.terminal)
             bar.update(finished - bar.n)
