@@ -31,10 +31,10 @@ from pipeline.errors import InputError, PermanentError
 from pipeline.storage.base import safe_name
 
 PARTIAL_DIR = ".synth-assembly"
-# (container, codec arguments, chapter file extension). 64 kb/s mono is what spoken-word stores
-# ask for (ACX: 192 kb/s CBR stereo is the ceiling, 64 kb/s mono the usual podcast rate).
+# (container, codec arguments, chapter file extension). 64 kb/s mono is the usual spoken-word
+# rate. An MP4's index goes first (faststart), so a player or a pipe reads it before the audio.
 _CODECS = {
-    "m4b": ("mp4", ["-c:a", "aac", "-b:a", "64k"], "m4a"),
+    "m4b": ("mp4", ["-c:a", "aac", "-b:a", "64k", "-movflags", "+faststart"], "m4a"),
     "mp3": ("mp3", ["-c:a", "libmp3lame", "-b:a", "64k", "-id3v2_version", "3", "-write_id3v1", "0"], "mp3"),
     "wav": ("wav", ["-c:a", "pcm_s16le"], "wav"),
     "flac": ("flac", ["-c:a", "flac"], "flac"),
