@@ -14,6 +14,7 @@ from sqlalchemy import select
 from tqdm import tqdm
 
 from cli.context import open_database, open_store
+from cli.running import run_batch
 from pipeline.db.models import TERMINAL, Job
 from pipeline.documents import Document, read_document
 from pipeline.documents.batch import assemble_batch, create_document_batch, plan_outline
@@ -35,17 +36,17 @@ class DocumentRequest:
     cover: Path | None
     format: str
     loudness: float | None
+    true_peak: float | None
     options: BatchOptions
 
 
 def submit_document(settings: Settings, request: DocumentRequest, *, wait: bool | None, output: Path | None) -> None:
-    from cli.submit import run_batch
-
     doc = read_document(request.data, request.kind, source=request.source, max_bytes=settings.max_document_bytes)
     for title in doc.skipped:
         click.echo(f"skipped chapter {title!r}: no speakable text", err=True)
     outline = plan_outline(settings, doc, fmt=request.format, title=request.title, author=request.author,
-                           fallback_title=Path(request.source).stem, loudness_target=request.loudness)
+                           fallback_title="document" if request.source == "-" else Path(request.source).stem,
+                           loudness_target=request.loudness, true_peak=request.true_peak)
     cover = _read_cover(request.cover)
     total = len(document_jobs(doc, settings.max_line_chars))
     store = open_store(settings)

@@ -24,15 +24,16 @@ from pipeline.verify.jobs import caption_key
 
 
 def plan_outline(settings: Settings, doc: Document, *, fmt: str, title: str | None, author: str | None,
-                 fallback_title: str, loudness_target: float | None = None) -> Outline:
+                 fallback_title: str, loudness_target: float | None = None,
+                 true_peak: float | None = None) -> Outline:
     """The outline to store: what the command line (or request) says over what the document says."""
     if fmt not in ASSEMBLED_FORMATS:
         raise InputError(f"a document is assembled as {', '.join(ASSEMBLED_FORMATS)}, not {fmt!r}")
     target = settings.document_loudness if loudness_target is None else loudness_target
-    loudness.check_target(target, None)
+    loudness.check_target(target, true_peak)
     return Outline(title=title or doc.title or fallback_title, author=author or doc.author,
                    chapters=[c.title for c in doc.chapters], format=fmt, loudness=target,
-                   true_peak=loudness.DEFAULT_CEILING_DBTP,
+                   true_peak=loudness.DEFAULT_CEILING_DBTP if true_peak is None else true_peak,
                    pauses=Pauses(settings.pause_sentence, settings.pause_paragraph, settings.pause_chapter),
                    skipped=list(doc.skipped))
 
