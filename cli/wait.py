@@ -105,6 +105,9 @@ def print_summary(s: BatchSummary) -> None:
          + (f", {counted(s.skipped_lines, 'empty line skipped', 'empty lines skipped')}" if s.skipped_lines else ""))
     if s.wall_s:
         echo(f"audio {s.audio_s:,.1f} s in {s.wall_s:,.1f} s: {s.x_real_time:,.1f}x real time")
+    if s.reused:
+        echo(f"reused: {counted(s.reused, 'job')} copied from earlier renders of the same text and settings, "
+             f"{s.reused_s:,.1f} s of engine time saved")
     if s.ttfb_p50 is not None:
         echo(f"TTFB p50 {s.ttfb_p50 * 1000:,.0f} ms, p95 {s.ttfb_p95 * 1000:,.0f} ms")
     if s.text_notes:

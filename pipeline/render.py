@@ -15,7 +15,7 @@ import numpy as np
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline import audio, loudness, textfront
+from pipeline import audio, loudness, reuse, textfront
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, as_utc, utcnow
 from pipeline.engines.base import AudioChunk, Engine, LiveSpec, SynthesisRequest
@@ -26,6 +26,7 @@ from pipeline.errors import (
     OutageError,
     PermanentError,
     RetryableError,
+    StorageError,
     StorageFullError,
 )
 from pipeline.formats import get_format
@@ -59,6 +60,7 @@ class Renderer:
     # the heartbeat shows it, and jobs are not rendered while a probe write still fails.
     storage_fault: StorageFullError | None = None
     verifier: Verifier | None = None    # checks jobs' audio against their text (SYNTH_VERIFY)
+    reuse: str = "off"                  # key, shared or off: pipeline/reuse.py (SYNTH_REUSE)
 
 
 @dataclass
@@ -86,6 +88,7 @@ class _JobState:
     gate: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
     pauses: list[float] | None = None   # seconds of silence around the pieces (audio.join)
     text_notes: dict = field(default_factory=dict)  # what the text front end changed
+    identity: tuple[str, str] | None = None   # (scope, identity) to remember once stored (pipeline/reuse.py)
 
 
 def warm(r: Renderer) -> None:
@@ -187,6 +190,8 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
     per_job: list[tuple[str, list[textfront.Speech], Job]] = []
     now, wall = time.monotonic(), utcnow()
     max_chars = min(r.max_chunk_chars, r.engine.info.max_text_chars or r.max_chunk_chars)
+    with r.sessions() as session:
+        scopes = reuse.scopes(session, [j for j in jobs if j.priority != "realtime"], r.reuse)
     for job in jobs:
         if job.voice not in r.engine.info.voices:
             _fail(r, job.id, f"voice {job.voice!r} is not served by engine {r.engine.info.name!r}", outcome)
@@ -195,9 +200,15 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
         if planned is None:
             continue
         chunks, pauses, notes = planned
+        ident = None
+        if job.id in scopes:
+            ident = (scopes[job.id], reuse.identity(r.engine.info, job, chunks, pauses, crossfade_ms=r.crossfade_ms))
+            if _reuse(r, job, ident, outcome):
+                continue
         live, live_spec = _live(r, job, len(chunks))
         states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
-                                   live=live, live_spec=live_spec, pauses=pauses, text_notes=notes)
+                                   live=live, live_spec=live_spec, pauses=pauses, text_notes=notes,
+                                   identity=ident)
         per_job.append((job.id, chunks, job))
     # First chunks of every job first, so each job's first audio comes early.
     requests = [
@@ -304,6 +315,8 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
                 outcome.closed.append(job.batch_id)   # one write for a speech request's job and batch
             session.commit()
         outcome.done.append(job.id)
+        if state.identity is not None:
+            _remember(r, state.identity, job.id, key, metrics)
     except IllegalTransitionError:
         _lost_race(r, job, key, outcome)
     except PermanentError as e:
@@ -316,6 +329,47 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         log.warning("job %s will be retried: %s", job.id, e)
         _requeue(r, job.id, e if isinstance(e, RetryableError)
                  else DatabaseUnavailableError(f"database unreachable while recording the job: {e.orig}"), outcome)
+
+
+def _reuse(r: Renderer, job: Job, ident: tuple[str, str], outcome: Outcome) -> bool:
+    """Finish ``job`` with a copy of the audio (and captions) of a stored render of its identity;
+    False where there is none, or it cannot be had, and the job is rendered as usual."""
+    with r.sessions() as session:
+        found = reuse.find(session, *ident)
+    if found is None or found.job_id == job.id:
+        return False
+    fmt = get_format(job.format)
+    key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
+    try:
+        r.store.put(key, r.store.get(found.object_key), fmt.content_type)
+        if ((found.metrics or {}).get("verify") or {}).get("captions"):
+            for cap, content_type in CAPTION_TYPES.items():
+                r.store.put(caption_key(key, cap), r.store.get(caption_key(found.object_key, cap)), content_type)
+        metrics = reuse.reused_metrics(found, queue_wait_s=_seconds(job.queued_at or job.created_at, utcnow()),
+                                       ttfb_s=_seconds(job.created_at, utcnow()), batch_size=1,
+                                       worker_host=r.worker_host or hostname())
+        with r.sessions() as session:
+            db.finish(session, job, object_key=key, metrics=metrics)
+            if _only_job_of_batch(session, job) and close_if_finished(session, r.store, job.batch_id):
+                outcome.closed.append(job.batch_id)
+            session.commit()
+    except IllegalTransitionError:
+        _lost_race(r, job, key, outcome)
+        return True
+    except (StorageError, OperationalError) as e:   # the render's batch deleted meanwhile, a fault
+        log.info("job %s is rendered, its stored render could not be reused: %s", job.id, e)
+        return False
+    outcome.done.append(job.id)
+    return True
+
+
+def _remember(r: Renderer, ident: tuple[str, str], job_id: str, key: str, metrics: dict) -> None:
+    """Reuse saves work and is never needed: a database fault here leaves the job done."""
+    try:
+        with r.sessions() as session:
+            reuse.remember(session, *ident, job_id=job_id, object_key=key, metrics=metrics)
+    except OperationalError as e:
+        log.warning("job %s is done; its render is not kept for reuse: %s", job_id, e.orig)
 
 
 def _level(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, loudness.Level]:

@@ -152,6 +152,11 @@ class Settings(BaseSettings):
     # first); "shortest": short jobs finish sooner, at the price of a long tail on one GPU.
     bucket_order: Literal["longest", "shortest"] = "longest"
     jobs_per_task: int = 8            # jobs per queue message (realtime: always 1)
+    # A job whose audio was rendered before with the same identity (engine, model, voice, text after
+    # the front end, format settings, seed) copies it instead of rendering: "key" reuses within
+    # one API key's jobs (and among command-line batches), "shared" across keys, "off" never.
+    # Across keys a job that finishes at once would tell one tenant what another rendered.
+    reuse: Literal["key", "shared", "off"] = "key"
 
     # Documents (pipeline/documents/, docs/input.md#documents). A larger file is refused before
     # it is parsed: parsing takes time and memory in proportion to the size.

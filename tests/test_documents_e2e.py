@@ -146,6 +146,23 @@ def test_a_killed_assembly_leaves_no_file_and_runs_again_to_the_same_file(render
     assert first == again
 
 
+def test_the_same_text_in_another_container_and_an_edited_book_render_only_what_changed(rendered, tmp_path):
+    root, env, out = rendered
+    assert "reused: 7 jobs" in out["mp3"][1]      # the EPUB says what the Markdown book said
+    edited = [CHAPTERS[0], ("The Storm", ["By noon the sky had turned black."]), CHAPTERS[2]]
+    (tmp_path / "voyage.md").write_text(markdown_book(chapters=edited))
+    done = synth("submit", str(tmp_path / "voyage.md"), "--name", "edited", "--author", "Ann Writer",
+                 "-o", str(tmp_path / "out"), env=env)
+    assert done.returncode == 0, done.stderr.decode()
+    assert "reused: 6 jobs" in done.stderr.decode()
+    status = json.loads(synth("status", "edited", "--json", env=env).stdout)
+    assert status["reused"] == 6 and status["counts"]["done"] == 7 and status["reused_s"] > 0
+    digest = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+    first = sorted(out["m4b"][0].glob("00*.m4a"))
+    second = sorted((tmp_path / "out").glob("00*.m4a"))
+    assert [digest(a) == digest(b) for a, b in zip(first, second)] == [True, False, True]
+
+
 def batches_newest(root) -> str:
     """The Markdown book's batch: the first of the two submitted, found by its source file."""
     import sqlite3
