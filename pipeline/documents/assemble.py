@@ -4,7 +4,8 @@ where its jobs have word times.
 
 Each chapter is joined with silence at its boundaries (Pauses), levelled as one to the outline's
 loudness (pipeline/loudness.py), and ends with the chapter pause, but the last: the chapter files
-played in order are the whole file. Only one chapter is in memory at a time; the whole document
+played in order are the whole file. A few chapters are in hand at a time (CHAPTERS_AT_ONCE, each
+worked on a thread of its own, its time mostly in ffmpeg and numpy); the whole document
 goes to a 16-bit file on disk, which one ffmpeg run encodes with the chapter marks, title, author
 and cover from an FFMETADATA file (ffmpeg's muxers write the MP4 chapter atoms and the ID3v2
 CHAP/CTOC frames). Everything is written in a hidden folder beside the output and moved into
@@ -18,8 +19,11 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +44,9 @@ _CODECS = {
     "flac": ("flac", ["-c:a", "flac"], "flac"),
 }
 _LOSSY = {"m4b", "mp3"}
+# Chapters decoded, levelled and encoded at once: most of that time is in ffmpeg's processes and
+# numpy, which run beside the interpreter; each chapter in hand is its audio in memory.
+CHAPTERS_AT_ONCE = max(1, min(4, os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,7 @@ class Assembled:
 
 def assemble(outline: Outline, pieces: Callable[[int], list[Piece]], output: Path,
              *, cover: bytes | None = None) -> Assembled:
-    """``pieces(n)``: chapter ``n``'s jobs (1-based), in any order; fetched one chapter at a time."""
+    """``pieces(n)``: chapter ``n``'s jobs (1-based), in any order; called from several threads."""
     fmt = outline.format
     if fmt not in _CODECS:
         raise InputError(f"unknown document format {fmt!r}; choose one of {', '.join(_CODECS)}")
@@ -69,25 +76,22 @@ def assemble(outline: Outline, pieces: Callable[[int], list[Piece]], output: Pat
     work = output / PARTIAL_DIR
     shutil.rmtree(work, ignore_errors=True)      # what a killed run left
     work.mkdir()
-    container, codec, chapter_ext = _CODECS[fmt]
+    container, codec, _ = _CODECS[fmt]
     base = safe_name(outline.title, 100)
     whole_pcm = work / "whole.s16"
     rate = None
     marks: list[dict] = []
     words: list[dict] = []
     start = 0
-    with open(whole_pcm, "wb") as pcm_out:
-        for n, title in enumerate(outline.chapters, start=1):
-            audio, rate_n, spans = _chapter(outline, pieces(n), n, last=n == len(outline.chapters))
+    with open(whole_pcm, "wb") as pcm_out, ThreadPoolExecutor(CHAPTERS_AT_ONCE) as pool:
+        chapter = partial(_chapter_file, outline, pieces, work)
+        for n, (pcm, rate_n, spans, name) in enumerate(_in_order(pool, chapter, len(outline.chapters)), start=1):
             if rate is not None and rate_n != rate:
                 raise PermanentError(f"chapter {n} was rendered at {rate_n} Hz, the ones before at {rate}")
             rate = rate_n
-            pcm = to_int16(audio)
             pcm_out.write(pcm.tobytes())
-            name = f"{n:03d}-{safe_name(title, 80)}.{chapter_ext}"
-            _encode(_pcm_input(rate, "pipe:0"), work / name, container, codec,
-                    _metadata(outline, title=title, track=f"{n}/{len(outline.chapters)}"), stdin=pcm.tobytes())
-            marks.append({"title": title, "start": start / rate, "end": (start + pcm.size) / rate, "file": name})
+            marks.append({"title": outline.chapters[n - 1], "start": start / rate, "end": (start + pcm.size) / rate,
+                          "file": name})
             words.extend({**w, "start": w["start"] + (start + offset) / rate, "end": w["end"] + (start + offset) / rate}
                          for offset, job_words in spans for w in job_words)
             start += pcm.size
@@ -111,6 +115,30 @@ def assemble(outline: Outline, pieces: Callable[[int], list[Piece]], output: Pat
     os.replace(work / whole_name, output / whole_name)
     work.rmdir()
     return Assembled(output / whole_name, [output / m["file"] for m in marks], marks, start / rate)
+
+
+def _in_order(pool: ThreadPoolExecutor, work: Callable, count: int) -> Iterator:
+    """``work(n)`` for n = 1..count, run on the pool, yielded in order, with no more than the
+    pool's size started ahead of the one yielded: that many chapters are in memory at once."""
+    ahead: deque[Future] = deque()
+    for n in range(1, count + 1):
+        ahead.append(pool.submit(work, n))
+        if len(ahead) >= CHAPTERS_AT_ONCE:
+            yield ahead.popleft().result()
+    while ahead:
+        yield ahead.popleft().result()
+
+
+def _chapter_file(outline: Outline, pieces: Callable[[int], list[Piece]], work: Path, n: int):
+    """Chapter ``n``: its 16-bit audio, rate, word spans, and its own file written in ``work``."""
+    container, codec, chapter_ext = _CODECS[outline.format]
+    audio, rate, spans = _chapter(outline, pieces(n), n, last=n == len(outline.chapters))
+    pcm = to_int16(audio)
+    title = outline.chapters[n - 1]
+    name = f"{n:03d}-{safe_name(title, 80)}.{chapter_ext}"
+    _encode(_pcm_input(rate, "pipe:0"), work / name, container, codec,
+            _metadata(outline, title=title, track=f"{n}/{len(outline.chapters)}"), stdin=pcm.tobytes())
+    return pcm, rate, spans, name
 
 
 def _chapter(outline: Outline, pieces: list[Piece], n: int, *, last: bool
