@@ -16,14 +16,15 @@ from tqdm import tqdm
 from cli.context import open_database, open_store
 from cli.running import run_batch
 from pipeline.db.models import TERMINAL, Job
-from pipeline.documents import Document, read_document
+from pipeline.documents import read_document
 from pipeline.documents.batch import assemble_batch, create_document_batch, plan_outline
-from pipeline.documents.plan import ASSEMBLED_FORMATS, client_id_for, document_jobs, place_of
+from pipeline.documents.plan import (ASSEMBLED_FORMATS, JOB_FORMAT, Place, client_id_for, document_jobs,
+                                     place_of)
 from pipeline.errors import InputError
 from pipeline.manifest import manifest_lines
 from pipeline.plural import counted
 from pipeline.settings import Settings
-from pipeline.submit import BatchOptions
+from pipeline.submit import BatchOptions, resolve_options
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,15 @@ def submit_document(settings: Settings, request: DocumentRequest, *, wait: bool 
                            fallback_title="document" if request.source == "-" else Path(request.source).stem,
                            loudness_target=request.loudness, true_peak=request.true_peak)
     cover = _read_cover(request.cover)
-    total = len(document_jobs(doc, settings.max_line_chars))
+    # The voice and rate are refused here, before a broker or worker is started for them.
+    resolve_options(settings, BatchOptions(voice=request.options.voice, format=JOB_FORMAT,
+                                           sample_rate=request.options.sample_rate))
+    jobs = document_jobs(doc, settings.max_line_chars)
     store = open_store(settings)
-    progress = ChapterProgress(doc, settings.max_line_chars)
+    progress = ChapterProgress([c.title for c in doc.chapters], jobs)
     result = run_batch(settings, lambda session: create_document_batch(
         session, store, settings, doc, outline, request.options, source=request.source, cover=cover).id,
-        total=total, name=request.options.name, wait=wait, output=output, on_poll=progress,
+        total=len(jobs), name=request.options.name, wait=wait, output=output, on_poll=progress,
         note=f" ({counted(len(doc.chapters), 'chapter')}, {counted(doc.paragraphs, 'paragraph')})")
     if result is None:
         return
@@ -72,12 +76,12 @@ class ChapterProgress:
     """Says each chapter as its last job finishes, with an estimate of the time left from the
     pace so far (by characters, since a chapter's jobs differ in length)."""
 
-    def __init__(self, doc: Document, max_chars: int) -> None:
-        self.titles = [c.title for c in doc.chapters]
+    def __init__(self, titles: list[str], jobs: list[tuple[Place, str]]) -> None:
+        self.titles = titles
         self.chars: Counter[int] = Counter()
         self.jobs: Counter[int] = Counter()
         self.job_chars: dict[str, int] = {}
-        for place, text in document_jobs(doc, max_chars):
+        for place, text in jobs:
             self.jobs[place.chapter] += 1
             self.chars[place.chapter] += len(text)
             self.job_chars[client_id_for(place)] = len(text)

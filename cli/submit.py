@@ -61,10 +61,10 @@ def submit(corpus: Path, document, title, author, cover, voice, fmt, sample_rate
     if kind is not None:
         from cli.document import DocumentRequest, submit_document
 
+        options = BatchOptions(voice=voice, sample_rate=sample_rate, priority=priority, name=name)
         submit_document(settings, DocumentRequest(
             data=data, kind=kind, source=source, title=title, author=author, cover=cover, format=fmt or "m4b",
-            loudness=loudness, true_peak=true_peak, options=BatchOptions(voice=voice, sample_rate=sample_rate, priority=priority,
-                                                    name=name)), wait=wait, output=output)
+            loudness=loudness, true_peak=true_peak, options=options), wait=wait, output=output)
         return
     if fmt == "m4b" or title or author or cover:
         raise InputError("--format m4b, --title, --author and --cover are for documents (.md, .epub, --document)")
