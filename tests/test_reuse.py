@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
+from api.views import batch_out
 from pipeline.api_keys import create_key
 from pipeline.corpus import parse_corpus
 from pipeline.db import jobs as db
@@ -67,6 +68,8 @@ def test_a_job_rendered_before_by_the_same_key_is_copied_and_another_key_renders
     with sessions() as s:
         summary = summarize(s, s.get(Batch, again))
         assert summary.reused == 2 and summary.reused_s > 0 and summary.counts["done"] == 3
+        shown = batch_out(s, s.get(Batch, again))       # what GET /v1/batches/{id} answers
+        assert shown.reused == 2 and shown.reused_seconds == pytest.approx(summary.reused_s, abs=1e-3)
         before = {m.client_id: store.get(m.object_key) for m in s.get(Batch, first).jobs}
         after = {m.client_id: store.get(m.object_key) for m in s.get(Batch, again).jobs}
     assert all(after[cid] == audio for cid, audio in before.items())
