@@ -3,6 +3,7 @@ identity is copied, not rendered, within its API key's scope; another key render
 the operator shares the scope; a deleted batch's renders are never offered."""
 
 from collections.abc import Iterator, Sequence
+from datetime import timedelta
 
 import pytest
 
@@ -10,9 +11,11 @@ from api.views import batch_out
 from pipeline.api_keys import create_key
 from pipeline.corpus import parse_corpus
 from pipeline.db import jobs as db
-from pipeline.db.models import Batch
+from pipeline.db.models import Batch, utcnow
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
 from pipeline.render import Renderer, render_jobs
+from pipeline.reports.compute import compute_report
+from pipeline.reports.render_md import render_md
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch
 from pipeline.summary import summarize
@@ -76,6 +79,11 @@ def test_a_job_rendered_before_by_the_same_key_is_copied_and_another_key_renders
 
     submit_and_render(settings, sessions, r, bob)
     assert engine.requests == 5          # another key's jobs are its own
+
+    with sessions() as s:                # the nightly report counts them too
+        report = compute_report(s, utcnow() - timedelta(hours=1), utcnow() + timedelta(seconds=1), compare=False)
+    assert report.reused == 2 and report.reused_s == pytest.approx(summary.reused_s, abs=1e-3)
+    assert "Reused from earlier renders: 2 jobs" in render_md(report)
 
     shared = Renderer(engine=engine, store=store, sessions=sessions, reuse="shared")
     submit_and_render(settings, sessions, shared, bob)   # shared: the first to record each identity

@@ -68,6 +68,7 @@ def _compute(session: Session, since: datetime, until: datetime, prices: dict[st
         series=series(done, since, until),
         verification=verification(session, since, until),
     )
+    report.reused, report.reused_s = queries.reused(session, since, until)
     report.headline = _headline(report)
     return report
 

@@ -63,3 +63,8 @@ def percentile_cells(priority: str, p: Percentiles, digits: int = 3) -> list[str
 def headline_rows(r: Report) -> list[list[str]]:
     return [[HEADLINE_LABELS[k], num(v), num(r.previous.get(k)) if r.previous else "–",
              pct(r.changes.get(k)) if r.changes else "–"] for k, v in r.headline.items()]
+
+
+def reused(r: Report) -> str:
+    return (f"Reused from earlier renders: {r.reused} jobs, {num(r.reused_s / 3600, 3)} engine hours not spent "
+            "again." if r.reused else "")

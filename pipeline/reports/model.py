@@ -111,6 +111,10 @@ class Report:
     unpriced_device_types: list[str]
     series: Series
     verification: Verification | None = None
+    # Done jobs whose audio was copied from an earlier render (pipeline/reuse.py), and the engine
+    # seconds (GPU seconds, on GPU workers) those renders took, not spent again.
+    reused: int = 0
+    reused_s: float = 0.0
     headline: dict[str, float | None] = field(default_factory=dict)
     previous: dict[str, float | None] = field(default_factory=dict)
     changes: dict[str, float | None] = field(default_factory=dict)
