@@ -35,6 +35,14 @@ def test_markdown_markup_is_read_as_text_and_code_is_not_read():
     assert doc.chapters[0].paragraphs == ["Some very bold link and code.", "first item", "second item", "quoted words"]
 
 
+def test_underlined_headings_tables_and_rules_read_as_written():
+    doc = read("My Book\n=======\n\nFirst Part\n----------\n\n| a | b |\n|---|---|\n| one | two |\n\n"
+               "Second Part\n---\n\nBye now.\n\n---\n\nAfter a rule.\n", "markdown")
+    assert doc.title == "My Book" and [c.title for c in doc.chapters] == ["First Part", "Second Part"]
+    assert doc.chapters[0].paragraphs == ["a, b", "one, two"]
+    assert doc.chapters[1].paragraphs == ["Bye now.", "After a rule."]
+
+
 def test_a_chapter_with_nothing_to_say_is_skipped_and_named():
     doc = read("# Book\n\n## Cover\n\n![cover](c.png)\n\n## Real\n\nWords here.\n", "markdown")
     assert [c.title for c in doc.chapters] == ["Real"] and doc.skipped == ["Cover"]

@@ -81,7 +81,8 @@ def _blocks(lines: Iterable[str]) -> Iterable[Block]:
             yield from flush()
             fence = m.group(1)[0] * 3
             continue
-        if not line.strip() or _RULE.match(line) and not buffer or _REF_DEF.match(line) or _TABLE_RULE.match(line):
+        if (not line.strip() or (_RULE.match(line) and not buffer) or _REF_DEF.match(line)
+                or ("|" in line and _TABLE_RULE.match(line))):
             yield from flush()
             continue
         if m := _ATX.match(line):
@@ -94,7 +95,7 @@ def _blocks(lines: Iterable[str]) -> Iterable[Block]:
         if _RULE.match(line):
             yield from flush()
             continue
-        if _LIST_ITEM.match(line):             # each item is read as a paragraph of its own
+        if _LIST_ITEM.match(line) or line.lstrip().startswith("|"):   # an item or table row: a paragraph
             yield from flush()
             line = _LIST_ITEM.sub("", line, count=1)
         buffer.append(_QUOTE.sub("", line).strip().strip("|"))
