@@ -27,12 +27,13 @@ def epub_book(chapters=CHAPTERS, *, title: str = "A Short Voyage", author: str =
               extra: dict[str, bytes | str] | None = None, files: dict[str, str] | None = None,
               nav: bool = True) -> bytes:
     """An EPUB 3 (nav document) or, with ``nav=False``, an EPUB 2 (NCX) of ``chapters``;
-    ``files`` replaces a chapter file's XHTML by name (ch1.xhtml ...), ``extra`` adds entries."""
+    ``files`` replaces a chapter file's XHTML by name (ch1.xhtml ...) or adds one to the end of the
+    spine that the table of contents does not name; ``extra`` adds other entries."""
     names = [f"ch{i}.xhtml" for i in range(1, len(chapters) + 1)]
     docs = {name: xhtml(t, p) for name, (t, p) in zip(names, chapters)}
     docs.update(files or {})
-    manifest = "".join(f'<item id="c{i}" href="{n}" media-type="application/xhtml+xml"/>' for i, n in enumerate(names))
-    spine = "".join(f'<itemref idref="c{i}"/>' for i in range(len(names)))
+    manifest = "".join(f'<item id="c{i}" href="{n}" media-type="application/xhtml+xml"/>' for i, n in enumerate(docs))
+    spine = "".join(f'<itemref idref="c{i}"/>' for i in range(len(docs)))
     toc_item = ('<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>' if nav
                 else '<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/>')
     opf = ('<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0"><metadata '

@@ -75,6 +75,11 @@ def test_an_epub_reads_in_spine_order_with_titles_from_its_table_of_contents(nav
     assert doc.chapters[1].paragraphs == ["The Storm", *CHAPTERS[1][1]]
 
 
+def test_an_epub_file_its_table_of_contents_does_not_name_continues_the_chapter_before():
+    doc = read(epub_book(files={"ch3b.xhtml": xhtml("", ["The tide came in."], heading=False)}), "epub")
+    assert len(doc.chapters) == 3 and doc.chapters[2].paragraphs[-1] == "The tide came in."
+
+
 def test_epub_html_entities_are_read_and_footnotes_and_scripts_are_not():
     page = xhtml("Odd", ["Caf&eacute;&nbsp;au&nbsp;lait &mdash; hot.",
                          'Text<span epub:type="pagebreak" title="4"/> goes on.<script>var x;</script>'])
