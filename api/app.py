@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 from collections.abc import AsyncIterator
 
@@ -13,7 +14,7 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from api import creating, errors, openapi, revocation
+from api import console, creating, errors, openapi, revocation
 from api.limits import BodyLimitMiddleware
 from api.livehub import LiveHub
 from api.metrics import Metrics, MetricsMiddleware
@@ -64,6 +65,7 @@ def create_app(settings: Settings, *, broker_url: str | None = None, serving: bo
         speech = creating.SpeechCreator(state)
         speech.start()
         state.create_speech = speech.create
+        state.console = console.SnapshotCache(functools.partial(console.snapshot, state)).get
         app.state.synth = state
         await _warm_routes(app)
         if serving:

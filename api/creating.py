@@ -20,6 +20,7 @@ from api.idempotency import Claim, remember, replay
 from pipeline.db.jobs import PlannedBatch, insert_batches
 from pipeline.db.models import Batch, utcnow
 from pipeline.db.models_api import ApiKey
+from pipeline import usage
 from pipeline.errors import ServiceUnavailableError
 from pipeline.routing import REALTIME_QUEUE
 from pipeline.submit import BatchOptions, Item, create_item_batch
@@ -40,12 +41,15 @@ def owner_columns(state: ApiState, key: ApiKey, *, kind: str, webhook_url: str |
 
 
 def create(state: ApiState, session: Session, claim: Claim | None, resource_type: str,
-           build: Callable[[Session], Batch]) -> tuple[str, bool]:
+           build: Callable[[Session], Batch], *, key: ApiKey, chars: int) -> tuple[str, bool]:
     """(resource id, created). ``build`` inserts the batch (it may raise InputError); the resource
-    is the batch, or its only job when ``resource_type`` is "job"."""
+    is the batch, or its only job when ``resource_type`` is "job". ``chars``: the characters the
+    request submits, checked against ``key``'s quotas before anything is written (429); a replay
+    of a request already answered is not checked again."""
     existing = replay(session, claim, resource_type)
     if existing is not None:
         return existing, False
+    usage.check_submission(session, key, chars)
     batch = build(session)
     by_queue = mark_queued(session, batch.id)   # one write transaction per request, not two
     resource_id = batch.id if resource_type == "batch" else _only_job(by_queue)

@@ -19,7 +19,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.livehub import LiveCapacityError
 from api.schemas import PATTERN_HINTS
-from pipeline.errors import InputError, ServiceUnavailableError, StorageError
+from pipeline.errors import InputError, QuotaExceededError, ServiceUnavailableError, StorageError
+from pipeline.lexicon.store import NotFound as LexiconNotFound
 
 OPENAI_PREFIX = "/v1/audio/"
 
@@ -101,6 +102,14 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(InputError)
     async def _input(request: Request, e: InputError) -> JSONResponse:
         return error_response(request, 400, str(e))
+
+    @app.exception_handler(LexiconNotFound)   # another key's lexicon is not found either
+    async def _no_lexicon(request: Request, e: LexiconNotFound) -> JSONResponse:
+        return error_response(request, 404, str(e))
+
+    @app.exception_handler(QuotaExceededError)  # a key's daily quota (pipeline/usage.py)
+    async def _quota(request: Request, e: QuotaExceededError) -> JSONResponse:
+        return error_response(request, 429, str(e), headers={"Retry-After": str(e.retry_after)})
 
     @app.exception_handler(ServiceUnavailableError)
     @app.exception_handler(StorageError)

@@ -102,8 +102,12 @@ class LiveHub:
     def has_room(self) -> bool:
         return self._count < self.max_streams
 
-    def owner_has_room(self, owner: str) -> bool:
-        return self._owners.get(owner, 0) < self.max_per_owner
+    def owner_limit(self, quota: int | None = None) -> int:
+        """An owner's share: ``max_per_owner``, or the owner's own quota when that is lower."""
+        return self.max_per_owner if quota is None else min(self.max_per_owner, quota)
+
+    def owner_has_room(self, owner: str, quota: int | None = None) -> bool:
+        return self._owners.get(owner, 0) < self.owner_limit(quota)
 
     def owners(self) -> list[str]:
         """The owners with a listener open."""
@@ -138,13 +142,13 @@ class LiveHub:
         await self._reader.aclose()
         await self._writer.aclose()
 
-    async def listen(self, key: str, owner: str | None = None) -> Listener:
+    async def listen(self, key: str, owner: str | None = None, quota: int | None = None) -> Listener:
         """A listener of ``key`` from its first entry; LiveCapacityError when full, OwnerLimitError
-        when ``owner`` holds its share already."""
+        when ``owner`` holds its share already (``quota``: the owner's own limit, if lower)."""
         if not self.has_room():
             raise LiveCapacityError(f"this API process serves {self.max_streams} live streams already")
-        if owner is not None and not self.owner_has_room(owner):
-            raise OwnerLimitError(f"this API key has {self.max_per_owner} live streams open already")
+        if owner is not None and not self.owner_has_room(owner, quota):
+            raise OwnerLimitError(f"this API key has {self.owner_limit(quota)} live streams open already")
         listener = Listener(key, owner)
         self._listeners.setdefault(key, set()).add(listener)
         self._cursor[key] = b"0"   # a key already read re-reads from its start for the newcomer

@@ -34,7 +34,8 @@ READINESS = {"type": "object", "required": ["status", "checks"], "properties": {
     "status": {"enum": ["ok", "unavailable"]}, "checks": {"type": "object", "additionalProperties": {"type": "string"}}}}
 STORED_TYPES = sorted({get_format(f).content_type for f in FORMATS})
 
-_AUTH = {401: "no valid API key", 429: "rate limit exceeded for this key (Retry-After)",
+_AUTH = {401: "no valid API key", 429: "rate limit exceeded for this key, or (creating work) its daily "
+                                       "quota is used (Retry-After)",
          503: "the database, Redis or storage is unreachable (Retry-After)"}
 _CREATE = {400: "invalid input: unknown voice, format or sample rate, text over the limit, a webhook URL "
                 "to an internal address, a malformed Idempotency-Key ...",

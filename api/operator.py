@@ -5,15 +5,23 @@ Closed unless opened: with a token set, ``Authorization: Bearer <token>`` from a
 set, loopback clients only (``synth api`` on a laptop, an SSH tunnel, a sidecar). A request relayed
 by a proxy is never a loopback client, even from a proxy on the same host. A token in the query
 string is refused rather than read: URLs are written to access logs and browser histories.
+
+A browser logs in to the console once (POST /dashboard/login, the token in the form's body) and
+then carries a session cookie: ``<expiry>.<HMAC-SHA256 of the expiry under the token>``. The
+cookie holds no token and no server keeps sessions; changing the token ends every session. It is
+HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it), Secure over HTTPS,
+and scoped to /dashboard.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
+import time
 from typing import Annotated
 
-from fastapi import Depends, Header, HTTPException, Request
+from fastapi import Depends, Header, HTTPException, Request, Response
 
 from api.deps import Settings
 
@@ -22,6 +30,9 @@ from api.deps import Settings
 # or Forwarded would otherwise make every client look local.
 PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
 QUERY_TOKENS = ("token", "access_token")
+SESSION_COOKIE = "synth_console"
+SESSION_PATH = "/dashboard"
+SESSION_S = 12 * 3600       # a working day; then the operator logs in again
 OPERATOR_RESPONSES = {
     400: {"description": "a token in the query string (send it as a Bearer token)"},
     401: {"description": "a token is set and this request did not send it"},
@@ -29,20 +40,53 @@ OPERATOR_RESPONSES = {
 }
 
 
-def check_operator(request: Request, tokens: tuple[str, ...], authorization: str | None, setting: str) -> None:
+def check_operator(request: Request, tokens: tuple[str, ...], authorization: str | None, setting: str,
+                   *, cookie: bool = False) -> None:
     """Passes, or raises the 400, 401 or 403 that says what to send; ``setting`` names the
-    variables that set ``tokens``."""
-    if any(name in request.query_params for name in QUERY_TOKENS):
-        raise HTTPException(400, detail="a token in the URL is refused (URLs are logged): "
-                                        "send it as `Authorization: Bearer <token>`")
+    variables that set ``tokens``. ``cookie``: a console session (``SESSION_COOKIE``) opens it too."""
+    refuse_query_token(request)
+    if tokens and cookie and authorization is None and valid_session(request.cookies.get(SESSION_COOKIE), tokens):
+        return
     if tokens:
         scheme, _, given = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not any(_same(given.strip(), t) for t in tokens):
+        if scheme.lower() != "bearer" or not token_matches(given, tokens):
             raise HTTPException(401, detail=f"send the token of {setting} as `Authorization: Bearer <token>`",
                                 headers={"WWW-Authenticate": "Bearer"})
         return
     if not _loopback(request):
         raise HTTPException(403, detail=f"{setting} is unset, so this route answers loopback clients only")
+
+
+def refuse_query_token(request: Request) -> None:
+    if any(name in request.query_params for name in QUERY_TOKENS):
+        raise HTTPException(400, detail="a token in the URL is refused (URLs are logged): "
+                                        "send it as `Authorization: Bearer <token>`")
+
+
+def token_matches(given: str, tokens: tuple[str, ...]) -> bool:
+    return any(_same(given.strip(), t) for t in tokens)
+
+
+def _signature(token: str, expires: int) -> str:
+    return hmac.new(token.encode(), f"synth-console:{expires}".encode(), hashlib.sha256).hexdigest()
+
+
+def valid_session(cookie: str | None, tokens: tuple[str, ...], now: float | None = None) -> bool:
+    expires, _, signature = (cookie or "").partition(".")
+    if not expires.isdigit() or len(expires) > 12 or int(expires) < (time.time() if now is None else now):
+        return False
+    return any(_same(signature, _signature(t, int(expires))) for t in tokens)
+
+
+def start_session(response: Response, request: Request, token: str) -> None:
+    expires = int(time.time()) + SESSION_S
+    response.set_cookie(SESSION_COOKIE, f"{expires}.{_signature(token, expires)}", max_age=SESSION_S,
+                        path=SESSION_PATH, secure=request.url.scheme == "https", httponly=True, samesite="strict")
+
+
+def end_session(response: Response, request: Request) -> None:
+    response.delete_cookie(SESSION_COOKIE, path=SESSION_PATH, secure=request.url.scheme == "https",
+                           httponly=True, samesite="strict")
 
 
 def _same(given: str, expected: str) -> bool:
@@ -61,7 +105,11 @@ def _loopback(request: Request) -> bool:
 # A header parameter, so the OpenAPI document lists it; these routes declare no security scheme,
 # since with no token set they answer a loopback client without one.
 async def dashboard_access(request: Request, settings: Settings, authorization: Annotated[str | None, Header()] = None) -> None:
-    check_operator(request, _tokens(settings.dashboard_token), authorization, "SYNTH_DASHBOARD_TOKEN")
+    check_operator(request, dashboard_tokens(settings), authorization, "SYNTH_DASHBOARD_TOKEN", cookie=True)
+
+
+def dashboard_tokens(settings) -> tuple[str, ...]:
+    return _tokens(settings.dashboard_token)
 
 
 async def metrics_access(request: Request, settings: Settings, authorization: Annotated[str | None, Header()] = None) -> None:

@@ -113,6 +113,17 @@ class Levelled(_In):
         description="dBTP ceiling of levelled jobs; needs loudness_target; default -1 (lossy formats keep 1 dB more)")
 
 
+MAX_VERSION = 2**31 - 1   # a lexicon version is an SQL integer
+
+
+class Lexiconed(_In):
+    lexicon: str | None = Field(None, min_length=1, max_length=100, description=(
+        "A lexicon of yours (name or id) every job reads its words with; default: your lexicon named "
+        "`default`, if you have one"))
+    lexicon_version: Annotated[int | None, BeforeValidator(_whole)] = Field(
+        None, ge=1, le=MAX_VERSION, description="Pin this version; default: the latest")
+
+
 class ItemIn(_In):
     client_id: str | None = Field(None, min_length=1, max_length=200, pattern=CLIENT_ID_PATTERN,
                                   description="Your id for this item, unique in the batch; default item-NNNNNN")
@@ -124,10 +135,10 @@ class ItemIn(_In):
 
 # Fields added after bodies were first fingerprinted: left out while unset, so a retry of a body
 # that never had them still matches its first request's Idempotency-Key fingerprint.
-ADDED_LATER = ("loudness_target", "true_peak_max")
+ADDED_LATER = ("loudness_target", "true_peak_max", "lexicon", "lexicon_version")
 
 
-class BatchCreate(Levelled, Webhook):
+class BatchCreate(Levelled, Lexiconed, Webhook):
     name: str | None = Field(None, max_length=200)
     items: list[ItemIn] = Field(min_length=1)
     voice: str | None = Field(None, min_length=1, max_length=64, description="Default for items without one")
@@ -136,7 +147,7 @@ class BatchCreate(Levelled, Webhook):
     priority: Priority = "batch"
 
 
-class JobCreate(Levelled, Webhook):
+class JobCreate(Levelled, Lexiconed, Webhook):
     text: str = Field(min_length=1)
     client_id: str | None = Field(None, min_length=1, max_length=200, pattern=CLIENT_ID_PATTERN)
     voice: str | None = Field(None, min_length=1, max_length=64)
@@ -168,6 +179,8 @@ class JobOut(BaseModel):
     priority: str
     characters: int
     attempts: int
+    renders: int | None = Field(None, description="Renders the stored audio took: more than one where a bad "
+                                "check had the job rendered again (SYNTH_RERENDER_BUDGET); null until done")
     error: str | None
     audio_seconds: float | None
     ttfb_seconds: float | None
@@ -178,12 +191,15 @@ class JobOut(BaseModel):
     text_notes: dict[str, int] | None = Field(
         None, description="What the text front end changed, when it changed anything: "
         "foreign_chars_dropped, emoji_dropped, tags_removed, readings_expanded, ssml_breaks, "
-        "ssml_say_as, rate_ignored")
+        "ssml_say_as, rate_ignored, lexicon_entries, lexicon_phonemes_skipped")
     loudness_target: float | None = Field(None, description="LUFS the job was levelled to, if any")
+    lexicon_id: str | None = Field(None, description="The lexicon the job renders (or rendered) with, if any")
+    lexicon_version: int | None = None
     loudness_lufs: float | None = Field(None, description="Integrated loudness of the stored audio (BS.1770)")
     true_peak_dbtp: float | None = Field(None, description="True peak of the stored audio, dBTP")
     verdict: str | None = Field(None, description="The check of the audio against its text: clean, suspect, bad "
-                                "or not_checked; null where the job was not checked (SYNTH_VERIFY)")
+                                "or not_checked; pending while its check waits on the verify queue; null where the job "
+                                "is not checked (SYNTH_VERIFY)")
     verdict_reasons: list[str] | None = None
     captions_url: str | None = Field(None, description="GET it (?format=srt|vtt|json) for the word times, "
                                      "where the job was checked")
@@ -215,6 +231,8 @@ class BatchOut(BaseModel):
     expires_at: datetime | None
     loudness_target: float | None = None
     true_peak_max: float | None = None
+    lexicon_id: str | None = Field(None, description="The lexicon the batch was made with, if any")
+    lexicon_version: int | None = None
 
 
 class BatchPage(BaseModel):
@@ -251,3 +269,27 @@ class Formats(BaseModel):
     sample_rates: list[int]
     stream_formats: list[str] = Field(description="GET /v1/jobs/{id}/stream")
     speech_formats: list[str] = Field(description="POST /v1/audio/speech response_format")
+
+
+class UsageCounts(BaseModel):
+    jobs: int = Field(description="Jobs done")
+    chars: int = Field(description="Characters of the jobs done")
+    audio_s: float = Field(description="Seconds of audio of the jobs done")
+
+
+class Quotas(BaseModel):
+    chars_per_day: int | None = Field(description="None: no limit")
+    audio_s_per_day: float | None = Field(description="None: no limit")
+    live_streams: int = Field(description="Live streams this key may hold open at once, per API process")
+
+
+class UsageOut(BaseModel):
+    key_id: str
+    name: str
+    day: str = Field(description="Today, a UTC day (YYYY-MM-DD); usage is counted when a job is done")
+    today: UsageCounts
+    month: UsageCounts = Field(description="This UTC month, today included")
+    unfinished_chars: int = Field(description="Characters of this key's jobs not yet done; they count "
+                                              "against chars_per_day")
+    quotas: Quotas
+    resets_in_s: int = Field(description="Seconds until the day's quotas reset (00:00 UTC)")

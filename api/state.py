@@ -34,3 +34,5 @@ class ApiState:
     metrics: Metrics
     # a speech request's job: created with others waiting, in one transaction (api/creating.py)
     create_speech: Callable[[Callable[[], PlannedBatch]], Awaitable[str]] | None = None
+    # the console's numbers, built at most every few seconds however many watch (api/console.py)
+    console: Callable[[], dict] | None = None

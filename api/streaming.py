@@ -62,13 +62,13 @@ class LiveStream:
 
 async def open_live(hub: LiveHub, client: aioredis.Redis, job_id: str,
                     job_finished: Callable[[], Awaitable[bool]], wait_s: float,
-                    owner: str | None = None) -> LiveStream | None:
+                    owner: str | None = None, quota: int | None = None) -> LiveStream | None:
     """Wait for the job's live audio to start. None when the job finished without one (a batch job,
     or its live copy expired): the caller falls back to the stored file. LiveStreamError when the
     job failed before its first audio, or did not start within ``wait_s``; LiveCapacityError when
     the API serves as many streams as it may, OwnerLimitError when ``owner`` (the API key) holds
-    its share."""
-    listener = await hub.listen(stream_key(job_id), owner)
+    its share (``quota``: the owner's own limit, if lower)."""
+    listener = await hub.listen(stream_key(job_id), owner, quota)
     try:
         deadline = time.monotonic() + wait_s
         while True:

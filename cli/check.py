@@ -48,7 +48,7 @@ def check(audio: Path, text: str | None, text_file: Path | None, language: str, 
     if caption_format:
         if result.words is None:
             raise click.ClickException(f"no word timings: {'; '.join(result.reasons) or 'alignment failed'}")
-        click.echo(captions.render(result.words, caption_format), nl=False)
+        click.echo(captions.render(result.caption_words, caption_format), nl=False)
     elif as_json:
         click.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=1))
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -14,7 +15,7 @@ from sqlalchemy import select
 from tqdm import tqdm
 
 from cli.context import open_database, open_store
-from cli.running import run_batch
+from cli.running import pin_lexicon, run_batch
 from pipeline.db.models import TERMINAL, Job
 from pipeline.documents import read_document
 from pipeline.documents.batch import assemble_batch, create_document_batch, plan_outline
@@ -38,6 +39,8 @@ class DocumentRequest:
     format: str
     loudness: float | None
     true_peak: float | None
+    lexicon: str | None
+    lexicon_version: int | None
     options: BatchOptions
 
 
@@ -52,11 +55,13 @@ def submit_document(settings: Settings, request: DocumentRequest, *, wait: bool 
     # The voice and rate are refused here, before a broker or worker is started for them.
     resolve_options(settings, BatchOptions(voice=request.options.voice, format=JOB_FORMAT,
                                            sample_rate=request.options.sample_rate))
+    options = dataclasses.replace(request.options, lexicon=pin_lexicon(settings, request.lexicon,
+                                                                       request.lexicon_version))
     jobs = document_jobs(doc, settings.max_line_chars)
     store = open_store(settings)
     progress = ChapterProgress([c.title for c in doc.chapters], jobs)
     result = run_batch(settings, lambda session: create_document_batch(
-        session, store, settings, doc, outline, request.options, source=request.source, cover=cover).id,
+        session, store, settings, doc, outline, options, source=request.source, cover=cover).id,
         total=len(jobs), name=request.options.name, wait=wait, output=output, on_poll=progress,
         note=f" ({counted(len(doc.chapters), 'chapter')}, {counted(doc.paragraphs, 'paragraph')})")
     if result is None:

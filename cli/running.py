@@ -16,6 +16,7 @@ from cli.context import broker, open_database, open_store
 from cli.interrupts import WithdrawRequested, counted_interrupts
 from cli.wait import embedded_worker, print_summary, wait_for_batch
 from pipeline.errors import EngineUnavailableError, ServiceUnavailableError
+from pipeline.lexicon import store as lexicons
 from pipeline.plural import counted
 from pipeline.settings import Settings
 from pipeline.submit import withdraw_batch
@@ -106,3 +107,10 @@ def _told_when_interrupted(batch_id: str, embedded: bool) -> Iterator[None]:
         click.echo(f"\ninterrupted: batch {batch_id}'s unfinished jobs stay queued; {who}; "
                    f"`synth status {batch_id}` shows progress, `synth fetch {batch_id}` gets the audio", err=True)
         raise
+
+
+def pin_lexicon(settings: Settings, lexicon: str | None, version: int | None):
+    """The lexicon version a batch renders with, taken now: later changes do not reach it."""
+    _, sessions = open_database(settings)
+    with sessions() as session:
+        return lexicons.pin(session, owner=lexicons.LOCAL_OWNER, ref=lexicon, version=version)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 import click
 
-from cli.running import run_batch
+from cli.running import pin_lexicon, run_batch
 from pipeline.corpus import parse_corpus
 from pipeline.documents import DOCUMENT_KINDS, kind_for
 from pipeline.errors import InputError
@@ -37,13 +38,16 @@ from pipeline.submit import BatchOptions, create_batch, resolve_options
                    "[default: as rendered; each job's loudness is measured and recorded either way].")
 @click.option("--true-peak", type=float, metavar="DBTP",
               help="The true-peak ceiling of levelled jobs [default: -1; lossy formats keep 1 dB more].")
+@click.option("--lexicon", metavar="NAME",
+              help="Pronunciation lexicon (`synth lexicon`) [default: the lexicon named default, if any].")
+@click.option("--lexicon-version", type=int, metavar="N", help="Pin this version [default: the latest].")
 @click.option("--wait/--no-wait", default=None,
               help="Wait for the batch to finish. Embedded mode always waits; with SYNTH_REDIS_URL "
                    "the default is to enqueue and return.")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="After finishing, copy the audio and manifest here (implies --wait).")
 def submit(corpus: Path, document, title, author, cover, voice, fmt, sample_rate, priority, name, loudness,
-           true_peak, wait, output) -> None:
+           true_peak, lexicon, lexicon_version, wait, output) -> None:
     """Synthesize every non-empty line of CORPUS (a UTF-8 text file, or - for stdin) as one job,
     or a document (Markdown, plain text, EPUB) as one file with chapters.
 
@@ -64,7 +68,8 @@ def submit(corpus: Path, document, title, author, cover, voice, fmt, sample_rate
         options = BatchOptions(voice=voice, sample_rate=sample_rate, priority=priority, name=name)
         submit_document(settings, DocumentRequest(
             data=data, kind=kind, source=source, title=title, author=author, cover=cover, format=fmt or "m4b",
-            loudness=loudness, true_peak=true_peak, options=options), wait=wait, output=output)
+            loudness=loudness, true_peak=true_peak, lexicon=lexicon, lexicon_version=lexicon_version,
+            options=options), wait=wait, output=output)
         return
     if fmt == "m4b" or title or author or cover:
         raise InputError("--format m4b, --title, --author and --cover are for documents (.md, .epub, --document)")
@@ -72,6 +77,7 @@ def submit(corpus: Path, document, title, author, cover, voice, fmt, sample_rate
     options = resolve_options(settings, BatchOptions(voice=voice, format=fmt, sample_rate=sample_rate,
                                                      priority=priority, name=name, loudness=loudness,
                                                      true_peak=true_peak))
+    options = dataclasses.replace(options, lexicon=pin_lexicon(settings, lexicon, lexicon_version))
     skipped = (f", {counted(len(parsed.empty_lines), 'empty line skipped', 'empty lines skipped')}"
                if parsed.empty_lines else "")
     result = run_batch(settings, lambda session: create_batch(session, settings, parsed, options, source=source).id,

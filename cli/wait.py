@@ -113,9 +113,11 @@ def print_summary(s: BatchSummary) -> None:
     if s.text_notes:
         echo(describe_text_notes(s.text_notes))
     if s.verdicts:
-        checked = sum(s.verdicts.values())
+        pending = s.verdicts.get("pending", 0)   # on the verify queue still
+        checked = sum(s.verdicts.values()) - pending
         echo(f"checked against the text: {s.verdicts.get('clean', 0)} of {counted(checked, 'job')} clean"
-             + "".join(f", {s.verdicts[v]} {v}" for v in ("suspect", "bad", "not_checked") if s.verdicts.get(v)))
+             + "".join(f", {s.verdicts[v]} {v}" for v in ("suspect", "bad", "not_checked") if s.verdicts.get(v))
+             + (f", {pending} waiting for their check" if pending else ""))
     for client_id, verdict, reasons in s.flagged[:10]:
         echo(f"  {verdict} {client_id}: {reasons}")
     if len(s.flagged) > 10:

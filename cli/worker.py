@@ -17,11 +17,16 @@ import click
 @click.option("--loglevel", default="INFO", show_default=True,
               help="Celery's log level: DEBUG, INFO, WARNING or ERROR.")
 @click.option("-n", "--hostname", help="Celery node name [default: synth-gpuN@host or synth-cpu@host].")
-def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
+@click.option("--verify", "verify_only", is_flag=True,
+              help="Check finished jobs' audio against their text (the verify queue); load no engine. "
+                   "-c: checks at once [default: the CPU cores].")
+def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname, verify_only) -> None:
     """Run a worker: load the engine once, warm it up, then render jobs from the queues.
 
     One worker per GPU: `synth worker --gpu 0`, `synth worker --gpu 1`, ... With no SYNTH_REDIS_URL
     it serves the embedded Redis of the data folder, finishing jobs queued there earlier.
+
+    `synth worker --verify` checks finished jobs against their text (SYNTH_VERIFY) with no engine.
 
     Realtime jobs have a consumer of their own beside the batch tasks' slots, so they reach the
     engine as soon as they arrive, however much batch work is running or queued; so do webhook
@@ -30,7 +35,12 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
     """
     if gpu is not None and cpu_only:
         raise click.UsageError("--gpu and --cpu exclude each other")
+    if verify_only and (gpu is not None or queues):
+        raise click.UsageError("--verify serves the verify queue on the CPU: it takes no --gpu or -Q")
     from worker.gpu import pin_gpu
+
+    if verify_only:
+        _verify_worker(concurrency, loglevel, hostname)
 
     pin_gpu(gpu, cpu_only)  # before anything imports torch
 
@@ -56,7 +66,7 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
         from worker.metrics import install as install_metrics
 
         install_metrics(app, broker_url)  # Prometheus (SYNTH_WORKER_METRICS_PORT) + Redis heartbeat
-        wanted = _former_names(queues.split(",")) if queues else default_queues(settings)
+        wanted = _former_names(queues.split(",")) if queues else _cpu_checks(runtime, default_queues(settings))
         batch_queues = _own_consumers(app, runtime, wanted)
         slots = concurrency or batch_slots(settings, runtime.engine)
         name = hostname or f"synth-{'gpu' + str(gpu) if gpu is not None else 'cpu'}-{os.getpid()}@%h"
@@ -70,6 +80,38 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname) -> None:
             "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle",
         ])
         sys.exit(code or (1 if engine_lost.is_set() else 0))
+
+
+def _verify_worker(concurrency, loglevel, hostname) -> None:
+    """`synth worker --verify`: the verify queue alone, with no engine. Checks are CPU-bound, in
+    a recognizer that holds the GIL, so each runs in a process of its own (Celery's prefork pool);
+    a process killed mid-check leaves its message unacked, and it is checked again."""
+    from cli.context import broker, open_database
+    from pipeline.routing import VERIFY_QUEUE
+    from pipeline.settings import Settings
+    from worker.app import make_app, run_worker
+    from worker.gpu import pin_gpu
+
+    pin_gpu(None, True)
+    settings = Settings()
+    open_database(settings)
+    with broker(settings) as broker_url:
+        app = make_app(settings, broker_url)
+        code = run_worker(app, [
+            "worker", "--pool", "prefork", "--concurrency", str(concurrency or os.cpu_count() or 1),
+            "--queues", VERIFY_QUEUE, "--loglevel", loglevel,
+            "--hostname", hostname or f"synth-verify-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
+        ])
+        sys.exit(code)
+
+
+def _cpu_checks(runtime, queues: list[str]) -> list[str]:
+    """A worker whose engine runs on the CPU checks jobs too, once its own queues are empty: a CPU
+    fleet has its checks done with no worker of their own. A GPU worker never waits for one."""
+    from pipeline.hostinfo import cpu_name
+    from pipeline.routing import VERIFY_QUEUE
+
+    return [*queues, VERIFY_QUEUE] if runtime.engine.info.device_type == cpu_name() else queues
 
 
 def _own_consumers(app, runtime, wanted: list[str]) -> list[str]:

@@ -72,3 +72,16 @@ def authenticate(session: Session, plaintext: str) -> ApiKey | None:
     return session.scalars(
         select(ApiKey).where(ApiKey.key_hash == hash_key(plaintext), ApiKey.revoked_at.is_(None))
     ).first()
+
+
+def find_key(session: Session, ref: str) -> ApiKey:
+    """The active key with this id, or the one active key with this name (InputError otherwise)."""
+    key = session.scalars(select(ApiKey).where(ApiKey.id == ref, ApiKey.revoked_at.is_(None))).first()
+    if key is not None:
+        return key
+    named = list(session.scalars(select(ApiKey).where(ApiKey.name == ref, ApiKey.revoked_at.is_(None))))
+    if len(named) > 1:
+        raise InputError(f"{len(named)} active keys are named {ref!r}: give the key's id (see `synth keys list`)")
+    if not named:
+        raise InputError(f"no active key with id or name {ref!r} (see `synth keys list`)")
+    return named[0]

@@ -72,3 +72,11 @@ class EngineOverloadedError(RetryableError):
 
 class MarkupError(InputError):
     """A ``<speak>`` document that is not well-formed, or an SSML value outside the subset."""
+
+
+class QuotaExceededError(PermanentError):
+    """A key's daily quota would be passed: refused until the UTC day turns (``retry_after`` s)."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import subprocess
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -50,12 +51,66 @@ def measure(audio: np.ndarray, sample_rate: int) -> Level:
 
 
 def true_peak(audio: np.ndarray) -> float | None:
+    """The peak of ``audio`` oversampled OVERSAMPLE times through resample_poly's filter.
+
+    The meter runs on every job in the worker's hot path, where oversampling all of a job cost
+    more CPU than the rest of the meter. So only the neighbourhoods of the loudest samples are
+    oversampled: a value between samples is a weighted sum of the samples within the filter's
+    reach, and can pass the sample peak only near a sample of at least ``peak / gain`` (``gain``:
+    the largest sum of one phase's absolute taps). On speech that is a small share of the samples;
+    on noise-like audio most of it, and the whole signal goes through resample_poly instead."""
     if audio.size == 0:
         return None
-    from scipy.signal import resample_poly
+    size = np.abs(audio)
+    sample_peak = float(size.max())
+    if sample_peak == 0:
+        return None
+    phases, gain = _polyphase()
+    reach = (phases.shape[0] - 1) // 2
+    near = _near(size >= sample_peak / gain, reach)
+    if near.size > _FULL_SHARE * audio.size:
+        from scipy.signal import resample_poly
 
-    peak = float(np.max(np.abs(resample_poly(audio.astype(np.float64), OVERSAMPLE, 1))))
-    return _db(peak)
+        return _db(float(np.max(np.abs(resample_poly(audio.astype(np.float64), OVERSAMPLE, 1)))))
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(audio.astype(np.float32), reach), 2 * reach + 1)
+    # einsum, not a matrix product: BLAS would start a thread per core and spin them between jobs.
+    return _db(float(np.max(np.abs(np.einsum("ij,jk->ik", windows[near], phases)))))
+
+
+# Past this share of samples to oversample, the whole-signal resampler costs less.
+_FULL_SHARE = 0.3
+
+
+def _near(loud: np.ndarray, reach: int) -> np.ndarray:
+    """Indices within ``reach`` of a True in ``loud``."""
+    counts = np.concatenate([[0], np.cumsum(loud, dtype=np.int64)])
+    idx = np.arange(loud.size)
+    hi = np.minimum(idx + reach + 1, loud.size)
+    lo = np.maximum(idx - reach, 0)
+    return np.flatnonzero(counts[hi] > counts[lo])
+
+
+@cache
+def _polyphase() -> tuple[np.ndarray, float]:
+    """resample_poly's own filter for OVERSAMPLE (Kaiser, beta 5, 2 * 10 * up + 1 taps) as a
+    [2 * reach + 1, OVERSAMPLE] matrix: a window of samples centred on sample ``m`` times it gives
+    the oversampled values at ``m``, ``m + 1/4``, ... exactly as resample_poly computes them.
+    Also the most one phase can gain over its largest input."""
+    from scipy.signal import firwin
+
+    half = 10 * OVERSAMPLE
+    taps = firwin(2 * half + 1, 1.0 / OVERSAMPLE, window=("kaiser", 5.0)) * OVERSAMPLE
+    reach = half // OVERSAMPLE
+    # out[OVERSAMPLE*m + k] = sum_i x[i] * taps[OVERSAMPLE*(m - i) + k + half]; window index j is
+    # sample m - reach + j.
+    phases = np.zeros((2 * reach + 1, OVERSAMPLE))
+    for j in range(2 * reach + 1):
+        for k in range(OVERSAMPLE):
+            t = OVERSAMPLE * (reach - j) + k + half
+            if 0 <= t < taps.size:
+                phases[j, k] = taps[t]
+    # float32 products: the figure is reported in hundredths of a decibel, far above their rounding.
+    return phases.astype(np.float32), float(np.abs(phases).sum(axis=0).max())
 
 
 def level(audio: np.ndarray, sample_rate: int, target_lufs: float, ceiling_dbtp: float) -> tuple[np.ndarray, Level]:

@@ -38,11 +38,19 @@ def manifest_lines(session: Session, store: ObjectStore, batch_id: str) -> list[
             "url": url,
             "error": job.error if job.status.value == "failed" else None,
             "attempts": job.attempts,
+            # Renders the audio took: more than one where a bad check had it rendered again.
+            "renders": (metrics.renders or 1) if metrics and job.object_key else None,
             "loudness_lufs": _rounded(metrics.loudness_lufs if metrics else None),
             "true_peak_dbtp": _rounded(metrics.true_peak_dbtp if metrics else None),
+            **_lexicon(job),
             **_verdict(metrics),
         })
     return lines
+
+
+def _lexicon(job) -> dict:
+    """The lexicon version the job rendered with, where it had one."""
+    return {"lexicon_id": job.lexicon_id, "lexicon_version": job.lexicon_version} if job.lexicon_id else {}
 
 
 def _verdict(metrics) -> dict:

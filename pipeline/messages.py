@@ -15,22 +15,25 @@ import redis
 from pipeline.reports.fleet import PRIORITY_SUFFIXES
 
 RENDER_TASK = "synth.render"    # the task worker/tasks.py registers
+VERIFY_TASK = "synth.verify"    # worker/verify.py: check done jobs' audio against their text
+RERENDER_TASK = "synth.rerender"    # worker/tasks.py: render a bad job again (pipeline/retake.py)
 UNACKED = "unacked"             # kombu's hash of delivered, unacked messages
 _PAGE = 1000
 
 
-def job_ids_in_messages(client: redis.Redis, queues: Sequence[str]) -> set[str]:
-    """Every job id named by a render message waiting in ``queues`` or held unacked by a worker.
-    Lists first, then the hash: a message moves from a list to the hash, so it is seen in one."""
+def job_ids_in_messages(client: redis.Redis, queues: Sequence[str], task: str = RENDER_TASK) -> set[str]:
+    """Every job id named by a ``task`` message (render, or verify) waiting in ``queues`` or held
+    unacked by a worker. Lists first, then the hash: a message moves from a list to the hash, so it
+    is seen in one."""
     ids: set[str] = set()
     for queue in queues:
         for suffix in PRIORITY_SUFFIXES:
             for raw in _list_items(client, queue + suffix):
-                ids.update(_render_args(_loads(raw)))
+                ids.update(_job_args(_loads(raw), task))
     for _tag, raw in client.hscan_iter(UNACKED, count=_PAGE):
         held = _loads(raw)
         if isinstance(held, list) and held:
-            ids.update(_render_args(held[0]))
+            ids.update(_job_args(held[0], task))
     return ids
 
 
@@ -51,9 +54,10 @@ def _loads(raw: bytes):
         return None
 
 
-def _render_args(message) -> list[str]:
-    """The job ids of a synth.render message (protocol 2: a base64 JSON body [args, kwargs, embed])."""
-    if not isinstance(message, dict) or message.get("headers", {}).get("task") != RENDER_TASK:
+def _job_args(message, task: str) -> list[str]:
+    """The job ids of a ``task`` message, whose first argument is a list of job ids (protocol 2: a
+    base64 JSON body [args, kwargs, embed])."""
+    if not isinstance(message, dict) or message.get("headers", {}).get("task") != task:
         return []
     try:
         body = message["body"]

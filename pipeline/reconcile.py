@@ -5,8 +5,11 @@ costs a skipped message, never a second object.
 - a job open (pending, queued or running) untouched for ``stale_after`` that no message in Redis
   names (pipeline/messages.py: a queue's list or a worker's unacked hash) is re-enqueued;
 - a batch whose jobs are all finished but which was never closed is closed, with its manifest;
+- a done job whose check waits on the verify queue (verdict ``pending``) since ``stale_after``
+  that no verify message names is sent again (pipeline/verify/queued.py);
 - an audio object no done job refers to (its job failed or never recorded it, or its batch is
-  gone) is removed once older than ``object_grace``, and so is a manifest of a batch that is gone.
+  gone) is removed once older than ``object_grace``, and so is a retake whose check is not
+  waiting (pipeline/retake.py) and a manifest of a batch that is gone.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from sqlalchemy import exists, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.db import jobs as db
-from pipeline.db.models import Batch, Job, JobStatus, as_utc, utcnow
+from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, as_utc, utcnow
 from pipeline.manifest import close_if_finished
 from pipeline.messages import job_ids_in_messages
 from pipeline.storage import ObjectStore
 from pipeline.storage.base import manifest_key
+from pipeline.verify.queued import stranded
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,7 @@ class Reconciled:
     requeued: int = 0        # jobs re-enqueued
     closed: int = 0          # batches closed
     removed: int = 0         # orphan objects removed
+    rechecked: int = 0       # jobs whose lost verify message was sent again
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -50,19 +55,21 @@ class Reconciled:
 
 def reconcile(sessions: sessionmaker[Session], store: ObjectStore, client: redis.Redis, *,
               queues: Sequence[str], send: Callable[[str, list[str]], None], jobs_per_task: int,
-              now: datetime | None = None, stale_after: timedelta = STALE_AFTER,
-              object_grace: timedelta = OBJECT_GRACE) -> Reconciled:
-    """One pass. ``send(queue, job_ids)`` puts one render message on a queue."""
+              send_check: Callable[[str], None] | None = None, now: datetime | None = None,
+              stale_after: timedelta = STALE_AFTER, object_grace: timedelta = OBJECT_GRACE) -> Reconciled:
+    """One pass. ``send(queue, job_ids)`` puts one render message on a queue; ``send_check(job_id)``
+    one verify message on the verify queue."""
     now = now or utcnow()
     done = Reconciled(
         requeued=requeue_stranded(sessions, client, queues=queues, send=send, jobs_per_task=jobs_per_task,
                                   before=now - stale_after),
         closed=close_unclosed(sessions, store),
         removed=remove_orphans(sessions, store, before=now - object_grace),
+        rechecked=stranded(sessions, client, send=send_check, before=now - stale_after) if send_check else 0,
     )
     if any(done.as_dict().values()):
-        log.warning("reconciled: %d jobs re-enqueued, %d batches closed, %d orphan objects removed",
-                    done.requeued, done.closed, done.removed)
+        log.warning("reconciled: %d jobs re-enqueued, %d batches closed, %d orphan objects removed, "
+                    "%d checks sent again", done.requeued, done.closed, done.removed, done.rechecked)
     return done
 
 
@@ -120,12 +127,17 @@ def remove_orphans(sessions: sessionmaker[Session], store: ObjectStore, *, befor
         alive = set(session.scalars(select(Batch.id).where(Batch.id.in_(batch_ids))))
         kept = set(session.scalars(select(Job.object_key).where(
             Job.batch_id.in_(alive), Job.status == JobStatus.DONE, Job.object_key.is_not(None))))
+        # A retake whose check still waits (pipeline/retake.py) is kept; one left by a worker that
+        # died after settling it is an orphan.
+        kept |= {((extra or {}).get("retake") or {}).get("key") for extra in session.scalars(
+            select(JobMetrics.extra).join(Job, Job.id == JobMetrics.job_id)
+            .where(Job.batch_id.in_(alive), JobMetrics.verdict == "pending"))}
     removed = 0
     for key in sorted(old):
         batch_id = key.split("/")[1] if key.count("/") >= 2 else None
         if key in kept or (batch_id in alive and key == manifest_key(batch_id)):
             continue
-        if batch_id in alive and not key.startswith(f"batches/{batch_id}/audio/"):
+        if batch_id in alive and not key.startswith((f"batches/{batch_id}/audio/", f"batches/{batch_id}/retakes/")):
             continue  # not something a job writes: leave it
         store.delete(key)
         removed += 1

@@ -26,16 +26,20 @@ from pipeline.errors import (
     OutageError,
     PermanentError,
     RetryableError,
-    StorageError,
     StorageFullError,
 )
 from pipeline.formats import get_format
 from pipeline.hostinfo import hostname
+from pipeline.lexicon.store import NotFound as LexiconNotFound
+from pipeline.lexicon.store import Pin, Versions
 from pipeline.live import LiveAudio, LiveJob
 from pipeline.manifest import close_if_finished
 from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
-from pipeline.verify.jobs import CAPTION_TYPES, Verifier, caption_key, record, store_captions
+from pipeline.verify.jobs import CAPTION_TYPES, LaterChecks, Verifier, caption_key, record, store_captions
+from pipeline.verify.queued import pending_record
+from pipeline.verify.retakes import Retakes
+from pipeline.verify.verdict import PENDING
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +63,10 @@ class Renderer:
     # The last write the store refused as full or unwritable (StorageFullError), until one succeeds:
     # the heartbeat shows it, and jobs are not rendered while a probe write still fails.
     storage_fault: StorageFullError | None = None
-    verifier: Verifier | None = None    # checks jobs' audio against their text (SYNTH_VERIFY)
+    # Checks jobs' audio against their text (SYNTH_VERIFY): inline, or later on the verify queue.
+    verifier: Verifier | LaterChecks | None = None
+    retakes: Retakes | None = None      # renders a bad job again (SYNTH_RERENDER_BUDGET)
+    lexicons: Versions = field(default_factory=Versions)   # lexicon versions, compiled once each
     reuse: str = "off"                  # key, shared or off: pipeline/reuse.py (SYNTH_REUSE)
 
 
@@ -88,6 +95,7 @@ class _JobState:
     gate: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
     pauses: list[float] | None = None   # seconds of silence around the pieces (audio.join)
     text_notes: dict = field(default_factory=dict)  # what the text front end changed
+    lexicon: dict | None = None         # {"id", "version"} of the lexicon it rendered with
     identity: tuple[str, str] | None = None   # (scope, identity) to remember once stored (pipeline/reuse.py)
 
 
@@ -200,15 +208,14 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
         if planned is None:
             continue
         chunks, pauses, notes = planned
-        ident = None
-        if job.id in scopes:
-            ident = (scopes[job.id], reuse.identity(r.engine.info, job, chunks, pauses, crossfade_ms=r.crossfade_ms))
-            if _reuse(r, job, ident, outcome):
-                continue
+        ident = (scopes[job.id], reuse.identity(r.engine.info, job, chunks, pauses, crossfade_ms=r.crossfade_ms,
+                                                lexicon=_lexicon_record(job))) if job.id in scopes else None
+        if ident is not None and _reuse(r, job, ident, outcome):
+            continue
         live, live_spec = _live(r, job, len(chunks))
         states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
                                    live=live, live_spec=live_spec, pauses=pauses, text_notes=notes,
-                                   identity=ident)
+                                   lexicon=_lexicon_record(job), identity=ident)
         per_job.append((job.id, chunks, job))
     # First chunks of every job first, so each job's first audio comes early.
     requests = [
@@ -226,8 +233,9 @@ def _front(r: Renderer, job: Job, max_chars: int, outcome: Outcome):
     and what was changed; None when the job failed here (malformed SSML, nothing to say)."""
     voice = r.engine.info.profile(job.voice)
     try:
-        prepared = textfront.prepare(job.text, voice, read_emoji=r.read_emoji)
-    except MarkupError as e:
+        lexicon = _lexicon(r, job)
+        prepared = textfront.prepare(job.text, voice, read_emoji=r.read_emoji, lexicon=lexicon)
+    except (MarkupError, LexiconNotFound) as e:
         _fail(r, job.id, str(e), outcome)
         return None
     chunks, pauses = prepared.pieces(max_chars)
@@ -235,6 +243,18 @@ def _front(r: Renderer, job: Job, max_chars: int, outcome: Outcome):
         _fail(r, job.id, textfront.unspeakable_reason(job.text, voice, prepared.notes), outcome)
         return None
     return chunks, pauses, prepared.notes
+
+
+def _lexicon(r: Renderer, job: Job):
+    """The job's lexicon version, compiled; LexiconNotFound where it was deleted since."""
+    if job.lexicon_id is None:
+        return None
+    with r.sessions() as session:
+        return r.lexicons.get(session, Pin(job.lexicon_id, job.lexicon_version))
+
+
+def _lexicon_record(job: Job) -> dict | None:
+    return {"id": job.lexicon_id, "version": job.lexicon_version} if job.lexicon_id else None
 
 
 def _live(r: Renderer, job: Job, pieces: int) -> tuple[LiveJob | None, LiveSpec | None]:
@@ -288,35 +308,25 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         return
     try:
         fmt = get_format(job.format)
-        samples, level = _level(job, samples, info.sample_rate)
+        samples, level = level_job(job, samples, info.sample_rate)
         data = audio.encode(samples, info.sample_rate, job.format, job.sample_rate)
         key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)
         r.storage_fault = None
         checked = _check(r, job, key, samples)
-        audio_s = audio.duration_seconds(samples, info.sample_rate)
-        first = state.first_audio or time.monotonic()
-        first_wall = state.admitted_wall + timedelta(seconds=first - state.admitted)
-        metrics = dict(
-            queue_wait_s=_seconds(job.queued_at or job.created_at, state.admitted_wall),
-            ttfb_s=_seconds(job.created_at, first_wall),
-            synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
-            engine=info.name, model=info.model, quantization=info.quantization,
-            device_type=info.device_type, worker_host=r.worker_host or hostname(),
-            batch_size=state.batch_size, extra=_extra(state),
-            loudness_lufs=level.lufs, true_peak_dbtp=level.true_peak_dbtp,
-            verdict=checked.status if checked else None,
-        )
-        if checked:
-            metrics["extra"] = {**(metrics["extra"] or {}), "verify": record(checked)}
+        metrics = _metrics(r, state, samples, synth_s, level, checked)
         with r.sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)
             if _only_job_of_batch(session, job) and close_if_finished(session, r.store, job.batch_id):
                 outcome.closed.append(job.batch_id)   # one write for a speech request's job and batch
             session.commit()
+        if checked and checked[0] == PENDING:   # recorded first: a check never finds its job unfinished
+            r.verifier.send(job.id)
+        elif checked and r.retakes is not None:   # a bad render is rendered again (pipeline/retake.py)
+            r.retakes.after(job, checked[0], 1)
         outcome.done.append(job.id)
         if state.identity is not None:
-            _remember(r, state.identity, job.id, key, metrics)
+            reuse.remember(r.sessions, *state.identity, job_id=job.id, object_key=key, metrics=metrics)
     except IllegalTransitionError:
         _lost_race(r, job, key, outcome)
     except PermanentError as e:
@@ -332,47 +342,20 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
 
 
 def _reuse(r: Renderer, job: Job, ident: tuple[str, str], outcome: Outcome) -> bool:
-    """Finish ``job`` with a copy of the audio (and captions) of a stored render of its identity;
-    False where there is none, or it cannot be had, and the job is rendered as usual."""
-    with r.sessions() as session:
-        found = reuse.find(session, *ident)
-    if found is None or found.job_id == job.id:
-        return False
-    fmt = get_format(job.format)
-    key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
+    """Finish ``job`` with a copy of a stored render of its identity (pipeline/reuse.py); False
+    where there is none to be had, and the job renders as usual."""
+    key = audio_key(job.batch_id, job.id, job.client_id, get_format(job.format).extension)
     try:
-        r.store.put(key, r.store.get(found.object_key), fmt.content_type)
-        if ((found.metrics or {}).get("verify") or {}).get("captions"):
-            for cap, content_type in CAPTION_TYPES.items():
-                r.store.put(caption_key(key, cap), r.store.get(caption_key(found.object_key, cap)), content_type)
-        metrics = reuse.reused_metrics(found, queue_wait_s=_seconds(job.queued_at or job.created_at, utcnow()),
-                                       ttfb_s=_seconds(job.created_at, utcnow()), batch_size=1,
-                                       worker_host=r.worker_host or hostname())
-        with r.sessions() as session:
-            db.finish(session, job, object_key=key, metrics=metrics)
-            if _only_job_of_batch(session, job) and close_if_finished(session, r.store, job.batch_id):
-                outcome.closed.append(job.batch_id)
-            session.commit()
-    except IllegalTransitionError:
+        copied = reuse.finish_with_copy(r.sessions, r.store, job, ident, key, worker_host=r.worker_host or hostname())
+    except IllegalTransitionError:   # cancelled or finished meanwhile
         _lost_race(r, job, key, outcome)
         return True
-    except (StorageError, OperationalError) as e:   # the render's batch deleted meanwhile, a fault
-        log.info("job %s is rendered, its stored render could not be reused: %s", job.id, e)
-        return False
-    outcome.done.append(job.id)
-    return True
+    if copied:
+        outcome.done.append(job.id)
+    return copied
 
 
-def _remember(r: Renderer, ident: tuple[str, str], job_id: str, key: str, metrics: dict) -> None:
-    """Reuse saves work and is never needed: a database fault here leaves the job done."""
-    try:
-        with r.sessions() as session:
-            reuse.remember(session, *ident, job_id=job_id, object_key=key, metrics=metrics)
-    except OperationalError as e:
-        log.warning("job %s is done; its render is not kept for reuse: %s", job_id, e.orig)
-
-
-def _level(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, loudness.Level]:
+def level_job(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, loudness.Level]:
     """Every job's loudness is measured; a job of a levelled batch is brought to its target."""
     if job.loudness_target is None:
         return samples, loudness.measure(samples, sample_rate)
@@ -381,21 +364,49 @@ def _level(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray,
     return loudness.level(samples, sample_rate, job.loudness_target, ceiling)
 
 
-def _check(r: Renderer, job: Job, key: str, samples: np.ndarray):
-    """The verdict on a batch job in the checked share, its word times stored beside its audio. A
-    realtime job's audio went out live before any check could act on it, and the check's CPU would
-    come out of the other streams' first bytes: it is not checked here."""
+def _metrics(r: Renderer, state: _JobState, samples: np.ndarray, synth_s: float, level: loudness.Level,
+             checked: tuple[str, dict] | None) -> dict:
+    """The job_metrics row of a finished job."""
+    job, info = state.job, r.engine.info
+    audio_s = audio.duration_seconds(samples, info.sample_rate)
+    first = state.first_audio or time.monotonic()
+    first_wall = state.admitted_wall + timedelta(seconds=first - state.admitted)
+    extra = _extra(state)
+    if checked:
+        extra = {**(extra or {}), "verify": checked[1]}
+    return dict(
+        queue_wait_s=_seconds(job.queued_at or job.created_at, state.admitted_wall),
+        ttfb_s=_seconds(job.created_at, first_wall),
+        synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
+        engine=info.name, model=info.model, quantization=info.quantization,
+        device_type=info.device_type, worker_host=r.worker_host or hostname(),
+        batch_size=state.batch_size, extra=extra,
+        loudness_lufs=level.lufs, true_peak_dbtp=level.true_peak_dbtp,
+        verdict=checked[0] if checked else None, renders=1,
+    )
+
+
+def _check(r: Renderer, job: Job, key: str, samples: np.ndarray) -> tuple[str, dict] | None:
+    """The verdict on a batch job in the checked share and what job_metrics.extra keeps of it,
+    its word times stored beside its audio; or ``pending`` where a verify worker checks it later.
+    A realtime job's audio went out live before any check could act on it, and the check's CPU
+    would come out of the other streams' first bytes: it is not checked."""
     if r.verifier is None or job.priority == "realtime" or not r.verifier.wants(job.id):
         return None
     info = r.engine.info
-    result = r.verifier.check(samples, info.sample_rate, job.text, info.profile(job.voice))
+    profile = info.profile(job.voice)
+    if isinstance(r.verifier, LaterChecks):
+        return PENDING, pending_record(profile)
+    result = r.verifier.check(samples, info.sample_rate, job.text, profile)
     store_captions(r.store, key, result)
-    return result
+    return result.status, record(result)
 
 
 def _extra(state: _JobState) -> dict | None:
-    """job_metrics.extra: the engine's counters, and under "text" what the front end changed."""
-    extra = {**state.stats, **({"text": state.text_notes} if state.text_notes else {})}
+    """job_metrics.extra: the engine's counters, under "text" what the front end changed, and
+    under "lexicon" the lexicon version it rendered with."""
+    extra = {**state.stats, **({"text": state.text_notes} if state.text_notes else {}),
+             **({"lexicon": state.lexicon} if state.lexicon else {})}
     return extra or None
 
 

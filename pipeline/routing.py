@@ -12,6 +12,9 @@ WEBHOOK_QUEUE = "webhooks"
 # deliveries sent before an upgrade (a retry waiting out its countdown, above all) go out instead of
 # waiting for the sweep; `synth worker -Q callbacks` consumes both (cli/worker.py).
 FORMER_WEBHOOK_QUEUE = "callbacks"
+# Checks of finished jobs' audio against their text (pipeline/verify/queued.py), served by CPU
+# workers (`synth worker --verify`): a GPU worker never consumes it, so it never waits on a check.
+VERIFY_QUEUE = "verify"
 PRIORITIES = ("batch", "realtime")
 
 

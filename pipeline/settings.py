@@ -131,10 +131,17 @@ class Settings(BaseSettings):
     # The speech recognizer that checks audio against its text: pocketsphinx (offline, US English,
     # the verify extra) or package.module:Class (pipeline/verify/recognizer.py).
     verify_recognizer: str = "pocketsphinx"
-    # Which jobs are checked against their text as they render (verdict, word times, captions):
-    # auto (every job where the engine runs on the CPU, none on a GPU, whose host work must not
-    # wait on a recognizer), all, off, or a share of jobs such as 0.1.
+    # Which jobs are checked against their text (verdict, word times, captions): auto (every job
+    # where the engine runs on the CPU, whose workers check them too; none on a GPU, whose checks
+    # need `synth worker --verify` beside it), all, sample (verify_share of them), or off. Checks
+    # run inline on the embedded Redis, else on the verify queue (docs/input.md).
     verify: str = "auto"
+    # The share of jobs checked under verify=sample: the same jobs on every worker (by job id).
+    verify_share: float = Field(default=0.1, gt=0.0, le=1.0)
+    # A job whose check says bad is rendered again with another seed, at most this many times; the
+    # better render is kept (pipeline/retake.py). 0: never. One retake mends a model's rare slip
+    # (a skipped or repeated phrase) at the cost of one more render of the few bad jobs.
+    rerender_budget: int = Field(default=1, ge=0, le=5)
     default_voice: str | None = None  # None: the engine's first voice
     default_format: str = "wav"       # wav, mp3 (64 kb/s), ogg (Opus, 32 kb/s) or flac
     max_line_chars: int = 20_000      # a corpus line or API item longer than this is refused

@@ -14,6 +14,7 @@ from pipeline.db import jobs as db
 from pipeline.db.models import Batch
 from pipeline.engines.registry import engine_voices
 from pipeline.errors import InputError, UnknownVoiceError
+from pipeline.lexicon.store import Pin
 from pipeline.routing import PRIORITIES, queue_for
 from pipeline.settings import Settings
 from pipeline.storage import ObjectStore
@@ -31,6 +32,7 @@ class BatchOptions:
     name: str | None = None
     loudness: float | None = None       # LUFS every job is levelled to; None: as rendered
     true_peak: float | None = None      # dBTP ceiling of levelled jobs; None: loudness.DEFAULT_CEILING_DBTP
+    lexicon: Pin | None = None          # the lexicon version every job renders with (lexicon/store.py pin)
 
 
 def resolve_options(settings: Settings, options: BatchOptions) -> BatchOptions:
@@ -55,7 +57,7 @@ def resolve_options(settings: Settings, options: BatchOptions) -> BatchOptions:
         loudness.DEFAULT_CEILING_DBTP if options.loudness is not None else None)
     return BatchOptions(voice=voice, format=fmt, sample_rate=options.sample_rate,
                         priority=options.priority, name=options.name, loudness=options.loudness,
-                        true_peak=true_peak)
+                        true_peak=true_peak, lexicon=options.lexicon)
 
 
 def create_batch(session: Session, settings: Settings, corpus: Corpus, options: BatchOptions,
@@ -70,7 +72,7 @@ def create_batch(session: Session, settings: Settings, corpus: Corpus, options: 
     return db.create_batch(session, name=opts.name, source=source, voice=opts.voice, format=opts.format,
                            sample_rate=opts.sample_rate, priority=opts.priority, jobs=jobs,
                            skipped_lines=len(corpus.empty_lines), loudness_target=opts.loudness,
-                           true_peak_max=opts.true_peak, **batch_columns)
+                           true_peak_max=opts.true_peak, lexicon=opts.lexicon, **batch_columns)
 
 
 def withdraw_batch(sessions: sessionmaker[Session], store: ObjectStore, batch_id: str) -> None:
@@ -127,7 +129,8 @@ def plan_item_batch(settings: Settings, items: Sequence[Item], options: BatchOpt
                               voice=own.voice, format=own.format, sample_rate=own.sample_rate))
     return db.plan_batch(name=opts.name, source=source, voice=opts.voice, format=opts.format,
                          sample_rate=opts.sample_rate, priority=opts.priority, jobs=jobs, queued=queued,
-                         loudness_target=opts.loudness, true_peak_max=opts.true_peak, **batch_columns)
+                         loudness_target=opts.loudness, true_peak_max=opts.true_peak, lexicon=opts.lexicon,
+                         **batch_columns)
 
 
 def _check_text(raw: str, max_chars: int, where: str) -> str:
@@ -146,4 +149,4 @@ def _item_options(settings: Settings, batch: BatchOptions, item: Item) -> BatchO
     return resolve_options(settings, BatchOptions(
         voice=item.voice or batch.voice, format=item.format or batch.format,
         sample_rate=item.sample_rate if item.sample_rate is not None else batch.sample_rate,
-        priority=batch.priority, loudness=batch.loudness, true_peak=batch.true_peak))
+        priority=batch.priority, loudness=batch.loudness, true_peak=batch.true_peak, lexicon=batch.lexicon))

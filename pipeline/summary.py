@@ -108,6 +108,9 @@ TEXT_NOTE_WORDS = {
     "ssml_breaks": ("SSML break", "SSML breaks"),
     "ssml_say_as": ("SSML say-as", "SSML say-as"),
     "rate_ignored": ("prosody rate the engine cannot honour", "prosody rates the engine cannot honour"),
+    "lexicon_entries": ("lexicon entry said", "lexicon entries said"),
+    "lexicon_phonemes_skipped": ("lexicon phoneme entry the voice cannot say",
+                                 "lexicon phoneme entries the voice cannot say"),
 }
 
 

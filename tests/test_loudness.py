@@ -55,6 +55,27 @@ def test_the_meter_agrees_with_ffmpegs_on_real_speech(speech):
         assert level.true_peak_dbtp == pytest.approx(peak, abs=0.3)
 
 
+def test_the_true_peak_is_the_whole_signal_oversampled(speech):
+    """Oversampling only near the loud samples gives what resample_poly over all of it gives, on
+    speech, on noise (where it takes the whole-signal path) and on short, decaying and edge cases."""
+    from scipy.signal import resample_poly
+
+    rng = np.random.default_rng(7)
+    cases = list(speech[0]) + [
+        (rng.standard_normal(24_000) * 0.1).astype(np.float32),
+        np.tile(np.array([0.5, 0.5, -0.5, -0.5], np.float32), 500),       # overs between samples
+        np.concatenate([[0.9], np.zeros(100)]).astype(np.float32),
+        np.concatenate([np.zeros(100), [0.9, -0.9]]).astype(np.float32),
+        np.array([0.3], np.float32),
+    ]
+    for _ in range(50):
+        n = int(rng.integers(2, 4000))
+        cases.append((rng.standard_normal(n) * np.exp(-np.arange(n) / rng.uniform(10, 3000))).astype(np.float32))
+    for audio in cases:
+        whole = 20 * np.log10(np.max(np.abs(resample_poly(audio.astype(np.float64), 4, 1))))
+        assert loudness.true_peak(audio) == pytest.approx(whole, abs=1e-4)
+
+
 @pytest.mark.parametrize("gain", [0.05, 1.0])
 def test_levelled_speech_meets_the_target_under_the_ceiling(speech, gain):
     """A quiet render is lifted, a loud one brought down; where the lift would push a peak over

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import srt
 import pytest
 
 from pipeline import audio, textfront
@@ -179,3 +180,19 @@ def test_synth_check_as_a_user_runs_it(tmp_path, rendered):
         assert done.returncode == 2 and said in done.stderr.decode(), done.stderr.decode()
     done = synth("check", str(good), env=env)
     assert done.returncode == 2 and "--text" in done.stderr.decode()
+
+
+def test_captions_show_a_rewritten_amount_as_written_over_the_time_it_is_spoken(piper_engine, voice, recognizer):
+    text = "The ticket costs $1,250.50 at example.com today."
+    result = verdict.check(render(piper_engine, text), piper_engine.info.sample_rate, text, voice, recognizer)
+    spoken, written = result.words, result.written
+    assert [w.word for w in written] == text.split()
+    amount = written[3]
+    said = amount.spoken.split()
+    assert (said[0], said[-1]) == ("one", "cents") and [w.word for w in spoken[3:3 + len(said)]] == said
+    assert (amount.start, amount.end) == (spoken[3].start, spoken[2 + len(said)].end)
+    assert written[0].spoken is None and written[-1].spoken is None       # "today." is not a rewrite
+    cues = list(srt.parse(captions.render(result.caption_words, "srt")))
+    assert "$1,250.50" in " ".join(c.content for c in cues)
+    entry = json.loads(captions.render(result.caption_words, "json"))["words"][3]
+    assert entry["word"] == "$1,250.50" and entry["spoken"] == amount.spoken

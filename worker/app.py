@@ -9,7 +9,7 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Queue
 
-from pipeline.routing import FORMER_WEBHOOK_QUEUE, WEBHOOK_QUEUE, all_queues
+from pipeline.routing import FORMER_WEBHOOK_QUEUE, VERIFY_QUEUE, WEBHOOK_QUEUE, all_queues
 from pipeline.settings import Settings
 
 
@@ -44,11 +44,12 @@ def run_worker(app: Celery, argv: list[str]) -> int:
 
 def make_app(settings: Settings, broker_url: str) -> Celery:
     """The worker's app: the producer's, with every task registered."""
-    from worker import beat, deadletter, tasks, webhooks
+    from worker import beat, deadletter, tasks, verify, webhooks
 
     app = make_producer(settings, broker_url)
     deadletter.install(app)         # a message it cannot act on goes to synth.deadletter, not the worker
     tasks.register(app)             # the render task, and batch expiry (maintenance.py)
+    verify.register(app)            # checks of finished jobs on the verify queue
     beat.register(app)              # the nightly report task and the beat schedule
     webhooks.register(app)          # after beat: it adds the webhook sweep to the beat schedule
     return app
@@ -60,7 +61,7 @@ def make_producer(settings: Settings, broker_url: str) -> Celery:
     queues = all_queues(settings.bucket_seconds)
     app.conf.update(
         task_queues=[Queue(name, routing_key=name)
-                     for name in [*queues, WEBHOOK_QUEUE, FORMER_WEBHOOK_QUEUE]],
+                     for name in [*queues, WEBHOOK_QUEUE, FORMER_WEBHOOK_QUEUE, VERIFY_QUEUE]],
         task_default_queue=queues[1],
         task_serializer="json",
         accept_content=["json"],

@@ -6,6 +6,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from celery import Celery
@@ -19,7 +20,9 @@ from pipeline.live import LiveAudio
 from pipeline.render import Renderer, warm
 from pipeline.settings import Settings
 from pipeline.storage import make_store
-from pipeline.verify.jobs import make_verifier
+from pipeline.verify.jobs import plan_checks
+from worker.embedded import EmbeddedRedis
+from worker.verify import check_later, retakes_for
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -32,7 +35,9 @@ class Runtime:
     renderer: Renderer
 
 
-def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: str | None = None) -> Runtime:
+def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: str | None = None,
+                  check_later: Callable[[str], None] | None = None) -> Runtime:
+    """``check_later``: how finished jobs' checks go to the verify queue; None checks them inline."""
     if engine is None:
         started = time.monotonic()
         engine = load_engine(settings.engine_settings())
@@ -54,8 +59,9 @@ def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: 
                         max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms,
                         worker_host=settings.worker_name, read_emoji=settings.read_emoji, live=live,
                         storage_fault=fault, reuse=settings.reuse,
-                        verifier=make_verifier(settings.verify, settings.verify_recognizer,
-                                               on_cpu=engine.info.device_type == cpu_name()))
+                        verifier=plan_checks(settings.verify, settings.verify_recognizer,
+                                             on_cpu=engine.info.device_type == cpu_name(),
+                                             sample=settings.verify_share, later=check_later))
     warm(renderer)
     return Runtime(settings=settings, engine=engine, renderer=renderer)
 
@@ -65,8 +71,18 @@ def boot(app: Celery, engine: Engine | None = None) -> Runtime:
     with _lock:
         runtime = getattr(app, "synth_runtime", None)
         if runtime is None:
-            runtime = app.synth_runtime = build_runtime(app.synth_settings, engine, app.conf.broker_url)
+            settings, broker_url = app.synth_settings, app.conf.broker_url
+            runtime = app.synth_runtime = build_runtime(
+                settings, engine, broker_url, None if on_embedded_redis(settings, broker_url) else check_later(app))
+            runtime.renderer.retakes = retakes_for(app)
         return runtime
+
+
+def on_embedded_redis(settings: Settings, broker_url: str) -> bool:
+    """Whether the worker serves its data folder's embedded Redis (`synth submit` with nothing
+    configured, or `synth worker` beside it): there it is the whole fleet, and checks its jobs as
+    it finishes them, so the batch's summary and manifest carry every verdict."""
+    return broker_url == EmbeddedRedis(settings.data_dir).url
 
 
 def runtime_for(app: Celery) -> Runtime:

@@ -25,6 +25,7 @@ from pipeline.messages import RENDER_TASK
 from pipeline.reconcile import Reconciled, reconcile
 from pipeline.routing import all_queues
 from worker.boot import runtime_for
+from worker.verify import check_later
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def reconcile_pass(app: Celery, *, take_turn: bool) -> Reconciled | None:
                                             ex=settings.reconcile_interval):
                 return None
             done = reconcile(renderer.sessions, renderer.store, client, queues=all_queues(settings.bucket_seconds),
-                             send=send, jobs_per_task=settings.jobs_per_task)
+                             send=send, send_check=check_later(app), jobs_per_task=settings.jobs_per_task)
         finally:
             with contextlib.suppress(redis.exceptions.LockError):  # outlived its timeout: nothing to free
                 lock.release()

@@ -28,18 +28,19 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import select
 
+from pipeline.console import depths
 from pipeline.db.models import JobMetrics
 from pipeline.hostinfo import hostname
 from pipeline.live import redis_client_url
 from pipeline.reports import fleet
-from pipeline.routing import all_queues
+from pipeline.routing import VERIFY_QUEUE, all_queues
 from worker.boot import runtime_for
 from worker.maintenance import reconciled
 from worker.tasks import RENDER_TASK
 
 log = logging.getLogger(__name__)
 TTFB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800)
-RECONCILE_ACTIONS = ("requeued", "closed", "removed")   # the fields of pipeline.reconcile.Reconciled
+RECONCILE_ACTIONS = ("requeued", "closed", "removed", "rechecked")   # the fields of pipeline.reconcile.Reconciled
 RTF_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2)
 
 
@@ -106,6 +107,7 @@ class Installed:
     client: redis.Redis
     name: str
     info: dict
+    queues: list[str] = field(default_factory=list)
     in_flight: int = 0
     tasks: dict[str, _Task] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -120,6 +122,7 @@ class Installed:
         fault = runtime_for(self.app).renderer.storage_fault   # a full store shows on the dashboard
         fleet.write_heartbeat(self.client, self.name, {**self.info, "jobs_in_flight": in_flight,
                                                        "storage": "ok" if fault is None else fault.state})
+        depths.sample(self.client, self.queues)   # the console's plot: one worker a minute writes
 
     def uninstall(self) -> None:
         self.stop.set()
@@ -212,11 +215,12 @@ def install(app: Celery, broker_url: str, *, name: str | None = None, interval: 
     client = redis.Redis.from_url(redis_client_url(broker_url))
     info = runtime.engine.info
     name = name or settings.worker_name or hostname()
+    queues = [*all_queues(settings.bucket_seconds), VERIFY_QUEUE]
     installed = Installed(
-        app=app, metrics=WorkerMetrics(client, all_queues(settings.bucket_seconds)), client=client, name=name,
+        app=app, metrics=WorkerMetrics(client, queues), client=client, name=name, queues=queues,
         info={"device": info.device_type, "engine": info.name, "model": info.model,
-              "quantization": info.quantization, "host": hostname(), "pid": os.getpid(),
-              "started": f"{time.time():.0f}"},
+              "quantization": info.quantization, "rows": info.max_batch, "host": hostname(),
+              "pid": os.getpid(), "started": f"{time.time():.0f}"},
     )
     task_prerun.connect(installed._prerun, weak=False)
     task_postrun.connect(installed._postrun, weak=False)

@@ -36,7 +36,8 @@ from pipeline.render import render_jobs, retry_error
 from pipeline.routing import REALTIME_QUEUE
 from worker.boot import runtime_for
 from worker.deadletter import dead_letter_message, message_problem
-from worker.tasks import RENDER_TASK, backoff, fail_all
+from worker.backoff import backoff
+from worker.tasks import RENDER_TASK, fail_all
 
 log = logging.getLogger(__name__)
 

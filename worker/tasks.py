@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import logging
-import random
 
 from celery import Celery
 from sqlalchemy.exc import OperationalError
 
 from pipeline import deadletter
-from pipeline.errors import OutageError, RetryableError
-from pipeline.messages import RENDER_TASK
+from pipeline.errors import OutageError, PermanentError, RetryableError
+from pipeline.messages import RENDER_TASK, RERENDER_TASK
 from pipeline.plural import counted
 from pipeline.render import fail_jobs, render_jobs, retry_error
+from pipeline.retake import render_again
 from worker import maintenance
+from worker.backoff import backoff
 from worker.boot import runtime_for
 from worker.deadletter import dead_letter_task
 
 log = logging.getLogger(__name__)
-
-
-def backoff(retries: int, cap: int) -> float:
-    """Exponential backoff with full jitter: 2, 4, 8 ... seconds, capped, times U(0.5, 1)."""
-    return min(cap, 2 ** (min(retries, 30) + 1)) * random.uniform(0.5, 1.0)
 
 
 def register(app: Celery) -> None:
@@ -52,6 +48,19 @@ def register(app: Celery) -> None:
             dead_letter_task(app, self, "names no job: another deployment's message, or its batch was deleted")
             return {"dead_lettered": 1}
         return {"done": len(outcome.done), "failed": len(outcome.failed), "skipped": len(outcome.skipped)}
+
+    @app.task(name=RERENDER_TASK, bind=True, max_retries=settings.max_retries, shared=False)
+    def rerender(self, job_id: str, render: int) -> dict:
+        """Render number ``render`` of a done job whose check said bad (pipeline/retake.py)."""
+        runtime = runtime_for(app)
+        try:
+            again = render_again(runtime.renderer, str(job_id), int(render))
+        except (RetryableError, OperationalError) as e:
+            raise self.retry(exc=e, countdown=backoff(self.request.retries, settings.retry_backoff_max)) from e
+        except PermanentError as e:   # the job keeps the render it has
+            log.warning("job %s was not rendered again: %s", job_id, e)
+            return {"rendered": 0}
+        return {"rendered": int(again)}
 
     maintenance.register(app)       # synth.expire (batch expiry) on the same app
 

@@ -20,6 +20,7 @@ from pipeline import lifecycle
 from pipeline.corpus import parse_corpus
 from pipeline.db import owned
 from pipeline.db.models import Batch, Job, JobStatus
+from pipeline.lexicon import store as lexicons
 from pipeline.loudness import CEILING_RANGE, LOUDNESS_RANGE
 from pipeline.submit import BatchOptions, Item, create_batch, create_item_batch
 from worker.enqueue import send_messages
@@ -27,6 +28,7 @@ from worker.enqueue import send_messages
 router = APIRouter(prefix="/v1/batches", tags=["batches"], route_class=KeyFirstRoute)
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="Retry-safe creation")]
 NOT_FOUND = {404: {"description": "no such batch for this key"}}
+NO_LEXICON = {404: {"description": "no such lexicon for this key"}}
 
 
 def _own(session, key, batch_id: str) -> Batch:
@@ -41,7 +43,8 @@ def _created(session, batch_id: str, created: bool) -> JSONResponse:
     return JSONResponse(body, status_code=201, headers={"Idempotent-Replayed": "false" if created else "true"})
 
 
-@router.post("", status_code=201, response_model=BatchOut, responses={409: {"description": "Idempotency-Key reused"}})
+@router.post("", status_code=201, response_model=BatchOut,
+             responses={409: {"description": "Idempotency-Key reused"}, **NO_LEXICON})
 def create_json_batch(body: BatchCreate, key: CurrentKey, state: State, session: Session,
                       idempotency_key: IdempotencyKey = None) -> JSONResponse:
     """A batch from JSON items; per-item voice, format and sample rate override the batch's."""
@@ -53,11 +56,13 @@ def create_json_batch(body: BatchCreate, key: CurrentKey, state: State, session:
              for i in body.items]
     options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
                            priority=body.priority, name=body.name, loudness=body.loudness_target,
-                           true_peak=body.true_peak_max)
+                           true_peak=body.true_peak_max,
+                           lexicon=lexicons.pin(session, owner=key.id, ref=body.lexicon, version=body.lexicon_version))
     columns = creating.owner_columns(state, key, kind="batch", webhook_url=body.webhook_url,
                                      webhook_events=body.webhook_events)
     batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_item_batch(
-        s, state.settings, items, options, source="api", **columns))
+        s, state.settings, items, options, source="api", **columns), key=key,
+        chars=sum(len(i.text) for i in items))
     return _created(session, batch_id, created)
 
 
@@ -77,7 +82,7 @@ def _digits(value):
 
 
 @router.post("/upload", status_code=201, response_model=BatchOut, dependencies=[Depends(one_file)],
-             responses={409: {"description": "Idempotency-Key reused"}})
+             responses={409: {"description": "Idempotency-Key reused"}, **NO_LEXICON})
 def upload_batch(key: CurrentKey, state: State, session: Session,
                  file: Annotated[UploadFile, File(description="UTF-8 text, one item per non-empty line")],
                  voice: Annotated[str | None, Form(max_length=64)] = None,
@@ -87,6 +92,8 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
                  name: Annotated[str | None, Form(max_length=200)] = None,
                  loudness_target: Annotated[float | None, Form(ge=LOUDNESS_RANGE[0], le=LOUDNESS_RANGE[1])] = None,
                  true_peak_max: Annotated[float | None, Form(ge=CEILING_RANGE[0], le=CEILING_RANGE[1])] = None,
+                 lexicon: Annotated[str | None, Form(min_length=1, max_length=100)] = None,
+                 lexicon_version: Annotated[int | None, Form(ge=1, le=999_999_999), BeforeValidator(_digits)] = None,
                  webhook_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN)] = None,
                  webhook_events: Annotated[list[WebhookEvent] | None, Form()] = None,
                  callback_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN, deprecated=True,
@@ -102,7 +109,7 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
                                        "msg": EVENTS_WITHOUT_URL, "input": webhook_events}])
     data = file.file.read()
     source = (file.filename or "upload")[:200]
-    if any("\x00" in v for v in (source, voice, format, name, webhook_url) if v):
+    if any("\x00" in v for v in (source, voice, format, name, webhook_url, lexicon) if v):
         raise HTTPException(400, detail="form fields and the file name must not contain NUL characters")
     corpus = parse_corpus(data, source=source, max_line_chars=state.settings.max_line_chars)
     limit = state.settings.api_max_batch_items
@@ -110,14 +117,17 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
         raise HTTPException(400, detail=f"{len(corpus.lines):,} lines; the limit per batch is {limit:,}")
     form = idempotency.canonical(voice=voice, format=format, sample_rate=sample_rate, priority=priority,
                                  name=name, webhook_url=webhook_url, webhook_events=webhook_events,
-                                 loudness_target=loudness_target, true_peak_max=true_peak_max)
+                                 loudness_target=loudness_target, true_peak_max=true_peak_max,
+                                 **({"lexicon": lexicon, "lexicon_version": lexicon_version} if lexicon else {}))
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/batches/upload", form, data)
     options = BatchOptions(voice=voice, format=format, sample_rate=sample_rate, priority=priority, name=name,
-                           loudness=loudness_target, true_peak=true_peak_max)
+                           loudness=loudness_target, true_peak=true_peak_max,
+                           lexicon=lexicons.pin(session, owner=key.id, ref=lexicon, version=lexicon_version))
     columns = creating.owner_columns(state, key, kind="batch", webhook_url=webhook_url,
                                      webhook_events=webhook_events)
     batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_batch(
-        s, state.settings, corpus, options, source=source, **columns))
+        s, state.settings, corpus, options, source=source, **columns), key=key,
+        chars=sum(len(text) for _, text in corpus.lines))
     return _created(session, batch_id, created)
 
 

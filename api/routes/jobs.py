@@ -21,6 +21,7 @@ from pipeline.formats import get_format
 from pipeline.db import owned
 from pipeline.db.models import Job, JobMetrics, JobStatus
 from pipeline.db.models_api import ApiKey
+from pipeline.lexicon import store as lexicons
 from pipeline.submit import BatchOptions, Item, create_item_batch
 from pipeline.verify.jobs import CAPTION_TYPES, caption_key
 
@@ -41,18 +42,20 @@ def job_body(session, job_id: str) -> dict:
     return job_out(job, owned.job_metrics(session, job.id)).model_dump(mode="json")
 
 
-@router.post("", status_code=201, response_model=JobOut, responses={409: {"description": "Idempotency-Key reused"}})
+@router.post("", status_code=201, response_model=JobOut,
+             responses={409: {"description": "Idempotency-Key reused"}, 404: {"description": "no such lexicon for this key"}})
 def create_job(body: JobCreate, key: CurrentKey, state: State, session: Session,
                idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> JSONResponse:
     """One text. priority=realtime goes ahead of batch work and streams live (GET .../stream)."""
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/jobs", body.fingerprinted())
     item = Item(text=body.text, client_id=body.client_id or "job")
     options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
-                           priority=body.priority, loudness=body.loudness_target, true_peak=body.true_peak_max)
+                           priority=body.priority, loudness=body.loudness_target, true_peak=body.true_peak_max,
+                           lexicon=lexicons.pin(session, owner=key.id, ref=body.lexicon, version=body.lexicon_version))
     columns = creating.owner_columns(state, key, kind="job", webhook_url=body.webhook_url,
                                      webhook_events=body.webhook_events)
     job_id, created = creating.create(state, session, claim, "job", lambda s: create_item_batch(
-        s, state.settings, [item], options, source="api", **columns))
+        s, state.settings, [item], options, source="api", **columns), key=key, chars=len(item.text))
     return JSONResponse(job_body(session, job_id), status_code=201,
                         headers={"Idempotent-Replayed": "false" if created else "true"})
 
@@ -95,6 +98,9 @@ def get_captions(job_id: str, key: CurrentKey, session: Session, state: State,
     job = own_job(session, key, job_id)
     metrics = session.get(JobMetrics, job.id)
     found = ((metrics.extra or {}).get("verify") or {}) if metrics is not None else {}
+    if metrics is not None and metrics.verdict == "pending":
+        raise HTTPException(409, detail=f"job {job.id} waits for its check on the verify queue (synth worker "
+                                        "--verify); its word times come with it")
     if job.status != JobStatus.DONE or not job.object_key or not found.get("captions"):
         raise HTTPException(409, detail=f"job {job.id} has no word times: they come with a check of a done "
                                         "job's audio against its text (SYNTH_VERIFY)")
@@ -113,7 +119,7 @@ async def stream_job(job_id: str, key: CurrentKey, state: State,
     if job.priority != "realtime" and not job.status.terminal:
         raise HTTPException(409, detail=f"job {job.id} is a batch job ({job.status.value}); live audio is "
                                         f"for realtime jobs; its file is at /v1/jobs/{job.id}/audio once done")
-    live = await open_live_or_fail(state, job.id, owner=key.id)
+    live = await open_live_or_fail(state, job.id, owner=key)
     if live is None:
         return await run_in_threadpool(stored_audio, state, job.id, format == "pcm")
     headers = {"X-Sample-Rate": str(live.sample_rate), "Cache-Control": "no-store"}
@@ -128,16 +134,16 @@ def _load(state, key: ApiKey, job_id: str) -> Job:
         return own_job(session, key, job_id)
 
 
-async def open_live_or_fail(state, job_id: str, failed_status: int = 409, *, owner: str):
+async def open_live_or_fail(state, job_id: str, failed_status: int = 409, *, owner: ApiKey):
     """The job's live stream; None if it finished without one; HTTP ``failed_status`` if it failed,
     503 if no worker started it in time, 429 if ``owner`` (the API key) holds its share of streams."""
     async def finished() -> bool:
         return await run_in_threadpool(job_finished, state, job_id)
     try:
         return await open_live(state.live, state.aredis, job_id, finished, state.settings.live_start_timeout,
-                               owner)
+                               owner.id, owner.live_streams)
     except OwnerLimitError as e:
-        raise owner_limit(state) from e
+        raise owner_limit(state, owner) from e
     except KeyRevokedError as e:
         raise HTTPException(401, detail=f"{e}", headers={"WWW-Authenticate": "Bearer"}) from e
     except LiveStartTimeout as e:
@@ -146,11 +152,13 @@ async def open_live_or_fail(state, job_id: str, failed_status: int = 409, *, own
         raise HTTPException(failed_status, detail=f"job {job_id} produced no audio: {e}") from e
 
 
-def owner_limit(state) -> HTTPException:
+def owner_limit(state, key: ApiKey) -> HTTPException:
     """429 for a key at its share of live streams: its own streams free it as they end."""
-    return HTTPException(429, detail=f"this API key has {state.live.max_per_owner} live streams open "
-                                     f"already (SYNTH_API_MAX_LIVE_STREAMS_PER_KEY); try again when one ends",
-                         headers={"Retry-After": "1"})
+    limit = state.live.owner_limit(key.live_streams)
+    source = ("its quota, `synth keys quota --live-streams`" if limit != state.live.max_per_owner
+              else "SYNTH_API_MAX_LIVE_STREAMS_PER_KEY")
+    return HTTPException(429, detail=f"this API key has {limit} live streams open already ({source}); "
+                                     f"try again when one ends", headers={"Retry-After": "1"})
 
 
 def job_finished(state, job_id: str) -> bool:

@@ -19,10 +19,13 @@ from api.routes.jobs import job_finished, open_live_or_fail, owner_limit
 from api.schemas import SpeechCreate
 from api.streaming import CONTENT_TYPES, OPENAI_PCM_RATE, SPEECH_FORMATS, encode, once, wav_pcm
 from api.whole_audio import whole
+from pipeline import usage
 from pipeline.db.jobs import PlannedBatch, insert_batch
 from pipeline.db.models import Batch, Job
 from pipeline.db.models_api import ApiKey
 from pipeline.engines.registry import engine_voices
+from pipeline.lexicon import store as lexicons
+from pipeline.lexicon.store import Pin
 from pipeline.settings import Settings
 from pipeline.submit import BatchOptions, Item, plan_item_batch
 
@@ -61,12 +64,17 @@ def pick_voice(settings: Settings, voice: str) -> str | None:
 @router.post("/speech", response_class=StreamingResponse,
              responses={200: {"content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))},
                               "description": "audio, streamed as it is synthesized"},
+                        404: {"description": "no such lexicon (X-Synth-Lexicon) for this key"},
                         FAILED: {"description": "unknown voice or format, or a text its job could not "
                                                 "render (nothing speakable ...)"},
                         429: {"description": "this key holds its share of live streams (Retry-After)"},
                         503: {"description": "the API serves as many live streams as it may (Retry-After)"}})
 async def speech(body: SpeechCreate, key: CurrentKey, state: State, request: Request,
-                 idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> Response:
+                 idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+                 lexicon: Annotated[str | None, Header(
+                     alias="X-Synth-Lexicon", max_length=100,
+                     description="A lexicon of yours (name or id) to read the input with; `none` for no "
+                                 "lexicon; default: your lexicon named `default`, if any")] = None) -> Response:
     """Streamed as the job renders; when its audio is already complete (an Idempotency-Key replay),
     or the client reads the body whole before using it, it is answered whole, a WAV with its real
     sizes."""
@@ -76,14 +84,17 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State, request: Req
     voice = pick_voice(state.settings, body.voice)
     if not state.live.has_room():  # refused before a job is made that nobody would hear
         raise LiveCapacityError(f"this API process serves {state.live.max_streams} live streams already")
-    if not state.live.owner_has_room(key.id):
-        raise owner_limit(state)
+    if not state.live.owner_has_room(key.id, key.live_streams):
+        raise owner_limit(state, key)
+    pin = await run_in_threadpool(_lexicon, state, key, lexicon)
     if idempotency_key is None:
-        job_id = await state.create_speech(partial(_plan, state, key, body, voice))
+        if usage.has_daily_quota(key):   # a read only for a key with a quota: the first byte waits on it
+            await run_in_threadpool(_check_quota, state, key, len(body.input))
+        job_id = await state.create_speech(partial(_plan, state, key, body, voice, pin))
     else:   # a replay may answer with an existing job: the request's own transaction
-        job_id = await run_in_threadpool(_create, state, key, body, voice, idempotency_key)
+        job_id = await run_in_threadpool(_create, state, key, body, voice, pin, idempotency_key)
     headers = {"X-Job-Id": job_id, "Cache-Control": "no-store"}
-    live = await open_live_or_fail(state, job_id, FAILED, owner=key.id)
+    live = await open_live_or_fail(state, job_id, FAILED, owner=key)
     if live is None:  # a replay after the live copy expired: the stored WAV
         rate, pcm = wav_pcm(await run_in_threadpool(_stored_wav, state, job_id))
         return await whole(once(pcm), rate, body.response_format, job_id=job_id, speed=body.speed,
@@ -107,22 +118,39 @@ def reads_whole(request: Request) -> bool:
             and request.headers.get("x-stainless-raw-response") != "stream")
 
 
-def _plan(state, key: ApiKey, body: SpeechCreate, voice: str | None, *, queued: bool = True) -> PlannedBatch:
+def _lexicon(state, key: ApiKey, ref: str | None) -> Pin | None:
+    """The header's lexicon (404 for none of this key's), or the key's default."""
+    if ref == "none":
+        return None
+    with state.sessions() as session:
+        return lexicons.pin(session, owner=key.id, ref=ref)
+
+
+def _plan(state, key: ApiKey, body: SpeechCreate, voice: str | None, pin: Pin | None, *,
+          queued: bool = True) -> PlannedBatch:
     """The speech request's batch of one job, validated (InputError), not yet written."""
-    options = BatchOptions(voice=voice, format="wav", priority="realtime")  # stored copy: WAV
+    options = BatchOptions(voice=voice, format="wav", priority="realtime", lexicon=pin)  # stored copy: WAV
     return plan_item_batch(state.settings, [Item(text=body.input, client_id="speech")], options,
                            source="api:speech", queued=queued, **creating.owner_columns(state, key, kind="job"))
 
 
-def _build(state, key: ApiKey, body: SpeechCreate, voice: str | None, session: OrmSession) -> Batch:
-    return insert_batch(session, _plan(state, key, body, voice, queued=False))
+def _build(state, key: ApiKey, body: SpeechCreate, voice: str | None, pin: Pin | None,
+           session: OrmSession) -> Batch:
+    return insert_batch(session, _plan(state, key, body, voice, pin, queued=False))
 
 
-def _create(state, key: ApiKey, body: SpeechCreate, voice: str | None, idempotency_key: str) -> str:
+def _create(state, key: ApiKey, body: SpeechCreate, voice: str | None, pin: Pin | None,
+            idempotency_key: str) -> str:
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/audio/speech", body.model_dump_json().encode())
     with state.sessions() as session:
-        job_id, _ = creating.create(state, session, claim, "job", partial(_build, state, key, body, voice))
+        job_id, _ = creating.create(state, session, claim, "job", partial(_build, state, key, body, voice, pin),
+                                    key=key, chars=len(body.input))
     return job_id
+
+
+def _check_quota(state, key: ApiKey, chars: int) -> None:
+    with state.sessions() as session:
+        usage.check_submission(session, key, chars)
 
 
 def _stored_wav(state, job_id: str) -> bytes:

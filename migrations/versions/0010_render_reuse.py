@@ -3,7 +3,7 @@ front end, format settings, seed) within its scope (its API key, by default), so
 the same identity reuses the stored audio; and the engine seconds a reused job did not spend
 
 Revision ID: 0010
-Revises: 0006
+Revises: 0009
 
 recreate="never": plain ALTER TABLE on both databases, as 0005 explains.
 """
@@ -12,14 +12,14 @@ import sqlalchemy as sa
 
 
 revision = '0010'
-down_revision = '0006'
+down_revision = '0009'
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
     op.create_table(
-        'renders',
+        'stored_renders',
         sa.Column('scope', sa.String(length=32), nullable=False),
         sa.Column('identity', sa.String(length=64), nullable=False),
         sa.Column('job_id', sa.String(length=32), sa.ForeignKey('jobs.id', ondelete='CASCADE'), nullable=False),
@@ -28,7 +28,7 @@ def upgrade() -> None:
         sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint('scope', 'identity'),
     )
-    op.create_index('ix_renders_job_id', 'renders', ['job_id'])
+    op.create_index('ix_stored_renders_job_id', 'stored_renders', ['job_id'])
     with op.batch_alter_table('job_metrics', recreate='never') as t:
         t.add_column(sa.Column('reused_s', sa.Float(), nullable=True))
 
@@ -36,5 +36,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table('job_metrics', recreate='never') as t:
         t.drop_column('reused_s')
-    op.drop_index('ix_renders_job_id', table_name='renders')
-    op.drop_table('renders')
+    op.drop_index('ix_stored_renders_job_id', table_name='stored_renders')
+    op.drop_table('stored_renders')

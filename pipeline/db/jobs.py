@@ -12,7 +12,9 @@ from sqlalchemy.orm import Session
 
 from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, new_id, sources_of, utcnow
 from pipeline.db.models_api import ApiKey
+from pipeline import usage
 from pipeline.errors import IllegalTransitionError
+from pipeline.lexicon.store import Pin
 
 
 @dataclass(frozen=True)
@@ -49,20 +51,23 @@ class PlannedBatch:
 def plan_batch(*, name: str | None, source: str | None, voice: str, format: str, sample_rate: int | None,
                priority: str, jobs: Sequence[NewJob], skipped_lines: int = 0, queued: bool = False,
                loudness_target: float | None = None, true_peak_max: float | None = None,
-               **batch_columns) -> PlannedBatch:
+               lexicon: Pin | None = None, **batch_columns) -> PlannedBatch:
     """The rows of a batch and its jobs, PENDING, or QUEUED with ``queued`` (their messages are
     sent once the rows are committed). ``batch_columns``: the API's owner_key_id, kind,
     webhook_url/events and expires_at."""
     now = utcnow()
+    # always both keys: batches planned apart are inserted in one statement (insert_batches)
+    pinned = dict(lexicon_id=lexicon.lexicon_id if lexicon else None,
+                  lexicon_version=lexicon.version if lexicon else None)
     batch = dict(id=new_id(), name=name, source=source, voice=voice, format=format, sample_rate=sample_rate,
                  priority=priority, total_jobs=len(jobs), skipped_lines=skipped_lines, created_at=now,
-                 loudness_target=loudness_target, true_peak_max=true_peak_max, **batch_columns)
+                 loudness_target=loudness_target, true_peak_max=true_peak_max, **pinned, **batch_columns)
     rows = [
         dict(id=new_id(), batch_id=batch["id"], client_id=j.client_id, text=j.text, line_no=j.line_no,
              idempotency_key=j.idempotency_key, voice=j.voice or voice, format=j.format or format,
              sample_rate=j.sample_rate if j.sample_rate is not None else sample_rate,
              loudness_target=loudness_target, true_peak_max=true_peak_max, priority=priority, queue=j.queue, status=JobStatus.QUEUED if queued else JobStatus.PENDING,
-             attempts=0, created_at=now, updated_at=now, queued_at=now if queued else None)
+             attempts=0, created_at=now, updated_at=now, queued_at=now if queued else None, **pinned)
         for j in jobs
     ]
     return PlannedBatch(batch, rows)
@@ -170,6 +175,8 @@ def finish(session: Session, job: Job, *, object_key: str, metrics: dict) -> Non
     if not moved:
         raise IllegalTransitionError(f"job {job.id} is no longer running; result not recorded")
     session.merge(JobMetrics(job_id=job.id, **metrics))
+    # here, in the transaction that moved it to DONE, so the job is counted exactly once
+    usage.record_done(session, batch_id=job.batch_id, chars=len(job.text), audio_s=metrics.get("audio_s"))
 
 
 def fail(session: Session, job_id: str, error: str) -> int:

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from pipeline.db import models_api, models_reports, models_webhooks  # noqa: F401 - see the module
+from pipeline.db import models_api, models_lexicons, models_reports, models_webhooks  # noqa: F401 - see the module
 from pipeline.db.base import Base, new_id, utcnow
 
 def as_utc(value: datetime) -> datetime:
@@ -82,7 +82,7 @@ class Batch(Base):
     total_jobs: Mapped[int] = mapped_column(Integer, default=0)
     skipped_lines: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
-    finished_at: Mapped[datetime | None] = mapped_column(_ts)
+    finished_at: Mapped[datetime | None] = mapped_column(_ts, index=True)   # open batches (0008)
     manifest_key: Mapped[str | None] = mapped_column(String(500))
     # API (migration 0002). CLI batches have no owner and are invisible to the API.
     owner_key_id: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id", ondelete="SET NULL"),
@@ -94,6 +94,9 @@ class Batch(Base):
     cancelled_at: Mapped[datetime | None] = mapped_column(_ts)
     loudness_target: Mapped[float | None] = mapped_column(Float)   # LUFS; None: levels left as rendered
     true_peak_max: Mapped[float | None] = mapped_column(Float)     # dBTP ceiling of a levelled batch
+    # The pronunciation lexicon the batch was made with (migration 0007); None: none
+    lexicon_id: Mapped[str | None] = mapped_column(String(32))
+    lexicon_version: Mapped[int | None] = mapped_column(Integer)
 
     jobs: Mapped[list[Job]] = relationship(back_populates="batch", cascade="all, delete-orphan",
                                            passive_deletes=True)
@@ -104,6 +107,8 @@ class Job(Base):
     __table_args__ = (
         UniqueConstraint("batch_id", "client_id", name="uq_jobs_batch_client"),
         Index("ix_jobs_batch_status", "batch_id", "status"),
+        # the console's latest failures and failures per hour (pipeline/console; migration 0008)
+        Index("ix_jobs_status_finished_at", "status", "finished_at"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
@@ -117,6 +122,9 @@ class Job(Base):
     sample_rate: Mapped[int | None] = mapped_column(Integer)
     loudness_target: Mapped[float | None] = mapped_column(Float)   # migration 0006, as the batch's
     true_peak_max: Mapped[float | None] = mapped_column(Float)
+    # The lexicon version the job renders with: its batch's, or a later one (`synth lexicon apply`)
+    lexicon_id: Mapped[str | None] = mapped_column(String(32))
+    lexicon_version: Mapped[int | None] = mapped_column(Integer)
     priority: Mapped[str] = mapped_column(String(16), default="batch")
     queue: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[JobStatus] = mapped_column(_status, default=JobStatus.PENDING)
@@ -156,8 +164,11 @@ class JobMetrics(Base):
     # clean, suspect, bad or not_checked (pipeline/verify); None: not checked (SYNTH_VERIFY).
     # Its reasons and scores are in extra["verify"].
     verdict: Mapped[str | None] = mapped_column(String(16))
+    # Renders the job took: 1, more where a bad verdict had it rendered again (pipeline/retake.py).
+    # None: recorded before renders were counted (one).
+    renders: Mapped[int | None] = mapped_column(Integer)
     extra: Mapped[dict | None] = mapped_column(JSON)
-    recorded_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
+    recorded_at: Mapped[datetime] = mapped_column(_ts, default=utcnow, index=True)  # the console's day (0008)
     # The engine seconds this job did not spend: its audio is a stored render's (pipeline/reuse.py,
     # migration 0010). None: rendered.
     reused_s: Mapped[float | None] = mapped_column(Float)
@@ -165,12 +176,12 @@ class JobMetrics(Base):
     job: Mapped[Job] = relationship(back_populates="metrics")
 
 
-class Render(Base):
+class StoredRender(Base):
     """A rendered job's content identity within its scope, and where its audio is: a later job of
     the same identity and scope copies it instead of rendering (pipeline/reuse.py). Its rows go
     with the job, so a deleted batch's audio is never offered."""
 
-    __tablename__ = "renders"
+    __tablename__ = "stored_renders"
 
     scope: Mapped[str] = mapped_column(String(32), primary_key=True)   # an API key's id, "" or "*"
     identity: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256, hex

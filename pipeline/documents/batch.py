@@ -47,7 +47,7 @@ def create_document_batch(session: Session, store: ObjectStore, settings: Settin
     items = [Item(text=text, client_id=client_id_for(place))
              for place, text in document_jobs(doc, settings.max_line_chars)]
     opts = BatchOptions(voice=options.voice, format=JOB_FORMAT, sample_rate=options.sample_rate,
-                        priority=options.priority, name=options.name)
+                        priority=options.priority, name=options.name, lexicon=options.lexicon)
     planned = plan_item_batch(settings, items, opts, source=source, **batch_columns)
     if cover is not None and not cover.startswith((b"\x89PNG", b"\xff\xd8")):
         raise InputError("the cover must be a JPEG or PNG image")

@@ -79,10 +79,11 @@ class EngineInfo:
     languages: dict[str, tuple[str, ...]] = field(default_factory=dict)
     inline_tags: tuple[str, ...] = ()
     rate_control: bool = False
+    phoneme_input: bool = False     # IPA in [[ ... ]] blocks is spoken as those phonemes (Piper)
 
     def profile(self, voice: str) -> VoiceProfile:
         return VoiceProfile(voice, self.languages.get(voice, ()), frozenset(self.inline_tags),
-                            self.rate_control)
+                            self.rate_control, self.phoneme_input)
 
 
 class Engine(abc.ABC):

@@ -73,3 +73,20 @@ def engine_voices(settings: EngineSettings) -> tuple[str, ...]:
 
         return (Path(settings.model).stem,)
     return DEFAULT_VOICES.get(settings.engine, ())
+
+
+def engine_phonemes(settings: EngineSettings) -> frozenset[str] | None:
+    """The IPA symbols the engine's voices say, for checking a lexicon's phoneme entries without
+    loading the engine; None for an engine that takes no phonemes (Orpheus reads text only)."""
+    if settings.engine != "piper":
+        return None
+    from pathlib import Path
+
+    from pipeline.engines.piper.voices import phoneme_symbols, voice_model_path
+
+    if settings.model:
+        return phoneme_symbols([Path(settings.model)])
+    try:
+        return phoneme_symbols([voice_model_path(v) for v in engine_voices(settings)])
+    except (OSError, KeyError) as e:
+        raise EngineUnavailableError(f"the Piper voices' phoneme lists could not be read: {e}") from e

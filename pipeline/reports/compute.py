@@ -67,6 +67,7 @@ def _compute(session: Session, since: datetime, until: datetime, prices: dict[st
         unpriced_device_types=sorted({j.device_type for j in done} - set(prices)),
         series=series(done, since, until),
         verification=verification(session, since, until),
+        by_key=queries.usage_by_key(session, since, until),
     )
     report.reused, report.reused_s = queries.reused(session, since, until)
     report.headline = _headline(report)

@@ -115,6 +115,8 @@ class Report:
     # seconds (GPU seconds, on GPU workers) those renders took, not spent again.
     reused: int = 0
     reused_s: float = 0.0
+    # per API key (queries.usage_by_key): key_id, name, jobs_done, jobs_failed, characters, audio_s
+    by_key: list[dict] = field(default_factory=list)
     headline: dict[str, float | None] = field(default_factory=dict)
     previous: dict[str, float | None] = field(default_factory=dict)
     changes: dict[str, float | None] = field(default_factory=dict)

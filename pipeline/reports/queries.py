@@ -10,6 +10,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, as_utc
+from pipeline.db.models_api import ApiKey
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ def verdicts(session: Session, since: datetime, until: datetime) -> dict[str, in
     """Done jobs of the period by the verdict of their check (pipeline/verify); unchecked left out."""
     return {v: n for v, n in session.execute(
         select(JobMetrics.verdict, func.count()).join(Job, Job.id == JobMetrics.job_id)
-        .where(*_finished_in(since, until, JobStatus.DONE), JobMetrics.verdict.is_not(None))
+        .where(*_finished_in(since, until, JobStatus.DONE), JobMetrics.verdict.is_not(None),
+               JobMetrics.verdict != "pending")   # its check waits on the verify queue: not checked yet
         .group_by(JobMetrics.verdict))}
 
 
@@ -116,3 +118,23 @@ def flagged_jobs(session: Session, since: datetime, until: datetime, limit: int)
                       "reasons": checked.get("reasons") or [], "cer": (checked.get("scores") or {}).get("cer")})
     found.sort(key=lambda j: (j["verdict"] != "bad", -(j["cer"] or 0.0)))
     return found[:limit]
+
+
+def usage_by_key(session: Session, since: datetime, until: datetime) -> list[dict]:
+    """Per API key, the jobs that finished in the period: done, failed, characters and audio seconds
+    of the done ones, most characters first. Work without a key (the CLI's) is one row, key None."""
+    done = Job.status == JobStatus.DONE
+    rows = session.execute(
+        select(Batch.owner_key_id, ApiKey.name,
+               func.sum(case((done, 1), else_=0)), func.sum(case((done, 0), else_=1)),
+               func.sum(case((done, func.length(Job.text)), else_=0)),
+               func.sum(case((done, JobMetrics.audio_s), else_=0.0)))
+        .join(Batch, Batch.id == Job.batch_id)
+        .outerjoin(ApiKey, ApiKey.id == Batch.owner_key_id)
+        .outerjoin(JobMetrics, JobMetrics.job_id == Job.id)
+        .where(Job.status.in_([JobStatus.DONE, JobStatus.FAILED]), Job.finished_at >= since, Job.finished_at < until)
+        .group_by(Batch.owner_key_id, ApiKey.name))
+    out = [{"key_id": key_id, "name": name if key_id else "(no key: CLI)", "jobs_done": int(d or 0),
+            "jobs_failed": int(f or 0), "characters": int(c or 0), "audio_s": float(a or 0.0)}
+           for key_id, name, d, f, c, a in rows]
+    return sorted(out, key=lambda r: (-r["characters"], r["name"]))

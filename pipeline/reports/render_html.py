@@ -40,6 +40,8 @@ def render_html(r: Report, *, with_plots: bool = True) -> str:
             table(("reason", "jobs"), list(r.failures_by_reason.items())) if r.failures_by_reason
             else "<p>No failures.</p>",
             "<h2>Checked against the text</h2>", *_verification_html(r),
+            "<h2>By API key</h2>", table(fmt.BY_KEY_HEAD, [fmt.by_key_cells(row) for row in r.by_key])
+            if r.by_key else f"<p>{escape(fmt.NO_BY_KEY)}</p>",
             "<h2>Throughput</h2>", table(fmt.THROUGHPUT_HEAD, [fmt.throughput_cells(r.overall)])]
     for dim, rows in r.throughput.items():
         body += [f"<h3>By {escape(DIMENSION_TITLES[dim])}</h3>",

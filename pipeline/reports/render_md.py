@@ -28,6 +28,8 @@ def render_md(r: Report) -> str:
               table(("reason", "jobs"), [(k, str(v)) for k, v in r.failures_by_reason.items()])
               if r.failures_by_reason else "No failures.", ""]
     parts += ["## Checked against the text", *_verification_md(r), ""]
+    parts += ["## By API key", table(fmt.BY_KEY_HEAD, [fmt.by_key_cells(row) for row in r.by_key])
+              if r.by_key else fmt.NO_BY_KEY, ""]
     parts += ["## Throughput", table(fmt.THROUGHPUT_HEAD, [fmt.throughput_cells(r.overall)]), ""]
     for dim, rows in r.throughput.items():
         parts += [f"### By {DIMENSION_TITLES[dim]}",

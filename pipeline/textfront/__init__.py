@@ -6,11 +6,14 @@ One pass, shared by every engine (pipeline/render.py calls ``prepare``):
    but HTML-like tags (``<b>``, ``<br/>``, ``<!-- -->``) are removed, never read aloud, and HTML
    entities are decoded. The engine's own inline tags (Orpheus: ``<laugh>`` ...) are kept for it;
    any other engine loses them with the rest of the markup.
-2. Readings. Money, web addresses and e-mail addresses become words (readings.py).
-3. Characters. Emoji are silent unless the settings say to read them, and characters of scripts
+2. The lexicon. The job's pronunciation lexicon (pipeline/lexicon) says its words as their
+   aliases or phonemes, before any other rule reads them; the markup is parsed first, so an
+   entry never rewrites a tag.
+3. Readings. Money, web addresses and e-mail addresses become words (readings.py).
+4. Characters. Emoji are silent unless the settings say to read them, and characters of scripts
    the voice's languages do not use are dropped (scripts.py): a voice that spells out foreign
    letters by name is worse than silence.
-4. What happened is counted (``Prepared.notes``), recorded with the job and shown by
+5. What happened is counted (``Prepared.notes``), recorded with the job and shown by
    ``synth status`` and the API.
 """
 
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 
 from pipeline import text as plain
 from pipeline.constants import CHARS_PER_SECOND
+from pipeline.lexicon.apply import Compiled, restore
 from pipeline.plural import counted
 from pipeline.textfront import readings, scripts, ssml
 from pipeline.textfront.ssml import Pause, Speech
@@ -44,12 +48,14 @@ class VoiceProfile:
     languages: tuple[str, ...] = ()              # e.g. ("en_US",); empty: not declared
     inline_tags: frozenset[str] = frozenset()    # tags the engine performs (Orpheus: laugh ...)
     rate_control: bool = False                   # SynthesisRequest.rate is honoured
+    phonemes: bool = False                       # takes IPA in Piper's [[ ... ]] blocks
 
 
 @dataclass
 class Prepared:
     parts: list[Speech | Pause]
     notes: dict = field(default_factory=dict)    # what was normalized or dropped; empty: nothing
+    phonemes: list[str] = field(default_factory=list)   # lexicon IPA, by placeholder (lexicon/apply.py)
 
     def pieces(self, max_chars: int) -> tuple[list[Speech], list[float]]:
         """Chunks of at most ``max_chars`` with their rate, and the seconds of silence around
@@ -68,13 +74,15 @@ class Prepared:
                 if plain.has_speakable_content(chunk):
                     pauses[-1] += between
                     between = 0.0
-                    chunks.append(Speech(chunk, part.rate))
+                    chunks.append(Speech(restore(chunk, self.phonemes), part.rate))
                     pauses.append(0.0)
         return chunks, pauses
 
 
-def prepare(text: str, voice: VoiceProfile, read_emoji: bool = False) -> Prepared:
-    """Raises MarkupError for a ``<speak>`` document that is not well-formed."""
+def prepare(text: str, voice: VoiceProfile, read_emoji: bool = False,
+            lexicon: Compiled | None = None) -> Prepared:
+    """Raises MarkupError for a ``<speak>`` document that is not well-formed. ``lexicon``: the
+    job's lexicon version, compiled (pipeline/lexicon/store.py Versions)."""
     counts: dict[str, int] = {}
     if ssml.is_ssml(text):
         found = ssml.Notes()
@@ -87,15 +95,21 @@ def prepare(text: str, voice: VoiceProfile, read_emoji: bool = False) -> Prepare
         parts = [Speech(_strip_tags(text, voice.inline_tags, counts))]
     allowed = scripts.scripts_for(voice.languages)
     dropped = scripts.Dropped()
+    phonemes: list[str] = []
     for part in parts:
         if isinstance(part, Speech):
+            if lexicon is not None:
+                said = lexicon.apply(part.text, voice.phonemes, phonemes)
+                _count(counts, "lexicon_entries", said.replaced)
+                _count(counts, "lexicon_phonemes_skipped", said.skipped_phonemes)
+                part.text = said.text
             expanded, n = readings.expand(plain.normalize(part.text))
             _count(counts, "readings_expanded", n)
             part.text = plain.normalize(
                 scripts.keep_speakable(expanded, allowed, read_emoji, dropped))
     _count(counts, "foreign_chars_dropped", dropped.foreign)
     _count(counts, "emoji_dropped", dropped.emoji)
-    return Prepared(parts, counts)
+    return Prepared(parts, counts, phonemes)
 
 
 def unspeakable_reason(text: str, voice: VoiceProfile, notes: dict) -> str:

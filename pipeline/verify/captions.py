@@ -28,10 +28,8 @@ def cues(words: Sequence[Word]) -> list[tuple[float, float, str]]:
 
 def render(words: Sequence[Word], fmt: str, *, approximate: bool = False) -> str:
     if fmt == "json":
-        return json.dumps({"approximate": approximate,
-                           "words": [{"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3),
-                                      "confidence": None if w.confidence is None else round(w.confidence, 3)}
-                                     for w in words]}, ensure_ascii=False, indent=1) + "\n"
+        return json.dumps({"approximate": approximate, "words": [_entry(w) for w in words]},
+                          ensure_ascii=False, indent=1) + "\n"
     if fmt == "srt":
         return "".join(f"{i}\n{_stamp(a, ',')} --> {_stamp(b, ',')}\n{text}\n\n"
                        for i, (a, b, text) in enumerate(cues(words), 1))
@@ -39,6 +37,13 @@ def render(words: Sequence[Word], fmt: str, *, approximate: bool = False) -> str
         return "WEBVTT\n\n" + "".join(f"{_stamp(a, '.')} --> {_stamp(b, '.')}\n{text}\n\n"
                                       for a, b, text in cues(words))
     raise ValueError(f"unknown caption format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _entry(w: Word) -> dict:
+    """A word of words.json; ``spoken`` where the text front end read the written word as others."""
+    entry = {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3),
+             "confidence": None if w.confidence is None else round(w.confidence, 3)}
+    return {**entry, "spoken": w.spoken} if w.spoken else entry
 
 
 def _stamp(seconds: float, mark: str) -> str:

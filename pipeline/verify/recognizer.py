@@ -25,6 +25,7 @@ class Word:
     start: float        # seconds
     end: float
     confidence: float | None = None
+    spoken: str | None = None   # a written word (pipeline/verify/written.py): the words said for it
 
 
 class Recognizer(Protocol):

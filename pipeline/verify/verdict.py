@@ -26,8 +26,11 @@ from pipeline.textfront.numbers import cardinal
 from pipeline.textfront.ssml import Pause, Speech
 from pipeline.verify import signal
 from pipeline.verify.recognizer import RATE, Recognizer, Word, serves
+from pipeline.verify.written import written_words
 
 CLEAN, SUSPECT, BAD, NOT_CHECKED = "clean", "suspect", "bad", "not_checked"
+# A job's verdict while its check waits on the verify queue (pipeline/verify/queued.py).
+PENDING = "pending"
 CER_BAD, CER_SUSPECT = 0.7, 0.6
 # Under this many words a line's error rate says little (one miss is a third of three).
 FEW_WORDS = 4
@@ -51,12 +54,19 @@ class Verdict:
     scores: dict = field(default_factory=dict)
     transcript: str | None = None
     words: list[Word] | None = None        # the text's words timed in the audio
+    written: list[Word] | None = None      # the words as written, timed; None: they do not line up
+
+    @property
+    def caption_words(self) -> list[Word] | None:
+        """What captions show: the words as the user wrote them where they line up, else as spoken."""
+        return self.written or self.words
     recognizer: str | None = None
 
     def as_dict(self) -> dict:
         return {"status": self.status, "reasons": self.reasons, "scores": self.scores,
                 "transcript": self.transcript, "recognizer": self.recognizer,
-                "words": [w.__dict__ for w in self.words] if self.words is not None else None}
+                "words": [w.__dict__ for w in self.words] if self.words is not None else None,
+                "written": [w.__dict__ for w in self.written] if self.written is not None else None}
 
 
 def spoken_words(text: str, voice: VoiceProfile) -> tuple[list[str], float]:
@@ -100,6 +110,8 @@ def check(audio: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile,
     verdict.transcript = " ".join(heard)
     verdict.recognizer = recognizer.name
     verdict.words = timed
+    if timed:
+        verdict.written = written_words(text, timed, lambda token: spoken_words(token, voice)[0])
     return verdict
 
 

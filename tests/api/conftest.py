@@ -13,7 +13,7 @@ from api.app import create_app
 from api.server import server
 from pipeline import api_keys
 from pipeline.db.session import make_engine, make_sessionmaker
-from pipeline.routing import all_queues
+from pipeline.routing import VERIFY_QUEUE, all_queues
 from tests.conftest import free_port
 from tests.waiting import eventually
 from tests.workers import app_with_worker
@@ -87,7 +87,7 @@ def client(api_server, new_key) -> Iterator[httpx.Client]:
 
 @pytest.fixture
 def running_worker(api_settings, redis_url, piper_engine):
-    queues = all_queues(api_settings.bucket_seconds)
+    queues = [*all_queues(api_settings.bucket_seconds), VERIFY_QUEUE]   # a CPU worker's, checks last
     with app_with_worker(api_settings, redis_url, piper_engine, queues) as app:
         yield app
 

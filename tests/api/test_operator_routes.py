@@ -78,3 +78,46 @@ def test_a_token_in_the_query_string_is_refused(token_server, path):
             refused = http.get(f"{path}?{name}=op-secret", headers={"Authorization": "Bearer op-secret"})
             assert refused.status_code == 400, refused.text
             assert "Authorization: Bearer" in refused.json()["detail"]
+
+
+def test_a_browser_logs_in_with_the_token_in_a_form_and_keeps_a_cookie_that_holds_no_token(token_server):
+    with httpx.Client(base_url=token_server.url, timeout=30) as http:
+        page = http.get("/dashboard")
+        assert page.status_code == 401 and '<form method="post" action="/dashboard/login">' in page.text
+        wrong = http.post("/dashboard/login", data={"token": "op-secretx"})
+        assert wrong.status_code == 401 and "not the operator token" in wrong.text and not http.cookies
+        refused = http.post("/dashboard/login?token=op-secret", data={"token": "op-secret"})
+        assert refused.status_code == 400 and not http.cookies
+
+        done = http.post("/dashboard/login", data={"token": "op-secret"})
+        assert done.status_code == 303 and done.headers["location"] == "/dashboard"
+        cookie = done.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/dashboard" in cookie
+        assert "Secure" not in cookie and "op-secret" not in cookie    # plain HTTP here; no token inside
+        for path in ("/dashboard", "/dashboard/data.json", "/dashboard/static/console.js"):
+            assert http.get(path).status_code == 200, path
+        assert "Content-Security-Policy" in http.get("/dashboard").headers
+        assert http.get("/metrics").status_code == 401          # the console's cookie opens the console only
+
+        value = http.cookies["synth_console"]
+        expires, signature = value.split(".")
+        for sent, status in ((value, 200), (f"{int(expires) + 99}.{signature}", 401), (f"{expires}.{'0' * 64}", 401),
+                             ("1.x", 401), ("x", 401)):
+            answer = httpx.get(token_server.url + "/dashboard/data.json", headers={"Cookie": f"synth_console={sent}"})
+            assert answer.status_code == status, sent
+        assert http.post("/dashboard/logout").status_code == 303
+        assert not http.cookies and http.get("/dashboard/data.json").status_code == 401
+
+
+def test_over_https_the_session_cookie_is_secure(token_server):
+    # uvicorn takes the scheme from X-Forwarded-Proto sent by a proxy on loopback, as in front of the API
+    with httpx.Client(base_url=token_server.url, timeout=30) as http:
+        done = http.post("/dashboard/login", data={"token": "op-secret"}, headers={"X-Forwarded-Proto": "https"})
+        assert done.status_code == 303 and "Secure" in done.headers["set-cookie"]
+
+
+def test_login_tries_from_one_address_are_limited(token_server):
+    with httpx.Client(base_url=token_server.url, timeout=30) as http:
+        answers = [http.post("/dashboard/login", data={"token": f"guess-{i}"}) for i in range(12)]
+    assert [a.status_code for a in answers[:10]] == [401] * 10
+    assert answers[10].status_code == 429 and int(answers[10].headers["Retry-After"]) > 0

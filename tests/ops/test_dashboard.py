@@ -89,11 +89,11 @@ def test_data_json_and_the_operator_token(server):
     assert {w["name"]: w["jobs_in_flight"] for w in data["workers"]} == {"gpu-host-1/gpu0": "12", "cpu-host/cpu": "3"}
 
 
-def chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess:
+def chromium(*args: str, tmp: Path, size: tuple[int, int] = (1280, 2300)) -> subprocess.CompletedProcess:
     return subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,1400",
+         "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'profile'}", f"--window-size={size[0]},{size[1]}",
          "--hide-scrollbars", *args], capture_output=True, timeout=120)
 
 
@@ -118,7 +118,7 @@ def test_dashboard_in_headless_chromium(server, tmp_path):
     from PIL import Image
 
     img = Image.open(io.BytesIO(shot.read_bytes())).convert("RGB")
-    assert img.size == (1280, 1400)
+    assert img.size == (1280, 2300)
     raw = img.tobytes()
     pixels = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
     gray = [sum(p) / 3 for p in pixels]

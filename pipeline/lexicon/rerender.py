@@ -1,0 +1,86 @@
+"""Re-render the jobs of a batch that a lexicon change touches, and only those.
+
+A job rendered with version v reads differently under the latest version only where its text
+contains an entry that differs between the two (added, removed or changed): those entries are
+compiled into a lexicon of their own, and a job is touched when that lexicon finds anything in
+its text. Touched jobs go back to the queue with the latest version; the others keep their rows,
+their version and their stored audio, which no worker rewrites. The batch reopens and, at its last
+job, closes with a fresh manifest, as a retry does (lifecycle.retry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from pipeline.db.models import Batch, Job, JobStatus, utcnow
+from pipeline.db.models_lexicons import LOCAL_OWNER, Lexicon
+from pipeline.errors import InputError
+from pipeline.lexicon.apply import Compiled
+from pipeline.lexicon.store import NotFound, changed_between, entries_at
+
+_FINISHED = (JobStatus.DONE, JobStatus.FAILED)
+
+
+@dataclass
+class Plan:
+    rerendered: int = 0
+    untouched: int = 0
+    by_queue: dict[str, list[str]] = field(default_factory=dict)   # for send_messages, after commit
+
+
+def plan(session: Session, lexicon: Lexicon, *, owner: str, batch_id: str) -> Plan:
+    """Queue the touched jobs again (a conditional UPDATE: DONE or FAILED, still at their old
+    version); the caller commits, then sends ``by_queue``. InputError for a batch made with
+    another lexicon or not finished; NotFound for a batch that is not the owner's."""
+    batch = _owned_batch(session, owner, batch_id)
+    if batch.lexicon_id != lexicon.id:
+        raise InputError(f"batch {batch.id} was made with {'no lexicon' if batch.lexicon_id is None else 'another lexicon'}"
+                         f", not {lexicon.name!r}")
+    unfinished = session.scalar(select(func.count()).where(Job.batch_id == batch.id, Job.status.not_in(_FINISHED)))
+    if unfinished:
+        raise InputError(f"batch {batch.id} has {unfinished} jobs not finished (or cancelled); apply the lexicon "
+                         "once they are done")
+    latest = entries_at(session, lexicon.id, lexicon.version)
+    out = Plan()
+    rows = session.execute(select(Job.id, Job.text, Job.queue, Job.lexicon_version)
+                           .where(Job.batch_id == batch.id).order_by(Job.line_no, Job.client_id)).all()
+    changes: dict[int, Compiled] = {}
+    touched: dict[int, list[str]] = {}
+    for job_id, text, queue, version in rows:
+        if version not in changes:
+            changes[version] = Compiled(changed_between(entries_at(session, lexicon.id, version), latest)
+                                        if version != lexicon.version else [])
+        said = changes[version].apply(text, takes_phonemes=True)
+        if said.replaced or said.skipped_phonemes:
+            touched.setdefault(version, []).append(job_id)
+            out.by_queue.setdefault(queue, []).append(job_id)
+        else:
+            out.untouched += 1
+    now = utcnow()
+    for version, ids in touched.items():
+        for start in range(0, len(ids), 1000):
+            out.rerendered += session.execute(
+                update(Job).where(Job.id.in_(ids[start:start + 1000]), Job.status.in_(_FINISHED),
+                                  Job.lexicon_version == version)
+                .values(status=JobStatus.QUEUED, lexicon_version=lexicon.version, queued_at=now,
+                        finished_at=None, error=None, updated_at=now)
+                .execution_options(synchronize_session=False)).rowcount
+    if out.rerendered:
+        session.execute(update(Batch).where(Batch.id == batch.id)
+                        .values(finished_at=None, lexicon_version=lexicon.version))
+    return out
+
+
+def _owned_batch(session: Session, owner: str, batch_id: str) -> Batch:
+    if "\x00" in batch_id:   # never a batch id or name, and PostgreSQL refuses it in a query
+        raise NotFound(f"batch {batch_id[:64]!r} not found")
+    owner_is = Batch.owner_key_id.is_(None) if owner == LOCAL_OWNER else Batch.owner_key_id == owner
+    batch = session.scalars(select(Batch).where(Batch.id == batch_id, owner_is)).first() or \
+        session.scalars(select(Batch).where(Batch.name == batch_id, owner_is)
+                        .order_by(Batch.created_at.desc())).first()
+    if batch is None:
+        raise NotFound(f"batch {batch_id[:64]!r} not found")
+    return batch
