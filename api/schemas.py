@@ -218,6 +218,9 @@ class BatchOut(BaseModel):
     progress: float = Field(description="Finished (done, failed, cancelled) / total")
     audio_seconds: float
     billable_characters: int
+    reused: int = Field(0, description="Done jobs whose audio was copied from an earlier render of the same "
+                                       "identity, for this key (SYNTH_REUSE)")
+    reused_seconds: float = Field(0.0, description="The engine seconds those earlier renders took, not spent again")
     webhook_url: str | None
     webhook_events: list[str] | None
     callback_url: str | None = Field(deprecated=True, description="The same as webhook_url (its former name)")

@@ -55,6 +55,7 @@ def batch_out(session: Session, batch: Batch) -> BatchOut:
         counts={s.value: n for s, n in stats.counts.items()},
         progress=round(stats.finished / stats.total, 4) if stats.total else 1.0,
         audio_seconds=round(stats.audio_seconds, 3), billable_characters=stats.billable_characters,
+        reused=stats.reused, reused_seconds=round(stats.reused_seconds, 3),
         webhook_url=batch.webhook_url, webhook_events=batch.webhook_events,
         callback_url=batch.webhook_url, callback_events=batch.webhook_events,   # their deprecated names
         created_at=_utc(batch.created_at), finished_at=_utc(batch.finished_at),

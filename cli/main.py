@@ -16,7 +16,7 @@ from pipeline.errors import EngineUnavailableError, InputError, ServiceUnavailab
 # Each command's module is imported when that command runs: importing them all (the API's web
 # stack, the worker's, the report's) cost `synth submit` more than its own work.
 COMMANDS = {
-    "api": "cli.api:api", "beat": "cli.beat:beat", "cancel": "cli.batches:cancel", "check": "cli.check:check",
+    "api": "cli.api:api", "assemble": "cli.document:assemble", "beat": "cli.beat:beat", "cancel": "cli.batches:cancel", "check": "cli.check:check",
     "db": "cli.db:db", "delete": "cli.batches:delete", "fetch": "cli.inspect:fetch", "keys": "cli.keys:keys",
     "lexicon": "cli.lexicon:lexicon",
     "models": "cli.models:models", "report": "cli.report:report", "retry": "cli.batches:retry",

@@ -2,36 +2,33 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
-from tqdm import tqdm
 
-from cli.context import broker, open_database, open_store
-from cli.interrupts import WithdrawRequested, counted_interrupts
-from cli.wait import embedded_worker, print_summary, wait_for_batch
+from cli.running import pin_lexicon, run_batch
 from pipeline.corpus import parse_corpus
-from pipeline.errors import EngineUnavailableError, InputError, ServiceUnavailableError
+from pipeline.documents import DOCUMENT_KINDS, kind_for
+from pipeline.errors import InputError
 from pipeline.plural import counted
 from pipeline.settings import FORMATS, Settings
-from pipeline.lexicon import store as lexicons
-from pipeline.submit import BatchOptions, create_batch, resolve_options, withdraw_batch
-from worker.app import make_producer
-from worker.enqueue import check_broker, enqueue_batch
-
-
-PROGRESS_FROM = 5000   # lines: a corpus this long shows its enqueue's progress
+from pipeline.submit import BatchOptions, create_batch, resolve_options
 
 
 @click.command()
 @click.argument("corpus", type=click.Path(allow_dash=True, dir_okay=False, path_type=Path))
+@click.option("--document", type=click.Choice(DOCUMENT_KINDS),
+              help="Read CORPUS as a document of chapters, whatever its name says [default: .md and "
+                   ".markdown are markdown, .epub is epub; anything else is a corpus of lines].")
+@click.option("--title", help="A document's title [default: its own, else the file's name].")
+@click.option("--author", help="A document's author [default: its own, if it names one].")
+@click.option("--cover", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A JPEG or PNG cover for a document's m4b or mp3.")
 @click.option("--voice", help="Voice name [default: SYNTH_DEFAULT_VOICE, else the engine's first voice].")
-@click.option("--format", "fmt", type=click.Choice(FORMATS),
-              help="Audio format [default: SYNTH_DEFAULT_FORMAT, else wav].")
+@click.option("--format", "fmt", type=click.Choice((*FORMATS, "m4b")),
+              help="Audio format [default: SYNTH_DEFAULT_FORMAT, else wav; a document: m4b].")
 @click.option("--sample-rate", type=int, help="Output sample rate in Hz [default: the engine's].")
 @click.option("--priority", type=click.Choice(["batch", "realtime"]), default="batch", show_default=True,
               help="realtime: each job goes ahead of batch work, as an API stream does.")
@@ -49,106 +46,51 @@ PROGRESS_FROM = 5000   # lines: a corpus this long shows its enqueue's progress
                    "the default is to enqueue and return.")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="After finishing, copy the audio and manifest here (implies --wait).")
-def submit(corpus: Path, voice, fmt, sample_rate, priority, name, loudness, true_peak, lexicon, lexicon_version,
-           wait, output) -> None:
-    """Synthesize every non-empty line of CORPUS (a UTF-8 text file, or - for stdin) as one job.
+def submit(corpus: Path, document, title, author, cover, voice, fmt, sample_rate, priority, name, loudness,
+           true_peak, lexicon, lexicon_version, wait, output) -> None:
+    """Synthesize every non-empty line of CORPUS (a UTF-8 text file, or - for stdin) as one job,
+    or a document (Markdown, plain text, EPUB) as one file with chapters.
 
     \b
     Examples:
       synth submit corpus.txt --voice joe --format mp3 -o out/
       synth submit chapter.txt --format mp3 --loudness -16 -o out/
       cat lines.txt | synth submit - --name nightly --no-wait
+      synth submit book.epub --format m4b --author "A. Writer" --cover cover.jpg -o out/
     """
     settings = Settings()
     source = "-" if str(corpus) == "-" else str(corpus)
     data = _read(corpus)
+    kind = document or (None if source == "-" else kind_for(source))
+    if kind is not None:
+        from cli.document import DocumentRequest, submit_document
+
+        options = BatchOptions(voice=voice, sample_rate=sample_rate, priority=priority, name=name)
+        submit_document(settings, DocumentRequest(
+            data=data, kind=kind, source=source, title=title, author=author, cover=cover, format=fmt or "m4b",
+            loudness=loudness, true_peak=true_peak, lexicon=lexicon, lexicon_version=lexicon_version,
+            options=options), wait=wait, output=output)
+        return
+    if fmt == "m4b" or title or author or cover:
+        raise InputError("--format m4b, --title, --author and --cover are for documents (.md, .epub, --document)")
     parsed = parse_corpus(data, source=source, max_line_chars=settings.max_line_chars)
     options = resolve_options(settings, BatchOptions(voice=voice, format=fmt, sample_rate=sample_rate,
                                                      priority=priority, name=name, loudness=loudness,
                                                      true_peak=true_peak))
-    _, sessions = open_database(settings)
-    with sessions() as session:   # the version is taken now: later changes do not reach this batch
-        options = dataclasses.replace(options, lexicon=lexicons.pin(
-            session, owner=lexicons.LOCAL_OWNER, ref=lexicon, version=lexicon_version))
-    store = open_store(settings)
-    embedded = settings.redis_url is None
-    with broker(settings) as broker_url:
-        app = make_producer(settings, broker_url)
-        check_broker(app)
-        batch_id, interrupted = _write_and_enqueue(settings, sessions, store, app, parsed, options, source)
-        click.echo(f"batch {batch_id}{f' ({name})' if name else ''}: "
-                   + counted(len(parsed.lines), "job queued", "jobs queued")
-                   + (f", {counted(len(parsed.empty_lines), 'empty line skipped', 'empty lines skipped')}"
-                      if parsed.empty_lines else ""), err=True)
-        if interrupted:
-            who = "`synth worker` (same SYNTH_DATA_DIR) renders them" if embedded else "the workers render them"
-            click.echo(f"interrupted: batch {batch_id} is queued whole; {who}; `synth cancel {batch_id}` stops it, "
-                       f"`synth status {batch_id}` shows progress", err=True)
-            sys.exit(130)
-        if not (embedded or wait or output):
-            click.echo(batch_id)
-            return
-        if embedded:  # the message comes before the worker's warm shutdown, which may take a while
-            try:
-                with embedded_worker(settings, broker_url) as child, _told_when_interrupted(batch_id, embedded):
-                    summary = wait_for_batch(sessions, batch_id, alive=child.alive)
-            except EngineUnavailableError as e:
-                # Nothing ran; kept, the batch would render on whichever worker starts next, beside
-                # the one submitted again once the setting is fixed.
-                withdraw_batch(sessions, store, batch_id)
-                raise EngineUnavailableError(f"{e}; batch {batch_id} was withdrawn, nothing was rendered: "
-                                             "fix the setting and submit again") from e
-        else:
-            with _told_when_interrupted(batch_id, embedded):
-                summary = wait_for_batch(sessions, batch_id)
-    print_summary(summary)
+    options = dataclasses.replace(options, lexicon=pin_lexicon(settings, lexicon, lexicon_version))
+    skipped = (f", {counted(len(parsed.empty_lines), 'empty line skipped', 'empty lines skipped')}"
+               if parsed.empty_lines else "")
+    result = run_batch(settings, lambda session: create_batch(session, settings, parsed, options, source=source).id,
+                       total=len(parsed.lines), name=name, note=skipped, wait=wait, output=output)
+    if result is None:
+        return
+    summary, sessions = result
     if output:
         from cli.inspect import fetch_batch
 
-        fetch_batch(settings, sessions, batch_id, output)
+        fetch_batch(settings, sessions, summary.batch_id, output)
     if summary.counts.get("failed"):
         sys.exit(1)
-
-
-def _write_and_enqueue(settings, sessions, store, app, parsed, options, source) -> tuple[str, bool]:
-    """Write the batch and send its messages, Ctrl-C counted meanwhile (cli/interrupts.py). Returns
-    the batch id and whether Ctrl-C was pressed; exits 130 once the batch is withdrawn on a second."""
-    with counted_interrupts() as interrupts:
-        with sessions() as session:
-            batch_id = create_batch(session, settings, parsed, options, source=source).id
-            session.commit()
-        if len(parsed.lines) >= PROGRESS_FROM:   # the id, before a long enqueue
-            click.echo(f"batch {batch_id}: enqueuing {counted(len(parsed.lines), 'job')}", err=True)
-
-        def progress(n: int) -> None:
-            bar.update(n)
-            interrupts.check(batch_id)
-        try:
-            with tqdm(total=len(parsed.lines), desc="enqueue", unit="job", disable=len(parsed.lines) < PROGRESS_FROM,
-                      file=sys.stderr) as bar:
-                interrupts.check(batch_id)
-                enqueue_batch(app, sessions, batch_id, settings.jobs_per_task, progress=progress)
-        except ServiceUnavailableError:  # nothing half-written: the batch is withdrawn everywhere
-            withdraw_batch(sessions, store, batch_id)
-            raise
-        except WithdrawRequested:
-            withdraw_batch(sessions, store, batch_id)
-            click.echo(f"interrupted: batch {batch_id} withdrawn; the messages already sent find no job "
-                       "and are dropped; nothing of it renders", err=True)
-            sys.exit(130)
-        return batch_id, interrupts.count > 0
-
-
-@contextlib.contextmanager
-def _told_when_interrupted(batch_id: str, embedded: bool) -> Iterator[None]:
-    """Ctrl-C stops the wait, not the batch: its jobs stay queued. Say so, and how to finish them."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        who = "`synth worker` (same SYNTH_DATA_DIR) finishes them" if embedded else "the workers finish them"
-        click.echo(f"\ninterrupted: batch {batch_id}'s unfinished jobs stay queued; {who}; "
-                   f"`synth status {batch_id}` shows progress, `synth fetch {batch_id}` gets the audio", err=True)
-        raise
 
 
 def _read(corpus: Path) -> bytes:

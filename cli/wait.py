@@ -69,7 +69,9 @@ def embedded_worker(settings: Settings, broker_url: str) -> Iterator[Child]:
                 process.wait()
 
 
-def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = None) -> BatchSummary:
+def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = None,
+                   on_poll: Callable[..., None] | None = None) -> BatchSummary:
+    """``on_poll(session, batch_id)``: called on each poll, for progress of its own (a document's chapters)."""
     with sessions() as session:
         total = session.get(Batch, batch_id).total_jobs
     # Redrawn in place on a terminal; into a log file, a line every 10 s rather than ten a second.
@@ -80,6 +82,8 @@ def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = N
             asked = time.monotonic()
             with sessions() as session:
                 counts = db.status_counts(session, batch_id)
+                if on_poll is not None:
+                    on_poll(session, batch_id)
             pause = min(POLL_MAX_S, max(POLL_MIN_S, 20 * (time.monotonic() - asked)))
             finished = sum(n for s, n in counts.items() if s.terminal)
             bar.update(finished - bar.n)
@@ -101,6 +105,9 @@ def print_summary(s: BatchSummary) -> None:
          + (f", {counted(s.skipped_lines, 'empty line skipped', 'empty lines skipped')}" if s.skipped_lines else ""))
     if s.wall_s:
         echo(f"audio {s.audio_s:,.1f} s in {s.wall_s:,.1f} s: {s.x_real_time:,.1f}x real time")
+    if s.reused:
+        echo(f"reused: {counted(s.reused, 'job')} copied from earlier renders of the same text and settings, "
+             f"{s.reused_s:,.1f} s of engine time saved")
     if s.ttfb_p50 is not None:
         echo(f"TTFB p50 {s.ttfb_p50 * 1000:,.0f} ms, p95 {s.ttfb_p95 * 1000:,.0f} ms")
     if s.text_notes:

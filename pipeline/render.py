@@ -15,7 +15,7 @@ import numpy as np
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline import audio, loudness, textfront
+from pipeline import audio, loudness, reuse, textfront
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, as_utc, utcnow
 from pipeline.engines.base import AudioChunk, Engine, LiveSpec, SynthesisRequest
@@ -67,6 +67,7 @@ class Renderer:
     verifier: Verifier | LaterChecks | None = None
     retakes: Retakes | None = None      # renders a bad job again (SYNTH_RERENDER_BUDGET)
     lexicons: Versions = field(default_factory=Versions)   # lexicon versions, compiled once each
+    reuse: str = "off"                  # key, shared or off: pipeline/reuse.py (SYNTH_REUSE)
 
 
 @dataclass
@@ -95,6 +96,7 @@ class _JobState:
     pauses: list[float] | None = None   # seconds of silence around the pieces (audio.join)
     text_notes: dict = field(default_factory=dict)  # what the text front end changed
     lexicon: dict | None = None         # {"id", "version"} of the lexicon it rendered with
+    identity: tuple[str, str] | None = None   # (scope, identity) to remember once stored (pipeline/reuse.py)
 
 
 def warm(r: Renderer) -> None:
@@ -196,6 +198,8 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
     per_job: list[tuple[str, list[textfront.Speech], Job]] = []
     now, wall = time.monotonic(), utcnow()
     max_chars = min(r.max_chunk_chars, r.engine.info.max_text_chars or r.max_chunk_chars)
+    with r.sessions() as session:
+        scopes = reuse.scopes(session, [j for j in jobs if j.priority != "realtime"], r.reuse)
     for job in jobs:
         if job.voice not in r.engine.info.voices:
             _fail(r, job.id, f"voice {job.voice!r} is not served by engine {r.engine.info.name!r}", outcome)
@@ -204,10 +208,14 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
         if planned is None:
             continue
         chunks, pauses, notes = planned
+        ident = (scopes[job.id], reuse.identity(r.engine.info, job, chunks, pauses, crossfade_ms=r.crossfade_ms,
+                                                lexicon=_lexicon_record(job))) if job.id in scopes else None
+        if ident is not None and _reuse(r, job, ident, outcome):
+            continue
         live, live_spec = _live(r, job, len(chunks))
         states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
                                    live=live, live_spec=live_spec, pauses=pauses, text_notes=notes,
-                                   lexicon=_lexicon_record(job))
+                                   lexicon=_lexicon_record(job), identity=ident)
         per_job.append((job.id, chunks, job))
     # First chunks of every job first, so each job's first audio comes early.
     requests = [
@@ -317,6 +325,8 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         elif checked and r.retakes is not None:   # a bad render is rendered again (pipeline/retake.py)
             r.retakes.after(job, checked[0], 1)
         outcome.done.append(job.id)
+        if state.identity is not None:
+            reuse.remember(r.sessions, *state.identity, job_id=job.id, object_key=key, metrics=metrics)
     except IllegalTransitionError:
         _lost_race(r, job, key, outcome)
     except PermanentError as e:
@@ -329,6 +339,20 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         log.warning("job %s will be retried: %s", job.id, e)
         _requeue(r, job.id, e if isinstance(e, RetryableError)
                  else DatabaseUnavailableError(f"database unreachable while recording the job: {e.orig}"), outcome)
+
+
+def _reuse(r: Renderer, job: Job, ident: tuple[str, str], outcome: Outcome) -> bool:
+    """Finish ``job`` with a copy of a stored render of its identity (pipeline/reuse.py); False
+    where there is none to be had, and the job renders as usual."""
+    key = audio_key(job.batch_id, job.id, job.client_id, get_format(job.format).extension)
+    try:
+        copied = reuse.finish_with_copy(r.sessions, r.store, job, ident, key, worker_host=r.worker_host or hostname())
+    except IllegalTransitionError:   # cancelled or finished meanwhile
+        _lost_race(r, job, key, outcome)
+        return True
+    if copied:
+        outcome.done.append(job.id)
+    return copied
 
 
 def level_job(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, loudness.Level]:

@@ -159,6 +159,23 @@ class Settings(BaseSettings):
     # first); "shortest": short jobs finish sooner, at the price of a long tail on one GPU.
     bucket_order: Literal["longest", "shortest"] = "longest"
     jobs_per_task: int = 8            # jobs per queue message (realtime: always 1)
+    # A job whose audio was rendered before with the same identity (engine, model, voice, text after
+    # the front end, format settings, seed) copies it instead of rendering: "key" reuses within
+    # one API key's jobs (and among command-line batches), "shared" across keys, "off" never.
+    # Across keys a job that finishes at once would tell one tenant what another rendered.
+    reuse: Literal["key", "shared", "off"] = "key"
+
+    # Documents (pipeline/documents/, docs/input.md#documents). A larger file is refused before
+    # it is parsed: parsing takes time and memory in proportion to the size.
+    max_document_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    # The loudness every chapter of an assembled document is levelled to, in LUFS: the middle of
+    # what audiobook stores ask for (ACX -18 to -23).
+    document_loudness: float = -18.0
+    # Seconds of silence between the parts of a paragraph split at sentences, between paragraphs,
+    # and after each chapter but the last.
+    pause_sentence: float = Field(default=0.35, ge=0, le=30)
+    pause_paragraph: float = Field(default=0.8, ge=0, le=30)
+    pause_chapter: float = Field(default=2.0, ge=0, le=30)
 
     # Reliability (see worker/app.py for why each is what it is).
     # Seconds before an unacked message is redelivered: keep it above the longest task plus

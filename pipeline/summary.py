@@ -41,6 +41,10 @@ class BatchSummary:
     # the suspect and bad jobs as (client id, verdict, reasons).
     verdicts: dict[str, int] = field(default_factory=dict)
     flagged: list[tuple[str, str, str]] = field(default_factory=list)
+    # Done jobs whose audio is a copy of an earlier render (pipeline/reuse.py), and the engine
+    # seconds (GPU seconds, on a GPU worker) those renders took, spent again by none of them.
+    reused: int = 0
+    reused_s: float = 0.0
 
     @property
     def x_real_time(self) -> float | None:
@@ -59,6 +63,7 @@ def summarize(session: Session, batch: Batch) -> BatchSummary:
     text_notes: dict[str, int] = {}
     verdicts: dict[str, int] = {}
     flagged = []
+    reused, reused_s = 0, 0.0
     for job, m in rows:
         counts[job.status.value] += 1
         if job.status == JobStatus.FAILED:
@@ -71,6 +76,8 @@ def summarize(session: Session, batch: Batch) -> BatchSummary:
                     reasons = ((m.extra or {}).get("verify") or {}).get("reasons") or []
                     flagged.append((job.client_id, m.verdict, "; ".join(reasons)))
             audio_s += m.audio_s or 0.0
+            if m.reused_s is not None:
+                reused, reused_s = reused + 1, reused_s + m.reused_s
             if m.ttfb_s is not None:
                 ttfbs.append(m.ttfb_s)
         if job.finished_at and (last is None or job.finished_at > last):
@@ -80,7 +87,7 @@ def summarize(session: Session, batch: Batch) -> BatchSummary:
         batch_id=batch.id, name=batch.name, total=len(rows), counts=counts,
         skipped_lines=batch.skipped_lines, audio_s=audio_s, wall_s=wall,
         ttfb_p50=percentile(ttfbs, 50), ttfb_p95=percentile(ttfbs, 95), failures=failures,
-        text_notes=text_notes, verdicts=verdicts, flagged=flagged,
+        text_notes=text_notes, verdicts=verdicts, flagged=flagged, reused=reused, reused_s=reused_s,
     )
 
 

@@ -128,9 +128,11 @@ def s3_bucket(s3_endpoint) -> str:
 @pytest.fixture
 def settings(tmp_path, database_url, redis_url) -> Settings:
     """verify="off": checking every Piper job against its text (the CPU default) would double the
-    CPU of every test that renders; the tests of the check turn it on (tests/api/test_verify_jobs.py)."""
+    CPU of every test that renders; the tests of the check turn it on (tests/api/test_verify_jobs.py).
+    reuse="off": a test that renders the same text twice means to render it twice (a worker killed
+    mid-render, a retry); the tests of reuse turn it on (tests/test_reuse.py)."""
     return Settings(data_dir=tmp_path / "data", database_url=database_url, redis_url=redis_url,
-                    engine_threads=2, jobs_per_task=4, verify="off")
+                    engine_threads=2, jobs_per_task=4, verify="off", reuse="off")
 
 
 @pytest.fixture(scope="session")

@@ -58,7 +58,7 @@ def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: 
                         sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),
                         max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms,
                         worker_host=settings.worker_name, read_emoji=settings.read_emoji, live=live,
-                        storage_fault=fault,
+                        storage_fault=fault, reuse=settings.reuse,
                         verifier=plan_checks(settings.verify, settings.verify_recognizer,
                                              on_cpu=engine.info.device_type == cpu_name(),
                                              sample=settings.verify_share, later=check_later))

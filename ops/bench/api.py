@@ -46,7 +46,8 @@ BOOT_TIMEOUT_S = 120
 def _env(database_url: str, redis_url: str, data_dir: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
     env.update(SYNTH_DATABASE_URL=database_url, SYNTH_REDIS_URL=redis_url, SYNTH_DATA_DIR=data_dir,
-               SYNTH_API_RATE_LIMIT="0", SYNTH_ENGINE_THREADS="2")
+               SYNTH_API_RATE_LIMIT="0", SYNTH_ENGINE_THREADS="2",
+               SYNTH_REUSE="off")   # a benchmark measures rendering: the same text again renders again
     return env
 
 

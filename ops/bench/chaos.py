@@ -145,7 +145,8 @@ class Rig:
                     "SYNTH_S3_BUCKET": bucket, "SYNTH_S3_ENDPOINT_URL": f"http://127.0.0.1:{self.s3_proxy.port}",
                     "SYNTH_VISIBILITY_TIMEOUT": str(opts.visibility_timeout), "SYNTH_RETRY_BACKOFF_MAX": "8",
                     "SYNTH_RECONCILE_INTERVAL": "15", "SYNTH_ENGINE_THREADS": "1",
-                    "SYNTH_WORKER_CONCURRENCY": "1", "SYNTH_JOBS_PER_TASK": "4"}
+                    "SYNTH_WORKER_CONCURRENCY": "1", "SYNTH_JOBS_PER_TASK": "4",
+                    "SYNTH_REUSE": "off"}   # faults must meet jobs that render, not copies
         self.procs: list[subprocess.Popen] = []
         stack.callback(self.stop_all)
         self.workers = [self.start("worker") for _ in range(opts.workers)]

@@ -63,7 +63,8 @@ def worker_env(slot: str, broker: str, database: str, workdir: Path, cpu: bool, 
                base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.update(SYNTH_REDIS_URL=broker, SYNTH_DATABASE_URL=database, SYNTH_DATA_DIR=str(workdir),
-               SYNTH_STORAGE_DIR=str(workdir / "objects"))
+               SYNTH_STORAGE_DIR=str(workdir / "objects"),
+               SYNTH_REUSE="off")   # each run renders the corpus: none copies the one before
     env.pop("SYNTH_WORKER_NAME", None)  # `--gpu N` names a worker host/gpuN itself
     if cpu:  # CPU workers on one host need a name each
         env["SYNTH_WORKER_NAME"] = f"{platform.node()}/cpu{index}"

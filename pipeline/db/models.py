@@ -169,5 +169,23 @@ class JobMetrics(Base):
     renders: Mapped[int | None] = mapped_column(Integer)
     extra: Mapped[dict | None] = mapped_column(JSON)
     recorded_at: Mapped[datetime] = mapped_column(_ts, default=utcnow, index=True)  # the console's day (0008)
+    # The engine seconds this job did not spend: its audio is a stored render's (pipeline/reuse.py,
+    # migration 0010). None: rendered.
+    reused_s: Mapped[float | None] = mapped_column(Float)
 
     job: Mapped[Job] = relationship(back_populates="metrics")
+
+
+class StoredRender(Base):
+    """A rendered job's content identity within its scope, and where its audio is: a later job of
+    the same identity and scope copies it instead of rendering (pipeline/reuse.py). Its rows go
+    with the job, so a deleted batch's audio is never offered."""
+
+    __tablename__ = "stored_renders"
+
+    scope: Mapped[str] = mapped_column(String(32), primary_key=True)   # an API key's id, "" or "*"
+    identity: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256, hex
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    object_key: Mapped[str] = mapped_column(String(500))
+    metrics: Mapped[dict | None] = mapped_column(JSON)    # the job's measured metrics, for the reuser
+    created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)

@@ -17,6 +17,8 @@ class BatchStats:
     counts: dict[JobStatus, int]
     audio_seconds: float
     billable_characters: int   # characters of the jobs that produced audio
+    reused: int = 0            # done jobs whose audio is a stored render's (pipeline/reuse.py)
+    reused_seconds: float = 0.0    # the engine seconds those renders took, not spent again
 
     @property
     def total(self) -> int:
@@ -48,12 +50,14 @@ def batch_stats(session: Session, batch_id: str) -> BatchStats:
         select(Job.status, func.count()).where(Job.batch_id == batch_id).group_by(Job.status)
     ):
         counts[JobStatus(status)] = n
-    audio_s, chars = session.execute(
-        select(func.coalesce(func.sum(JobMetrics.audio_s), 0.0), func.coalesce(func.sum(func.length(Job.text)), 0))
+    audio_s, chars, reused, reused_s = session.execute(
+        select(func.coalesce(func.sum(JobMetrics.audio_s), 0.0), func.coalesce(func.sum(func.length(Job.text)), 0),
+               func.count(JobMetrics.reused_s), func.coalesce(func.sum(JobMetrics.reused_s), 0.0))
         .select_from(Job).outerjoin(JobMetrics, JobMetrics.job_id == Job.id)
         .where(Job.batch_id == batch_id, Job.status == JobStatus.DONE)
     ).one()
-    return BatchStats(counts=counts, audio_seconds=float(audio_s), billable_characters=int(chars))
+    return BatchStats(counts=counts, audio_seconds=float(audio_s), billable_characters=int(chars),
+                      reused=int(reused), reused_seconds=float(reused_s))
 
 
 def list_batches(session: Session, *, owner: str, limit: int,

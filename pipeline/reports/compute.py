@@ -69,6 +69,7 @@ def _compute(session: Session, since: datetime, until: datetime, prices: dict[st
         verification=verification(session, since, until),
         by_key=queries.usage_by_key(session, since, until),
     )
+    report.reused, report.reused_s = queries.reused(session, since, until)
     report.headline = _headline(report)
     return report
 

@@ -72,3 +72,8 @@ NO_BY_KEY = "No job finished in the period."
 def by_key_cells(row: dict) -> list[str]:
     return [row["name"], (row["key_id"] or "–")[:12], str(row["jobs_done"]), str(row["jobs_failed"]),
             f"{row['characters']:,}", num(row["audio_s"] / 3600, 3)]
+
+
+def reused(r: Report) -> str:
+    return (f"Reused from earlier renders: {r.reused} jobs, {num(r.reused_s / 3600, 3)} engine hours not spent "
+            "again." if r.reused else "")

@@ -111,6 +111,10 @@ class Report:
     unpriced_device_types: list[str]
     series: Series
     verification: Verification | None = None
+    # Done jobs whose audio was copied from an earlier render (pipeline/reuse.py), and the engine
+    # seconds (GPU seconds, on GPU workers) those renders took, not spent again.
+    reused: int = 0
+    reused_s: float = 0.0
     # per API key (queries.usage_by_key): key_id, name, jobs_done, jobs_failed, characters, audio_s
     by_key: list[dict] = field(default_factory=list)
     headline: dict[str, float | None] = field(default_factory=dict)

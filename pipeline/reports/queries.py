@@ -95,6 +95,14 @@ def verdicts(session: Session, since: datetime, until: datetime) -> dict[str, in
         .group_by(JobMetrics.verdict))}
 
 
+def reused(session: Session, since: datetime, until: datetime) -> tuple[int, float]:
+    """Done jobs of the period whose audio is a stored render's, and the engine seconds saved."""
+    n, saved = session.execute(
+        select(func.count(JobMetrics.reused_s), func.coalesce(func.sum(JobMetrics.reused_s), 0.0))
+        .join(Job, Job.id == JobMetrics.job_id).where(*_finished_in(since, until, JobStatus.DONE))).one()
+    return int(n), float(saved)
+
+
 def flagged_jobs(session: Session, since: datetime, until: datetime, limit: int) -> list[dict]:
     """The bad, then suspect, jobs of the period, highest character error rate first."""
     rows = session.execute(

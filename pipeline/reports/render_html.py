@@ -35,6 +35,7 @@ def render_html(r: Report, *, with_plots: bool = True) -> str:
             table(("batches by state", *r.batches_by_state), [("", *map(str, r.batches_by_state.values()))]),
             f"<p>Finished in the period: {r.jobs_done} done, {r.jobs_failed} failed; {r.characters:,} "
             f"characters, {fmt.num(r.audio_hours, 3)} audio hours.</p>",
+            f"<p>{escape(fmt.reused(r))}</p>" if r.reused else "",
             "<h2>Failures by reason</h2>",
             table(("reason", "jobs"), list(r.failures_by_reason.items())) if r.failures_by_reason
             else "<p>No failures.</p>",

@@ -22,7 +22,8 @@ def render_md(r: Report) -> str:
              f"Jobs created in the period by state: {_pairs(r.jobs_by_state)}  ",
              f"Batches created in the period: {_pairs(r.batches_by_state)}  ",
              f"Finished in the period: {r.jobs_done} done, {r.jobs_failed} failed; "
-             f"{r.characters:,} characters, {fmt.num(r.audio_hours, 3)} audio hours.", ""]
+             f"{r.characters:,} characters, {fmt.num(r.audio_hours, 3)} audio hours.  ",
+             fmt.reused(r), ""]
     parts += ["## Failures by reason",
               table(("reason", "jobs"), [(k, str(v)) for k, v in r.failures_by_reason.items()])
               if r.failures_by_reason else "No failures.", ""]

@@ -40,7 +40,7 @@ def running_worker(app, settings: Settings, workdir: Path) -> Iterator[WorkerPro
     name = f"synth-bench-{os.getpid()}@%h"
     env = {**os.environ, "SYNTH_REDIS_URL": app.conf.broker_url, "SYNTH_DATABASE_URL": settings.database_url,
            "SYNTH_STORAGE_DIR": str(settings.object_dir), "SYNTH_DATA_DIR": str(settings.data_dir),
-           "PYTHONPATH": str(REPO)}
+           "PYTHONPATH": str(REPO), "SYNTH_REUSE": "off"}   # every run renders: none copies the last
     log_path = workdir / "worker.log"
     with stopwatch() as boot, open(log_path, "ab") as log:
         process = subprocess.Popen([sys.executable, "-m", "cli.main", "worker", "--loglevel", "WARNING",

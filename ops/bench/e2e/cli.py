@@ -229,7 +229,8 @@ def run(args) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
     env.update(SYNTH_REDIS_URL=f"redis://127.0.0.1:{port}/0", SYNTH_DATA_DIR=str(workdir / "data"),
                SYNTH_ENGINE=args.engine, PYTHONUNBUFFERED="1",
-               SYNTH_API_MAX_LIVE_STREAMS_PER_KEY="1024")  # one key plays every stream of the run
+               SYNTH_API_MAX_LIVE_STREAMS_PER_KEY="1024",  # one key plays every stream of the run
+               SYNTH_REUSE="off")                         # the same text again renders again
     if args.engine == "orpheus":
         env["SYNTH_MODEL"] = str(model)
     env.update(dict(kv.split("=", 1) for kv in args.env))

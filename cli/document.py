@@ -1,0 +1,147 @@
+"""`synth submit` for a document (Markdown, plain text, EPUB), and `synth assemble`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+from sqlalchemy import select
+from tqdm import tqdm
+
+from cli.context import open_database, open_store
+from cli.running import pin_lexicon, run_batch
+from pipeline.db.models import TERMINAL, Job
+from pipeline.documents import read_document
+from pipeline.documents.batch import assemble_batch, create_document_batch, plan_outline
+from pipeline.documents.plan import (ASSEMBLED_FORMATS, JOB_FORMAT, Place, client_id_for, document_jobs,
+                                     place_of)
+from pipeline.errors import InputError
+from pipeline.manifest import manifest_lines
+from pipeline.plural import counted
+from pipeline.settings import Settings
+from pipeline.submit import BatchOptions, resolve_options
+
+
+@dataclass(frozen=True)
+class DocumentRequest:
+    data: bytes
+    kind: str
+    source: str
+    title: str | None
+    author: str | None
+    cover: Path | None
+    format: str
+    loudness: float | None
+    true_peak: float | None
+    lexicon: str | None
+    lexicon_version: int | None
+    options: BatchOptions
+
+
+def submit_document(settings: Settings, request: DocumentRequest, *, wait: bool | None, output: Path | None) -> None:
+    doc = read_document(request.data, request.kind, source=request.source, max_bytes=settings.max_document_bytes)
+    for title in doc.skipped:
+        click.echo(f"skipped chapter {title!r}: no speakable text", err=True)
+    outline = plan_outline(settings, doc, fmt=request.format, title=request.title, author=request.author,
+                           fallback_title="document" if request.source == "-" else Path(request.source).stem,
+                           loudness_target=request.loudness, true_peak=request.true_peak)
+    cover = _read_cover(request.cover)
+    # The voice and rate are refused here, before a broker or worker is started for them.
+    resolve_options(settings, BatchOptions(voice=request.options.voice, format=JOB_FORMAT,
+                                           sample_rate=request.options.sample_rate))
+    options = dataclasses.replace(request.options, lexicon=pin_lexicon(settings, request.lexicon,
+                                                                       request.lexicon_version))
+    jobs = document_jobs(doc, settings.max_line_chars)
+    store = open_store(settings)
+    progress = ChapterProgress([c.title for c in doc.chapters], jobs)
+    result = run_batch(settings, lambda session: create_document_batch(
+        session, store, settings, doc, outline, options, source=request.source, cover=cover).id,
+        total=len(jobs), name=request.options.name, wait=wait, output=output, on_poll=progress,
+        note=f" ({counted(len(doc.chapters), 'chapter')}, {counted(doc.paragraphs, 'paragraph')})")
+    if result is None:
+        return
+    summary, sessions = result
+    if summary.counts.get("failed") or summary.counts.get("cancelled"):
+        click.echo(f"not assembled: some jobs did not finish; `synth retry {summary.batch_id}`, then "
+                   f"`synth assemble {summary.batch_id} -o DIR`", err=True)
+        sys.exit(1)
+    if output is None:
+        click.echo(f"`synth assemble {summary.batch_id} -o DIR` writes the {outline.format}", err=True)
+        return
+    _assemble(settings, sessions, summary.batch_id, output, None)
+
+
+class ChapterProgress:
+    """Says each chapter as its last job finishes, with an estimate of the time left from the
+    pace so far (by characters, since a chapter's jobs differ in length)."""
+
+    def __init__(self, titles: list[str], jobs: list[tuple[Place, str]]) -> None:
+        self.titles = titles
+        self.chars: Counter[int] = Counter()
+        self.jobs: Counter[int] = Counter()
+        self.job_chars: dict[str, int] = {}
+        for place, text in jobs:
+            self.jobs[place.chapter] += 1
+            self.chars[place.chapter] += len(text)
+            self.job_chars[client_id_for(place)] = len(text)
+        self.said: set[int] = set()
+        self.started = time.monotonic()
+
+    def __call__(self, session, batch_id: str) -> None:
+        query = select(Job.client_id).where(Job.batch_id == batch_id, Job.status.in_(TERMINAL))
+        finished = [cid for cid in session.execute(query).scalars() if cid in self.job_chars]
+        done: Counter[int] = Counter(place_of(cid).chapter for cid in finished)
+        chars_done = sum(self.job_chars[cid] for cid in finished)
+        for n in sorted(done):
+            if n not in self.said and done[n] >= self.jobs[n]:
+                self.said.add(n)
+                left = sum(self.chars.values()) - chars_done
+                pace = (time.monotonic() - self.started) / max(chars_done, 1)
+                eta = f", about {left * pace:,.0f} s left" if left else ""
+                tqdm.write(f"chapter {n}/{len(self.titles)} rendered: {self.titles[n - 1]}{eta}", file=sys.stderr)
+
+
+def _assemble(settings: Settings, sessions, batch_id: str, output: Path, fmt: str | None) -> None:
+    store = open_store(settings)
+    started = time.monotonic()
+    with sessions() as session:
+        done = assemble_batch(session, store, batch_id, output, fmt=fmt)
+        lines = manifest_lines(session, store, batch_id)
+    (output / "manifest.jsonl").write_text(
+        "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
+    click.echo(f"wrote {done.whole} ({done.duration_s:,.1f} s, {counted(len(done.chapters), 'chapter')}), "
+               f"{counted(len(done.chapter_files), 'chapter file')}, chapters.json and manifest.jsonl to {output} "
+               f"in {time.monotonic() - started:,.1f} s", err=True)
+
+
+def _read_cover(path: Path | None) -> bytes | None:
+    if path is None:
+        return None
+    data = path.read_bytes()
+    if not data.startswith((b"\x89PNG", b"\xff\xd8")):
+        raise InputError(f"{path}: the cover must be a JPEG or PNG image")
+    return data
+
+
+@click.command()
+@click.argument("batch")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for the whole file, one file per chapter, chapters.json and manifest.jsonl.")
+@click.option("--format", "fmt", type=click.Choice(ASSEMBLED_FORMATS),
+              help="The whole file's format [default: the one the document was submitted with].")
+def assemble(batch: str, output: Path, fmt: str | None) -> None:
+    """Assemble a rendered document's audio into one file with chapters (again, if it was). BATCH
+    is an id, id prefix or name."""
+    from cli.inspect import resolve_batch
+
+    settings = Settings()
+    _, sessions = open_database(settings)
+    with sessions() as session:
+        batch_id = resolve_batch(session, batch, "assembling").id
+    _assemble(settings, sessions, batch_id, output, fmt)

@@ -1,0 +1,102 @@
+"""A document's batch in the store and the database: written with its outline (and cover) beside
+it, and assembled from its jobs' audio once they are done."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from pipeline import loudness
+from pipeline.db import jobs as db
+from pipeline.db.models import Batch
+from pipeline.documents.assemble import Assembled, Piece, assemble
+from pipeline.documents.model import Document
+from pipeline.documents.plan import (ASSEMBLED_FORMATS, JOB_FORMAT, Outline, Pauses, client_id_for, cover_key,
+                                     document_jobs, outline_key, place_of)
+from pipeline.errors import InputError, PermanentError
+from pipeline.manifest import manifest_lines
+from pipeline.settings import Settings
+from pipeline.storage import ObjectStore
+from pipeline.submit import BatchOptions, Item, plan_item_batch
+from pipeline.verify.jobs import caption_key
+
+
+def plan_outline(settings: Settings, doc: Document, *, fmt: str, title: str | None, author: str | None,
+                 fallback_title: str, loudness_target: float | None = None,
+                 true_peak: float | None = None) -> Outline:
+    """The outline to store: what the command line (or request) says over what the document says."""
+    if fmt not in ASSEMBLED_FORMATS:
+        raise InputError(f"a document is assembled as {', '.join(ASSEMBLED_FORMATS)}, not {fmt!r}")
+    target = settings.document_loudness if loudness_target is None else loudness_target
+    loudness.check_target(target, true_peak)
+    return Outline(title=title or doc.title or fallback_title, author=author or doc.author,
+                   chapters=[c.title for c in doc.chapters], format=fmt, loudness=target,
+                   true_peak=loudness.DEFAULT_CEILING_DBTP if true_peak is None else true_peak,
+                   pauses=Pauses(settings.pause_sentence, settings.pause_paragraph, settings.pause_chapter),
+                   skipped=list(doc.skipped))
+
+
+def create_document_batch(session: Session, store: ObjectStore, settings: Settings, doc: Document,
+                          outline: Outline, options: BatchOptions, *, source: str, cover: bytes | None = None,
+                          **batch_columns) -> Batch:
+    """The batch of a document's jobs, rendered lossless (JOB_FORMAT), with its outline stored
+    beside it. Validated before anything is written; the caller commits (and withdraws the batch,
+    objects included, if what follows fails)."""
+    items = [Item(text=text, client_id=client_id_for(place))
+             for place, text in document_jobs(doc, settings.max_line_chars)]
+    opts = BatchOptions(voice=options.voice, format=JOB_FORMAT, sample_rate=options.sample_rate,
+                        priority=options.priority, name=options.name, lexicon=options.lexicon)
+    planned = plan_item_batch(settings, items, opts, source=source, **batch_columns)
+    if cover is not None and not cover.startswith((b"\x89PNG", b"\xff\xd8")):
+        raise InputError("the cover must be a JPEG or PNG image")
+    batch = db.insert_batch(session, planned)
+    if cover is not None:
+        key = cover_key(batch.id, "png" if cover.startswith(b"\x89PNG") else "jpg")
+        store.put(key, cover, "image/png" if key.endswith("png") else "image/jpeg")
+        outline = Outline(**{**outline.__dict__, "cover_key": key})
+    store.put(outline_key(batch.id), outline.to_json(), "application/json")
+    return batch
+
+
+def load_outline(store: ObjectStore, batch_id: str) -> Outline:
+    key = outline_key(batch_id)
+    if not store.exists(key):
+        raise InputError(f"batch {batch_id} is not a document (it has no outline)")
+    return Outline.from_json(store.get(key))
+
+
+def assemble_batch(session: Session, store: ObjectStore, batch_id: str, output: Path,
+                   *, fmt: str | None = None) -> Assembled:
+    """Assemble a finished document batch into ``output``. Refused while any job is not done:
+    a document with a hole in it is no document."""
+    outline = load_outline(store, batch_id)
+    if fmt is not None:
+        outline = Outline(**{**outline.__dict__, "format": fmt})
+    lines = manifest_lines(session, store, batch_id)
+    missing = [line["client_id"] for line in lines if line["status"] != "done" or not line["object_key"]]
+    if missing:
+        raise PermanentError(f"batch {batch_id}: {len(missing)} of {len(lines)} jobs are not done "
+                             f"(first: {missing[0]}); `synth retry` them, then assemble")
+    by_chapter: dict[int, list[dict]] = defaultdict(list)
+    for line in lines:
+        place = place_of(line["client_id"])
+        if place is None:
+            raise PermanentError(f"batch {batch_id}: job {line['client_id']!r} has no place in the document")
+        by_chapter[place.chapter].append({**line, "place": place})
+
+    def pieces(n: int) -> list[Piece]:
+        return [Piece(line["place"], store.get(line["object_key"]), _words(store, line))
+                for line in by_chapter.get(n, [])]
+
+    cover = store.get(outline.cover_key) if outline.cover_key else None
+    return assemble(outline, pieces, output, cover=cover)
+
+
+def _words(store: ObjectStore, line: dict) -> list[dict] | None:
+    if not line.get("captions"):
+        return None
+    import json
+
+    return json.loads(store.get(caption_key(line["object_key"], "json")))["words"]
