@@ -65,7 +65,7 @@ def create_app(settings: Settings, *, broker_url: str | None = None, serving: bo
         speech = creating.SpeechCreator(state)
         speech.start()
         state.create_speech = speech.create
-        state.console = console.SnapshotCache(functools.partial(console.snapshot, state)).get
+        state.console = console.SnapshotCache(functools.partial(console.snapshot, state), check=state.redis.ping).get
         app.state.synth = state
         await _warm_routes(app)
         if serving:

@@ -26,13 +26,19 @@ STALE_S = 25.0
 
 
 class SnapshotCache:
-    def __init__(self, build: Callable[[], dict], ttl: float = CACHE_S) -> None:
-        self._build, self._ttl = build, ttl
+    """``check`` runs on every read, cached or not: a cheap probe (a Redis ping) so that a service
+    gone since the last build says so at once rather than up to CACHE_S later."""
+
+    def __init__(self, build: Callable[[], dict], ttl: float = CACHE_S,
+                 check: Callable[[], object] | None = None) -> None:
+        self._build, self._ttl, self._check = build, ttl, check
         self._lock = threading.Lock()
         self._value: dict | None = None
         self._at = 0.0
 
     def get(self) -> dict:
+        if self._check is not None:
+            self._check()
         with self._lock:
             if self._value is None or time.monotonic() - self._at >= self._ttl:
                 self._value = self._build()
