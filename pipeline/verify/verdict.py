@@ -83,6 +83,10 @@ def words_of(text: str) -> list[str]:
     text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
     # An acronym in capitals is read letter by letter (SSML: "s s m l"), as the engines say it.
     text = re.sub(r"\b[A-Z]{2,5}\b", lambda m: " ".join(m.group()), text)
+    # Numbers as the engines read them: "1,250" is one thousand two hundred fifty, not "one" and
+    # "two hundred fifty"; "3.14" is three point one four.
+    text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)
+    text = re.sub(r"(?<=\d)\.(\d+)", lambda m: " point " + " ".join(m.group(1)), text)
     text = re.sub(r"\d+", lambda m: f" {cardinal(int(m.group()))} " if len(m.group()) < 13 else m.group(), text)
     return re.findall(r"[a-z0-9']+", text.lower().replace("-", " "))
 
