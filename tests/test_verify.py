@@ -180,6 +180,9 @@ def test_synth_check_as_a_user_runs_it(tmp_path, rendered):
         assert done.returncode == 2 and said in done.stderr.decode(), done.stderr.decode()
     done = synth("check", str(good), env=env)
     assert done.returncode == 2 and "--text" in done.stderr.decode()
+    for args, said in ((("--text-file", str(good)), "not UTF-8"), (("--text", " "), "the text is empty")):
+        done = synth("check", str(good), *args, env=env)
+        assert done.returncode == 2 and said in done.stderr.decode(), done.stderr.decode()
 
 
 def test_captions_show_a_rewritten_amount_as_written_over_the_time_it_is_spoken(piper_engine, voice, recognizer):
