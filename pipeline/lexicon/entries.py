@@ -76,6 +76,10 @@ def check_entry(entry: Entry, phonemes: frozenset[str] | None, engine: str) -> E
         check_pattern(written)
     elif not _WORD.search(written):
         raise InputError(f"{what}: a written form needs a letter or digit")
+    elif "*" in written or "?" in written:
+        # the text form reads * and ? as a pattern: a literal one would export as a pattern, and a
+        # user who typed `add Kub* coob` meant one
+        raise InputError(f"{what}: * and ? make a pattern; add it as one (--pattern, API \"pattern\": true)")
     if entry.phoneme is not None:
         _check_phonemes(what, says, phonemes, engine)
         return Entry(written, None, says, entry.case_sensitive, entry.pattern)
