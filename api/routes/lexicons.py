@@ -16,6 +16,7 @@ from api.deps import CurrentKey, KeyFirstRoute, Session, State
 from api.schemas import MAX_VERSION
 from pipeline.db.models import as_utc
 from pipeline.db.models_lexicons import Lexicon
+from pipeline.errors import InputError
 from pipeline.lexicon import formats, rerender
 from pipeline.lexicon import store as lexicons
 from pipeline.lexicon.entries import MAX_SAYS_CHARS, MAX_WRITTEN_CHARS, Entry
@@ -132,6 +133,10 @@ async def import_entries(ref: str, request: Request, key: CurrentKey, state: Sta
                          replace: bool = False) -> LexiconOut:
     """A PLS document or ``word = says`` lines as the body: its entries are added (``replace``:
     they become the whole lexicon) as one new version. The lexicon is created if it does not exist."""
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        # a form upload would be read as text and fail on its boundary line, naming no cause
+        raise InputError("send the lexicon file as the request body (curl --data-binary @names.pls), "
+                         "not as a multipart form")
     data = await request.body()
     # parsing a file and writing a version is blocking work: off the event loop
     return await run_in_threadpool(_import, data, ref, key.id, state, session, replace)
