@@ -173,6 +173,18 @@ class Versions:
         return found
 
 
+def job_lexicon(sessions, versions: Versions, lexicon_id: str | None, version: int | None) -> Compiled | None:
+    """A job's lexicon version, compiled, for checking its audio; None for a job without one, or
+    one whose lexicon was deleted since it rendered (its check then reads the text as written)."""
+    if lexicon_id is None:
+        return None
+    try:
+        with sessions() as session:
+            return versions.get(session, Pin(lexicon_id, version))
+    except NotFound:
+        return None
+
+
 def checker_for(engine_settings) -> Checker:
     """The Checker of the engine the settings name (engines/registry.py)."""
     from pipeline.engines.registry import engine_phonemes

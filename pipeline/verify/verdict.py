@@ -15,12 +15,13 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from pipeline import textfront
 from pipeline.constants import CHARS_PER_SECOND
+from pipeline.lexicon.apply import Compiled
 from pipeline.textfront import VoiceProfile
 from pipeline.textfront.numbers import cardinal
 from pipeline.textfront.ssml import Pause, Speech
@@ -69,10 +70,11 @@ class Verdict:
                 "written": [w.__dict__ for w in self.written] if self.written is not None else None}
 
 
-def spoken_words(text: str, voice: VoiceProfile) -> tuple[list[str], float]:
-    """The words the engine is given for ``text`` (after the text front end), lower case, digits
-    as words; and the longest pause the text asks for (SSML breaks), in seconds."""
-    prepared = textfront.prepare(text, voice)
+def spoken_words(text: str, voice: VoiceProfile, lexicon: Compiled | None = None) -> tuple[list[str], float]:
+    """The words the engine is given for ``text`` (after the text front end and the job's
+    lexicon), lower case, digits as words; and the longest pause the text asks for (SSML breaks),
+    in seconds. A phoneme entry keeps its written word: how a recognizer spells IPA is unknown."""
+    prepared = textfront.prepare(text, replace(voice, phonemes=False), lexicon=lexicon)
     speech = " ".join(p.text for p in prepared.parts if isinstance(p, Speech))
     longest = max((p.seconds for p in prepared.parts if isinstance(p, Pause)), default=0.0)
     return words_of(speech), longest
@@ -92,9 +94,10 @@ def words_of(text: str) -> list[str]:
 
 
 def check(audio: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile,
-          recognizer: Recognizer | None) -> Verdict:
-    """The verdict on float32 mono ``audio`` that should say ``text`` in ``voice``."""
-    words, longest_break = spoken_words(text, voice)
+          recognizer: Recognizer | None, lexicon: Compiled | None = None) -> Verdict:
+    """The verdict on float32 mono ``audio`` that should say ``text`` in ``voice``, read with the
+    job's ``lexicon`` as it was rendered."""
+    words, longest_break = spoken_words(text, voice, lexicon)
     language = voice.languages[0] if voice.languages else None
     if not words:
         return Verdict(NOT_CHECKED, ["the text has no words to compare"])
@@ -115,7 +118,7 @@ def check(audio: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile,
     verdict.recognizer = recognizer.name
     verdict.words = timed
     if timed:
-        verdict.written = written_words(text, timed, lambda token: spoken_words(token, voice)[0])
+        verdict.written = written_words(text, timed, lambda token: spoken_words(token, voice, lexicon)[0])
     return verdict
 
 
