@@ -83,6 +83,8 @@ def test_a_file_that_is_not_a_lexicon_is_refused_with_the_reason(data, reason):
     (Entry("?*?", alias="x", pattern=True), "would match (nearly) every word"),
     (Entry("a*b*", alias="x", pattern=True), "at most one *"),
     (Entry("Kub*", alias="x"), "* and ? make a pattern"),
+    (Entry("New\nYork", alias="x"), "the written form contains a control character"),
+    (Entry("SQL", alias="seq\nuel"), "may not contain [, ] or a control character"),
     (Entry("(a+)+", alias="x", pattern=True), "use letters, digits"),
     (Entry("Nguyen", phoneme="ŋw<ɪn"), "the piper voice cannot say '<'"),
     (Entry("SQL", alias="a", phoneme="b"), "either an alias or a phoneme string"),
