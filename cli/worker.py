@@ -12,7 +12,7 @@ import click
 @click.option("--gpu", type=int, help="Pin this worker to GPU N (sets CUDA_VISIBLE_DEVICES before torch loads).")
 @click.option("--cpu", "cpu_only", is_flag=True, help="Hide all GPUs from this worker.")
 @click.option("-Q", "--queues", help="Comma-separated queues [default: realtime, webhooks and every length bucket].")
-@click.option("-c", "--concurrency", type=int,
+@click.option("-c", "--concurrency", type=click.IntRange(min=0),
               help="Batch tasks in flight [default: SYNTH_WORKER_CONCURRENCY, else derived from the engine's rows].")
 @click.option("--loglevel", default="INFO", show_default=True,
               help="Celery's log level: DEBUG, INFO, WARNING or ERROR.")

@@ -149,6 +149,12 @@ def test_a_setting_synth_cannot_use_is_refused_in_one_line(tmp_path, embedded_en
     assert batches_in(tmp_path / "data") == 0
 
 
+def test_a_negative_worker_concurrency_is_refused_before_the_engine_loads(embedded_env):
+    result = synth("worker", "-c", "-1", env=embedded_env, timeout=60)
+    assert result.returncode == 2 and "-1 is not in the range x>=0" in result.stderr.decode()
+    assert b"Traceback" not in result.stderr
+
+
 def test_a_model_the_embedded_worker_cannot_load_is_a_setting_error_and_the_batch_is_withdrawn(
         tmp_path, embedded_env):
     """Kept queued, the batch would render beside the one submitted again once the setting is fixed."""
