@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from pipeline.errors import InputError
+
 
 @click.command()
 @click.option("--gpu", type=int, help="Pin this worker to GPU N (sets CUDA_VISIBLE_DEVICES before torch loads).")
@@ -94,6 +96,10 @@ def _verify_worker(concurrency, loglevel, hostname) -> None:
 
     pin_gpu(None, True)
     settings = Settings()
+    if settings.redis_url is None:
+        # nothing is ever sent to the embedded Redis's verify queue: a worker there would wait forever
+        raise InputError("synth worker --verify serves the verify queue of a shared Redis (SYNTH_REDIS_URL); "
+                         "on the embedded Redis, the worker that renders a job checks it")
     open_database(settings)
     with broker(settings) as broker_url:
         app = make_app(settings, broker_url)

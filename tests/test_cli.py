@@ -155,6 +155,11 @@ def test_a_negative_worker_concurrency_is_refused_before_the_engine_loads(embedd
     assert b"Traceback" not in result.stderr
 
 
+def test_a_verify_worker_on_the_embedded_redis_is_refused_saying_why(embedded_env):
+    result = synth("worker", "--verify", env=embedded_env, timeout=60)
+    assert result.returncode == 2 and "serves the verify queue of a shared Redis" in result.stderr.decode()
+
+
 def test_a_model_the_embedded_worker_cannot_load_is_a_setting_error_and_the_batch_is_withdrawn(
         tmp_path, embedded_env):
     """Kept queued, the batch would render beside the one submitted again once the setting is fixed."""
