@@ -66,6 +66,10 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, loudness, true
     options = resolve_options(settings, BatchOptions(voice=voice, format=fmt, sample_rate=sample_rate,
                                                      priority=priority, name=name, loudness=loudness,
                                                      true_peak=true_peak))
+    if output:
+        from cli.inspect import writable_folder
+
+        writable_folder(output)   # before the batch renders, not after: bad input writes nothing
     _, sessions = open_database(settings)
     with sessions() as session:   # the version is taken now: later changes do not reach this batch
         options = dataclasses.replace(options, lexicon=lexicons.pin(

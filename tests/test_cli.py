@@ -78,6 +78,7 @@ def test_bad_corpus_is_refused_and_nothing_is_written(tmp_path, embedded_env, ca
     (["--voice", "nobody"], "unknown voice 'nobody' for engine 'piper'; choose one of joe"),
     (["--format", "aiff"], "Invalid value for '--format'"),
     (["--sample-rate", "12345"], "unsupported sample rate 12345"),
+    (["-o", "/dev/null/out"], "cannot write to /dev/null/out: Not a directory"),
 ])
 def test_bad_options_are_refused(tmp_path, embedded_env, args, message):
     result = synth("submit", str(REPO / "examples/corpus.txt"), *args, env=embedded_env, timeout=60)
