@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import CurrentKey, KeyFirstRoute, Session, State
-from api.schemas import MAX_VERSION
+from api.schemas import MAX_VERSION, StrictIn
 from pipeline.db.models import as_utc
 from pipeline.db.models_lexicons import Lexicon
 from pipeline.errors import InputError
@@ -31,7 +31,9 @@ _WRITTEN = Field(max_length=MAX_WRITTEN_CHARS * 50)
 _SAYS = Field(None, max_length=MAX_SAYS_CHARS * 20)
 
 
-class EntryIn(BaseModel):
+# Read strictly, as every JSON body is (api/schemas.py): "case_sensitive": "yes" is a 422, not a
+# guess, and a misspelt field ("says") is named rather than dropped.
+class EntryIn(StrictIn):
     written: str = _WRITTEN
     alias: str | None = _SAYS
     phoneme: str | None = Field(None, max_length=MAX_SAYS_CHARS * 20,
@@ -43,12 +45,12 @@ class EntryIn(BaseModel):
         return Entry(self.written, self.alias, self.phoneme, self.case_sensitive, self.pattern)
 
 
-class LexiconCreate(BaseModel):
+class LexiconCreate(StrictIn):
     name: str = Field(min_length=1, max_length=100, description="`default` is used by every new job of yours")
     entries: list[EntryIn] = Field(default_factory=list)
 
 
-class EntriesChange(BaseModel):
+class EntriesChange(StrictIn):
     add: list[EntryIn] = Field(default_factory=list)
     remove: list[str] = Field(default_factory=list, description="written forms to remove (any case)")
 
@@ -71,7 +73,7 @@ class LexiconList(BaseModel):
     data: list[LexiconOut]
 
 
-class ApplyIn(BaseModel):
+class ApplyIn(StrictIn):
     batch_id: str = Field(min_length=1, max_length=64)
 
 

@@ -30,6 +30,9 @@ def test_bad_lexicon_input_is_refused_with_the_reason_and_nothing_is_half_applie
     for path, body, reason in cases:
         r = client.post(path, **body)
         assert r.status_code == 400 and reason in r.json()["detail"], (path, r.text[:300])
+    for entry in ({"written": "GIF", "alias": "jif", "case_sensitive": "yes"}, {"written": "GIF", "says": "jif"}):
+        r = client.post("/v1/lexicons/default/entries", json={"add": [entry]})    # read strictly, as every body
+        assert r.status_code == 422, r.text
     shown = client.get("/v1/lexicons/default").json()
     assert shown["version"] == 1 and [e["written"] for e in shown["entries"]] == ["SQL"]
 
