@@ -12,6 +12,7 @@ import click
 from tqdm import tqdm
 
 from cli.context import broker, open_database, open_store
+from cli.inspect import fetch_batch, writable_folder
 from cli.interrupts import WithdrawRequested, counted_interrupts
 from cli.wait import embedded_worker, print_summary, wait_for_batch
 from pipeline.corpus import parse_corpus
@@ -67,8 +68,6 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, loudness, true
                                                      priority=priority, name=name, loudness=loudness,
                                                      true_peak=true_peak))
     if output:
-        from cli.inspect import writable_folder
-
         writable_folder(output)   # before the batch renders, not after: bad input writes nothing
     _, sessions = open_database(settings)
     with sessions() as session:   # the version is taken now: later changes do not reach this batch
@@ -107,8 +106,6 @@ def submit(corpus: Path, voice, fmt, sample_rate, priority, name, loudness, true
                 summary = wait_for_batch(sessions, batch_id)
     print_summary(summary)
     if output:
-        from cli.inspect import fetch_batch
-
         fetch_batch(settings, sessions, batch_id, output)
     if summary.counts.get("failed"):
         sys.exit(1)
