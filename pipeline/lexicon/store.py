@@ -52,7 +52,7 @@ class Checker:
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InputError(f"lexicon name {str(name)[:60]!r}: use 1 to 100 letters, digits, _ . or -, "
+        raise InputError(f"lexicon name {str(name)[:60]!r}: use 1 to 100 ASCII letters, digits, _ . or -, "
                          "starting with a letter or digit")
     return name
 
