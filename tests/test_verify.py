@@ -206,8 +206,8 @@ def test_captions_show_a_rewritten_amount_as_written_over_the_time_it_is_spoken(
 
 def test_numbers_are_compared_as_the_engines_read_them():
     # a digit group's comma and a decimal point are read, not split into separate numbers
-    assert " ".join(verdict.words_of("1,000,000 or 3.14, not 12,34")) == \
-        "one million or three point one four not twelve thirty four"
+    assert " ".join(verdict.words_of("1,000,000 or 3.14, not 12,34, on the 21st, up 10%")) == \
+        "one million or three point one four not twelve thirty four on the twenty first up ten percent"
 
 
 def test_a_job_is_checked_against_its_text_as_its_lexicon_had_it_said(piper_engine, voice, recognizer):

@@ -23,7 +23,7 @@ from pipeline import textfront
 from pipeline.constants import CHARS_PER_SECOND
 from pipeline.lexicon.apply import Compiled
 from pipeline.textfront import VoiceProfile
-from pipeline.textfront.numbers import cardinal
+from pipeline.textfront.numbers import cardinal, ordinal
 from pipeline.textfront.ssml import Pause, Speech
 from pipeline.verify import signal
 from pipeline.verify.recognizer import RATE, Recognizer, Word, serves
@@ -86,8 +86,10 @@ def words_of(text: str) -> list[str]:
     # An acronym in capitals is read letter by letter (SSML: "s s m l"), as the engines say it.
     text = re.sub(r"\b[A-Z]{2,5}\b", lambda m: " ".join(m.group()), text)
     # Numbers as the engines read them: "1,250" is one thousand two hundred fifty, not "one" and
-    # "two hundred fifty"; "3.14" is three point one four.
+    # "two hundred fifty"; "3.14" is three point one four; "3rd" third; "10%" ten percent.
     text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)
+    text = re.sub(r"\b(\d{1,12})(?:st|nd|rd|th)\b", lambda m: f" {ordinal(int(m.group(1)))} ", text, flags=re.I)
+    text = re.sub(r"(?<=\d)\s?%", " percent", text)
     text = re.sub(r"(?<=\d)\.(\d+)", lambda m: " point " + " ".join(m.group(1)), text)
     text = re.sub(r"\d+", lambda m: f" {cardinal(int(m.group()))} " if len(m.group()) < 13 else m.group(), text)
     return re.findall(r"[a-z0-9']+", text.lower().replace("-", " "))
