@@ -66,6 +66,7 @@ def test_pls_and_text_forms_round_trip_every_kind_of_entry():
      b'<grapheme>a</grapheme><phoneme>{</phoneme></lexeme></lexicon>', "alphabet 'x-sampa'; synth takes IPA"),
     (b"just words without an equals sign", "line 1: expected `word = says`"),
     (b"\x80abc = x", "must be UTF-8 text or a PLS document"),
+    (b" \n", "the lexicon file is empty"),
     ("SQL = sequel".encode("utf-16"), "this one is UTF-16: save it as UTF-8"),
 ])
 def test_a_file_that_is_not_a_lexicon_is_refused_with_the_reason(data, reason):
