@@ -71,9 +71,6 @@ class _In(_NoNul):
     model_config = ConfigDict(extra="forbid")
 
 
-StrictIn = _In   # for request bodies declared beside their routes
-
-
 class Webhook(_In):
     webhook_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, description="POSTed (signed) on the events below")
     webhook_events: list[WebhookEvent] | None = Field(None, min_length=1, max_length=3,

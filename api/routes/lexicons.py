@@ -9,11 +9,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import CurrentKey, KeyFirstRoute, Session, State
-from api.schemas import MAX_VERSION, StrictIn
+from api.schemas import MAX_VERSION
 from pipeline.db.models import as_utc
 from pipeline.db.models_lexicons import Lexicon
 from pipeline.errors import InputError
@@ -31,8 +31,14 @@ _WRITTEN = Field(max_length=MAX_WRITTEN_CHARS * 50)
 _SAYS = Field(None, max_length=MAX_SAYS_CHARS * 20)
 
 
-# Read strictly, as every JSON body is (api/schemas.py): "case_sensitive": "yes" is a 422, not a
-# guess, and a misspelt field ("says") is named rather than dropped.
+class StrictIn(BaseModel):
+    """Read strictly, as every JSON body is (api/schemas.py): "case_sensitive": "yes" is a 422, not
+    a guess, and a misspelt field ("says") is named rather than dropped. A NUL or another control
+    character is left to the entry and name rules, which answer 400 with the reason."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
 class EntryIn(StrictIn):
     written: str = _WRITTEN
     alias: str | None = _SAYS
