@@ -63,6 +63,7 @@ def test_a_keys_done_jobs_are_counted_and_its_quotas_refuse_work_past_them(
         (row,) = [json.loads(line) for line in run(env, "usage", "--json").splitlines()]
         assert (row["name"], row["today"]["chars"], row["month"]["jobs"]) == ("acme", len(TEXT), 1)
         assert "today: 12 / 60 chars" in run(env, "keys", "list")
+        assert run(env, "usage").splitlines()[1].startswith(key_id)   # the id keys quota takes
 
         run(env, "keys", "quota", key_id, "--chars-per-day", "none", "--audio-seconds-per-day", "0.2")
         over = client.post("/v1/jobs", json={"text": TEXT})
