@@ -17,7 +17,7 @@ from pipeline import deadletter
 from pipeline.console import depths, progress, series
 from pipeline.reports import fleet
 from pipeline.reports.publish import latest_report
-from pipeline.routing import all_queues
+from pipeline.routing import VERIFY_QUEUE, all_queues
 
 CACHE_S = 2.0
 # A worker beats every 10 s (worker/metrics.py) and its heartbeat lives 30 s: one not heard from
@@ -59,7 +59,8 @@ def snapshot(state: ApiState) -> dict:
         report = {"id": row.id, "period_start": row.period_start.isoformat(), "period_end": row.period_end.isoformat(),
                   "html_key": row.html_key, "json_key": row.json_key, "headline": summary.get("headline", {}),
                   "changes": summary.get("changes", {})}
-    queues = all_queues(state.settings.bucket_seconds)
+    # the verify queue too: how far checks lag the renders, as the plot and the workers' metrics show
+    queues = [*all_queues(state.settings.bucket_seconds), VERIFY_QUEUE]
     day["queue_depths"] = depths.history(state.redis, day["start"])
     return {"now": now.isoformat(timespec="seconds"), "latest_report": report,
             "queues": fleet.queue_depths(state.redis, queues), "workers": workers(state.redis, now.timestamp()),

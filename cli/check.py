@@ -41,7 +41,13 @@ def check(audio: Path, text: str | None, text_file: Path | None, language: str, 
     if (text is None) == (text_file is None):
         raise InputError("give the text with --text or --text-file (one of them)")
     if text_file is not None:
-        text = text_file.read_text(encoding="utf-8")
+        try:
+            text = text_file.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise InputError(f"{text_file}: not UTF-8 text (byte {e.start})") from e
+    if not text.strip():
+        # an empty text is a slip of the shell or the script, not a check that passes
+        raise InputError("the text is empty: give the words the audio should say")
     samples, rate = decode(audio.read_bytes())
     recognizer = load_recognizer(Settings().verify_recognizer)
     result = verdict.check(samples, rate, text, VoiceProfile("check", (language,)), recognizer)

@@ -101,7 +101,7 @@ def fetch(batch: str, output: Path, captions: bool) -> None:
 
 def fetch_batch(settings: Settings, sessions, batch_id: str, output: Path, *, captions: bool = True) -> None:
     store = make_store(settings)
-    output.mkdir(parents=True, exist_ok=True)
+    writable_folder(output)
     with sessions() as session:
         lines = manifest_lines(session, store, batch_id)
     done = [line for line in lines if line["object_key"] and line["status"] == "done"]
@@ -109,15 +109,31 @@ def fetch_batch(settings: Settings, sessions, batch_id: str, output: Path, *, ca
                        [line["object_key"].rsplit(".", 1)[-1] for line in done])
     for line, name in tqdm(list(zip(done, names)), desc="fetch", unit="file", file=sys.stderr,
                            disable=len(done) < 20):
-        (output / name).write_bytes(store.get(line["object_key"]))
+        _write(output / name, store.get(line["object_key"]))
         line["file"] = name
         if captions and line.get("captions"):
             stem = name.rsplit(".", 1)[0]
             for fmt in CAPTION_TYPES:
                 suffix = "words.json" if fmt == "json" else fmt
-                (output / f"{stem}.{suffix}").write_bytes(store.get(caption_key(line["object_key"], fmt)))
+                _write(output / f"{stem}.{suffix}", store.get(caption_key(line["object_key"], fmt)))
     key = manifest_key(batch_id)
-    (output / "manifest.jsonl").write_text(
-        "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
+    _write(output / "manifest.jsonl",
+           "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode("utf-8"))
     click.echo(f"wrote {counted(len(done), 'audio file')} and manifest.jsonl to {output} "
                f"(stored manifest: {(store.url(key) or key) if store.exists(key) else 'not yet written'})", err=True)
+
+
+def writable_folder(output: Path) -> None:
+    """The output folder, made; InputError (exit 2) where it cannot be, before anything is fetched."""
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot write to {output}: {e.strerror}") from e
+
+
+def _write(path: Path, data: bytes) -> None:
+    # a full disk or a read-only folder is the user's to mend, said in a line, not a traceback
+    try:
+        path.write_bytes(data)
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror}") from e

@@ -118,7 +118,10 @@ def export(name: str, fmt: str, version: int | None, output: Path | None) -> Non
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"{output}: {e.strerror}") from e
 
 
 def _entries(name: str, version: int | None, render) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from cli.inspect import fetch_batch, writable_folder
 from cli.running import pin_lexicon, run_batch
 from pipeline.corpus import parse_corpus
 from pipeline.documents import DOCUMENT_KINDS, kind_for
@@ -62,6 +63,8 @@ def submit(corpus: Path, document, title, author, cover, voice, fmt, sample_rate
     source = "-" if str(corpus) == "-" else str(corpus)
     data = _read(corpus)
     kind = document or (None if source == "-" else kind_for(source))
+    if output:
+        writable_folder(output)   # before the batch renders, not after: bad input writes nothing
     if kind is not None:
         from cli.document import DocumentRequest, submit_document
 
@@ -86,8 +89,6 @@ def submit(corpus: Path, document, title, author, cover, voice, fmt, sample_rate
         return
     summary, sessions = result
     if output:
-        from cli.inspect import fetch_batch
-
         fetch_batch(settings, sessions, summary.batch_id, output)
     if summary.counts.get("failed"):
         sys.exit(1)

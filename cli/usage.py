@@ -30,7 +30,8 @@ def usage_(as_json: bool) -> None:
         return
     head = ("key", "name", "chars today", "audio s today", "chars month", "audio s month", "jobs month",
             "unfinished chars", "chars/day", "audio s/day")
-    lines = [head] + [(r.key.id[:12], r.key.name[:24] + (" (revoked)" if r.key.revoked_at else ""),
+    # the whole id: it is what `synth keys quota` and `synth keys revoke` take
+    lines = [head] + [(r.key.id, r.key.name[:24] + (" (revoked)" if r.key.revoked_at else ""),
                        f"{r.today.chars:,}", f"{r.today.audio_s:,.1f}", f"{r.month.chars:,}",
                        f"{r.month.audio_s:,.1f}", f"{r.month.jobs:,}", f"{r.open_chars:,}",
                        limit_text(r.key.chars_per_day), limit_text(r.key.audio_s_per_day)) for r in rows]

@@ -7,12 +7,14 @@ import sys
 
 import click
 
+from pipeline.errors import InputError
+
 
 @click.command()
 @click.option("--gpu", type=int, help="Pin this worker to GPU N (sets CUDA_VISIBLE_DEVICES before torch loads).")
 @click.option("--cpu", "cpu_only", is_flag=True, help="Hide all GPUs from this worker.")
 @click.option("-Q", "--queues", help="Comma-separated queues [default: realtime, webhooks and every length bucket].")
-@click.option("-c", "--concurrency", type=int,
+@click.option("-c", "--concurrency", type=click.IntRange(min=0),
               help="Batch tasks in flight [default: SYNTH_WORKER_CONCURRENCY, else derived from the engine's rows].")
 @click.option("--loglevel", default="INFO", show_default=True,
               help="Celery's log level: DEBUG, INFO, WARNING or ERROR.")
@@ -94,6 +96,10 @@ def _verify_worker(concurrency, loglevel, hostname) -> None:
 
     pin_gpu(None, True)
     settings = Settings()
+    if settings.redis_url is None:
+        # nothing is ever sent to the embedded Redis's verify queue: a worker there would wait forever
+        raise InputError("synth worker --verify serves the verify queue of a shared Redis (SYNTH_REDIS_URL); "
+                         "on the embedded Redis, the worker that renders a job checks it")
     open_database(settings)
     with broker(settings) as broker_url:
         app = make_app(settings, broker_url)

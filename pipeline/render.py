@@ -31,7 +31,7 @@ from pipeline.errors import (
 from pipeline.formats import get_format
 from pipeline.hostinfo import hostname
 from pipeline.lexicon.store import NotFound as LexiconNotFound
-from pipeline.lexicon.store import Pin, Versions
+from pipeline.lexicon.store import Pin, Versions, job_lexicon
 from pipeline.live import LiveAudio, LiveJob
 from pipeline.manifest import close_if_finished
 from pipeline.storage import ObjectStore
@@ -397,7 +397,8 @@ def _check(r: Renderer, job: Job, key: str, samples: np.ndarray) -> tuple[str, d
     profile = info.profile(job.voice)
     if isinstance(r.verifier, LaterChecks):
         return PENDING, pending_record(profile)
-    result = r.verifier.check(samples, info.sample_rate, job.text, profile)
+    result = r.verifier.check(samples, info.sample_rate, job.text, profile,
+                              job_lexicon(r.sessions, r.lexicons, job.lexicon_id, job.lexicon_version))
     store_captions(r.store, key, result)
     return result.status, record(result)
 

@@ -12,6 +12,7 @@ from pipeline.db.models import Job, JobMetrics, JobStatus
 from pipeline.engines.base import SynthesisRequest
 from pipeline.errors import PermanentError, RetryableError
 from pipeline.formats import get_format
+from pipeline.lexicon.store import job_lexicon
 from pipeline.manifest import close_if_finished
 from pipeline.render import Renderer, level_job
 from pipeline.verify.jobs import LaterChecks
@@ -46,7 +47,8 @@ def render_again(r: Renderer, job_id: str, render: int) -> bool:
     if isinstance(r.verifier, LaterChecks):
         _queue_check(r, job, metrics, {**take, "prior": metrics.verdict})
         return True
-    result = r.verifier.check(samples, info.sample_rate, job.text, info.profile(job.voice))
+    result = r.verifier.check(samples, info.sample_rate, job.text, info.profile(job.voice),
+                              job_lexicon(r.sessions, r.lexicons, job.lexicon_id, job.lexicon_version))
     status = settle(r.sessions, r.store, job, extra, metrics.verdict, take, result)
     if status is None:
         return True

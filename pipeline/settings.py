@@ -253,6 +253,21 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown format {v!r}; choose one of {', '.join(FORMATS)}")
         return v
 
+    @field_validator("verify")
+    @classmethod
+    def _known_verify(cls, v: str) -> str:
+        # checked here, not first in the worker: a bad value is then refused before a batch is
+        # written, not after it was queued and withdrawn (pipeline/verify/jobs.py reads it)
+        value = v.strip().lower()
+        try:
+            share_ok = 0.0 <= float(value) <= 1.0
+        except ValueError:
+            share_ok = False
+        if value not in ("auto", "all", "on", "sample", "off", "none") and not share_ok:
+            raise ValueError(f"{v!r}: give auto, all, sample (SYNTH_VERIFY_SHARE of the jobs), off, "
+                             "or a share of jobs from 0 to 1 (0.1)")
+        return v
+
     @field_validator("device")
     @classmethod
     def _known_device(cls, v: str) -> str:

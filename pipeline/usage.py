@@ -32,6 +32,8 @@ from pipeline.db.models_api import ApiKey, KeyUsage
 from pipeline.errors import InputError, QuotaExceededError
 
 QUOTAS = ("chars_per_day", "audio_s_per_day", "live_streams")
+# each column's largest value (BIGINT, and INTEGER for streams), far past any real limit
+MAX_QUOTA = {"chars_per_day": 2**63 - 1, "audio_s_per_day": 2**63 - 1, "live_streams": 2**31 - 1}
 
 
 @dataclass(frozen=True)
@@ -138,8 +140,11 @@ def set_quotas(session: Session, key_id: str, changes: dict[str, float | None]) 
     unknown = set(changes) - set(QUOTAS)
     if unknown:
         raise InputError(f"unknown quota {', '.join(sorted(unknown))}; quotas are {', '.join(QUOTAS)}")
-    if any(v is not None and v < 0 for v in changes.values()):
-        raise InputError("a quota is a number of 0 or more (none: no limit)")
+    for name, value in changes.items():
+        # NaN fails every comparison (a bare `< 0` let it pass), inf is "none" by another name, and a
+        # number past the column overflows it: a traceback, not an answer
+        if value is not None and not (0 <= value <= MAX_QUOTA[name]):
+            raise InputError(f"{name} {value}: give a number from 0 to {MAX_QUOTA[name]:,}, or none for no limit")
     moved = session.execute(update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
                             .values(**changes)).rowcount
     if moved != 1:

@@ -78,6 +78,7 @@ def test_bad_corpus_is_refused_and_nothing_is_written(tmp_path, embedded_env, ca
     (["--voice", "nobody"], "unknown voice 'nobody' for engine 'piper'; choose one of joe"),
     (["--format", "aiff"], "Invalid value for '--format'"),
     (["--sample-rate", "12345"], "unsupported sample rate 12345"),
+    (["-o", "/dev/null/out"], "cannot write to /dev/null/out: Not a directory"),
 ])
 def test_bad_options_are_refused(tmp_path, embedded_env, args, message):
     result = synth("submit", str(REPO / "examples/corpus.txt"), *args, env=embedded_env, timeout=60)
@@ -147,6 +148,17 @@ def test_a_setting_synth_cannot_use_is_refused_in_one_line(tmp_path, embedded_en
     assert result.returncode == 2 and stderr.startswith("error: ") and message in stderr, stderr
     assert len(stderr.splitlines()) == 1
     assert batches_in(tmp_path / "data") == 0
+
+
+def test_a_negative_worker_concurrency_is_refused_before_the_engine_loads(embedded_env):
+    result = synth("worker", "-c", "-1", env=embedded_env, timeout=60)
+    assert result.returncode == 2 and "-1 is not in the range x>=0" in result.stderr.decode()
+    assert b"Traceback" not in result.stderr
+
+
+def test_a_verify_worker_on_the_embedded_redis_is_refused_saying_why(embedded_env):
+    result = synth("worker", "--verify", env=embedded_env, timeout=60)
+    assert result.returncode == 2 and "serves the verify queue of a shared Redis" in result.stderr.decode()
 
 
 def test_a_model_the_embedded_worker_cannot_load_is_a_setting_error_and_the_batch_is_withdrawn(

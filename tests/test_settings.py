@@ -64,3 +64,11 @@ def test_a_device_torch_names_is_taken(monkeypatch, device):
 def test_voices_take_a_comma_list_or_json_from_the_environment(monkeypatch, value, voices):
     monkeypatch.setenv("SYNTH_VOICES", value)
     assert Settings().voices == voices
+
+
+def test_synth_verify_is_checked_with_the_settings_not_first_in_the_worker():
+    for value in ("auto", "ALL", "sample", "off", "0.25"):
+        assert Settings(verify=value).verify == value
+    for value in ("bogus", "", "1.5", "-0.1"):
+        with pytest.raises(ValidationError, match="give auto, all, sample"):
+            Settings(verify=value)

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from pipeline import api_keys, usage
 from pipeline.db import jobs as db
 from pipeline.db.models import Job
-from pipeline.errors import IllegalTransitionError
+from pipeline.errors import IllegalTransitionError, InputError
 from pipeline.submit import BatchOptions, Item, create_item_batch
 
 METRICS = {"audio_s": 1.5, "synth_s": 0.1}
@@ -46,3 +46,12 @@ def test_a_job_is_counted_once_however_often_its_finish_is_tried(sessions, setti
             db.finish(s, done, object_key="a.wav", metrics=METRICS)
         s.rollback()
     assert today(sessions, key_id) == usage.Counts(jobs=2, chars=len("Four words here.") + len("Two."), audio_s=3.0)
+
+
+@pytest.mark.parametrize("name, value", [("chars_per_day", 10**23), ("audio_s_per_day", float("nan")),
+                                         ("audio_s_per_day", float("inf")), ("live_streams", 2**31)])
+def test_a_quota_the_column_cannot_hold_is_refused(sessions, name, value):
+    with sessions() as s:
+        key_id = api_keys.create_key(s, name="q").key.id
+        with pytest.raises(InputError, match=f"{name} .*give a number from 0 to"):
+            usage.set_quotas(s, key_id, {name: value})

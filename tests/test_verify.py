@@ -14,6 +14,8 @@ import pytest
 from pipeline import audio, textfront
 from pipeline.engines.base import SynthesisRequest
 from pipeline.errors import InputError
+from pipeline.lexicon.apply import Compiled
+from pipeline.lexicon.entries import Entry
 from pipeline.textfront import VoiceProfile
 from pipeline.verify import captions, signal, verdict
 from pipeline.verify.recognizer import PocketSphinx, Word, load_recognizer
@@ -37,10 +39,10 @@ def voice(piper_engine) -> VoiceProfile:
     return piper_engine.info.profile(piper_engine.info.voices[0])
 
 
-def render(engine, text: str) -> np.ndarray:
+def render(engine, text: str, lexicon: Compiled | None = None) -> np.ndarray:
     """A job's audio as pipeline/render.py makes it: the front end's pieces, joined."""
     info = engine.info
-    chunks, pauses = textfront.prepare(text, info.profile(info.voices[0])).pieces(400)
+    chunks, pauses = textfront.prepare(text, info.profile(info.voices[0]), lexicon=lexicon).pieces(400)
     pieces: list[list[np.ndarray]] = [[] for _ in chunks]
     requests = [SynthesisRequest(("j", i), c.text, info.voices[0]) for i, c in enumerate(chunks)]
     for chunk in engine.synthesize(requests):
@@ -180,6 +182,9 @@ def test_synth_check_as_a_user_runs_it(tmp_path, rendered):
         assert done.returncode == 2 and said in done.stderr.decode(), done.stderr.decode()
     done = synth("check", str(good), env=env)
     assert done.returncode == 2 and "--text" in done.stderr.decode()
+    for args, said in ((("--text-file", str(good)), "not UTF-8"), (("--text", " "), "the text is empty")):
+        done = synth("check", str(good), *args, env=env)
+        assert done.returncode == 2 and said in done.stderr.decode(), done.stderr.decode()
 
 
 def test_captions_show_a_rewritten_amount_as_written_over_the_time_it_is_spoken(piper_engine, voice, recognizer):
@@ -189,10 +194,27 @@ def test_captions_show_a_rewritten_amount_as_written_over_the_time_it_is_spoken(
     assert [w.word for w in written] == text.split()
     amount = written[3]
     said = amount.spoken.split()
-    assert (said[0], said[-1]) == ("one", "cents") and [w.word for w in spoken[3:3 + len(said)]] == said
+    assert amount.spoken == "one thousand two hundred fifty dollars and fifty cents"
+    assert [w.word for w in spoken[3:3 + len(said)]] == said
     assert (amount.start, amount.end) == (spoken[3].start, spoken[2 + len(said)].end)
     assert written[0].spoken is None and written[-1].spoken is None       # "today." is not a rewrite
     cues = list(srt.parse(captions.render(result.caption_words, "srt")))
     assert "$1,250.50" in " ".join(c.content for c in cues)
     entry = json.loads(captions.render(result.caption_words, "json"))["words"][3]
     assert entry["word"] == "$1,250.50" and entry["spoken"] == amount.spoken
+
+
+def test_numbers_are_compared_as_the_engines_read_them():
+    # a digit group's comma and a decimal point are read, not split into separate numbers
+    assert " ".join(verdict.words_of("1,000,000 or 3.14, not 12,34, on the 21st, up 10%")) == \
+        "one million or three point one four not twelve thirty four on the twenty first up ten percent"
+
+
+def test_a_job_is_checked_against_its_text_as_its_lexicon_had_it_said(piper_engine, voice, recognizer):
+    text = "Take him to the ICU at once, the doctor said."
+    lexicon = Compiled([Entry("ICU", alias="intensive care unit")])
+    speech, rate = render(piper_engine, text, lexicon), piper_engine.info.sample_rate
+    read_with = verdict.check(speech, rate, text, voice, recognizer, lexicon)
+    read_without = verdict.check(speech, rate, text, voice, recognizer)     # expects "i c u"
+    assert read_with.status == "clean" and read_with.scores["cer"] < read_without.scores["cer"]
+    assert next(w for w in read_with.written if w.word == "ICU").spoken == "intensive care unit"

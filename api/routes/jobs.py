@@ -157,6 +157,9 @@ def owner_limit(state, key: ApiKey) -> HTTPException:
     limit = state.live.owner_limit(key.live_streams)
     source = ("its quota, `synth keys quota --live-streams`" if limit != state.live.max_per_owner
               else "SYNTH_API_MAX_LIVE_STREAMS_PER_KEY")
+    if limit == 0:   # no stream will end to make room: "try again" would have a client retry forever
+        return HTTPException(429, detail=f"this API key may open no live streams ({source} is 0)",
+                             headers={"Retry-After": "1"})
     return HTTPException(429, detail=f"this API key has {limit} live streams open already ({source}); "
                                      f"try again when one ends", headers={"Retry-After": "1"})
 

@@ -9,13 +9,14 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import CurrentKey, KeyFirstRoute, Session, State
 from api.schemas import MAX_VERSION
 from pipeline.db.models import as_utc
 from pipeline.db.models_lexicons import Lexicon
+from pipeline.errors import InputError
 from pipeline.lexicon import formats, rerender
 from pipeline.lexicon import store as lexicons
 from pipeline.lexicon.entries import MAX_SAYS_CHARS, MAX_WRITTEN_CHARS, Entry
@@ -30,7 +31,15 @@ _WRITTEN = Field(max_length=MAX_WRITTEN_CHARS * 50)
 _SAYS = Field(None, max_length=MAX_SAYS_CHARS * 20)
 
 
-class EntryIn(BaseModel):
+class StrictIn(BaseModel):
+    """Read strictly, as every JSON body is (api/schemas.py): "case_sensitive": "yes" is a 422, not
+    a guess, and a misspelt field ("says") is named rather than dropped. A NUL or another control
+    character is left to the entry and name rules, which answer 400 with the reason."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class EntryIn(StrictIn):
     written: str = _WRITTEN
     alias: str | None = _SAYS
     phoneme: str | None = Field(None, max_length=MAX_SAYS_CHARS * 20,
@@ -42,12 +51,12 @@ class EntryIn(BaseModel):
         return Entry(self.written, self.alias, self.phoneme, self.case_sensitive, self.pattern)
 
 
-class LexiconCreate(BaseModel):
+class LexiconCreate(StrictIn):
     name: str = Field(min_length=1, max_length=100, description="`default` is used by every new job of yours")
     entries: list[EntryIn] = Field(default_factory=list)
 
 
-class EntriesChange(BaseModel):
+class EntriesChange(StrictIn):
     add: list[EntryIn] = Field(default_factory=list)
     remove: list[str] = Field(default_factory=list, description="written forms to remove (any case)")
 
@@ -70,7 +79,7 @@ class LexiconList(BaseModel):
     data: list[LexiconOut]
 
 
-class ApplyIn(BaseModel):
+class ApplyIn(StrictIn):
     batch_id: str = Field(min_length=1, max_length=64)
 
 
@@ -132,6 +141,10 @@ async def import_entries(ref: str, request: Request, key: CurrentKey, state: Sta
                          replace: bool = False) -> LexiconOut:
     """A PLS document or ``word = says`` lines as the body: its entries are added (``replace``:
     they become the whole lexicon) as one new version. The lexicon is created if it does not exist."""
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        # a form upload would be read as text and fail on its boundary line, naming no cause
+        raise InputError("send the lexicon file as the request body (curl --data-binary @names.pls), "
+                         "not as a multipart form")
     data = await request.body()
     # parsing a file and writing a version is blocking work: off the event loop
     return await run_in_threadpool(_import, data, ref, key.id, state, session, replace)

@@ -22,6 +22,7 @@ MAX_SAYS_CHARS = 500          # an alias or a phoneme string
 MIN_PATTERN_LITERALS = 2      # letters a pattern names outright, so it cannot match every word
 _PATTERN_CHARS = re.compile(r"[\w*?'.-]+")
 _WORD = re.compile(r"\w")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,10 @@ def check_entry(entry: Entry, phonemes: frozenset[str] | None, engine: str) -> E
     what = f"entry {written[:40]!r}"
     if not written:
         raise InputError("an entry's written form is empty")
-    if "\x00" in written:
-        raise InputError(f"{what}: the written form contains a NUL character")
+    if _CONTROL.search(written):
+        # a line break or NUL: no text is matched across one, and the text form (one entry a
+        # line) could not export it
+        raise InputError(f"{what}: the written form contains a control character (a line break, tab or NUL)")
     if len(written) > MAX_WRITTEN_CHARS:
         raise InputError(f"{what}...: the written form has {len(written):,} characters; "
                          f"the limit is {MAX_WRITTEN_CHARS}")
@@ -70,12 +73,17 @@ def check_entry(entry: Entry, phonemes: frozenset[str] | None, engine: str) -> E
         raise InputError(f"{what}: what it says is empty")
     if len(says) > MAX_SAYS_CHARS:
         raise InputError(f"{what}: what it says has {len(says):,} characters; the limit is {MAX_SAYS_CHARS}")
-    if any(c in says for c in "[]\x00"):
-        raise InputError(f"{what}: what it says may not contain [, ] or NUL")
+    if any(c in says for c in "[]") or _CONTROL.search(says):
+        raise InputError(f"{what}: what it says may not contain [, ] or a control character (a line break, "
+                         "tab or NUL)")
     if entry.pattern:
         check_pattern(written)
     elif not _WORD.search(written):
         raise InputError(f"{what}: a written form needs a letter or digit")
+    elif "*" in written or "?" in written:
+        # the text form reads * and ? as a pattern: a literal one would export as a pattern, and a
+        # user who typed `add Kub* coob` meant one
+        raise InputError(f"{what}: * and ? make a pattern; add it as one (--pattern, API \"pattern\": true)")
     if entry.phoneme is not None:
         _check_phonemes(what, says, phonemes, engine)
         return Entry(written, None, says, entry.case_sensitive, entry.pattern)

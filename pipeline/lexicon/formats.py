@@ -13,6 +13,7 @@ no external entity is ever read.
 
 from __future__ import annotations
 
+import codecs
 import re
 import xml.etree.ElementTree as ET
 from xml.sax.saxutils import escape, quoteattr
@@ -32,7 +33,14 @@ def parse(data: bytes) -> list[Entry]:
     not a space: ``<`` is XML."""
     if len(data) > MAX_FILE_BYTES:
         raise InputError(f"a lexicon file of {len(data):,} bytes; the limit is {MAX_FILE_BYTES:,}")
-    if data.lstrip().startswith(b"<"):
+    if not data.removeprefix(codecs.BOM_UTF8).strip():
+        # an empty body is a file that did not arrive (curl --data-binary @missing): with
+        # --replace it would empty the lexicon
+        raise InputError("the lexicon file is empty")
+    if data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        raise InputError("a lexicon file must be UTF-8; this one is UTF-16: save it as UTF-8")
+    # a byte order mark (Windows editors write one) comes before the "<" of a PLS document
+    if data.removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"<"):
         return parse_pls(data)
     try:
         return parse_text(data.decode("utf-8-sig"))

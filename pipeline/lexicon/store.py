@@ -52,7 +52,7 @@ class Checker:
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InputError(f"lexicon name {str(name)[:60]!r}: use 1 to 100 letters, digits, _ . or -, "
+        raise InputError(f"lexicon name {str(name)[:60]!r}: use 1 to 100 ASCII letters, digits, _ . or -, "
                          "starting with a letter or digit")
     return name
 
@@ -171,6 +171,18 @@ class Versions:
                     self._kept.pop(next(iter(self._kept)))
                 self._kept[key] = found
         return found
+
+
+def job_lexicon(sessions, versions: Versions, lexicon_id: str | None, version: int | None) -> Compiled | None:
+    """A job's lexicon version, compiled, for checking its audio; None for a job without one, or
+    one whose lexicon was deleted since it rendered (its check then reads the text as written)."""
+    if lexicon_id is None:
+        return None
+    try:
+        with sessions() as session:
+            return versions.get(session, Pin(lexicon_id, version))
+    except NotFound:
+        return None
 
 
 def checker_for(engine_settings) -> Checker:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.lexicon.apply import Compiled
 from pipeline.storage import ObjectStore
 from pipeline.textfront import VoiceProfile
 from pipeline.verify import captions, verdict
@@ -39,8 +40,9 @@ class Verifier:
     def wants(self, job_id: str) -> bool:
         return in_share(job_id, self.share)
 
-    def check(self, samples: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile) -> verdict.Verdict:
-        return verdict.check(samples, sample_rate, text, voice, self.recognizer)
+    def check(self, samples: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile,
+              lexicon: Compiled | None = None) -> verdict.Verdict:
+        return verdict.check(samples, sample_rate, text, voice, self.recognizer, lexicon)
 
 
 @dataclass(frozen=True)

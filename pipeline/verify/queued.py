@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline.audio import decode
 from pipeline.db.models import Job, JobMetrics, JobStatus
 from pipeline.errors import InputError
+from pipeline.lexicon.store import Versions, job_lexicon
 from pipeline.manifest import close_if_finished
 from pipeline.messages import VERIFY_TASK, job_ids_in_messages
 from pipeline.routing import VERIFY_QUEUE
@@ -56,6 +57,7 @@ class Checker:
     store: ObjectStore
     recognizer: Recognizer | None       # None: not installed here; its jobs end not_checked
     retakes: Retakes | None = None      # a bad job rendered again (SYNTH_RERENDER_BUDGET)
+    lexicons: Versions = field(default_factory=Versions)   # jobs' lexicon versions, compiled once each
 
 
 @dataclass
@@ -116,7 +118,8 @@ def _check(c: Checker, key: str, job: Job, pending: dict) -> verdict.Verdict:
         samples, rate = decode(c.store.get(key))
     except InputError as e:
         return verdict.Verdict(verdict.NOT_CHECKED, [f"the stored audio cannot be read: {e}"])
-    return verdict.check(samples, rate, job.text, _profile(pending, job.voice), c.recognizer)
+    return verdict.check(samples, rate, job.text, _profile(pending, job.voice), c.recognizer,
+                         job_lexicon(c.sessions, c.lexicons, job.lexicon_id, job.lexicon_version))
 
 
 def _rewrite_manifest(c: Checker, batch_id: str) -> None:

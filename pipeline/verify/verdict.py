@@ -15,14 +15,15 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from pipeline import textfront
 from pipeline.constants import CHARS_PER_SECOND
+from pipeline.lexicon.apply import Compiled
 from pipeline.textfront import VoiceProfile
-from pipeline.textfront.numbers import cardinal
+from pipeline.textfront.numbers import cardinal, ordinal
 from pipeline.textfront.ssml import Pause, Speech
 from pipeline.verify import signal
 from pipeline.verify.recognizer import RATE, Recognizer, Word, serves
@@ -69,10 +70,11 @@ class Verdict:
                 "written": [w.__dict__ for w in self.written] if self.written is not None else None}
 
 
-def spoken_words(text: str, voice: VoiceProfile) -> tuple[list[str], float]:
-    """The words the engine is given for ``text`` (after the text front end), lower case, digits
-    as words; and the longest pause the text asks for (SSML breaks), in seconds."""
-    prepared = textfront.prepare(text, voice)
+def spoken_words(text: str, voice: VoiceProfile, lexicon: Compiled | None = None) -> tuple[list[str], float]:
+    """The words the engine is given for ``text`` (after the text front end and the job's
+    lexicon), lower case, digits as words; and the longest pause the text asks for (SSML breaks),
+    in seconds. A phoneme entry keeps its written word: how a recognizer spells IPA is unknown."""
+    prepared = textfront.prepare(text, replace(voice, phonemes=False), lexicon=lexicon)
     speech = " ".join(p.text for p in prepared.parts if isinstance(p, Speech))
     longest = max((p.seconds for p in prepared.parts if isinstance(p, Pause)), default=0.0)
     return words_of(speech), longest
@@ -83,14 +85,21 @@ def words_of(text: str) -> list[str]:
     text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
     # An acronym in capitals is read letter by letter (SSML: "s s m l"), as the engines say it.
     text = re.sub(r"\b[A-Z]{2,5}\b", lambda m: " ".join(m.group()), text)
+    # Numbers as the engines read them: "1,250" is one thousand two hundred fifty, not "one" and
+    # "two hundred fifty"; "3.14" is three point one four; "3rd" third; "10%" ten percent.
+    text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)
+    text = re.sub(r"\b(\d{1,12})(?:st|nd|rd|th)\b", lambda m: f" {ordinal(int(m.group(1)))} ", text, flags=re.I)
+    text = re.sub(r"(?<=\d)\s?%", " percent", text)
+    text = re.sub(r"(?<=\d)\.(\d+)", lambda m: " point " + " ".join(m.group(1)), text)
     text = re.sub(r"\d+", lambda m: f" {cardinal(int(m.group()))} " if len(m.group()) < 13 else m.group(), text)
     return re.findall(r"[a-z0-9']+", text.lower().replace("-", " "))
 
 
 def check(audio: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile,
-          recognizer: Recognizer | None) -> Verdict:
-    """The verdict on float32 mono ``audio`` that should say ``text`` in ``voice``."""
-    words, longest_break = spoken_words(text, voice)
+          recognizer: Recognizer | None, lexicon: Compiled | None = None) -> Verdict:
+    """The verdict on float32 mono ``audio`` that should say ``text`` in ``voice``, read with the
+    job's ``lexicon`` as it was rendered."""
+    words, longest_break = spoken_words(text, voice, lexicon)
     language = voice.languages[0] if voice.languages else None
     if not words:
         return Verdict(NOT_CHECKED, ["the text has no words to compare"])
@@ -111,7 +120,7 @@ def check(audio: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile,
     verdict.recognizer = recognizer.name
     verdict.words = timed
     if timed:
-        verdict.written = written_words(text, timed, lambda token: spoken_words(token, voice)[0])
+        verdict.written = written_words(text, timed, lambda token: spoken_words(token, voice, lexicon)[0])
     return verdict
 
 

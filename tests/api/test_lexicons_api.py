@@ -15,6 +15,7 @@ def test_bad_lexicon_input_is_refused_with_the_reason_and_nothing_is_half_applie
     cases = [
         ("/v1/lexicons/default/import", {"content": b"<lexicon><oops>"}, "not a PLS file: not well-formed XML"),
         ("/v1/lexicons/default/import", {"content": b"<speak>hi</speak>"}, "not a PLS file: the root element is <speak>"),
+        ("/v1/lexicons/default/import", {"files": {"file": ("n.txt", b"ICU = x")}}, "as the request body"),
         ("/v1/lexicons/default/entries", {"json": {"add": [{"written": "", "alias": "x"}]}}, "written form is empty"),
         ("/v1/lexicons/default/entries", {"json": {"add": [{"written": "GIF", "alias": "jif"},
                                                            {"written": "x" * 10_000, "alias": "y"}]}},
@@ -29,6 +30,9 @@ def test_bad_lexicon_input_is_refused_with_the_reason_and_nothing_is_half_applie
     for path, body, reason in cases:
         r = client.post(path, **body)
         assert r.status_code == 400 and reason in r.json()["detail"], (path, r.text[:300])
+    for entry in ({"written": "GIF", "alias": "jif", "case_sensitive": "yes"}, {"written": "GIF", "says": "jif"}):
+        r = client.post("/v1/lexicons/default/entries", json={"add": [entry]})    # read strictly, as every body
+        assert r.status_code == 422, r.text
     shown = client.get("/v1/lexicons/default").json()
     assert shown["version"] == 1 and [e["written"] for e in shown["entries"]] == ["SQL"]
 

@@ -63,6 +63,7 @@ def test_a_keys_done_jobs_are_counted_and_its_quotas_refuse_work_past_them(
         (row,) = [json.loads(line) for line in run(env, "usage", "--json").splitlines()]
         assert (row["name"], row["today"]["chars"], row["month"]["jobs"]) == ("acme", len(TEXT), 1)
         assert "today: 12 / 60 chars" in run(env, "keys", "list")
+        assert run(env, "usage").splitlines()[1].startswith(key_id)   # the id keys quota takes
 
         run(env, "keys", "quota", key_id, "--chars-per-day", "none", "--audio-seconds-per-day", "0.2")
         over = client.post("/v1/jobs", json={"text": TEXT})
@@ -70,7 +71,8 @@ def test_a_keys_done_jobs_are_counted_and_its_quotas_refuse_work_past_them(
 
         run(env, "keys", "quota", "acme", "--audio-seconds-per-day", "none", "--live-streams", "0")
         speech = client.post("/v1/audio/speech", json={"model": "tts-1", "input": TEXT, "voice": "alloy"})
-        assert speech.status_code == 429 and "synth keys quota --live-streams" in speech.text, speech.text
+        assert speech.status_code == 429 and "may open no live streams (its quota, `synth keys quota --live-streams` is 0)" \
+            in speech.json()["detail"], speech.text
         assert batches_of(sessions, key_id) == 1
 
     report = run(env, "report", "--since", "1h", "--format", "md")

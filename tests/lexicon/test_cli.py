@@ -22,7 +22,9 @@ def test_the_lexicon_commands_keep_versions_and_refuse_bad_input_with_exit_2(tmp
         (("add", "Nguyen", "ŋw<ɪn", "--phoneme"), "the piper voice cannot say '<'"),
         (("add", "x" * 10_000, "y"), "the written form has 10,000 characters; the limit is 200"),
         (("show", "nope"), "lexicon 'nope' not found"),
+        (("add", "SQL", "sequel", "--lexicon", "名前"), "use 1 to 100 ASCII letters"),
         (("apply", "default", "--batch", "nope"), "no batch"),
+        (("export", "-o", str(tmp_path / "no" / "such" / "dir.pls")), "dir.pls: No such file or directory"),
     ]:
         r = synth("lexicon", *args, env=env)
         assert r.returncode == 2 and reason in r.stderr.decode(), (args, r.stderr.decode())

@@ -51,6 +51,7 @@ def test_the_lexicon_reads_ssml_text_but_never_its_tags():
 def test_pls_and_text_forms_round_trip_every_kind_of_entry():
     assert formats.parse(formats.to_pls(ENTRIES).encode()) == ENTRIES
     assert formats.parse(formats.to_text(ENTRIES).encode()) == ENTRIES
+    assert formats.parse(b"\xef\xbb\xbf" + formats.to_pls(ENTRIES).encode()) == ENTRIES   # a Windows editor's BOM
     pls = (b'<lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon" alphabet="ipa">'
            b'<lexeme><grapheme>W3C</grapheme><grapheme>w3c</grapheme><alias>World Wide Web Consortium</alias>'
            b'</lexeme></lexicon>')
@@ -64,7 +65,9 @@ def test_pls_and_text_forms_round_trip_every_kind_of_entry():
     (b'<lexicon xmlns="http://www.w3.org/2005/01/pronunciation-lexicon" alphabet="x-sampa"><lexeme>'
      b'<grapheme>a</grapheme><phoneme>{</phoneme></lexeme></lexicon>', "alphabet 'x-sampa'; synth takes IPA"),
     (b"just words without an equals sign", "line 1: expected `word = says`"),
-    (b"\xff\xfe", "must be UTF-8 text or a PLS document"),
+    (b"\x80abc = x", "must be UTF-8 text or a PLS document"),
+    (b" \n", "the lexicon file is empty"),
+    ("SQL = sequel".encode("utf-16"), "this one is UTF-16: save it as UTF-8"),
 ])
 def test_a_file_that_is_not_a_lexicon_is_refused_with_the_reason(data, reason):
     with pytest.raises(InputError, match=None) as e:
@@ -80,6 +83,9 @@ def test_a_file_that_is_not_a_lexicon_is_refused_with_the_reason(data, reason):
     (Entry("*", alias="x", pattern=True), "would match (nearly) every word"),
     (Entry("?*?", alias="x", pattern=True), "would match (nearly) every word"),
     (Entry("a*b*", alias="x", pattern=True), "at most one *"),
+    (Entry("Kub*", alias="x"), "* and ? make a pattern"),
+    (Entry("New\nYork", alias="x"), "the written form contains a control character"),
+    (Entry("SQL", alias="seq\nuel"), "may not contain [, ] or a control character"),
     (Entry("(a+)+", alias="x", pattern=True), "use letters, digits"),
     (Entry("Nguyen", phoneme="ŋw<ɪn"), "the piper voice cannot say '<'"),
     (Entry("SQL", alias="a", phoneme="b"), "either an alias or a phoneme string"),

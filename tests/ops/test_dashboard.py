@@ -46,6 +46,7 @@ def server(request, settings, sessions, redis_url):
     client = redis.Redis.from_url(redis_client_url(redis_url))
     client.rpush("batch.le10s", *[b"m"] * 7)   # seven messages waiting; no worker consumes them here
     client.rpush("realtime", b"m")
+    client.rpush("verify", b"m", b"m")
     for raw in (b"not json", b"[1, 2]"):       # two messages a worker could not act on
         deadletter.record(client, queue="batch.le10s", reason="test", message=raw)
     fleet.write_heartbeat(client, "gpu-host-1/gpu0", {"device": "NVIDIA H100 80GB HBM3", "engine": "orpheus",
@@ -84,6 +85,7 @@ def test_data_json_and_the_operator_token(server):
     status, body = get(server + "/dashboard/data.json", token="op-secret")
     data = json.loads(body)
     assert data["queues"]["batch.le10s"] == 7 and data["queues"]["realtime"] == 1 and data["deadletter"] == 2
+    assert data["queues"]["verify"] == 2
     assert data["latest_report"]["headline"]["jobs_done"] == 5
     assert data["latest_report"]["headline"]["x_realtime"] == pytest.approx(4100 / 1300)
     assert {w["name"]: w["jobs_in_flight"] for w in data["workers"]} == {"gpu-host-1/gpu0": "12", "cpu-host/cpu": "3"}
