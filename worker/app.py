@@ -44,12 +44,13 @@ def run_worker(app: Celery, argv: list[str]) -> int:
 
 def make_app(settings: Settings, broker_url: str) -> Celery:
     """The worker's app: the producer's, with every task registered."""
-    from worker import beat, deadletter, tasks, verify, webhooks
+    from worker import beat, deadletter, documents, tasks, verify, webhooks
 
     app = make_producer(settings, broker_url)
     deadletter.install(app)         # a message it cannot act on goes to synth.deadletter, not the worker
     tasks.register(app)             # the render task, and batch expiry (maintenance.py)
     verify.register(app)            # checks of finished jobs on the verify queue
+    documents.register(app)         # a document's assembly, on the verify queue, once it is rendered
     beat.register(app)              # the nightly report task and the beat schedule
     webhooks.register(app)          # after beat: it adds the webhook sweep to the beat schedule
     return app
