@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import PurePath
 from urllib.parse import quote
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, File, Form, HTTPException, UploadFile
 from fastapi.exceptions import RequestValidationError
@@ -28,7 +28,7 @@ from pipeline.db import owned
 from pipeline.db.models import Batch
 from pipeline.documents import DOCUMENT_KINDS, kind_for, read_document
 from pipeline.documents.batch import create_document_batch, load_outline, plan_outline
-from pipeline.documents.plan import ASSEMBLED_FORMATS, document_jobs
+from pipeline.documents.plan import document_jobs
 from pipeline.documents.stored import (CHAPTERS_FILE, DOCUMENT_KIND, assembled, chapter_progress, content_type,
                                        file_key, ready_to_assemble)
 from pipeline.submit import BatchOptions
@@ -61,11 +61,11 @@ def _kind(filename: str, kind: str | None) -> str:
              responses={409: {"description": "Idempotency-Key reused"}})
 def create_document(key: CurrentKey, state: State, session: Session,
                     file: Annotated[UploadFile, File(description="Markdown (.md), plain text (.txt) or EPUB")],
-                    kind: Annotated[str | None, Form(pattern="^(markdown|text|epub)$",
-                                                     description="Default: from the file's extension")] = None,
+                    kind: Annotated[Literal["markdown", "text", "epub"] | None, Form(
+                        description="Default: from the file's extension")] = None,
                     title: Annotated[str | None, Form(min_length=1, max_length=200)] = None,
                     author: Annotated[str | None, Form(min_length=1, max_length=200)] = None,
-                    format: Annotated[str, Form(pattern=f"^({'|'.join(ASSEMBLED_FORMATS)})$")] = "m4b",
+                    format: Annotated[Literal["m4b", "mp3", "wav", "flac"], Form()] = "m4b",
                     cover: Annotated[UploadFile | None, File(description="A JPEG or PNG for m4b and mp3")] = None,
                     voice: Annotated[str | None, Form(max_length=64)] = None,
                     sample_rate: Annotated[int | None, Form(), BeforeValidator(_digits)] = None,
