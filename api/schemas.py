@@ -310,7 +310,7 @@ class DocumentOut(BaseModel):
                                 "serve its jobs")
     status: Literal["queued", "running", "assembling", "finished", "failed", "cancelled"] = Field(
         description="failed: a job failed (POST /v1/batches/{id}/retry, and the document is assembled once "
-                    "its jobs are done)")
+                    "its jobs are done), or the assembly did (error)")
     title: str
     author: str | None
     format: str
@@ -321,4 +321,5 @@ class DocumentOut(BaseModel):
     file_url: str | None = Field(None, description="The whole document, once assembled")
     chapters_url: str | None = Field(None, description="chapters.json: titles, start and end times, files")
     files: list[str] = Field(description="Every file of the assembled document, by name (GET .../files/{name})")
+    error: str | None = Field(None, description="Why the assembly failed, where it did (status failed)")
     batch: BatchOut

@@ -25,7 +25,7 @@ from sqlalchemy.exc import OperationalError
 
 from pipeline.db.models import Batch, Job
 from pipeline.db.session import make_engine, make_sessionmaker
-from pipeline.documents.stored import assemble_to_store, ready_to_assemble
+from pipeline.documents.stored import assemble_to_store, ready_to_assemble, record_failure
 from pipeline.errors import PermanentError, RetryableError
 from pipeline.messages import ASSEMBLE_TASK, RENDER_TASK
 from pipeline.routing import VERIFY_QUEUE
@@ -43,16 +43,20 @@ def register(app: Celery) -> None:
     @app.task(name=ASSEMBLE_TASK, bind=True, max_retries=settings.max_retries, shared=False)
     def assemble_document(self, batch_id: str) -> dict:
         sessions, store = _services(app)
+        batch_id = str(batch_id)
         try:
             with sessions() as session:
-                chapters, wrote = assemble_to_store(session, store, str(batch_id))
-                batch = session.get(Batch, str(batch_id))
+                if not ready_to_assemble(session, [batch_id]):    # cancelled, reopened or deleted since
+                    return {"assembled": False}
+                chapters, wrote = assemble_to_store(session, store, batch_id)
+                batch = session.get(Batch, batch_id)
                 ids = outbox.emit_document_finished(session, batch, chapters) if batch is not None else []
                 session.commit()
         except (RetryableError, OperationalError) as e:
             raise self.retry(exc=e, countdown=backoff(self.request.retries, settings.retry_backoff_max)) from e
-        except PermanentError as e:     # a job not done (deleted or reopened meanwhile): nothing to make
+        except PermanentError as e:     # the same input fails the same way: said, not retried
             log.warning("document %s not assembled: %s", batch_id, e)
+            record_failure(store, batch_id, str(e))
             return {"assembled": False, "error": str(e)}
         _deliver(app, ids)
         return {"assembled": True, "wrote": wrote, "files": len(chapters["files"])}

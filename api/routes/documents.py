@@ -30,7 +30,7 @@ from pipeline.documents import DOCUMENT_KINDS, kind_for, read_document
 from pipeline.documents.batch import create_document_batch, load_outline, plan_outline
 from pipeline.documents.plan import document_jobs
 from pipeline.documents.stored import (CHAPTERS_FILE, DOCUMENT_KIND, assembled, chapter_progress, content_type,
-                                       file_key, ready_to_assemble)
+                                       failure, file_key, ready_to_assemble)
 from pipeline.submit import BatchOptions
 from worker.documents import send_assembly
 
@@ -170,13 +170,14 @@ def _document(state, session, batch: Batch) -> DocumentOut:
     outline = load_outline(state.store, batch.id)
     out = batch_out(session, batch)
     found = assembled(state.store, batch.id)
+    error = None if found else failure(state.store, batch.id)
     base = f"/v1/documents/{batch.id}/files/"
     if out.status != "finished":
         status = out.status
     elif out.counts.get("failed") or out.counts.get("cancelled"):
         status = "failed"
     else:
-        status = "finished" if found else "assembling"
+        status = "finished" if found else "failed" if error else "assembling"
     marks = {m["title"] + str(i): m for i, m in enumerate((found or {}).get("chapters", []), start=1)}
     chapters = []
     for c in chapter_progress(session, batch.id, outline.chapters):
@@ -188,4 +189,4 @@ def _document(state, session, batch: Batch) -> DocumentOut:
                        duration_s=round(found["duration_s"], 3) if found else None,
                        file_url=base + quote(found["file"]) if found else None,
                        chapters_url=base + CHAPTERS_FILE if found else None,
-                       files=found["files"] if found else [], batch=out)
+                       files=found["files"] if found else [], error=error, batch=out)

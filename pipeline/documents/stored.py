@@ -45,6 +45,21 @@ def content_type(name: str) -> str:
     return _TYPES.get(suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 
+def error_key(batch_id: str) -> str:
+    return f"batches/{batch_id}/document/assembly-error.txt"
+
+
+def record_failure(store: ObjectStore, batch_id: str, error: str) -> None:
+    """Why the assembly could not be made (a chapter with no audio, ffmpeg refusing): shown by
+    GET /v1/documents/{id} instead of an assembly that never ends; the next success removes it."""
+    store.put(error_key(batch_id), error.encode(), "text/plain; charset=utf-8")
+
+
+def failure(store: ObjectStore, batch_id: str) -> str | None:
+    key = error_key(batch_id)
+    return store.get(key).decode(errors="replace") if store.exists(key) else None
+
+
 def assembled(store: ObjectStore, batch_id: str) -> dict | None:
     """The document's chapters.json (title, file, duration, chapters with their files) plus
     ``files``, every name stored; None until its assembly has finished."""
@@ -70,6 +85,8 @@ def assemble_to_store(session: Session, store: ObjectStore, batch_id: str) -> tu
     body["files"] = [*names, CHAPTERS_FILE]
     store.put(file_key(batch_id, CHAPTERS_FILE), json.dumps(body, ensure_ascii=False, indent=1).encode(),
               "application/json")
+    if store.exists(error_key(batch_id)):
+        store.delete(error_key(batch_id))
     return body, True
 
 
