@@ -50,9 +50,9 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
     deadletter.install(app)         # a message it cannot act on goes to synth.deadletter, not the worker
     tasks.register(app)             # the render task, and batch expiry (maintenance.py)
     verify.register(app)            # checks of finished jobs on the verify queue
-    documents.register(app)         # a document's assembly, on the verify queue, once it is rendered
     beat.register(app)              # the nightly report task and the beat schedule
     webhooks.register(app)          # after beat: it adds the webhook sweep to the beat schedule
+    documents.register(app)         # after beat: a document's assembly, on the verify queue, and its sweep
     return app
 
 

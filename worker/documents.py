@@ -5,7 +5,9 @@
 - that task runs on the verify queue, which the CPU workers serve (`synth worker --verify`, and
   every CPU render worker after its own queues): assembly is ffmpeg and numpy on the CPU, and a
   GPU worker's slots are for rendering. It writes the files under the batch's prefix
-  (pipeline/documents/stored.py) and then the document.finished event into the webhook outbox.
+  (pipeline/documents/stored.py) and then the document.finished event into the webhook outbox;
+- "synth.sweep_documents", on the beat schedule, sends the assembly of documents done in the last
+  day yet neither assembled nor failed: their message was lost.
 
 Its message is acked once the task returns (task_acks_late), so a worker killed mid-assembly
 leaves it to be delivered again; the assembly is idempotent (the same objects, chapters.json
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import timedelta
 
 from celery import Celery
 from celery.signals import task_postrun
@@ -23,9 +26,9 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
-from pipeline.db.models import Batch, Job
+from pipeline.db.models import Batch, Job, utcnow
 from pipeline.db.session import make_engine, make_sessionmaker
-from pipeline.documents.stored import assemble_to_store, ready_to_assemble, record_failure
+from pipeline.documents.stored import assemble_to_store, ready_to_assemble, record_failure, unassembled
 from pipeline.errors import PermanentError, RetryableError
 from pipeline.messages import ASSEMBLE_TASK, RENDER_TASK
 from pipeline.routing import VERIFY_QUEUE
@@ -34,6 +37,7 @@ from pipeline.webhooks import outbox
 from worker.backoff import backoff
 
 log = logging.getLogger(__name__)
+SWEEP_TASK = "synth.sweep_documents"
 _lock = threading.Lock()
 
 
@@ -61,6 +65,17 @@ def register(app: Celery) -> None:
         _deliver(app, ids)
         return {"assembled": True, "wrote": wrote, "files": len(chapters["files"])}
 
+    @app.task(name=SWEEP_TASK, shared=False, ignore_result=True)
+    def sweep_documents() -> int:
+        sessions, store = _services(app)
+        with sessions() as session:
+            lost = unassembled(session, store, since=utcnow() - timedelta(days=1))
+        send_assembly(app, lost)
+        return len(lost)
+
+    schedule = dict(app.conf.beat_schedule or {})
+    schedule["sweep-documents"] = {"task": SWEEP_TASK, "schedule": 600.0, "options": {"queue": VERIFY_QUEUE}}
+    app.conf.beat_schedule = schedule
     task_postrun.connect(_after_render, weak=False, dispatch_uid="synth.documents.after_render")
 
 
@@ -84,8 +99,8 @@ def _after_render(sender=None, args=None, kwargs=None, **_) -> None:
             ready = ready_to_assemble(session, batch_ids)
         send_assembly(app, ready)
     except (OperationalError, KombuOperationalError, OSError):
-        # The jobs' outcomes stand. A message lost here leaves the document reading "assembling":
-        # POST /v1/documents/{id}/assemble sends it again.
+        # The jobs' outcomes stand. A message lost here leaves the document reading "assembling"
+        # until the sweep (every 10 minutes) or POST /v1/documents/{id}/assemble sends it again.
         log.exception("could not send the assembly of the documents of %d jobs", len(job_ids))
 
 

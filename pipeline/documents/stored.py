@@ -15,6 +15,7 @@ import json
 import mimetypes
 import tempfile
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import select
@@ -105,6 +106,15 @@ def ready_to_assemble(session: Session, batch_ids: list[str]) -> list[str]:
         if not_done is None:
             ready.append(batch_id)
     return ready
+
+
+def unassembled(session: Session, store: ObjectStore, *, since: datetime) -> list[str]:
+    """Documents whose batch closed since ``since``, all done, yet neither assembled nor failed:
+    their assembly's message was lost (the broker away when their last job finished)."""
+    closed = session.scalars(select(Batch.id).where(Batch.kind == DOCUMENT_KIND, Batch.finished_at >= since,
+                                                    Batch.cancelled_at.is_(None))).all()
+    return [batch_id for batch_id in ready_to_assemble(session, list(closed))
+            if assembled(store, batch_id) is None and failure(store, batch_id) is None]
 
 
 def chapter_progress(session: Session, batch_id: str, titles: list[str]) -> list[dict]:

@@ -1,12 +1,16 @@
 """Documents through the HTTP API: a real server, a real Celery worker with Piper on the CPU, and a
-webhook receiver. A two-chapter Markdown file goes in; the worker renders it, assembles it once
-into the store, and document.finished arrives once; the files are another key's 404."""
+webhook receiver. A two-chapter Markdown file goes in; the worker renders it, assembles it into the
+store (again, to the same bytes, when its assembly is lost), and document.finished arrives once;
+the files are another key's 404."""
+
+from datetime import timedelta
 
 import pytest
 
 from ops.bench.webhook_receiver import Receiver
 from pipeline.db.session import make_engine, make_sessionmaker
-from pipeline.documents.stored import assemble_to_store, file_key
+from pipeline.db.models import utcnow
+from pipeline.documents.stored import assemble_to_store, file_key, unassembled
 from pipeline.routing import VERIFY_QUEUE
 from pipeline.storage import make_store
 from tests.api.conftest import _wait_status, client_for
@@ -54,26 +58,42 @@ def test_a_document_is_rendered_assembled_once_and_served_to_its_owner(api_serve
             assert doc["status"] == "finished", doc
             got = receiver.wait_for(1)
             assert [g.body.count(b'"document.finished"') for g in got] == [1]
+            store = make_store(api_settings)
+            whole = store.get(file_key(doc["id"], "Two_Rooms.m4b"))
+
+            # An assembly whose message was lost, or cut short before chapters.json: the sweep
+            # finds it, and it runs again to the same bytes, with no second event.
+            for name in ("chapters.json", "Two_Rooms.m4b"):
+                store.delete(file_key(doc["id"], name))
+            assert a.get(f"/v1/documents/{doc['id']}").json()["status"] == "assembling"
+            engine = make_engine(api_settings.sqlalchemy_url)
+            with make_sessionmaker(engine)() as session:
+                assert unassembled(session, store, since=utcnow() - timedelta(hours=1)) == [doc["id"]]
+            engine.dispose()
+            assert a.post(f"/v1/documents/{doc['id']}/assemble").status_code == 202
+            assert wait_document(a, doc["id"])["files"] == doc["files"]
+            assert store.get(file_key(doc["id"], "Two_Rooms.m4b")) == whole
+            assert len(receiver.wait_for(1)) == 1 and receiver.accepted_ids()[got[0].webhook_id] == 1
+            assert len(a.get("/v1/webhooks/deliveries").json()["data"]) == 1    # one event, by its id
 
         assert doc["file_url"] == f"/v1/documents/{doc['id']}/files/Two_Rooms.m4b"
         assert [c["done"] for c in doc["chapters"]] == [c["jobs"] for c in doc["chapters"]]
         assert all(c["file_url"] for c in doc["chapters"]) and doc["chapters"][1]["start_s"] > 0
         assert set(doc["files"]) >= {"Two_Rooms.m4b", "chapters.json"} and len(doc["files"]) == 4
-        whole = a.get(doc["file_url"], params={"redirect": False})
-        assert whole.status_code == 200 and whole.headers["content-type"] == "audio/mp4"
+        served = a.get(doc["file_url"], params={"redirect": False})
+        assert served.status_code == 200 and served.headers["content-type"] == "audio/mp4"
+        assert served.content == whole
         path = tmp_path / "whole.m4b"
-        path.write_bytes(whole.content)
+        path.write_bytes(whole)
         assert [title for title, _, _ in chapter_marks(path)] == ["The Kitchen", "The Garden"]
         assert a.get(doc["chapters_url"]).json()["chapters"][1]["title"] == "The Garden"
 
         # Another run of the assembly (a redelivered message) finds the files there and writes nothing.
-        store = make_store(api_settings)
         engine = make_engine(api_settings.sqlalchemy_url)
         with make_sessionmaker(engine)() as session:
             again, wrote = assemble_to_store(session, store, doc["id"])
         engine.dispose()
         assert not wrote and again["files"] == doc["files"]
-        assert store.get(file_key(doc["id"], "Two_Rooms.m4b")) == whole.content
         assert a.post(f"/v1/documents/{doc['id']}/assemble").status_code == 409
 
         for method, path in [("GET", ""), ("GET", "/files/chapters.json"), ("POST", "/cancel"),
