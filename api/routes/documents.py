@@ -100,9 +100,19 @@ def create_document(key: CurrentKey, state: State, session: Session,
     options = BatchOptions(voice=voice, sample_rate=sample_rate, priority=priority, name=name or outline.title)
     columns = creating.owner_columns(state, key, kind=DOCUMENT_KIND, webhook_url=webhook_url,
                                      webhook_events=webhook_events)
-    batch_id, created = creating.create(state, session, claim, "batch", lambda s: create_document_batch(
-        s, state.store, settings, doc, outline, options, source=source, cover=cover_data, **columns),
-        key=key, chars=sum(len(text) for _, text in jobs))
+    made: list[str] = []
+
+    def build(s):
+        batch = create_document_batch(s, state.store, settings, doc, outline, options, source=source,
+                                      cover=cover_data, **columns)
+        made.append(batch.id)
+        return batch
+    try:
+        batch_id, created = creating.create(state, session, claim, "batch", build, key=key,
+                                            chars=sum(len(text) for _, text in jobs))
+    except BaseException:
+        _withdraw(state, made)
+        raise
     body = _document(state, session, session.get(Batch, batch_id)).model_dump(mode="json")
     return JSONResponse(body, status_code=201, headers={"Idempotent-Replayed": "false" if created else "true"})
 
@@ -164,6 +174,16 @@ def delete_document(document_id: str, key: CurrentKey, session: Session, state: 
         raise HTTPException(409, detail=str(e)) from e
     session.commit()
     return DeleteOut(deleted=True, objects_removed=removed)
+
+
+def _withdraw(state, batch_ids: list[str]) -> None:
+    """The outline and cover of a batch that was never committed (or was discarded when its
+    messages could not be sent): nothing half-written is left in the store."""
+    with state.sessions() as session:
+        gone = [batch_id for batch_id in batch_ids if session.get(Batch, batch_id) is None]
+    for batch_id in gone:
+        for key in state.store.list(f"batches/{batch_id}/"):
+            state.store.delete(key)
 
 
 def _document(state, session, batch: Batch) -> DocumentOut:

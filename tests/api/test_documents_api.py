@@ -7,13 +7,15 @@ from datetime import timedelta
 
 import pytest
 
+from ops.bench.faults import RedisProcess
 from ops.bench.webhook_receiver import Receiver
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.db.models import utcnow
 from pipeline.documents.stored import assemble_to_store, file_key, unassembled
 from pipeline.routing import VERIFY_QUEUE
 from pipeline.storage import make_store
-from tests.api.conftest import _wait_status, client_for
+from tests.api.conftest import _wait_status, client_for, serve
+from tests.conftest import free_port
 from tests.documents import markdown_book
 from tests.test_documents_e2e import chapter_marks
 from tests.workers import app_with_worker
@@ -129,3 +131,14 @@ def test_documents_need_a_key_and_a_batch_is_no_document(api_server, client):
     batch = client.post("/v1/batches", json={"items": [{"text": "Hi."}]}).json()
     assert client.get(f"/v1/documents/{batch['id']}").status_code == 404
     assert client.get("/v1/documents/not-an-id").status_code == 404
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_upload_the_broker_cannot_take_leaves_nothing_behind(api_settings, new_key, tmp_path):
+    redis = RedisProcess(tmp_path / "redis", free_port())
+    with redis, serve(api_settings, redis.url) as server, client_for(server, new_key()) as c:
+        redis.kill()
+        r = c.post("/v1/documents", files={"file": ("rooms.md", BOOK.encode()), "cover": ("c.png", b"\x89PNG....")})
+        assert r.status_code == 503, r.text
+        assert c.get("/v1/batches").json()["data"] == []
+    assert make_store(api_settings).list("batches/") == []     # no outline, no cover
