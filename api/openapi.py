@@ -65,6 +65,9 @@ def truthful(doc: dict[str, Any], settings: Settings) -> dict[str, Any]:
     form = upload["schema"]["$ref"].rsplit("/", 1)[-1]
     _limits(schemas, settings, form=form)
     _dependent_fields(schemas, form=form)
+    document = doc["paths"]["/v1/documents"]["post"]["requestBody"]["content"]["multipart/form-data"]
+    document_form = document["schema"]["$ref"].rsplit("/", 1)[-1]
+    _document_limits(schemas, settings, form=document_form)
     return doc
 
 
@@ -98,6 +101,10 @@ def _responses(path: str, method: str, op: dict) -> None:
     if path == "/v1/jobs/{job_id}/stream":
         types = sorted({CONTENT_TYPES["wav"], CONTENT_TYPES["pcm"], *STORED_TYPES})
         responses["200"]["content"] = {t: {"schema": {"type": "string", "format": "binary"}} for t in types}
+    if path == "/v1/documents/{document_id}/files/{name}":
+        types = ["audio/mp4", "audio/mpeg", "audio/wav", "audio/flac", "application/json", "text/vtt",
+                 "application/x-subrip"]
+        responses["200"]["content"] = {t: {"schema": {"type": "string", "format": "binary"}} for t in types}
     if path == "/metrics":
         responses["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
 
@@ -125,6 +132,23 @@ def _limits(schemas: dict, settings: Settings, *, form: str) -> None:
             for s in prop.get("anyOf", [prop]):
                 if s.get("type") == "string" and not {"pattern", "enum", "const", "contentMediaType"} & s.keys():
                     s["pattern"] = NO_NUL
+
+
+def _document_limits(schemas: dict, settings: Settings, *, form: str) -> None:
+    """A document upload's voice and rate as a batch upload's; its format is the assembled one's."""
+    props = schemas[form]["properties"]
+    _narrow(props, "voice", enum=list(engine_voices(settings.engine_settings())))
+    _narrow(props, "sample_rate", enum=list(SAMPLE_RATES))
+    for name, prop in props.items():  # a form has no null: an optional field is left out
+        if "anyOf" in prop:
+            props[name] = prop = {**next(s for s in prop.pop("anyOf") if s.get("type") != "null"), **prop}
+        if prop.get("type") == "string" and not {"pattern", "enum", "const", "contentMediaType", "format"} & prop.keys():
+            prop["pattern"] = NO_NUL
+    # events need an address (api.schemas.EVENTS_WITHOUT_URL); this form has no former names
+    given = {"not": {"type": "null"}}
+    schemas[form].setdefault("allOf", []).append(
+        {"anyOf": [{"not": {"required": ["webhook_events"], "properties": {"webhook_events": given}}},
+                   {"required": ["webhook_url"], "properties": {"webhook_url": given}}]})
 
 
 def _dependent_fields(schemas: dict, *, form: str) -> None:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from pipeline.loudness import CEILING_RANGE, LOUDNESS_RANGE
 
 Priority = Literal["batch", "realtime"]
-WebhookEvent = Literal["job.finished", "job.failed", "batch.finished"]
+WebhookEvent = Literal["job.finished", "job.failed", "batch.finished", "document.finished"]
 
 # Field names the API accepted before the product called them webhooks, and their names now.
 # Requests may still use them (deprecated); batches still echo them (deprecated) for clients that
@@ -73,11 +73,11 @@ class _In(_NoNul):
 
 class Webhook(_In):
     webhook_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, description="POSTed (signed) on the events below")
-    webhook_events: list[WebhookEvent] | None = Field(None, min_length=1, max_length=3,
+    webhook_events: list[WebhookEvent] | None = Field(None, min_length=1, max_length=4,
                                                       description="Default: all of them; needs webhook_url")
     callback_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, deprecated=True,
                                      description="The former name of webhook_url")
-    callback_events: list[WebhookEvent] | None = Field(None, min_length=1, max_length=3, deprecated=True,
+    callback_events: list[WebhookEvent] | None = Field(None, min_length=1, max_length=4, deprecated=True,
                                                        description="The former name of webhook_events")
 
     @model_validator(mode="after")
@@ -293,3 +293,33 @@ class UsageOut(BaseModel):
                                               "against chars_per_day")
     quotas: Quotas
     resets_in_s: int = Field(description="Seconds until the day's quotas reset (00:00 UTC)")
+
+
+class ChapterOut(BaseModel):
+    number: int
+    title: str
+    jobs: int
+    done: int
+    failed: int
+    file_url: str | None = Field(None, description="The chapter's own file, once the document is assembled")
+    start_s: float | None = Field(None, description="Where the chapter starts in the whole file")
+
+
+class DocumentOut(BaseModel):
+    id: str = Field(description="The document's id, which is also its batch's: /v1/batches/{id} and its items "
+                                "serve its jobs")
+    status: Literal["queued", "running", "assembling", "finished", "failed", "cancelled"] = Field(
+        description="failed: a job failed (POST /v1/batches/{id}/retry, and the document is assembled once "
+                    "its jobs are done), or the assembly did (error)")
+    title: str
+    author: str | None
+    format: str
+    progress: float = Field(description="Finished jobs / total")
+    chapters: list[ChapterOut]
+    skipped_chapters: list[str] = Field(description="Chapters left out for having no speakable text")
+    duration_s: float | None = None
+    file_url: str | None = Field(None, description="The whole document, once assembled")
+    chapters_url: str | None = Field(None, description="chapters.json: titles, start and end times, files")
+    files: list[str] = Field(description="Every file of the assembled document, by name (GET .../files/{name})")
+    error: str | None = Field(None, description="Why the assembly failed, where it did (status failed)")
+    batch: BatchOut

@@ -44,7 +44,7 @@ def run_worker(app: Celery, argv: list[str]) -> int:
 
 def make_app(settings: Settings, broker_url: str) -> Celery:
     """The worker's app: the producer's, with every task registered."""
-    from worker import beat, deadletter, tasks, verify, webhooks
+    from worker import beat, deadletter, documents, tasks, verify, webhooks
 
     app = make_producer(settings, broker_url)
     deadletter.install(app)         # a message it cannot act on goes to synth.deadletter, not the worker
@@ -52,6 +52,7 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
     verify.register(app)            # checks of finished jobs on the verify queue
     beat.register(app)              # the nightly report task and the beat schedule
     webhooks.register(app)          # after beat: it adds the webhook sweep to the beat schedule
+    documents.register(app)         # after beat: a document's assembly, on the verify queue, and its sweep
     return app
 
 

@@ -15,7 +15,8 @@ from datetime import datetime
 JOB_FINISHED = "job.finished"
 JOB_FAILED = "job.failed"
 BATCH_FINISHED = "batch.finished"
-EVENT_TYPES = (JOB_FINISHED, JOB_FAILED, BATCH_FINISHED)
+DOCUMENT_FINISHED = "document.finished"
+EVENT_TYPES = (JOB_FINISHED, JOB_FAILED, BATCH_FINISHED, DOCUMENT_FINISHED)
 
 
 def event_id(event_type: str, resource_id: str) -> str:
@@ -78,6 +79,19 @@ def batch_payload(*, at: datetime, batch_id: str, name: str | None, counts: dict
             "counts": {"total": total, **counts}, "audio_seconds": round(audio_seconds, 3),
             "manifest_key": manifest_key,
         },
+    }
+
+
+def document_payload(*, at: datetime, document_id: str, title: str, format: str, duration_s: float,
+                     files: list[str]) -> dict:
+    """A document assembled: its files are listed by name; GET /v1/documents/{id}/files/{name}
+    serves each (their store keys are no business of the receiver's)."""
+    return {
+        "type": DOCUMENT_FINISHED,
+        "timestamp": _iso(at),
+        "data": {"document_id": document_id, "batch_id": document_id, "title": title, "format": format,
+                 "duration_s": round(duration_s, 3), "files": files,
+                 "files_url": f"/v1/documents/{document_id}"},
     }
 
 

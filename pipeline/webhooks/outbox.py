@@ -79,6 +79,20 @@ def emit_batch_finished(session: Session, batch: Batch) -> str | None:
     return _insert(session, ev.BATCH_FINISHED, batch.id, batch, batch.webhook_url, payload)
 
 
+def emit_document_finished(session: Session, batch: Batch, chapters: dict) -> list[str]:
+    """The document.finished event of a document assembled (``chapters``: its chapters.json), if
+    its batch's webhook wants it; once per document, however often its assembly runs. Returns
+    the delivery awaiting its first attempt, if any. The caller commits."""
+    if (not batch.webhook_url or not ev.wants(batch.webhook_events, ev.DOCUMENT_FINISHED)
+            or not _has_owner(batch)):
+        return []
+    payload = ev.document_payload(at=utcnow(), document_id=batch.id, title=chapters["title"],
+                                  format=chapters["file"].rsplit(".", 1)[-1],
+                                  duration_s=chapters["duration_s"], files=chapters["files"])
+    return _awaiting_first_attempt(session, [_insert(session, ev.DOCUMENT_FINISHED, batch.id, batch,
+                                                     batch.webhook_url, payload)])
+
+
 def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(days=1),
                              limit: int = 100) -> list[str]:
     """batch.finished for batches closed in the last ``within`` that have a webhook but no such event
