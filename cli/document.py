@@ -15,6 +15,7 @@ from sqlalchemy import select
 from tqdm import tqdm
 
 from cli.context import open_database, open_store
+from cli.inspect import writable_folder
 from cli.running import pin_lexicon, run_batch
 from pipeline.db.models import TERMINAL, Job
 from pipeline.documents import read_document
@@ -58,6 +59,8 @@ def submit_document(settings: Settings, request: DocumentRequest, *, wait: bool 
     options = dataclasses.replace(request.options, lexicon=pin_lexicon(settings, request.lexicon,
                                                                        request.lexicon_version))
     jobs = document_jobs(doc, settings.max_line_chars)
+    if output:
+        writable_folder(output)   # after the document is read, before it renders: bad input writes nothing
     store = open_store(settings)
     progress = ChapterProgress([c.title for c in doc.chapters], jobs)
     result = run_batch(settings, lambda session: create_document_batch(

@@ -63,8 +63,6 @@ def submit(corpus: Path, document, title, author, cover, voice, fmt, sample_rate
     source = "-" if str(corpus) == "-" else str(corpus)
     data = _read(corpus)
     kind = document or (None if source == "-" else kind_for(source))
-    if output:
-        writable_folder(output)   # before the batch renders, not after: bad input writes nothing
     if kind is not None:
         from cli.document import DocumentRequest, submit_document
 
@@ -77,6 +75,8 @@ def submit(corpus: Path, document, title, author, cover, voice, fmt, sample_rate
     if fmt == "m4b" or title or author or cover:
         raise InputError("--format m4b, --title, --author and --cover are for documents (.md, .epub, --document)")
     parsed = parse_corpus(data, source=source, max_line_chars=settings.max_line_chars)
+    if output:
+        writable_folder(output)   # after the input is read, before it renders: bad input writes nothing
     options = resolve_options(settings, BatchOptions(voice=voice, format=fmt, sample_rate=sample_rate,
                                                      priority=priority, name=name, loudness=loudness,
                                                      true_peak=true_peak))

@@ -151,11 +151,10 @@ async def import_entries(ref: str, request: Request, key: CurrentKey, state: Sta
 
 
 def _import(data: bytes, ref: str, owner: str, state, session, replace: bool) -> LexiconOut:
+    lexicon = lexicons.find_or_new(session, owner=owner, ref=ref)   # another key's id: 404 before the body
     entries = formats.parse(data)
     checker = lexicons.checker_for(state.settings.engine_settings())
-    try:
-        lexicon = lexicons.find(session, owner=owner, ref=ref)
-    except lexicons.NotFound:
+    if lexicon is None:
         lexicon = lexicons.create(session, checker, owner=owner, name=ref, entries=entries)
     else:
         lexicons.change(session, checker, lexicon, added=entries, replace=replace)

@@ -85,6 +85,17 @@ def find(session: Session, *, owner: str, ref: str) -> Lexicon:
     return found
 
 
+def find_or_new(session: Session, *, owner: str, ref: str) -> Lexicon | None:
+    """The owner's lexicon with this id or name; None where ``ref`` is free to name a new one.
+    Another owner's lexicon id is NotFound, as everywhere: it must not become a name of this owner's."""
+    try:
+        return find(session, owner=owner, ref=ref)
+    except NotFound:
+        if session.scalars(select(Lexicon.id).where(Lexicon.id == ref)).first() is not None:
+            raise
+        return None
+
+
 def list_for(session: Session, *, owner: str) -> list[Lexicon]:
     return list(session.scalars(select(Lexicon).where(Lexicon.owner == owner).order_by(Lexicon.name)))
 

@@ -24,14 +24,20 @@ def test_every_route_with_an_id_is_404_for_another_key(api_settings, api_server,
     a, b = client_for(api_server, new_key("a")), client_for(api_server, new_key("b"))
     batch = a.post("/v1/batches", json={"items": [{"text": "Mine."}, {"text": "Also mine."}]}).json()
     job = a.post("/v1/jobs", json={"text": "My job."}).json()
-    ids = {"batch_id": batch["id"], "job_id": job["id"]}
+    lexicon = a.post("/v1/lexicons", json={"name": "mine", "entries": [{"written": "SQL", "alias": "sequel"}]})
+    document = a.post("/v1/documents", files={"file": ("mine.md", b"# Mine\n\n## One\n\nA line of mine.\n")})
+    assert lexicon.status_code == 201 and document.status_code == 201, (lexicon.text, document.text)
+    ids = {"batch_id": batch["id"], "job_id": job["id"], "ref": lexicon.json()["id"],
+           "document_id": document.json()["id"], "name": "chapters.json"}
 
     for method, template in _id_routes(api_settings, redis_url):
         names = [p.strip("{}") for p in template.split("/") if p.startswith("{")]
         missing = [n for n in names if n not in ids]
         assert not missing, f"{method} {template}: add an id for {missing} to this test"
         path = template.format(**ids)
-        r = b.request(method, path)
+        # A body that would be valid for its owner: what B is refused is the object, not the request.
+        body = {"batch_id": batch["id"]} if template.endswith("/apply") else {}
+        r = b.request(method, path, **({"json": body} if method == "POST" else {}))
         assert r.status_code == 404, f"{method} {path} with another key: {r.status_code} {r.text}"
         assert "not found" in r.json()["detail"]
 
