@@ -24,6 +24,21 @@ def interpreted(check: str, *args: str, timeout: int = 900) -> str:
     return done.stdout
 
 
+def tested_in_the_interpreter(module: str, timeout: int = 600) -> None:
+    """Runs the tests of ``tests/orpheus/kernels/<module>`` in a pytest of their own started with
+    ``TRITON_INTERPRET=1``, and fails with its report unless all of them passed or skipped. Where
+    there is a GPU they run in this process, on it, and this is skipped."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("the kernel tests run on the GPU in this process")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           f"tests/orpheus/kernels/{module}"], cwd=REPO,
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def on_cuda(check: str, *args: str, timeout: int = 900) -> str:
     """``python -m ops.bench.kernels.<check> *args`` on the GPU, skipped where CUDA is absent; its
     output, after asserting that it passed (exit status 0: every error within its tolerance)."""

@@ -15,8 +15,7 @@ pytestmark = pytest.mark.slow
 
 # each check with its timings off where it has that switch
 UNTIMED = {"check_fused": ("--no-time", "--no-step"), "check_kv8": ("--no-time",),
-           "check_prefill_attention": ("--no-time",), "check_codec": ("--no-time",),
-           "check_fp8": (), "check_sampler": ()}
+           "check_prefill_attention": ("--no-time",), "check_codec": ("--no-time",)}
 
 
 @pytest.mark.parametrize("check", UNTIMED)
