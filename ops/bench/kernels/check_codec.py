@@ -31,7 +31,7 @@ from pipeline.engines.orpheus.codec.snac import SnacCodec
 from pipeline.engines.orpheus.kernels import codec as codec_kernels
 from pipeline.engines.orpheus.tiny import SNAC_24KHZ, TINY_SNAC
 
-from ops.bench.kernels.check_fused import Report, kernels_runnable, start
+from ops.bench.kernels.checking import Report, kernels_runnable, start
 
 KERNEL_TOL = (1e-5, 1e-6)          # fp32 against fp32: reordered sums
 NOISE_TOL = (1e-5, 1e-6)

@@ -32,7 +32,7 @@ import argparse
 
 import torch
 
-from ops.bench.kernels.check_fused import (
+from ops.bench.kernels.checking import (
     CONTEXT,
     HEAD_DIM,
     HEADS,

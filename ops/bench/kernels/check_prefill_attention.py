@@ -26,7 +26,7 @@ import argparse
 
 import torch
 
-from ops.bench.kernels.check_fused import (
+from ops.bench.kernels.checking import (
     CONTEXT,
     DECODER_TOLERANCE,
     HEAD_DIM,
@@ -145,7 +145,7 @@ def decoder_pair(model, rows: int, context: int, kv_dtype):
 # most); the H200 measured 1.9% relative L2 over the cache and logits off by 1.5-2.1%.
 KV8_DECODER_TOLERANCE = (2 ** -3, 4e-2)
 # The first layer over an fp8 cache: the Triton rotation differs from torch's by a bf16 ulp in some
-# entries (check_fused on the H200: rel L2 1.9e-3), and an ulp can flip an entry's e4m3 rounding.
+# entries (the fused kernels' check on the H200: rel L2 1.9e-3), and an ulp can flip an entry's e4m3 rounding.
 KV8_FIRST_LAYER_TOLERANCE = (2 ** -3, 1e-2)
 
 

@@ -24,16 +24,16 @@ def interpreted(check: str, *args: str, timeout: int = 900) -> str:
     return done.stdout
 
 
-def tested_in_the_interpreter(module: str, timeout: int = 600) -> None:
-    """Runs the tests of ``tests/orpheus/kernels/<module>`` in a pytest of their own started with
-    ``TRITON_INTERPRET=1``, and fails with its report unless all of them passed or skipped. Where
-    there is a GPU they run in this process, on it, and this is skipped."""
+def tested_in_the_interpreter(*modules: str, timeout: int = 600) -> None:
+    """Runs the tests of ``tests/orpheus/kernels/<module>`` for each of ``modules`` in a pytest of
+    their own started with ``TRITON_INTERPRET=1``, and fails with its report unless all of them
+    passed or skipped. Where there is a GPU they run in this process, on it, and this is skipped."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     if torch.cuda.is_available():
         pytest.skip("the kernel tests run on the GPU in this process")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           f"tests/orpheus/kernels/{module}"], cwd=REPO,
+                           *(f"tests/orpheus/kernels/{module}" for module in modules)], cwd=REPO,
                           env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
                           text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -10,19 +10,12 @@ from tests.orpheus.kernels.checks import interpreted, tested_in_the_interpreter
 
 # The kernel tests of this folder, run by a pytest started with TRITON_INTERPRET=1 (conftest.py
 # says why they cannot run in this one); on a GPU they run in this process instead.
-KERNEL_TESTS = ("test_fp8_kernels.py", "test_sampler_kernel.py")
+KERNEL_TESTS = ("test_fp8_kernels.py", "test_sampler_kernel.py", "test_fused_kernels.py")
 
 
-@pytest.mark.parametrize("module", KERNEL_TESTS)
-def test_the_kernel_tests_pass_in_tritons_interpreter(module):
-    tested_in_the_interpreter(module)
-
-
-@pytest.mark.slow
-def test_the_decode_steps_kernels_match_the_references():
-    """fused.py's norm, RoPE-with-cache-write and silu kernels, then a 2-layer decoder's fused
-    step against the unfused one (check_fused.py)."""
-    interpreted("check_fused", "--batches", "1", "5", "--dtype", "float32", "--no-time", timeout=600)
+def test_the_kernel_tests_pass_in_tritons_interpreter():
+    """One pytest for them all: each start costs seconds of imports."""
+    tested_in_the_interpreter(*KERNEL_TESTS)
 
 
 @pytest.mark.slow
