@@ -17,7 +17,7 @@ head shapes on random data; on CUDA with the device time of a 28-layer prefill a
 
 ``--device cpu`` with ``TRITON_INTERPRET=1`` runs the checks in Triton's interpreter in fp32, small
 and untimed (tests/orpheus/test_prefill_attention.py); the fp8 cache is checked there in the
-attention kernel only (the interpreter's fp32 -> e4m3 cast drops a carry: check_kv8.py).
+attention kernel only (the interpreter's fp32 -> e4m3 cast drops a carry: tests/orpheus/kernels/test_kv8_kernels.py).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import torch
 from ops.bench.kernels.checking import (
     CONTEXT,
     DECODER_TOLERANCE,
+    F16_TOLERANCE,
     HEAD_DIM,
     HEADS,
     KV_HEADS,
@@ -36,11 +37,11 @@ from ops.bench.kernels.checking import (
     Report,
     graphed,
     kernels_runnable,
+    quantized,
     random_model,
     rope_tables,
     start,
 )
-from ops.bench.kernels.check_kv8 import F16_TOLERANCE, quantized
 from ops.bench.timing import median_device_ms
 from pipeline.engines.orpheus.kernels import attention, fused
 from pipeline.engines.orpheus.model.decoder import Decoder

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 # each check with its timings off where it has that switch
-UNTIMED = {"check_kv8": ("--no-time",), "check_prefill_attention": ("--no-time",)}
+UNTIMED = {"check_prefill_attention": ("--no-time",)}
 
 
 @pytest.mark.parametrize("check", UNTIMED)
