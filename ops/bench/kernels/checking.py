@@ -1,11 +1,9 @@
-"""What the kernel checks still in ops/bench/kernels (check_*.py, on their way to tests/orpheus/kernels)
-and the timings share: Orpheus-3B's attention and MLP widths, a random model at those widths, the
-RoPE tables, a CUDA graph of a call, and the checks' tolerances and report."""
+"""What the kernel benchmarks share: Orpheus-3B's attention and MLP widths, a random model at those
+widths, the RoPE tables, an fp8 copy of a cache, a CUDA graph of a call; and for the checks that
+need CUDA graphs and still print their errors (check_prefill.py, check_mixed.py), the tolerance
+and the report."""
 
 from __future__ import annotations
-
-import os
-import sys
 
 import torch
 
@@ -23,8 +21,6 @@ CONTEXT = 2048
 # (max abs error / max |reference|, relative L2 error). A kernel rounds where its reference rounds,
 # so they differ by a rounding flip of the fp32 reductions: one bf16 ulp is 2^-8 relative.
 TOLERANCE = {torch.bfloat16: (2 ** -6, 4e-3), torch.float32: (1e-5, 1e-6)}
-# The decoder's logits: rounding differences (GEMM tiling of fused weights too) through 2 layers.
-DECODER_TOLERANCE = {torch.bfloat16: (0.05, 2e-2), torch.float32: (1e-4, 1e-5)}
 
 
 class Report:
@@ -49,29 +45,6 @@ class Report:
             return 1
         print("all errors within tolerance", flush=True)
         return 0
-
-
-def kernels_runnable(device: str) -> bool:
-    """The Triton kernels can run on ``device``: CUDA, or the CPU in Triton's interpreter. If not,
-    says why on stderr."""
-    if fused.TRITON is None:
-        print("Triton is not installed: nothing to check", file=sys.stderr)
-        return False
-    if not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
-        print("off CUDA the kernels run only in Triton's interpreter: set TRITON_INTERPRET=1",
-              file=sys.stderr)
-        return False
-    return True
-
-
-def start(device: str) -> bool:
-    """A check's start, once ``kernels_runnable``: names a CUDA device and torch's version, seeds
-    torch. Returns whether ``device`` is CUDA."""
-    on_cuda = device.startswith("cuda")
-    if on_cuda:
-        print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
-    torch.manual_seed(0)
-    return on_cuda
 
 
 def rope_tables(dtype, device):
@@ -102,11 +75,6 @@ def graphed(fn):
     with torch.cuda.graph(graph):
         out = fn()
     return graph.replay, out
-
-
-# fp16 dots over an fp8 cache round the query and the softmax weights to 11 bits, where bf16 has 8
-# and the fp32 interpreter 24: against the fp32 dots it is off by about 2^-12 relative.
-F16_TOLERANCE = {torch.bfloat16: TOLERANCE[torch.bfloat16], torch.float32: (2 ** -9, 2e-4)}
 
 
 def quantized(cache, k_scale: float, v_scale: float, like):

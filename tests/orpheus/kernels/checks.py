@@ -1,5 +1,6 @@
-"""The Triton kernels' checks (ops/bench/kernels/check_*.py) run as tests: under Triton's
-interpreter on the CPU, and on CUDA where there is one."""
+"""How the kernel tests run: this folder's tests in a pytest under Triton's interpreter (the CPU),
+and the checks still in ops/bench/kernels/check_*.py (CUDA graphs, launches that must not wait
+for the device) as commands on the GPU."""
 
 from __future__ import annotations
 
@@ -10,18 +11,6 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-
-
-def interpreted(check: str, *args: str, timeout: int = 900) -> str:
-    """``python -m ops.bench.kernels.<check> --device cpu *args`` under Triton's interpreter (the
-    kernels on the CPU); its output, after asserting that it passed."""
-    pytest.importorskip("triton")
-    done = subprocess.run([sys.executable, "-m", f"ops.bench.kernels.{check}", "--device", "cpu",
-                           *args], cwd=REPO,
-                          env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
-                          text=True, timeout=timeout)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
 
 
 def tested_in_the_interpreter(*modules: str, timeout: int = 600) -> None:
