@@ -4,7 +4,7 @@ Orpheus-3B shapes)."""
 
 from __future__ import annotations
 
-from tests.orpheus.kernels.checks import tested_in_the_interpreter
+from tests.orpheus.kernels.checks import run_in_the_interpreter
 
 # The kernel tests of this folder, run by a pytest started with TRITON_INTERPRET=1 (conftest.py
 # says why they cannot run in this one); on a GPU they run in this process instead.
@@ -14,4 +14,4 @@ KERNEL_TESTS = ("test_fp8_kernels.py", "test_sampler_kernel.py", "test_fused_ker
 
 def test_the_kernel_tests_pass_in_tritons_interpreter():
     """One pytest for them all: each start costs seconds of imports."""
-    tested_in_the_interpreter(*KERNEL_TESTS)
+    run_in_the_interpreter(*KERNEL_TESTS)
