@@ -5,7 +5,6 @@ and S3 over HTTP through moto's server."""
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,14 +19,10 @@ from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.settings import Settings
 from worker.embedded import EmbeddedRedis
 
+from synth_testkit.ports import free_port
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # Redis -------------------------------------------------------------------------------------------

@@ -199,3 +199,42 @@ def test_no_product_file_or_function_is_too_long_to_read():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines} lines")
     assert long == [], "too long: " + "; ".join(long)
+
+
+# Tests, benchmarks and what they share -------------------------------------------------------
+
+# tests/ imports nothing from ops/ and ops/ nothing from tests/: what both use (the webhook
+# receiver, the faults, a free port) is in synth_testkit/, below both and outside the product.
+# One exception, by name: a file ``test_bench_*.py`` tests a benchmark, and a unit test has to import
+# its subject (running each bench as a subprocess would leave only its printed output to assert on).
+TREES = {"tests": ("ops",), "ops": ("tests",), "synth_testkit": ("tests", "ops"),
+         **{package: ("tests", "ops", "synth_testkit") for package in PACKAGES}}
+
+
+def top_level_imports(tree: ast.AST) -> set[str]:
+    """The first component of every module a file imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_tests_benchmarks_and_the_testkit_import_only_what_they_may():
+    crossing = []
+    for tree, forbidden in TREES.items():
+        for path in sorted((ROOT / tree).rglob("*.py")):
+            if tree == "tests" and path.name.startswith("test_bench_"):
+                continue
+            bad = top_level_imports(ast.parse(path.read_text(), str(path))) & set(forbidden)
+            crossing += [f"{path.relative_to(ROOT)} imports {name}" for name in sorted(bad)]
+    assert crossing == [], "; ".join(crossing)
+
+
+def test_the_testkit_is_not_in_the_wheel():
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert not any(pattern.startswith(("synth_testkit", "tests", "ops")) for pattern in include), include

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from synth_testkit.ports import free_port
 from tests.cli_helpers import start_synth, synth_env
-from tests.conftest import free_port
 from tests.waiting import eventually
 from worker.embedded import EmbeddedRedis, socket_path
 

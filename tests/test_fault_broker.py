@@ -8,12 +8,12 @@ import pytest
 import redis
 from sqlalchemy import select
 
-from ops.bench.faults import RedisProcess
+from synth_testkit.faults import RedisProcess
 from pipeline.db.models import Job, JobStatus
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.reports.fleet import WORKER_PREFIX
+from synth_testkit.ports import free_port
 from tests.cli_helpers import start_synth, synth, synth_env
-from tests.conftest import free_port
 from tests.waiting import eventually
 
 

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from ops.bench.faults import TcpProxy
+from synth_testkit.faults import TcpProxy
 from pipeline.corpus import parse_corpus
 from pipeline.db.models import Batch, Job, JobStatus
 from pipeline.storage import make_store

@@ -37,7 +37,7 @@ from pipeline.db import migrate
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.hostinfo import cpu_name
 from pipeline.live import redis_client_url
-from tests.conftest import free_port
+from synth_testkit.ports import free_port
 
 SENTENCE = "The quick brown fox jumps over the lazy dog, and then it rests in the shade."
 BOOT_TIMEOUT_S = 120

@@ -44,7 +44,8 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from ops.bench.faults import RedisProcess, TcpProxy
+from synth_testkit.faults import RedisProcess, TcpProxy
+from synth_testkit.ports import free_port
 from ops.bench import REPO
 from pipeline.db import migrate
 from pipeline.db.models import Batch, Job, JobStatus
@@ -126,7 +127,7 @@ class Rig:
 
     def __init__(self, stack: ExitStack, opts: Options, root: Path) -> None:
         self.opts, self.root = opts, root
-        self.redis = stack.enter_context(RedisProcess(root / "redis", _free_port()))
+        self.redis = stack.enter_context(RedisProcess(root / "redis", free_port()))
         db_url = stack.enter_context(_fresh_database(opts.database_url))
         self.db_admin = create_engine(db_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
         url = make_url(db_url)
@@ -243,14 +244,6 @@ def _wait(predicate, timeout: float) -> bool:
     return False
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def _fresh_database(server_url: str):
     name = f"synth_chaos_{uuid.uuid4().hex[:8]}"
@@ -275,7 +268,7 @@ def _moto():
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "chaos")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "chaos")
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     try:

@@ -43,7 +43,7 @@ from pipeline.settings import Settings
 from pipeline.submit import BatchOptions, Item, create_item_batch
 from pipeline.summary import percentile
 from pipeline.webhooks import secrets
-from ops.bench.webhook_receiver import Receiver
+from synth_testkit.webhook_receiver import Receiver
 from worker.app import default_queues, make_app
 from worker.boot import boot
 from worker.embedded import EmbeddedRedis

@@ -14,7 +14,7 @@ from api.server import server
 from pipeline import api_keys
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.routing import VERIFY_QUEUE, all_queues
-from tests.conftest import free_port
+from synth_testkit.ports import free_port
 from tests.waiting import eventually
 from tests.workers import app_with_worker
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ops.bench.webhook_receiver import Receiver
+from synth_testkit.webhook_receiver import Receiver
 from tests.api.conftest import client_for, wait_batch
 from tests.workers import app_with_worker
 

@@ -8,8 +8,8 @@ import socket
 import httpx
 import pytest
 
+from synth_testkit.ports import free_port
 from tests.cli_helpers import start_synth, synth, synth_env
-from tests.conftest import free_port
 from tests.waiting import eventually
 
 

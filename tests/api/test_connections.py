@@ -17,8 +17,9 @@ import time
 import httpx
 import pytest
 
+from synth_testkit.ports import free_port
 from tests.api.conftest import serve
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO
 from tests.waiting import eventually
 
 PARTIAL = b"GET /healthz HTTP/1.1\r\nHost: synth\r\n"   # headers begun, never ended

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from api.schemas import SpeechCreate
-from ops.bench.faults import RedisProcess
+from synth_testkit.faults import RedisProcess
+from synth_testkit.ports import free_port
 from tests.api.conftest import client_for, serve
-from tests.conftest import free_port
 
 
 def test_ids_that_cannot_exist_answer_404(client):

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from ops.bench.webhook_receiver import Receiver
+from synth_testkit.webhook_receiver import Receiver
 from pipeline import api_keys
 from pipeline.db.models import Job, JobStatus
 from pipeline.db.models_webhooks import DeliveryStatus, WebhookDelivery

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import httpx
 
-from ops.bench.faults import RedisProcess
+from synth_testkit.faults import RedisProcess
+from synth_testkit.ports import free_port
 from tests.api.conftest import serve
-from tests.conftest import free_port
 from tests.waiting import eventually
 
 

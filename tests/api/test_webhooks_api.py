@@ -5,7 +5,7 @@ and rotated through /v1/webhooks/secret, the batch's webhooks arrive signed with
 import pytest
 
 from api.schemas import BatchCreate, JobCreate
-from ops.bench.webhook_receiver import Receiver
+from synth_testkit.webhook_receiver import Receiver
 from tests.api.conftest import client_for, serve, wait_batch
 from tests.waiting import eventually
 from tests.workers import app_with_worker

@@ -21,7 +21,8 @@ from pipeline.live import redis_client_url
 from pipeline.reports import fleet
 from pipeline.reports.publish import publish_report
 from pipeline.storage import make_store
-from tests.conftest import IN_CI, free_port
+from synth_testkit.ports import free_port
+from tests.conftest import IN_CI
 from tests.reports.known_fleet import PRICES, T0, UNTIL, fill
 from tests.waiting import eventually
 

@@ -20,7 +20,8 @@ from pipeline.live import redis_client_url
 from pipeline.reports import fleet
 from pipeline.routing import all_queues
 from pipeline.submit import BatchOptions, create_batch
-from tests.conftest import REPO, free_port
+from synth_testkit.ports import free_port
+from tests.conftest import REPO
 from tests.waiting import eventually
 from worker.app import default_queues, make_app
 from worker.boot import boot

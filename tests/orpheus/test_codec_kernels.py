@@ -1,5 +1,5 @@
 """kernels/codec.py: its torch references against SNAC's own modules (CPU), and its Triton kernels
-against the references, whole decodes included (check_codec.py, in Triton's interpreter)."""
+against the references, whole decodes included (kernels/test_codec_triton.py, in Triton's interpreter)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pipeline.api_keys import create_key
 from pipeline.db.models_webhooks import WebhookAttempt, WebhookDelivery
 from pipeline.submit import BatchOptions, Item, create_item_batch
 from pipeline.webhooks import secrets
-from ops.bench.webhook_receiver import Receiver
+from synth_testkit.webhook_receiver import Receiver
 
 
 @pytest.fixture

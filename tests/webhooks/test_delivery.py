@@ -13,7 +13,7 @@ from pipeline.db.models_webhooks import DeliveryStatus, WebhookSecret
 from pipeline.webhooks import events as ev
 from pipeline.webhooks import outbox, secrets
 from pipeline.webhooks.delivery import DeliveryConfig, deliver, retry_delay
-from ops.bench.webhook_receiver import Receiver
+from synth_testkit.webhook_receiver import Receiver
 from tests.webhooks.conftest import deliveries_and_attempts, make_batch
 
 

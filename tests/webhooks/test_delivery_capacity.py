@@ -12,7 +12,7 @@ import time
 import pytest
 from sqlalchemy import select
 
-from ops.bench.webhook_receiver import Receiver
+from synth_testkit.webhook_receiver import Receiver
 from pipeline.api_keys import create_key
 from pipeline.db.models import Job, JobStatus
 from pipeline.submit import BatchOptions, Item, create_item_batch

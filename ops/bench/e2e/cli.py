@@ -60,6 +60,7 @@ from ops.bench import REPO, SHARED_CORPUS, git_commit
 from ops.bench.e2e.fleet import Meter, distinct_copies, spread, worker_pids, worker_slots
 from ops.bench.e2e.streams import percentile, run_streams, run_streams_in_processes, summarize
 from ops.bench.scale import per_worker_truth, wait_heartbeats, worker_processes
+from synth_testkit.ports import free_port
 from pipeline import live
 from pipeline import text as texts
 from pipeline.db import migrate
@@ -133,14 +134,6 @@ def process(cmd: list[str], env: dict, log: Path):
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None, log=None):

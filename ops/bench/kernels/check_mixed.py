@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from ops.bench.kernels.check_fused import Report, random_model
+from ops.bench.kernels.checking import Report, random_model
 from pipeline.engines.orpheus.serving.scheduler import Plan, PrefillChunk, Seq
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE

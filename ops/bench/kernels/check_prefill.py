@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from ops.bench.kernels.check_fused import TOLERANCE, Report, random_model
+from ops.bench.kernels.checking import TOLERANCE, Report, random_model
 from pipeline.engines.orpheus.serving.graphs import pack, padded_prefill
 from pipeline.engines.orpheus.serving.scheduler import PrefillChunk, Seq
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B

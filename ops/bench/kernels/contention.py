@@ -82,8 +82,7 @@ def final_chunk(live, audio) -> AudioChunk:
 def run(streams: int, rows: int, seconds: float, callers: bool, seed: int = 0) -> dict:
     work = Workload(seed)
     runner = TimedRunner(rows, work.ends)
-    sched = scheduler_for(rows)
-    sched.realtime_max_rows = max(1, min(rows, streams))       # as the streams' cap beside batch work
+    sched = scheduler_for(rows, realtime_max_rows=max(1, min(rows, streams)))  # the streams' cap beside batch work
     loop = EngineLoop(runner, sched, WaitingCodec(), final_chunk, stream_factory=stream_state)
     stop = threading.Event()
     shared: queue.SimpleQueue = queue.SimpleQueue()

@@ -85,10 +85,11 @@ class InstantRunner(ModelRunner):
         return audio_range((n - 1) % SNAC_TOKENS_PER_FRAME)[0] + (n * 37 + seq.key) % 4096
 
 
-def scheduler_for(rows: int) -> Scheduler:
-    """As engine.build_loop sets it up on a GPU, with every row allowed to decode beside streams
-    (realtime_max_rows in runs of streams beside batch work), so the step covers all the rows."""
-    config = replace(scheduler_config(rows, RealtimeConfig(), on_gpu=True), realtime_max_rows=rows)
+def scheduler_for(rows: int, realtime_max_rows: int = 0) -> Scheduler:
+    """As engine.build_loop sets it up on a GPU, with ``realtime_max_rows`` allowed to decode
+    beside streams (by default every row, so the step covers all of them)."""
+    config = replace(scheduler_config(rows, RealtimeConfig(), on_gpu=True),
+                     realtime_max_rows=realtime_max_rows or rows)
     return Scheduler(rows, CONTEXT, config=config)
 
 

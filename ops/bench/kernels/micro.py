@@ -67,18 +67,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-codec", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="also each graph's kernels under the torch profiler, in us per step")
-    ap.add_argument("--min-batch", type=int, default=0,
-                    help="the smallest batch that runs the per-row attention kernel (0: "
-                         "attention.MIN_BATCH); below it a bf16 cache runs SDPA")
+    ap.add_argument("--sdpa", action="store_true",
+                    help="decode attention by SDPA over a bf16 cache, not the per-row kernel, to "
+                         "compare them (the runner's per_row_attention=False)")
     args = ap.parse_args(argv)
     check_attention()
-    if args.min_batch:
-        from pipeline.engines.orpheus.kernels import attention
-
-        attention.MIN_BATCH = args.min_batch
     lm = load_model("random-3b", "auto", "auto", args.quant)
     runner = ModelRunner(lm.model, args.rows, 2048, SamplingParams(ignore_eos=True),
-                         logits_lo=CUSTOM_TOKEN_BASE, kv_dtype=args.kv_dtype)
+                         logits_lo=CUSTOM_TOKEN_BASE, kv_dtype=args.kv_dtype,
+                         per_row_attention=not args.sdpa)
     print(f"decode graph, weights {args.quant}, KV cache {runner.cache.k[0].dtype}:", flush=True)
     runner.active.fill_(True)
     gen = torch.Generator().manual_seed(0)

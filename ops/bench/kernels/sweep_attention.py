@@ -21,7 +21,7 @@ from collections import defaultdict
 
 import torch
 
-from ops.bench.kernels.check_fused import HEAD_DIM, HEADS, KV_HEADS
+from ops.bench.kernels.checking import HEAD_DIM, HEADS, KV_HEADS
 from ops.bench.timing import median_device_ms
 from pipeline.engines.orpheus.kernels import attention
 from pipeline.engines.orpheus.kernels.fused import to_cache

@@ -28,7 +28,7 @@ class KVCache:
     the 128-wide q.k products and the softmax-weighted sum of values. What it risks: K or V
     outliers past 448 are clipped there (saturated, not NaN), which is why the engine measures the
     checkpoint's range at load and scales a cache whose entries come near it (kv_scales.py), and
-    entries under 2^-6 are subnormal (steps of 2^-9). ``python -m ops.bench.kernels check-kv8
+    entries under 2^-6 are subnormal (steps of 2^-9). ``python -m ops.bench.kernels kv8
     --model`` prints a checkpoint's largest |K| and |V| over a longer run.
     """
 

@@ -1,0 +1,90 @@
+"""The SNAC codec's calls, fused (kernels/codec.py) against the module's own ops, on a random
+SNAC 24 kHz (CUDA): the wall time of a ``decode_windows`` call (codes in, audio on the host: what a
+codec lane waits for), median of ``--reps``, each lane's graphs replayed, for the window counts and
+lengths the lanes see with streams beside batch work; then the kernels of one call, by name. That
+they decode the same is tested in tests/orpheus/kernels/test_codec_triton.py.
+
+    python -m ops.bench.kernels codec [--reps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from ops.bench.kernels.micro import step_kernels
+from pipeline.engines.orpheus.codec.snac import SnacCodec
+from pipeline.engines.orpheus.tiny import SNAC_24KHZ
+
+# (lane, windows, frames a window): the realtime lane's first chunks (3 frames; 2 with a
+# lookahead of 1) and ramp windows, the batch lane's slices of 16-frame chunks and first chunks
+CELLS = ((True, 1, 3), (True, 4, 3), (True, 16, 5), (True, 32, 7), (True, 64, 7),
+         (False, 32, 19), (False, 64, 19), (False, 64, 4))
+
+
+def codecs(device: str):
+    """(unfused, fused) codecs over copies of one random SNAC, alphas drawn from U(0.3, 2)."""
+    from snac import SNAC
+
+    def model():
+        torch.manual_seed(1)
+        m = SNAC(**SNAC_24KHZ).eval()
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                if name.endswith("alpha"):
+                    p.copy_(torch.rand_like(p) * 1.7 + 0.3)
+        return m
+
+    return SnacCodec(model(), device, fuse=False), SnacCodec(model(), device, fuse=True)
+
+
+def wall_ms(fn, reps: int) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(1000 * (time.perf_counter() - t))
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    from pipeline.engines.orpheus.engine import batch_windows, realtime_windows
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args(argv)
+    print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
+    plain, fused = codecs("cuda")
+    print(f"fused codec: {fused.fused_units} residual units swapped, fallbacks: {fused.fallbacks}",
+          flush=True)
+    for codec in (plain, fused):
+        codec.capture_graphs(realtime_windows(), batch_windows(), codec.fallbacks)
+    rng = np.random.default_rng(1)
+    print(f"{'lane':>8} {'windows':>7} {'frames':>6} | {'module ms':>9} {'fused ms':>8} "
+          f"{'x':>5} | {'fused us/frame':>14}", flush=True)
+    for urgent, g, w in CELLS:
+        frames = rng.integers(0, 4096, size=(g, w, 7))
+        keys = rng.integers(0, 2**40, size=g)
+        a = wall_ms(lambda: plain.decode_windows(frames, keys, urgent), args.reps)
+        b = wall_ms(lambda: fused.decode_windows(frames, keys, urgent), args.reps)
+        print(f"{'realtime' if urgent else 'batch':>8} {g:>7} {w:>6} | {a:>9.3f} {b:>8.3f} "
+              f"{a / b:>5.2f} | {1000 * b / (g * w):>14.1f}", flush=True)
+    for codec, label in ((plain, "module"), (fused, "fused")):
+        frames = rng.integers(0, 4096, size=(16, 5, 7))
+        keys = np.arange(16)
+        kernels = step_kernels(lambda: codec.decode_windows(frames, keys, True), reps=5, top=12)
+        print(f"kernels of one realtime call, 16 windows x 5 frames, {label} (us; calls per call):",
+              flush=True)
+        for name, calls, us in kernels:
+            print(f"  {us:8.1f} {calls:5.0f}  {name}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
