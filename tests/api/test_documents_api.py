@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from ops.bench.faults import RedisProcess
-from ops.bench.webhook_receiver import Receiver
+from synth_testkit.faults import RedisProcess
+from synth_testkit.webhook_receiver import Receiver
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.db.models import utcnow
 from pipeline.documents.stored import assemble_to_store, file_key, unassembled
