@@ -68,6 +68,7 @@ class Renderer:
     retakes: Retakes | None = None      # renders a bad job again (SYNTH_RERENDER_BUDGET)
     lexicons: Versions = field(default_factory=Versions)   # lexicon versions, compiled once each
     reuse: str = "off"                  # key, shared or off: pipeline/reuse.py (SYNTH_REUSE)
+    meter_every_job: bool = True        # False: only levelled jobs are metered (SYNTH_LOUDNESS_METER)
 
 
 @dataclass
@@ -308,7 +309,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         return
     try:
         fmt = get_format(job.format)
-        samples, level = level_job(job, samples, info.sample_rate)
+        samples, level = level_job(job, samples, info.sample_rate, meter=r.meter_every_job)
         data = audio.encode(samples, info.sample_rate, job.format, job.sample_rate)
         key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)
@@ -355,10 +356,11 @@ def _reuse(r: Renderer, job: Job, ident: tuple[str, str], outcome: Outcome) -> b
     return copied
 
 
-def level_job(job: Job, samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, loudness.Level]:
-    """Every job's loudness is measured; a job of a levelled batch is brought to its target."""
+def level_job(job: Job, samples: np.ndarray, sample_rate: int, *,
+              meter: bool = True) -> tuple[np.ndarray, loudness.Level]:
+    """A job of a levelled batch is brought to its target; any other is measured where ``meter``."""
     if job.loudness_target is None:
-        return samples, loudness.measure(samples, sample_rate)
+        return samples, loudness.measure(samples, sample_rate) if meter else loudness.Level(None, None)
     ceiling = loudness.ceiling_for(job.true_peak_max if job.true_peak_max is not None
                                    else loudness.DEFAULT_CEILING_DBTP, get_format(job.format).lossy)
     return loudness.level(samples, sample_rate, job.loudness_target, ceiling)

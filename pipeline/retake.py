@@ -36,7 +36,8 @@ def render_again(r: Renderer, job_id: str, render: int) -> bool:
             or (metrics.renders or 1) >= render or metrics.verdict == PENDING or r.verifier is None):
         return False
     info = r.engine.info
-    samples, level = level_job(job, _synthesize(r, job, render * SEED_STEP), info.sample_rate)
+    samples, level = level_job(job, _synthesize(r, job, render * SEED_STEP), info.sample_rate,
+                               meter=r.meter_every_job)
     fmt = get_format(job.format)
     key = retake_key(job.object_key, render)
     r.store.put(key, audio.encode(samples, info.sample_rate, job.format, job.sample_rate), fmt.content_type)

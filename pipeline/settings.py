@@ -142,6 +142,11 @@ class Settings(BaseSettings):
     # better render is kept (pipeline/retake.py). 0: never. One retake mends a model's rare slip
     # (a skipped or repeated phrase) at the cost of one more render of the few bad jobs.
     rerender_budget: int = Field(default=1, ge=0, le=5)
+    # Which jobs record their loudness and true peak: all, or auto (every job where the engine runs
+    # on the CPU; on a GPU only the jobs of levelled batches, which are measured to be levelled).
+    # A GPU worker finishes hundreds of audio seconds a second, and metering them all took most of
+    # a core in its process and a tenth of its batch throughput (docs/performance.md).
+    loudness_meter: Literal["auto", "all"] = "auto"
     default_voice: str | None = None  # None: the engine's first voice
     default_format: str = "wav"       # wav, mp3 (64 kb/s), ogg (Opus, 32 kb/s) or flac
     max_line_chars: int = 20_000      # a corpus line or API item longer than this is refused

@@ -133,3 +133,19 @@ def test_submit_refuses_a_target_or_ceiling_out_of_range(tmp_path):
         assert done.returncode == 2, (args, done.stderr.decode())
         assert said in done.stderr.decode()
     assert not (tmp_path / "data" / "objects").exists() or not any((tmp_path / "data" / "objects").rglob("*.wav"))
+
+
+def test_a_worker_that_meters_only_levelled_jobs_still_levels_them(speech):
+    """SYNTH_LOUDNESS_METER=auto on a GPU: an unlevelled job records no level, a levelled one is
+    measured and brought to its target as on any worker."""
+    from types import SimpleNamespace
+
+    from pipeline.render import level_job
+
+    audio, rate = speech[0][0], speech[1]
+    plain = SimpleNamespace(loudness_target=None, true_peak_max=None, format="wav")
+    kept, level = level_job(plain, audio, rate, meter=False)
+    assert kept is audio and level == loudness.Level(None, None)
+    assert level_job(plain, audio, rate)[1].lufs is not None
+    levelled = SimpleNamespace(loudness_target=-16.0, true_peak_max=None, format="wav")
+    assert level_job(levelled, audio, rate, meter=False)[1].lufs == pytest.approx(-16.0, abs=0.1)

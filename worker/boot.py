@@ -59,6 +59,7 @@ def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: 
                         max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms,
                         worker_host=settings.worker_name, read_emoji=settings.read_emoji, live=live,
                         storage_fault=fault, reuse=settings.reuse,
+                        meter_every_job=settings.loudness_meter == "all" or engine.info.device_type == cpu_name(),
                         verifier=plan_checks(settings.verify, settings.verify_recognizer,
                                              on_cpu=engine.info.device_type == cpu_name(),
                                              sample=settings.verify_share, later=check_later))
