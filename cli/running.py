@@ -48,8 +48,9 @@ def run_batch(settings: Settings, create: Callable[[Session], str], *, total: in
             click.echo(batch_id)
             return None
         if embedded:  # the message comes before the worker's warm shutdown, which may take a while
-            try:
-                with embedded_worker(settings, broker_url) as child, _told_when_interrupted(batch_id, embedded):
+            try:   # the outer one: a Ctrl-C while the worker still boots
+                with _told_when_interrupted(batch_id, embedded), embedded_worker(settings, broker_url) as child, \
+                        _told_when_interrupted(batch_id, embedded):
                     summary = wait_for_batch(sessions, batch_id, alive=child.alive, on_poll=on_poll)
             except EngineUnavailableError as e:
                 # Nothing ran; kept, the batch would render on whichever worker starts next, beside
@@ -102,7 +103,10 @@ def _told_when_interrupted(batch_id: str, embedded: bool) -> Iterator[None]:
     """Ctrl-C stops the wait, not the batch: its jobs stay queued. Say so, and how to finish them."""
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if getattr(e, "synth_told", False):     # said once, by the innermost
+            raise
+        e.synth_told = True
         who = "`synth worker` (same SYNTH_DATA_DIR) finishes them" if embedded else "the workers finish them"
         click.echo(f"\ninterrupted: batch {batch_id}'s unfinished jobs stay queued; {who}; "
                    f"`synth status {batch_id}` shows progress, `synth fetch {batch_id}` gets the audio", err=True)

@@ -26,7 +26,9 @@ def jobs(sessions, batch_id):
 
 def submit_eight_long_lines(tmp_path, env) -> str:
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(SENTENCE * 6 for _ in range(8)) + "\n")
+    # Each line its own text: a line rendered before is copied, not rendered (pipeline/reuse.py),
+    # and these tests need every job to take its time on the engine.
+    corpus.write_text("\n".join(f"Part {n}. " + SENTENCE * 6 for n in range(8)) + "\n")
     submitted = synth("submit", str(corpus), "--no-wait", env=env, timeout=60)
     assert submitted.returncode == 0, submitted.stderr.decode()
     return submitted.stdout.decode().strip()
