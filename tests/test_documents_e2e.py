@@ -105,7 +105,9 @@ def test_a_three_chapter_document_is_one_file_with_its_chapters_and_a_file_per_c
     assert all(abs(start - want) <= slack for (_, start, _), want in zip(marks, starts)), (marks, starts)
     if fmt == "mp3":
         written = id3_chapter_starts(whole)
-        assert len(written) == 3 and all(abs(a - b) <= 0.001 for a, b in zip(written, starts)), (written, starts)
+        # ``starts`` sums the chapter mp3 files' decoded lengths, each off by up to a couple of ms
+        # where the decoder trims the encoder's padding; the frames hold the sample-exact marks.
+        assert len(written) == 3 and all(abs(a - b) <= 0.005 for a, b in zip(written, starts)), (written, starts)
     assert abs(seconds(whole) - sum(lengths)) <= 0.05, (seconds(whole), lengths)
     for f in files:
         samples, rate = decoded(f)
