@@ -10,7 +10,7 @@ import redis
 
 from cli.context import broker, open_database, open_store
 from cli.inspect import resolve_batch
-from cli.wait import embedded_worker, print_summary, wait_for_batch
+from cli.wait import print_summary, wait_again
 from pipeline import lifecycle
 from pipeline.live import redis_client_url
 from pipeline.plural import counted
@@ -78,7 +78,6 @@ def retry(batch: str, failed: bool, reason: str | None, wait: bool | None) -> No
     settings = Settings()
     _, sessions = open_database(settings)
     open_store(settings)
-    embedded = settings.redis_url is None
     with broker(settings) as broker_url:
         app = make_producer(settings, broker_url)
         check_broker(app)
@@ -91,12 +90,8 @@ def retry(batch: str, failed: bool, reason: str | None, wait: bool | None) -> No
         retried = sum(len(ids) for ids in by_queue.values())
         click.echo(f"batch {batch_id}: {counted(retried, 'failed job queued again', 'failed jobs queued again')}; "
                    f"`synth status {batch_id}` shows progress", err=True)
-        if embedded:
-            with embedded_worker(settings, broker_url) as child:
-                summary = wait_for_batch(sessions, batch_id, alive=child.alive)
-        elif wait:
-            summary = wait_for_batch(sessions, batch_id)
-        else:
+        summary = wait_again(settings, broker_url, sessions, batch_id, wait=wait)
+        if summary is None:
             return
     print_summary(summary)
     if summary.counts.get("failed"):

@@ -12,7 +12,7 @@ import click
 
 from cli.context import broker, open_database, open_store
 from cli.inspect import resolve_batch
-from cli.wait import embedded_worker, print_summary, wait_for_batch
+from cli.wait import print_summary, wait_again
 from pipeline.db.models import as_utc
 from pipeline.errors import InputError
 from pipeline.lexicon import formats, rerender
@@ -170,7 +170,6 @@ def apply(name: str, batch: str, wait: bool | None) -> None:
     with sessions() as session:   # a typo is refused before a broker is started
         batch_id = resolve_batch(session, batch, "applying a lexicon to").id
         lexicons.find(session, owner=OWNER, ref=name)
-    embedded = settings.redis_url is None
     with broker(settings) as broker_url:
         app = make_producer(settings, broker_url)
         check_broker(app)
@@ -183,12 +182,8 @@ def apply(name: str, batch: str, wait: bool | None) -> None:
                    f"version {found.version}, {plan.untouched} untouched", err=True)
         if not plan.rerendered:
             return
-        if embedded:
-            with embedded_worker(settings, broker_url) as child:
-                summary = wait_for_batch(sessions, batch_id, alive=child.alive)
-        elif wait:
-            summary = wait_for_batch(sessions, batch_id)
-        else:
+        summary = wait_again(settings, broker_url, sessions, batch_id, wait=wait)
+        if summary is None:
             return
     print_summary(summary)
     if summary.counts.get("failed"):
