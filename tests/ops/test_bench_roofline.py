@@ -32,3 +32,11 @@ def test_a_step_of_orpheus_3b_shapes_at_255_rows():
     assert step_cost(shapes, 510, 350).kv_gb == pytest.approx(2 * cost.kv_gb)
     assert step_cost(shapes, 255, 700, kv_bytes=2).kv_gb == pytest.approx(4 * cost.kv_gb)
     assert audio_s_per_step(255) == pytest.approx(255 / 7 * 2048 / 24_000)
+
+
+def test_busy_time_counts_overlapping_kernels_once():
+    from ops.bench.orpheus.profile import busy_ms
+
+    ns = 1_000_000
+    assert busy_ms([(0, 10 * ns), (5 * ns, 20 * ns), (30 * ns, 40 * ns), (35 * ns, 36 * ns)]) == 30
+    assert busy_ms([]) == 0

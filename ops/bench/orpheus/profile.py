@@ -27,9 +27,38 @@ def kind(name: str) -> str:
     return "other"
 
 
+def busy_ms(intervals: list[tuple[int, int]]) -> float:
+    """Milliseconds covered by at least one of ``intervals`` (start, end ns): the device's busy
+    time, where kernels on several streams overlap."""
+    total, end = 0, None
+    for start, stop in sorted(intervals):
+        if end is None or start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total / 1e6
+
+
+def device_busy(prof) -> dict:
+    """How much of the run the device was busy, overall and per stream: the gap between the wall
+    time and the busy time is the host's, and per stream it shows what overlaps."""
+    from torch.autograd import DeviceType
+
+    by_stream: dict[int, list[tuple[int, int]]] = {}
+    for e in prof.profiler.kineto_results.events():
+        if e.device_type() == DeviceType.CUDA and e.duration_ns() > 0:
+            by_stream.setdefault(e.device_resource_id(), []).append((e.start_ns(), e.end_ns()))
+    every = [i for intervals in by_stream.values() for i in intervals]
+    return {"busy_ms": round(busy_ms(every), 1),
+            "busy_ms_by_stream": {str(k): round(busy_ms(v), 1) for k, v in
+                                  sorted(by_stream.items(), key=lambda kv: -len(kv[1]))}}
+
+
 def profile_kernels(fn, top: int = 30) -> dict:
-    """Run ``fn`` under the profiler; returns device ms by kind, the wall time, and the ``top``
-    kernels (name, calls, total ms)."""
+    """Run ``fn`` under the profiler; returns device ms by kind, the wall time, the device's busy
+    time (overall and per stream), and the ``top`` kernels (name, calls, total ms)."""
     import time
 
     import torch
@@ -52,7 +81,7 @@ def profile_kernels(fn, top: int = 30) -> dict:
         kernels.append((e.key, e.count, us / 1000))
         totals[kind(e.key)] = totals.get(kind(e.key), 0.0) + us / 1000
     kernels.sort(key=lambda k: -k[2])
-    return {"wall_ms": round(wall * 1000, 1),
+    return {"wall_ms": round(wall * 1000, 1), **device_busy(prof),
             "device_ms_by_kind": {k: round(v, 1) for k, v in sorted(totals.items(),
                                                                     key=lambda kv: -kv[1])},
             "top_kernels": [(name[:120], calls, round(ms, 3)) for name, calls, ms in kernels[:top]]}
