@@ -14,7 +14,8 @@ The length is counted in syllables, the unit speaking rates are measured in, wit
 sentence end and each comma or colon inside the text, and the SSML breaks it asks for. The rates
 are Piper's (en_US lessac, medium) measured on the normalization corpus and the first 160 lines of
 the benchmark corpus: the speech's length over this expectation has a mean of 1.0 and a spread of
-about 0.08 there, and the verdict's bounds (0.45x to 2.5x) leave room for slower and faster voices.
+about 0.07 there (0.8x to 1.25x on every line), and the verdict's bounds (0.45x to 2.5x) leave
+room for slower and faster voices.
 """
 
 from __future__ import annotations

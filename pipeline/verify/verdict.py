@@ -9,7 +9,7 @@ cannot be held to (pipeline/verify/spoken.py: foreign spellings, spelled letters
 dictionary) are not compared: whatever it heard in their place, up to twice their letters, costs
 nothing, and the rates are over the words compared. The bounds are set for pocketsphinx, a small
 offline recognizer: on clean Piper speech of the normalization corpus (tests/normalization) and
-the benchmark corpus its CER is about 0.1 on average and up to 0.6 on a short line it mishears;
+the benchmark corpus its CER is about 0.1 on average and 0.6-0.7 on a short line it mishears;
 the audio of another line scores 0.75 and more, noise and silence 1.
 """
 
@@ -49,7 +49,7 @@ TAIL_SHARE = 0.3                       # the last 30% of the words ...
 TAIL_HEARD_BAD = 0.2                   # ... of which under 20% heard, while the rest is heard
 TAIL_MIN_WORDS = 5                     # fewer: a short line's tail is the length check's to judge
 # ... in audio shorter than this share of the expected length, which has no time left for the tail:
-# audio of the text's full length (Piper: 0.8x to 1.2x) holds its tail, misheard.
+# audio of the text's full length (Piper: 0.8x to 1.25x) holds its tail, misheard.
 TAIL_TIME = 1 - TAIL_SHARE / 2
 # Words are judged where at least this share of them is compared: the few sure words among
 # foreign ones ("vu" in "déjà vu", "Paulo" in "São Paulo") are heard through their neighbours.
