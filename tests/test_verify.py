@@ -5,6 +5,8 @@ answers as a user runs it."""
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,7 @@ from pipeline.errors import InputError
 from pipeline.lexicon.apply import Compiled
 from pipeline.lexicon.entries import Entry
 from pipeline.textfront import VoiceProfile
-from pipeline.verify import captions, signal, verdict
+from pipeline.verify import captions, signal, spoken, verdict
 from pipeline.verify.recognizer import PocketSphinx, Word, load_recognizer
 from tests.cli_helpers import synth, synth_env
 
@@ -27,6 +29,9 @@ TEXT = "The library opens at nine in the morning and closes at six in the evenin
 OTHER = "Our next departure leaves from platform four in about ten minutes, so please hurry along."
 CORPUS = [json.loads(line)["text"] for line in
           (Path(__file__).parent / "normalization" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+# The first 20 lines of the benchmark corpus (shared/corpus/bench.txt): long lines of several
+# sentences, as a batch has them.
+BENCH_LINES = (Path(__file__).parent / "verify_bench_lines.txt").read_text(encoding="utf-8").splitlines()
 
 
 @pytest.fixture(scope="module")
@@ -88,16 +93,27 @@ def test_planted_faults_are_bad(rendered, voice, recognizer, case):
     assert result.reasons
 
 
+def _checked(engine, texts: list[str], voice, recognizer) -> list[verdict.Verdict]:
+    return [verdict.check(render(engine, text), engine.info.sample_rate, text, voice, recognizer) for text in texts]
+
+
 @pytest.mark.slow
-def test_clean_renders_of_the_normalization_corpus_are_mostly_clean(piper_engine, voice, recognizer):
-    """pocketsphinx, a small offline model, hears a line of foreign names (Zürich, São Paulo,
-    Kraków) and a spelled acronym badly on some renders (CER 0.6-0.8): the bound leaves room for
-    two such lines of the 22, and a stronger recognizer (SYNTH_VERIFY_RECOGNIZER) does better."""
-    results = [verdict.check(render(piper_engine, text), piper_engine.info.sample_rate, text, voice, recognizer)
-               for text in CORPUS]
+def test_clean_renders_of_the_normalization_corpus_are_clean(piper_engine, voice, recognizer):
+    """At least 95%: a false alarm would have a good job rendered again. The foreign names and
+    spelled acronyms pocketsphinx hears as other words are not held against the engine."""
+    results = _checked(piper_engine, CORPUS, voice, recognizer)
     clean = [r.status == verdict.CLEAN for r in results]
-    assert sum(clean) >= len(CORPUS) - 3, [(t, r.status, r.reasons) for t, r in zip(CORPUS, results)]
-    assert not any(r.status == verdict.BAD and "silent" in " ".join(r.reasons) for r in results)
+    assert sum(clean) >= math.ceil(0.95 * len(CORPUS)), [(t, r.status, r.reasons) for t, r in zip(CORPUS, results)]
+
+
+@pytest.mark.slow
+def test_clean_renders_of_benchmark_lines_are_not_called_bad(piper_engine, voice, recognizer):
+    """Long lines of several sentences, with their pauses: at least 95% not bad, so at most one of
+    the 20 rendered again for nothing."""
+    results = _checked(piper_engine, BENCH_LINES, voice, recognizer)
+    fine = [r.status != verdict.BAD for r in results]
+    assert sum(fine) >= math.ceil(0.95 * len(BENCH_LINES)), \
+        [(t[:60], r.status, r.reasons) for t, r in zip(BENCH_LINES, results) if r.status != verdict.CLEAN]
 
 
 @pytest.mark.slow
@@ -208,6 +224,45 @@ def test_numbers_are_compared_as_the_engines_read_them():
     # a digit group's comma and a decimal point are read, not split into separate numbers
     assert " ".join(verdict.words_of("1,000,000 or 3.14, not 12,34, on the 21st, up 10%")) == \
         "one million or three point one four not twelve thirty four on the twenty first up ten percent"
+
+
+def test_an_ampersand_is_compared_as_the_engines_read_it():
+    assert verdict.words_of("R&D costs & more") == ["r", "and", "d", "costs", "and", "more"]
+
+
+def test_words_a_recognizer_cannot_be_held_to_are_not_compared(recognizer):
+    """Spelled letters, a foreign spelling and a word out of the recognizer's dictionary: whatever
+    is heard in their place costs nothing; a sure word misheard still counts."""
+    text = "The SSML guide for the café near the hedgerow & the lake."
+    said = verdict.mark_unknown(spoken.said_for(text, VoiceProfile("v", ("en_US",))), recognizer)
+    assert [said.words[i] for i in sorted(said.unsure)] == ["s", "s", "m", "l", "cafe", "hedgerow"]
+    heard = "the assets a multi guide for the half a near the federal and the lake".split()
+    assert verdict.error_rates(said, heard) == (0.0, 0.0)
+    _, cer = verdict.error_rates(said, heard[:-1] + ["cake"])
+    assert 0 < cer < 0.1
+    mostly_foreign = verdict.mark_unknown(spoken.said_for("Déjà vu in São Paulo.", VoiceProfile("v", ("en_US",))),
+                                          recognizer)
+    report = signal.SignalReport(3.0, 1.5, 0.1, 0.1, 0.2, 0.0, True)
+    assert verdict.judge(mostly_foreign, "day job in south pole".split(), report).status == verdict.CLEAN
+
+
+def test_a_reading_is_expected_to_pause_at_sentence_ends_commas_and_breaks():
+    voice = VoiceProfile("v", ("en_US",))
+    plain, paused = spoken.said_for("we wait then we go", voice), spoken.said_for("We wait. Then, we go!", voice)
+    assert paused.expected_s() == pytest.approx(plain.expected_s() + spoken.SENTENCE_PAUSE_S + spoken.CLAUSE_PAUSE_S)
+    breaks = spoken.said_for("<speak>We wait <break time='2s'/> then we go</speak>", voice)
+    assert breaks.expected_s() == pytest.approx(plain.expected_s() + 2.0)
+
+
+def test_last_words_not_heard_are_bad_only_where_the_audio_has_no_time_for_them():
+    said = spoken.said_for("one two three four five six seven eight nine ten eleven twelve thirteen "
+                           "fourteen fifteen sixteen seventeen", VoiceProfile("v", ("en_US",)))
+    heard = said.words[:-5]
+    full = signal.SignalReport(said.expected_s() + 0.3, said.expected_s(), 0.1, 0.2, 0.3, 0.0, True)
+    misheard = verdict.judge(said, heard, full)
+    assert misheard.status == verdict.SUSPECT and "last words not heard" in misheard.reasons[0]
+    cut = verdict.judge(said, heard, replace(full, speech_seconds=0.6 * said.expected_s()))
+    assert cut.status == verdict.BAD and "missing tail" in cut.reasons[0]
 
 
 def test_a_job_is_checked_against_its_text_as_its_lexicon_had_it_said(piper_engine, voice, recognizer):

@@ -2,7 +2,9 @@
 
 A recognizer is pluggable (``SYNTH_VERIFY_RECOGNIZER``): ``pocketsphinx``, whose US-English model
 ships in its wheel and runs offline, or ``package.module:Class`` for one a deployment installs
-(a class with the ``Recognizer`` methods, built with no arguments).
+(a class with the ``Recognizer`` methods, built with no arguments). A recognizer with a closed
+vocabulary may also have ``knows(word)``: the words it lacks are not held against the engine
+(pipeline/verify/spoken.py).
 """
 
 from __future__ import annotations
@@ -72,11 +74,15 @@ class PocketSphinx:
         hyp = decoder.hyp()
         return hyp.hypstr if hyp else ""
 
+    def knows(self, word: str) -> bool:
+        """Whether the dictionary holds the word: one it lacks can only be heard as another."""
+        return self._decoder().lookup_word(word) is not None
+
     def align(self, pcm: bytes, words: Sequence[str]) -> list[Word] | None:
         """Forced alignment of the words the dictionary knows; a word it does not know (a name,
         a coinage) takes the time between its known neighbours."""
         decoder = self._decoder()
-        known = [i for i, w in enumerate(words) if decoder.lookup_word(w) is not None]
+        known = [i for i, w in enumerate(words) if self.knows(w)]
         if not known:
             return None
         try:

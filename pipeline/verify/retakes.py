@@ -52,7 +52,13 @@ def better(new: verdict.Verdict, old_status: str | None, old_scores: dict) -> bo
     old_rank = RANK.get(old_status or verdict.NOT_CHECKED, RANK[verdict.NOT_CHECKED])
     if RANK[new.status] != old_rank:
         return RANK[new.status] < old_rank
-    return (new.scores.get("cer") if new.scores.get("cer") is not None else 1.0) < old_scores.get("cer", 1.0)
+    return _cer(new.scores) < _cer(old_scores)
+
+
+def _cer(scores: dict) -> float:
+    """A render's CER, 1 where it has none (nothing compared, or not checked)."""
+    cer = scores.get("cer")
+    return 1.0 if cer is None else cer
 
 
 def settle(sessions: sessionmaker[Session], store: ObjectStore, job: Job, extra: dict, prior: str | None,

@@ -1,10 +1,17 @@
-"""The end-to-end bench's own arithmetic: a repeated corpus whose copies never share a line, and dry
-streams counted for a player that buffers as well as strictly."""
+"""The end-to-end bench's own arithmetic: a repeated corpus whose copies never share a line, dry
+streams counted for a player that buffers as well as strictly, and the checks' CPU counted with the
+verify worker's pool."""
 
 from __future__ import annotations
 
-from ops.bench.e2e.fleet import LEADS, distinct_copies, worker_slots
+import subprocess
+import sys
+
+import pytest
+
+from ops.bench.e2e.fleet import LEADS, cpu_seconds, distinct_copies, worker_slots
 from ops.bench.e2e.streams import PCM_BYTES_PER_S, Stream, summarize
+from ops.bench.e2e.verifying import require_recognizer, tree_cpu_seconds
 
 
 def test_copies_of_a_corpus_are_distinct_lines_and_the_first_is_the_corpus():
@@ -48,3 +55,21 @@ def test_a_gap_shorter_than_the_buffer_is_dry_only_for_the_strict_player():
     on_time = _stream((0.0, 0.1), (0.05, 0.1))
     summary = summarize([gap, late, on_time])
     assert (summary["streams_dry"], summary["streams_dry_100ms"], summary["streams_dry_200ms"]) == (2, 1, 1)
+
+
+def test_checks_need_their_recognizer_before_the_bench_starts_anything():
+    with pytest.raises(SystemExit, match="--verify-workers: .*cannot be loaded"):
+        require_recognizer("no_such_package.module:Recognizer")
+
+
+def test_the_verify_workers_cpu_counts_their_pool_processes():
+    """A parent that spends nothing, its child one CPU-bound fifth of a second: the tree has both."""
+    child = "import time\nwhile time.process_time() < 0.2: pass\nprint('done', flush=True)\ntime.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"],
+                              stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout.readline() == b"done\n"
+        assert tree_cpu_seconds(parent.pid) >= 0.2 > cpu_seconds(parent.pid)
+    finally:
+        parent.kill()
+        parent.wait()

