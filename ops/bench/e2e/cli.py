@@ -118,6 +118,8 @@ def parse(argv=None):
     ap.add_argument("--verify-workers", type=int, default=0, metavar="N",
                     help="check every batch job (SYNTH_VERIFY=all, no re-renders) in one `synth worker --verify "
                          "-c N` on the CPU beside the render workers; report the verdicts and what checking cost")
+    ap.add_argument("--checks-wait", type=float, default=1800, metavar="S",
+                    help="with --verify-workers: s to wait after the batch for its last check")
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for every synth process")
     ap.add_argument("--workdir", type=Path, help="keep the data folder and logs here")
     ap.add_argument("--json", type=Path)
@@ -265,7 +267,7 @@ def run(args) -> dict:
         args.checks = None
         if args.verify_workers:
             checker = stack.enter_context(verify_worker(args.verify_workers, env, workdir, synth_cmd()))
-            args.checks = CheckMeter(checker, args.verify_workers, args.cpu)
+            args.checks = CheckMeter(checker, args.verify_workers, args.cpu, args.checks_wait)
         apis = start_apis(stack, env, workdir, max(1, args.apis))
         args.pids = {**{name: api.pid for name, (api, _) in apis.items()}, "redis": redis_proc.pid,
                      **worker_pids([p for p, _ in workers])}

@@ -27,7 +27,6 @@ from pipeline.verify.verdict import PENDING
 # What the synth processes run with: every job checked, none rendered again.
 CHECKED_ENV = {"SYNTH_VERIFY": "all", "SYNTH_RERENDER_BUDGET": "0"}
 BOOT_TIMEOUT_S = 120
-CHECKS_TIMEOUT_S = 1800     # for the last check after the batch: the queue drains at the pool's pace
 POLL_S = 0.25
 
 
@@ -94,8 +93,12 @@ def verdict_counts(db_url: str, batch: str) -> tuple[dict[str, int], float]:
 class CheckMeter:
     """The verify worker's CPU from the batch's start to its last check."""
 
-    def __init__(self, proc: subprocess.Popen, processes: int, cpu_render_workers: bool) -> None:
+    def __init__(self, proc: subprocess.Popen, processes: int, cpu_render_workers: bool,
+                 wait_s: float = 1800) -> None:
+        """``wait_s``: how long to wait after the batch for its last check (the queue drains at the
+        pool's pace; random weights' noise takes the recognizer longer than speech)."""
         self.proc, self.processes, self.cpu_render_workers = proc, processes, cpu_render_workers
+        self.wait_s = wait_s
         self.cpu0 = 0.0
 
     def start(self) -> None:
@@ -106,7 +109,7 @@ class CheckMeter:
         at_end, _ = verdict_counts(db_url, batch)
         ended = time.monotonic()
         counts, audio = at_end, 0.0
-        while time.monotonic() - ended < CHECKS_TIMEOUT_S:
+        while time.monotonic() - ended < self.wait_s:
             counts, audio = verdict_counts(db_url, batch)
             if not counts.get(PENDING):
                 break
