@@ -210,7 +210,7 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
             continue
         chunks, pauses, notes = planned
         ident = (scopes[job.id], reuse.identity(r.engine.info, job, chunks, pauses, crossfade_ms=r.crossfade_ms,
-                                                lexicon=_lexicon_record(job))) if job.id in scopes else None
+                                                lexicon=_lexicon_record(job), seed=job.seed)) if job.id in scopes else None
         if ident is not None and _reuse(r, job, ident, outcome):
             continue
         live, live_spec = _live(r, job, len(chunks))
@@ -220,7 +220,7 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
         per_job.append((job.id, chunks, job))
     # First chunks of every job first, so each job's first audio comes early.
     requests = [
-        SynthesisRequest((job_id, i), chunks[i].text, job.voice, seed=None,
+        SynthesisRequest((job_id, i), chunks[i].text, job.voice, seed=job.seed,
                          realtime=job.priority == "realtime", rate=chunks[i].rate, job=job_id,
                          live=states[job_id].live_spec)
         for i in range(max((len(c) for _, c, _ in per_job), default=0))
