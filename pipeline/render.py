@@ -376,9 +376,12 @@ def _metrics(r: Renderer, state: _JobState, samples: np.ndarray, synth_s: float,
     extra = _extra(state)
     if checked:
         extra = {**(extra or {}), "verify": checked[1]}
+    # A chapter rendered again with a new seed was asked for when it was queued again, not when
+    # its document was submitted, perhaps days before.
+    submitted = job.created_at if job.seed is None else (job.queued_at or job.created_at)
     return dict(
         queue_wait_s=_seconds(job.queued_at or job.created_at, state.admitted_wall),
-        ttfb_s=_seconds(job.created_at, first_wall),
+        ttfb_s=_seconds(submitted, first_wall),
         synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
         engine=info.name, model=info.model, quantization=info.quantization,
         device_type=info.device_type, worker_host=r.worker_host or hostname(),

@@ -26,9 +26,8 @@ from api.views import batch_out
 from pipeline import lifecycle, usage
 from pipeline.db import owned
 from pipeline.db.models import Batch
-from pipeline.documents import DOCUMENT_KINDS, kind_for, read_document
+from pipeline.documents import DOCUMENT_KINDS, kind_for, read_document, rerender
 from pipeline.documents.batch import create_document_batch, load_outline, plan_outline
-from pipeline.documents import rerender
 from pipeline.documents.plan import document_jobs
 from pipeline.documents.stored import (CHAPTERS_FILE, DOCUMENT_KIND, assembled, chapter_progress, content_type,
                                        failure, file_key, ready_to_assemble)
