@@ -181,6 +181,8 @@ class JobOut(BaseModel):
     attempts: int
     renders: int | None = Field(None, description="Renders the stored audio took: more than one where a bad "
                                 "check had the job rendered again (SYNTH_RERENDER_BUDGET); null until done")
+    seed: int | None = Field(None, description="The seed of a job rendered again with a new one (its document's "
+                             "chapter: POST /v1/documents/{id}/rerender); null: the engine's own")
     error: str | None
     audio_seconds: float | None
     ttfb_seconds: float | None
@@ -323,3 +325,22 @@ class DocumentOut(BaseModel):
     files: list[str] = Field(description="Every file of the assembled document, by name (GET .../files/{name})")
     error: str | None = Field(None, description="Why the assembly failed, where it did (status failed)")
     batch: BatchOut
+
+
+class RerenderIn(_In):
+    chapters: list[Annotated[int, BeforeValidator(_whole), Field(ge=1, le=9999)]] = Field(
+        min_length=1, max_length=9999, description="Chapters to render again, numbered from 1 as the document's "
+                                                   "`chapters` are")
+
+
+class RerenderedChapter(BaseModel):
+    number: int
+    title: str
+    jobs: int = Field(description="The chapter's jobs, queued again")
+    seed: int = Field(description="The new seed they render with")
+
+
+class RerenderOut(BaseModel):
+    id: str
+    chapters: list[RerenderedChapter]
+    queued: int = Field(description="Jobs queued again, in all")

@@ -18,7 +18,7 @@ def job_out(job: Job, metrics: JobMetrics | None) -> JobOut:
     return JobOut(
         id=job.id, batch_id=job.batch_id, client_id=job.client_id, status=job.status.value, voice=job.voice,
         format=job.format, sample_rate=job.sample_rate, priority=job.priority, characters=len(job.text),
-        attempts=job.attempts, error=job.error,
+        attempts=job.attempts, error=job.error, seed=job.seed,
         renders=((metrics.renders or 1) if metrics else None) if job.object_key else None,
         audio_seconds=metrics.audio_s if metrics else None, ttfb_seconds=metrics.ttfb_s if metrics else None,
         created_at=_utc(job.created_at), finished_at=_utc(job.finished_at),

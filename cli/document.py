@@ -1,4 +1,4 @@
-"""`synth submit` for a document (Markdown, plain text, EPUB), and `synth assemble`."""
+"""`synth submit` for a document (Markdown, plain text, EPUB), `synth assemble` and `synth rerender`."""
 
 from __future__ import annotations
 
@@ -14,19 +14,22 @@ import click
 from sqlalchemy import select
 from tqdm import tqdm
 
-from cli.context import open_database, open_store
-from cli.inspect import writable_folder
+from cli.context import broker, open_database, open_store
+from cli.inspect import resolve_batch, writable_folder
 from cli.running import pin_lexicon, run_batch
+from cli.wait import print_summary, wait_again
 from pipeline.db.models import TERMINAL, Job
 from pipeline.documents import read_document
-from pipeline.documents.batch import assemble_batch, create_document_batch, plan_outline
-from pipeline.documents.plan import (ASSEMBLED_FORMATS, JOB_FORMAT, Place, client_id_for, document_jobs,
-                                     place_of)
+from pipeline.documents import rerender as chapters_again
+from pipeline.documents.batch import assemble_batch, create_document_batch, load_outline, plan_outline
+from pipeline.documents.plan import ASSEMBLED_FORMATS, JOB_FORMAT, client_id_for, document_jobs, place_of
 from pipeline.errors import InputError
 from pipeline.manifest import manifest_lines
 from pipeline.plural import counted
 from pipeline.settings import Settings
 from pipeline.submit import BatchOptions, resolve_options
+from worker.app import make_producer
+from worker.enqueue import check_broker, send_messages
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def submit_document(settings: Settings, request: DocumentRequest, *, wait: bool 
     if output:
         writable_folder(output)   # after the document is read, before it renders: bad input writes nothing
     store = open_store(settings)
-    progress = ChapterProgress([c.title for c in doc.chapters], jobs)
+    progress = ChapterProgress([c.title for c in doc.chapters], {client_id_for(p): len(t) for p, t in jobs})
     result = run_batch(settings, lambda session: create_document_batch(
         session, store, settings, doc, outline, options, source=request.source, cover=cover).id,
         total=len(jobs), name=request.options.name, wait=wait, output=output, on_poll=progress,
@@ -84,15 +87,17 @@ class ChapterProgress:
     """Says each chapter as its last job finishes, with an estimate of the time left from the
     pace so far (by characters, since a chapter's jobs differ in length)."""
 
-    def __init__(self, titles: list[str], jobs: list[tuple[Place, str]]) -> None:
+    def __init__(self, titles: list[str], job_chars: dict[str, int]) -> None:
+        """``job_chars``: the characters of each job followed, by client id (those of the chapters
+        rendered, of a rerender)."""
         self.titles = titles
         self.chars: Counter[int] = Counter()
         self.jobs: Counter[int] = Counter()
-        self.job_chars: dict[str, int] = {}
-        for place, text in jobs:
-            self.jobs[place.chapter] += 1
-            self.chars[place.chapter] += len(text)
-            self.job_chars[client_id_for(place)] = len(text)
+        self.job_chars = job_chars
+        for client_id, chars in job_chars.items():
+            chapter = place_of(client_id).chapter
+            self.jobs[chapter] += 1
+            self.chars[chapter] += chars
         self.said: set[int] = set()
         self.started = time.monotonic()
 
@@ -141,10 +146,66 @@ def _read_cover(path: Path | None) -> bytes | None:
 def assemble(batch: str, output: Path, fmt: str | None) -> None:
     """Assemble a rendered document's audio into one file with chapters (again, if it was). BATCH
     is an id, id prefix or name."""
-    from cli.inspect import resolve_batch
-
     settings = Settings()
     _, sessions = open_database(settings)
     with sessions() as session:
         batch_id = resolve_batch(session, batch, "assembling").id
     _assemble(settings, sessions, batch_id, output, fmt)
+
+
+@click.command()
+@click.argument("document")
+@click.option("--chapter", "chapters", type=int, multiple=True, required=True, metavar="N",
+              help="A chapter to render again, numbered from 1 as `synth submit`'s progress and chapters.json "
+                   "count them; give --chapter again for more.")
+@click.option("--wait/--no-wait", default=None,
+              help="Wait for the chapters to render. Embedded mode always waits; with SYNTH_REDIS_URL the "
+                   "default is to enqueue and return.")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Once rendered, assemble the whole file, each chapter's file, chapters.json and "
+                   "manifest.jsonl here (implies --wait).")
+def rerender(document: str, chapters: tuple[int, ...], wait: bool | None, output: Path | None) -> None:
+    """Render chapters of a rendered document again, each with a new seed, then assemble it
+    again: the other chapters keep their audio, and their files come out the same. DOCUMENT is
+    its batch's id (as `synth submit` printed it), an id prefix or its --name.
+
+    \b
+    Examples:
+      synth rerender 3f9c2a --chapter 2 -o out/
+      synth rerender voyage --chapter 2 --chapter 5 --no-wait
+    """
+    settings = Settings()
+    _, sessions = open_database(settings)
+    store = open_store(settings)
+    with sessions() as session:   # a typo is refused before a broker is started
+        batch_id = resolve_batch(session, document, "rendering again").id
+        chapters_again.plan(session, store, batch_id, chapters)
+    if output:
+        writable_folder(output)   # after the request is checked, before anything is queued
+    with broker(settings) as broker_url:
+        app = make_producer(settings, broker_url)
+        check_broker(app)
+        with sessions() as session:
+            planned = chapters_again.plan(session, store, batch_id, chapters)
+            chapters_again.queue(session, store, planned)
+            session.commit()
+        # Sent after the commit; a job whose message is lost here is re-sent by the reconciler.
+        send_messages(app, planned.by_queue(), settings.jobs_per_task)
+        for n, ids in sorted(planned.jobs.items()):
+            click.echo(f"chapter {n} ({planned.titles[n]}): {counted(len(ids), 'job queued', 'jobs queued')} "
+                       f"again with seed {planned.seeds[n]}", err=True)
+        progress = ChapterProgress(load_outline(store, batch_id).chapters, planned.chars)
+        summary = wait_again(settings, broker_url, sessions, batch_id, wait=bool(wait or output), on_poll=progress)
+    if summary is None:
+        click.echo(f"`synth status {batch_id}` shows progress; `synth assemble {batch_id} -o DIR` writes the "
+                   "document once it is done", err=True)
+        return
+    print_summary(summary)
+    if summary.counts.get("failed"):
+        click.echo(f"not assembled: some jobs failed; `synth retry {batch_id}`, then "
+                   f"`synth assemble {batch_id} -o DIR`", err=True)
+        sys.exit(1)
+    if output is None:
+        click.echo(f"`synth assemble {batch_id} -o DIR` writes the document with the new chapters", err=True)
+        return
+    _assemble(settings, sessions, batch_id, output, None)

@@ -19,7 +19,8 @@ COMMANDS = {
     "api": "cli.api:api", "assemble": "cli.document:assemble", "beat": "cli.beat:beat", "cancel": "cli.batches:cancel", "check": "cli.check:check",
     "db": "cli.db:db", "delete": "cli.batches:delete", "fetch": "cli.inspect:fetch", "keys": "cli.keys:keys",
     "lexicon": "cli.lexicon:lexicon",
-    "models": "cli.models:models", "report": "cli.report:report", "retry": "cli.batches:retry",
+    "models": "cli.models:models", "report": "cli.report:report", "rerender": "cli.document:rerender",
+    "retry": "cli.batches:retry",
     "status": "cli.inspect:status", "submit": "cli.submit:submit", "usage": "cli.usage:usage_",
     "worker": "cli.worker:worker",
 }

@@ -97,14 +97,15 @@ def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = N
         return summarize(session, session.get(Batch, batch_id))
 
 
-def wait_again(settings: Settings, broker_url: str, sessions, batch_id: str, *, wait: bool) -> BatchSummary | None:
-    """A batch's jobs queued again (retry, a lexicon applied): on the embedded broker a worker of its
-    own renders them while this waits; elsewhere the fleet does, waited for if ``wait``. None: not
-    waited for."""
+def wait_again(settings: Settings, broker_url: str, sessions, batch_id: str, *, wait: bool,
+               on_poll: Callable[..., None] | None = None) -> BatchSummary | None:
+    """A batch's jobs queued again (retry, a lexicon applied, a document's chapter rendered again):
+    on the embedded broker a worker of its own renders them while this waits; elsewhere the fleet
+    does, waited for if ``wait``. None: not waited for."""
     if settings.redis_url is None:
         with embedded_worker(settings, broker_url) as child:
-            return wait_for_batch(sessions, batch_id, alive=child.alive)
-    return wait_for_batch(sessions, batch_id) if wait else None
+            return wait_for_batch(sessions, batch_id, alive=child.alive, on_poll=on_poll)
+    return wait_for_batch(sessions, batch_id, on_poll=on_poll) if wait else None
 
 
 def print_summary(s: BatchSummary) -> None:

@@ -40,6 +40,8 @@ def manifest_lines(session: Session, store: ObjectStore, batch_id: str) -> list[
             "attempts": job.attempts,
             # Renders the audio took: more than one where a bad check had it rendered again.
             "renders": (metrics.renders or 1) if metrics and job.object_key else None,
+            # The seed it was rendered with again (`synth rerender`); None: the engine's own.
+            "seed": job.seed,
             "loudness_lufs": _rounded(metrics.loudness_lufs if metrics else None),
             "true_peak_dbtp": _rounded(metrics.true_peak_dbtp if metrics else None),
             **_lexicon(job),

@@ -210,7 +210,7 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
             continue
         chunks, pauses, notes = planned
         ident = (scopes[job.id], reuse.identity(r.engine.info, job, chunks, pauses, crossfade_ms=r.crossfade_ms,
-                                                lexicon=_lexicon_record(job))) if job.id in scopes else None
+                                                lexicon=_lexicon_record(job), seed=job.seed)) if job.id in scopes else None
         if ident is not None and _reuse(r, job, ident, outcome):
             continue
         live, live_spec = _live(r, job, len(chunks))
@@ -220,7 +220,7 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
         per_job.append((job.id, chunks, job))
     # First chunks of every job first, so each job's first audio comes early.
     requests = [
-        SynthesisRequest((job_id, i), chunks[i].text, job.voice, seed=None,
+        SynthesisRequest((job_id, i), chunks[i].text, job.voice, seed=job.seed,
                          realtime=job.priority == "realtime", rate=chunks[i].rate, job=job_id,
                          live=states[job_id].live_spec)
         for i in range(max((len(c) for _, c, _ in per_job), default=0))
@@ -376,9 +376,12 @@ def _metrics(r: Renderer, state: _JobState, samples: np.ndarray, synth_s: float,
     extra = _extra(state)
     if checked:
         extra = {**(extra or {}), "verify": checked[1]}
+    # A chapter rendered again with a new seed was asked for when it was queued again, not when
+    # its document was submitted, perhaps days before.
+    submitted = job.created_at if job.seed is None else (job.queued_at or job.created_at)
     return dict(
         queue_wait_s=_seconds(job.queued_at or job.created_at, state.admitted_wall),
-        ttfb_s=_seconds(job.created_at, first_wall),
+        ttfb_s=_seconds(submitted, first_wall),
         synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
         engine=info.name, model=info.model, quantization=info.quantization,
         device_type=info.device_type, worker_host=r.worker_host or hostname(),

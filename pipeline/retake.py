@@ -20,9 +20,9 @@ from pipeline.verify.queued import pending_record
 from pipeline.verify.retakes import retake_key, settle
 from pipeline.verify.verdict import PENDING
 
-# A retake's seed, for an engine that takes one (Orpheus): its render number times this, so each
-# retake samples differently from the render before it, and a redelivered retake the same way.
-# Piper draws its noise afresh on every render, seed or not.
+# A retake's seed, for an engine that takes one (Orpheus): the job's own (0 for the engine's) plus
+# its render number times this, so each retake samples differently from the render before it, and
+# a redelivered retake the same way. Piper draws its noise afresh on every render, seed or not.
 SEED_STEP = 7919
 
 
@@ -36,7 +36,7 @@ def render_again(r: Renderer, job_id: str, render: int) -> bool:
             or (metrics.renders or 1) >= render or metrics.verdict == PENDING or r.verifier is None):
         return False
     info = r.engine.info
-    samples, level = level_job(job, _synthesize(r, job, render * SEED_STEP), info.sample_rate,
+    samples, level = level_job(job, _synthesize(r, job, (job.seed or 0) + render * SEED_STEP), info.sample_rate,
                                meter=r.meter_every_job)
     fmt = get_format(job.format)
     key = retake_key(job.object_key, render)

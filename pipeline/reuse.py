@@ -20,7 +20,7 @@ import json
 import logging
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -78,6 +78,15 @@ def remember(sessions: sessionmaker[Session], scope: str, ident: str, *, job_id:
         pass
     except OperationalError as e:
         log.warning("job %s is done; its render is not kept for reuse: %s", job_id, e.orig)
+
+
+def forget(session: Session, job_ids: Sequence[str]) -> None:
+    """Offer these jobs' renders no more: they are queued to render again (a new seed), and their
+    rows would hand out the new audio under the old identity. The caller commits."""
+    ids = list(job_ids)
+    for start in range(0, len(ids), 1000):
+        session.execute(delete(StoredRender).where(StoredRender.job_id.in_(ids[start:start + 1000]))
+                        .execution_options(synchronize_session=False))
 
 
 def finish_with_copy(sessions: sessionmaker[Session], store: ObjectStore, job: Job, ident: tuple[str, str],

@@ -21,18 +21,19 @@ from api.deps import CurrentKey, KeyFirstRoute, Session, State
 from api.ids import could_exist
 from api.routes.batches import IdempotencyKey, _digits, one_file
 from api.schemas import (EVENTS_WITHOUT_URL, URL_PATTERN, CancelOut, ChapterOut, DeleteOut, DocumentOut, Priority,
-                         WebhookEvent)
+                         RerenderedChapter, RerenderIn, RerenderOut, WebhookEvent)
 from api.views import batch_out
-from pipeline import lifecycle
+from pipeline import lifecycle, usage
 from pipeline.db import owned
 from pipeline.db.models import Batch
-from pipeline.documents import DOCUMENT_KINDS, kind_for, read_document
+from pipeline.documents import DOCUMENT_KINDS, kind_for, read_document, rerender
 from pipeline.documents.batch import create_document_batch, load_outline, plan_outline
 from pipeline.documents.plan import document_jobs
 from pipeline.documents.stored import (CHAPTERS_FILE, DOCUMENT_KIND, assembled, chapter_progress, content_type,
                                        failure, file_key, ready_to_assemble)
 from pipeline.submit import BatchOptions
 from worker.documents import send_assembly
+from worker.enqueue import send_messages
 
 router = APIRouter(prefix="/v1/documents", tags=["documents"], route_class=KeyFirstRoute)
 NOT_FOUND = {404: {"description": "no such document for this key"}}
@@ -152,6 +153,28 @@ def assemble_document(document_id: str, key: CurrentKey, session: Session, state
         raise HTTPException(409, detail=f"document {batch.id} has jobs not done; it is assembled once they are")
     send_assembly(state.celery, [batch.id])
     return {"queued": True}
+
+
+@router.post("/{document_id}/rerender", status_code=202, response_model=RerenderOut, responses={
+    **NOT_FOUND, 400: {"description": "a chapter the document does not have"},
+    409: {"description": "the document is still rendering or being assembled, or was cancelled"}})
+def rerender_document(document_id: str, body: RerenderIn, key: CurrentKey, session: Session,
+                      state: State) -> RerenderOut:
+    """Render chapters again, each with a new seed, through the queue as any job; once they are
+    done the document is assembled again (its other chapters' files the same bytes) and
+    document.finished goes out again. The chapters' characters count against the key's quota."""
+    batch = _own(session, key, document_id)
+    try:
+        planned = rerender.plan(session, state.store, batch.id, body.chapters)
+        usage.check_submission(session, key, sum(planned.chars.values()))
+        queued = rerender.queue(session, state.store, planned)
+    except rerender.DocumentBusyError as e:
+        raise HTTPException(409, detail=str(e)) from e
+    session.commit()
+    send_messages(state.celery, planned.by_queue(), state.settings.jobs_per_task)
+    return RerenderOut(id=batch.id, queued=queued, chapters=[
+        RerenderedChapter(number=n, title=planned.titles[n], jobs=len(ids), seed=planned.seeds[n])
+        for n, ids in sorted(planned.jobs.items())])
 
 
 @router.post("/{document_id}/cancel", response_model=CancelOut, responses=NOT_FOUND)

@@ -125,6 +125,9 @@ class Job(Base):
     # The lexicon version the job renders with: its batch's, or a later one (`synth lexicon apply`)
     lexicon_id: Mapped[str | None] = mapped_column(String(32))
     lexicon_version: Mapped[int | None] = mapped_column(Integer)
+    # The seed it renders with (migration 0011): None, the engine's own, until a chapter is rendered
+    # again with a new one (pipeline/documents/rerender.py); part of the render's identity.
+    seed: Mapped[int | None] = mapped_column(Integer)
     priority: Mapped[str] = mapped_column(String(16), default="batch")
     queue: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[JobStatus] = mapped_column(_status, default=JobStatus.PENDING)

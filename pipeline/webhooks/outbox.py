@@ -9,6 +9,7 @@ of them is harmless because an attempt is claimed with a conditional UPDATE (del
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
@@ -81,7 +82,7 @@ def emit_batch_finished(session: Session, batch: Batch) -> str | None:
 
 def emit_document_finished(session: Session, batch: Batch, chapters: dict) -> list[str]:
     """The document.finished event of a document assembled (``chapters``: its chapters.json), if
-    its batch's webhook wants it; once per document, however often its assembly runs. Returns
+    its batch's webhook wants it; once per assembly of its renders, however often it runs. Returns
     the delivery awaiting its first attempt, if any. The caller commits."""
     if (not batch.webhook_url or not ev.wants(batch.webhook_events, ev.DOCUMENT_FINISHED)
             or not _has_owner(batch)):
@@ -89,8 +90,21 @@ def emit_document_finished(session: Session, batch: Batch, chapters: dict) -> li
     payload = ev.document_payload(at=utcnow(), document_id=batch.id, title=chapters["title"],
                                   format=chapters["file"].rsplit(".", 1)[-1],
                                   duration_s=chapters["duration_s"], files=chapters["files"])
-    return _awaiting_first_attempt(session, [_insert(session, ev.DOCUMENT_FINISHED, batch.id, batch,
-                                                     batch.webhook_url, payload)])
+    return _awaiting_first_attempt(session, [_insert(session, ev.DOCUMENT_FINISHED, _assembly(session, batch),
+                                                     batch, batch.webhook_url, payload)])
+
+
+def _assembly(session: Session, batch: Batch) -> str:
+    """What one assembly of a document is, as an event's resource: the document's id, and once
+    chapters were rendered again with new seeds (pipeline/documents/rerender.py), a digest of
+    those seeds too. Each rerender's assembly is then an event of its own, while assembling the
+    same renders twice (a redelivered message) is still one."""
+    seeds = session.execute(select(Job.id, Job.seed).where(Job.batch_id == batch.id, Job.seed.is_not(None))
+                            .order_by(Job.id)).all()
+    if not seeds:
+        return batch.id
+    digest = hashlib.sha256("".join(f"{job_id}:{seed};" for job_id, seed in seeds).encode()).hexdigest()
+    return f"{batch.id}:{digest[:16]}"
 
 
 def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(days=1),

@@ -1,7 +1,8 @@
 """Documents through the HTTP API: a real server, a real Celery worker with Piper on the CPU, and a
 webhook receiver. A two-chapter Markdown file goes in; the worker renders it, assembles it into the
 store (again, to the same bytes, when its assembly is lost), and document.finished arrives once;
-the files are another key's 404."""
+the files are another key's 404. A chapter rendered again is assembled again, the other chapters'
+files unchanged, and document.finished arrives again."""
 
 from datetime import timedelta
 
@@ -105,6 +106,57 @@ def test_a_document_is_rendered_assembled_once_and_served_to_its_owner(api_serve
         assert a.delete(f"/v1/documents/{doc['id']}").json()["objects_removed"] >= 8
         assert a.get(f"/v1/documents/{doc['id']}").status_code == 404
         assert not store.exists(file_key(doc["id"], "Two_Rooms.m4b"))
+
+
+THREE = markdown_book("Three Rooms", [("The Kitchen", ["The kettle sang."]), ("The Garden", ["Bees hummed."]),
+                                      ("The Attic", ["Dust lay on the trunks."])])
+
+
+def files_of(client, doc: dict) -> dict[int, bytes]:
+    """Each chapter's file by number, and the whole file as 0."""
+    urls = {0: doc["file_url"], **{c["number"]: c["file_url"] for c in doc["chapters"]}}
+    return {n: client.get(url, params={"redirect": False}).content for n, url in urls.items()}
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_chapter_rendered_again_is_assembled_again_with_the_other_chapters_unchanged(
+        api_server, new_key, running_worker):
+    with client_for(api_server, new_key("a")) as a, client_for(api_server, new_key("b")) as b:
+        with Receiver(secrets=[a.get("/v1/webhooks/secret").json()["secret"]]) as receiver:
+            created = a.post("/v1/documents", files={"file": ("rooms.md", THREE.encode())},
+                             data={"format": "mp3", "webhook_url": receiver.url,
+                                   "webhook_events": ["document.finished"]}).json()
+            path = f"/v1/documents/{created['id']}"
+            doc = wait_document(a, created["id"])
+            assert doc["status"] == "finished", doc
+            before = files_of(a, doc)
+
+            # Refused, with nothing written: the document stays assembled, no job queued.
+            for chapters, code, reason in [([4], 400, "there is no chapter 4"), ([0], 422, "greater than"),
+                                           ([], 422, "at least 1"), (["2"], 422, "integer")]:
+                r = a.post(f"{path}/rerender", json={"chapters": chapters})
+                assert r.status_code == code and reason in r.text, (chapters, r.text)
+            assert b.post(f"{path}/rerender", json={"chapters": [2]}).status_code == 404
+            assert a.get(path).json()["status"] == "finished"
+
+            r = a.post(f"{path}/rerender", json={"chapters": [2, 2]})
+            assert r.status_code == 202, r.text
+            (chapter,) = r.json()["chapters"]
+            assert (chapter["number"], chapter["title"], chapter["jobs"], r.json()["queued"]) == (2, "The Garden", 2, 2)
+            busy = a.post(f"{path}/rerender", json={"chapters": [1]})
+            assert busy.status_code == 409 and "still rendering" in busy.text
+            again = wait_document(a, created["id"])
+            assert again["status"] == "finished" and again["files"] == doc["files"] and len(again["chapters"]) == 3
+            after = files_of(a, again)
+            assert [before[n] == after[n] for n in (0, 1, 2, 3)] == [False, True, False, True]
+
+            items = a.get(f"/v1/batches/{created['id']}/items").json()["data"]
+            assert {i["client_id"][:5]: i["seed"] for i in items} == {"c0001": None, "c0002": chapter["seed"],
+                                                                     "c0003": None}
+            assert all(i["status"] == "done" for i in items) and again["batch"]["counts"]["done"] == 6
+            got = receiver.wait_for(2)
+            assert len({g.webhook_id for g in got}) == 2
+            assert all(b'"document.finished"' in g.body for g in got)
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -36,7 +36,8 @@ def test_every_route_with_an_id_is_404_for_another_key(api_settings, api_server,
         assert not missing, f"{method} {template}: add an id for {missing} to this test"
         path = template.format(**ids)
         # A body that would be valid for its owner: what B is refused is the object, not the request.
-        body = {"batch_id": batch["id"]} if template.endswith("/apply") else {}
+        body = ({"batch_id": batch["id"]} if template.endswith("/apply")
+                else {"chapters": [1]} if template.endswith("/rerender") else {})
         r = b.request(method, path, **({"json": body} if method == "POST" else {}))
         assert r.status_code == 404, f"{method} {path} with another key: {r.status_code} {r.text}"
         assert "not found" in r.json()["detail"]
