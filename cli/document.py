@@ -99,7 +99,7 @@ class ChapterProgress:
     def __call__(self, session, batch_id: str) -> None:
         query = select(Job.client_id).where(Job.batch_id == batch_id, Job.status.in_(TERMINAL))
         finished = [cid for cid in session.execute(query).scalars() if cid in self.job_chars]
-        done: Counter[int] = Counter(place_of(cid).chapter for cid in finished)
+        done: Counter[int] = Counter(place.chapter for cid in finished if (place := place_of(cid)) is not None)
         chars_done = sum(self.job_chars[cid] for cid in finished)
         for n in sorted(done):
             if n not in self.said and done[n] >= self.jobs[n]:
