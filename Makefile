@@ -38,6 +38,7 @@ chromium:
 
 test: $(VENV)/.test-installed chromium
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 clean:

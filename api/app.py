@@ -13,6 +13,7 @@ import redis
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Message
 
 from api import console, creating, errors, openapi, revocation
 from api.limits import BodyLimitMiddleware
@@ -110,10 +111,10 @@ async def _warm_routes(app: FastAPI) -> None:
              "query_string": b"", "headers": [], "scheme": "http", "http_version": "1.1",
              "server": ("127.0.0.1", 0), "client": ("127.0.0.1", 0)}
 
-    async def receive() -> dict:
+    async def receive() -> Message:
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def send(_message: dict) -> None:
+    async def send(_message: Message) -> None:
         pass
 
     await app.router(scope, receive, send)

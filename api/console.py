@@ -72,14 +72,13 @@ def workers(client, now: float) -> list[dict]:
     """Each worker's heartbeat, with ``stale`` (not heard from for STALE_S) and ``rows_in_use``
     (its jobs in flight, up to the rows its engine decodes at once)."""
     out = []
-    for w in fleet.workers(client):
+    for beat in fleet.workers(client):
         try:
-            seen = float(w.get("last_seen", ""))
+            seen = float(beat.get("last_seen", ""))
         except ValueError:
             seen = 0.0
-        w["age_s"] = round(max(0.0, now - seen), 1)
-        w["stale"] = now - seen > STALE_S
-        rows, in_flight = w.get("rows", ""), w.get("jobs_in_flight", "")
+        w: dict[str, object] = {**beat, "age_s": round(max(0.0, now - seen), 1), "stale": now - seen > STALE_S}
+        rows, in_flight = beat.get("rows", ""), beat.get("jobs_in_flight", "")
         if rows.isdigit() and in_flight.isdigit():
             w["rows_in_use"] = f"{min(int(in_flight), int(rows))} / {rows}"
         out.append(w)

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from datetime import timedelta
 
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 def owner_columns(state: ApiState, key: ApiKey, *, kind: str, webhook_url: str | None = None,
-                  webhook_events: list[str] | None = None) -> dict:
+                  webhook_events: Sequence[str] | None = None) -> dict:
     """The batch columns the API sets: owner, kind, webhook and expiry. A webhook URL that
     resolves to an internal address is refused here (400) unless the operator allow-listed it."""
     if webhook_url is not None:

@@ -66,13 +66,15 @@ async def current_key(request: Request, state: State,
                       _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> ApiKey:
     """The caller's key: the one KeyFirstRoute checked before the body was read (on a route of
     another class, checked here). ``_bearer`` puts the scheme in the OpenAPI document."""
-    key = request.scope.get(KEY_SCOPE)
+    key: ApiKey | None = request.scope.get(KEY_SCOPE)
     if key is None:
         key = await run_in_threadpool(authenticate, state, request.headers.get("authorization"))
     return key
 
 
 CurrentKey = Annotated[ApiKey, Depends(current_key)]
+# A route's ``responses=``, as FastAPI types it: the tables the routes share are declared so
+Responses = dict[int | str, dict[str, Any]]
 
 
 class KeyFirstRoute(APIRoute):

@@ -81,7 +81,8 @@ def encodable(value):
 
 def _readable(error: dict) -> dict:
     """A pattern mismatch says what the field must be, not the regular expression it missed."""
-    hint = PATTERN_HINTS.get((error.get("ctx") or {}).get("pattern"))
+    pattern = (error.get("ctx") or {}).get("pattern")
+    hint = PATTERN_HINTS.get(pattern) if isinstance(pattern, str) else None
     if error.get("type") != "string_pattern_mismatch" or hint is None:
         return error
     return {**error, "msg": f"{error['loc'][-1]} {hint}"}

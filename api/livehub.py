@@ -19,9 +19,11 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
+from redis.typing import KeyT, StreamIdT
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +196,7 @@ class LiveHub:
                 continue
             if time.monotonic() - self._swept > 1.0:
                 self._drop_stale()
-            streams = dict(self._cursor)
+            streams: dict[KeyT, StreamIdT] = {key: at for key, at in self._cursor.items()}
             streams[self._wake_key] = self._wake_last
             try:
                 reply = await self._reader.xread(streams, count=READ_COUNT, block=BLOCK_MS)
@@ -202,7 +204,8 @@ class LiveHub:
                 self._fail_all(LiveHubError(f"live audio unavailable: {e}"))
                 await asyncio.sleep(RETRY_S)
                 continue
-            for key, entries in reply or ():
+            # the client speaks RESP2: [[key, entries], ...], or None where the block time passed
+            for key, entries in cast("list[list[Any]] | None", reply) or ():
                 self._dispatch(key.decode() if isinstance(key, bytes) else key, entries)
 
     def _dispatch(self, key: str, entries) -> None:

@@ -51,7 +51,7 @@ def install(app: FastAPI, settings: Settings) -> None:
             app.openapi_schema = truthful(doc, settings)
         return app.openapi_schema
 
-    app.openapi = openapi
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to amend the document
 
 
 def truthful(doc: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def _responses(path: str, method: str, op: dict) -> None:
         add[401] = "SYNTH_DASHBOARD_TOKEN is set and was not given"
     for status, description in add.items():
         responses.setdefault(str(status), {"description": description})
-    error = {"$ref": "#/components/schemas/" + ("OpenAIError" if path.startswith(OPENAI_PREFIX) else "Error")}
+    error: dict[str, Any] = {"$ref": "#/components/schemas/" + ("OpenAIError" if path.startswith(OPENAI_PREFIX) else "Error")}
     if path == "/readyz":
         error = READINESS
         responses["200"]["content"] = {"application/json": {"schema": READINESS}}

@@ -23,7 +23,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request, Response
 
-from api.deps import Settings
+from api.deps import Responses, Settings
 
 # Headers a proxy adds to say who its client is. uvicorn already takes the client from
 # X-Forwarded-For when the proxy is a trusted (loopback) one; a proxy that sends only X-Real-IP
@@ -33,7 +33,7 @@ QUERY_TOKENS = ("token", "access_token")
 SESSION_COOKIE = "synth_console"
 SESSION_PATH = "/dashboard"
 SESSION_S = 12 * 3600       # a working day; then the operator logs in again
-OPERATOR_RESPONSES = {
+OPERATOR_RESPONSES: Responses = {
     400: {"description": "a token in the query string (send it as a Bearer token)"},
     401: {"description": "a token is set and this request did not send it"},
     403: {"description": "no token is set and the client is not on loopback"},

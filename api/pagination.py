@@ -26,7 +26,7 @@ def _malformed() -> HTTPException:
     return HTTPException(400, detail="malformed cursor: pass the next_cursor of a previous page")
 
 
-def _decode(cursor: str) -> tuple[object, object]:
+def _decode(cursor: str) -> tuple[object, str]:
     try:
         values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (binascii.Error, ValueError, UnicodeError):
@@ -49,6 +49,8 @@ def decode_batch_cursor(cursor: str | None) -> tuple[datetime, str] | None:
     if cursor is None:
         return None
     created, batch_id = _decode(cursor)
+    if not isinstance(created, str):
+        raise _malformed()
     try:
         when = as_utc(datetime.fromisoformat(created))
     except (TypeError, ValueError, OverflowError):

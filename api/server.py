@@ -191,8 +191,9 @@ class Server(uvicorn.Server):
 def server(app: Any, settings: Settings, *, host: str, port: int, **options: Any) -> Server:
     """A server for ``app`` with the connection limits of ``settings``; ``options`` go to uvicorn."""
     limits = ConnectionLimits.of(settings)
+    # uvicorn calls ``http`` to make each connection's protocol; its annotation asks for a class
     config = uvicorn.Config(app, host=host, port=port, timeout_keep_alive=limits.keep_alive,
-                            http=functools.partial(GuardedH11Protocol, guard=ConnectionGuard(limits)),
+                            http=functools.partial(GuardedH11Protocol, guard=ConnectionGuard(limits)),  # type: ignore[arg-type]
                             **options)
     logging.getLogger("uvicorn.access").addFilter(RedactedQuery())
     return Server(config)

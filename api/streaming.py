@@ -185,25 +185,27 @@ async def _ffmpeg(pcm: AsyncIterator[bytes], sample_rate: int, out_args: list[st
         ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-f", "s16le", "-ar", str(sample_rate), "-ac", "1",
         "-i", "pipe:0", *out_args, "-flush_packets", "1", "pipe:1",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+    assert stdin is not None and stdout is not None and stderr is not None   # all three are pipes
 
     async def feed() -> None:
         try:
             async for chunk in pcm:
-                proc.stdin.write(chunk)
-                await proc.stdin.drain()
+                stdin.write(chunk)
+                await stdin.drain()
         except BaseException:
             proc.kill()  # no finished-looking file from a broken stream
             raise
         finally:
-            proc.stdin.close()
+            stdin.close()
 
     feeder = asyncio.create_task(feed())
     try:
-        while chunk := await proc.stdout.read(16384):
+        while chunk := await stdout.read(16384):
             yield chunk
         await feeder
         if await proc.wait() != 0:
-            err = (await proc.stderr.read()).decode(errors="replace").strip()
+            err = (await stderr.read()).decode(errors="replace").strip()
             raise LiveStreamError(f"ffmpeg failed: {err[:300]}")
     finally:
         if not feeder.done():

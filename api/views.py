@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from sqlalchemy.orm import Session
 
 from api.schemas import BatchOut, JobOut
@@ -43,6 +45,7 @@ def _verdict(job: Job, metrics: JobMetrics | None) -> dict:
 def batch_out(session: Session, batch: Batch) -> BatchOut:
     stats = owned.batch_stats(session, batch.id)
     finished = stats.finished == stats.total
+    status: Literal["queued", "running", "finished", "cancelled"]
     if finished:
         status = "cancelled" if batch.cancelled_at is not None else "finished"
     elif stats.counts[JobStatus.RUNNING] or stats.finished:

@@ -45,6 +45,7 @@ def check(audio: Path, text: str | None, text_file: Path | None, language: str, 
             text = text_file.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError as e:
             raise InputError(f"{text_file}: not UTF-8 text (byte {e.start})") from e
+    assert text is not None   # one of the two, checked above
     if not text.strip():
         # an empty text is a slip of the shell or the script, not a check that passes
         raise InputError("the text is empty: give the words the audio should say")
@@ -52,9 +53,10 @@ def check(audio: Path, text: str | None, text_file: Path | None, language: str, 
     recognizer = load_recognizer(Settings().verify_recognizer)
     result = verdict.check(samples, rate, text, VoiceProfile("check", (language,)), recognizer)
     if caption_format:
-        if result.words is None:
+        words = result.caption_words
+        if result.words is None or words is None:   # (the second follows from the first)
             raise click.ClickException(f"no word timings: {'; '.join(result.reasons) or 'alignment failed'}")
-        click.echo(captions.render(result.caption_words, caption_format), nl=False)
+        click.echo(captions.render(words, caption_format), nl=False)
     elif as_json:
         click.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=1))
     else:

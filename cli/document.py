@@ -95,7 +95,10 @@ class ChapterProgress:
         self.jobs: Counter[int] = Counter()
         self.job_chars = job_chars
         for client_id, chars in job_chars.items():
-            chapter = place_of(client_id).chapter
+            place = place_of(client_id)
+            if place is None:       # not a document's job: nothing to say of it by chapter
+                continue
+            chapter = place.chapter
             self.jobs[chapter] += 1
             self.chars[chapter] += chars
         self.said: set[int] = set()
@@ -104,7 +107,7 @@ class ChapterProgress:
     def __call__(self, session, batch_id: str) -> None:
         query = select(Job.client_id).where(Job.batch_id == batch_id, Job.status.in_(TERMINAL))
         finished = [cid for cid in session.execute(query).scalars() if cid in self.job_chars]
-        done: Counter[int] = Counter(place_of(cid).chapter for cid in finished)
+        done: Counter[int] = Counter(place.chapter for cid in finished if (place := place_of(cid)) is not None)
         chars_done = sum(self.job_chars[cid] for cid in finished)
         for n in sorted(done):
             if n not in self.said and done[n] >= self.jobs[n]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -41,7 +42,7 @@ def lexicon() -> None:
     """
 
 
-def _change(name: str, added: list[Entry], removed: list[str] = (), replace: bool = False) -> None:
+def _change(name: str, added: list[Entry], removed: Sequence[str] = (), replace: bool = False) -> None:
     """One new version of ``name`` (created where it does not exist), all checked first."""
     settings = Settings()
     _, sessions = open_database(settings)

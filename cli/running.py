@@ -27,7 +27,7 @@ PROGRESS_FROM = 5000   # lines: a corpus this long shows its enqueue's progress
 
 
 def run_batch(settings: Settings, create: Callable[[Session], str], *, total: int, name: str | None, note: str,
-              wait: bool | None, output: Path | None, on_poll: Callable[[Session], None] | None = None):
+              wait: bool | None, output: Path | None, on_poll: Callable[[Session, str], None] | None = None):
     """Write a batch (``create`` returns its id), enqueue it and, where asked or embedded, wait for
     it. Returns (its summary, the session maker), or None where it was only enqueued."""
     _, sessions = open_database(settings)
@@ -106,7 +106,7 @@ def _told_when_interrupted(batch_id: str, embedded: bool) -> Iterator[None]:
     except KeyboardInterrupt as e:
         if getattr(e, "synth_told", False):     # said once, by the innermost
             raise
-        e.synth_told = True
+        setattr(e, "synth_told", True)   # read by the outer handlers, above
         who = "`synth worker` (same SYNTH_DATA_DIR) finishes them" if embedded else "the workers finish them"
         click.echo(f"\ninterrupted: batch {batch_id}'s unfinished jobs stay queued; {who}; "
                    f"`synth status {batch_id}` shows progress, `synth fetch {batch_id}` gets the audio", err=True)

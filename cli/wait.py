@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import click
+from sqlalchemy.orm import Session
 from tqdm import tqdm
 
 from pipeline.db import jobs as db
@@ -70,7 +71,7 @@ def embedded_worker(settings: Settings, broker_url: str) -> Iterator[Child]:
 
 
 def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = None,
-                   on_poll: Callable[..., None] | None = None) -> BatchSummary:
+                   on_poll: Callable[[Session, str], None] | None = None) -> BatchSummary:
     """``on_poll(session, batch_id)``: called on each poll, for progress of its own (a document's chapters)."""
     with sessions() as session:
         total = session.get(Batch, batch_id).total_jobs
@@ -97,7 +98,7 @@ def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = N
         return summarize(session, session.get(Batch, batch_id))
 
 
-def wait_again(settings: Settings, broker_url: str, sessions, batch_id: str, *, wait: bool,
+def wait_again(settings: Settings, broker_url: str, sessions, batch_id: str, *, wait: bool | None,
                on_poll: Callable[..., None] | None = None) -> BatchSummary | None:
     """A batch's jobs queued again (retry, a lexicon applied, a document's chapter rendered again):
     on the embedded broker a worker of its own renders them while this waits; elsewhere the fleet
@@ -119,7 +120,7 @@ def print_summary(s: BatchSummary) -> None:
     if s.reused:
         echo(f"reused: {counted(s.reused, 'job')} copied from earlier renders of the same text and settings, "
              f"{s.reused_s:,.1f} s of engine time saved")
-    if s.ttfb_p50 is not None:
+    if s.ttfb_p50 is not None and s.ttfb_p95 is not None:   # the two are measured together
         echo(f"TTFB p50 {s.ttfb_p50 * 1000:,.0f} ms, p95 {s.ttfb_p95 * 1000:,.0f} ms")
     if s.text_notes:
         echo(describe_text_notes(s.text_notes))

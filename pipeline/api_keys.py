@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.db.models import new_id, utcnow
 from pipeline.db.models_api import ApiKey
+from pipeline.db.session import rows_matched
 from pipeline.errors import InputError
 
 KEY_PREFIX = "sk_synth_"
@@ -53,9 +54,9 @@ def list_keys(session: Session) -> list[ApiKey]:
 def revoke_key(session: Session, key_id: str) -> bool:
     """Revoke by id; False when no active key has that id. The caller commits, then cancels the
     key's queued jobs (lifecycle.cancel_owned); the API ends its open streams (api/revocation.py)."""
-    moved = session.execute(
+    moved = rows_matched(session.execute(
         update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)).values(revoked_at=utcnow())
-    ).rowcount
+    ))
     return moved == 1
 
 

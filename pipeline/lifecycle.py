@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, JobStatus, sources_of, utcnow
+from pipeline.db.session import rows_matched
 from pipeline.errors import PermanentError
 from pipeline.live import delete_live
 from pipeline.manifest import write_manifest
@@ -39,10 +40,10 @@ def cancel(session: Session, store: ObjectStore, batch_id: str, job_ids: Sequenc
     where = [Job.batch_id == batch_id, Job.status.in_(sources_of(JobStatus.CANCELLED))]
     if job_ids is not None:
         where.append(Job.id.in_(list(job_ids)))
-    moved = session.execute(
+    moved = rows_matched(session.execute(
         update(Job).where(*where).values(status=JobStatus.CANCELLED, finished_at=now, updated_at=now)
         .execution_options(synchronize_session=False)
-    ).rowcount
+    ))
     if job_ids is None:
         session.execute(update(Batch).where(Batch.id == batch_id, Batch.cancelled_at.is_(None))
                         .values(cancelled_at=now))
@@ -93,7 +94,7 @@ def retry(session: Session, batch_id: str, *, reason: str | None = None) -> dict
 def running_jobs(session: Session, batch_id: str) -> int:
     return session.scalar(
         select(func.count()).where(Job.batch_id == batch_id, Job.status == JobStatus.RUNNING)
-    )
+    ) or 0   # a count is never NULL; the session's scalar() is typed for any statement
 
 
 def delete(session: Session, store: ObjectStore, batch_id: str, live: redis.Redis | None = None) -> int:

@@ -138,6 +138,7 @@ def level(audio: np.ndarray, sample_rate: int, target_lufs: float, ceiling_dbtp:
         if now.lufs is None or abs(now.lufs - target_lufs) <= _TOLERANCE_LU:
             break
         (g0, l0), (g1, l1) = tried[-2] if len(tried) > 1 else (plain - 1.0, now.lufs - 1.0), tried[-1]
+        assert l1 is not None   # tried[-1] is ``now``, measured: checked above
         slope = (l1 - l0) / (g1 - g0) if g1 != g0 and l0 is not None else 1.0
         gain = min(plain + MAX_EXTRA_GAIN_DB, g1 + (target_lufs - l1) / max(slope, 0.1))
         if gain == g1:

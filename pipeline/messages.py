@@ -38,7 +38,7 @@ def job_ids_in_messages(client: redis.Redis, queues: Sequence[str], task: str = 
     return ids
 
 
-def _list_items(client: redis.Redis, key: str) -> Iterator[bytes]:
+def _list_items(client: redis.Redis, key: str) -> Iterator[bytes | str]:
     start = 0
     while True:
         page = client.lrange(key, start, start + _PAGE - 1)
@@ -48,7 +48,7 @@ def _list_items(client: redis.Redis, key: str) -> Iterator[bytes]:
         start += _PAGE
 
 
-def _loads(raw: bytes):
+def _loads(raw: bytes | str):
     try:
         return json.loads(raw)
     except ValueError:

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -118,21 +119,21 @@ def warm(r: Renderer) -> None:
                      name="loudness-warm-up", daemon=True).start()
     if r.live is not None:
         r.live.connect()
-        _warm_live(r)
+        _warm_live(r, r.live)
 
 
-def _warm_live(r: Renderer) -> None:
+def _warm_live(r: Renderer, publisher: LiveAudio) -> None:
     """One short realtime request the way a speech request's job goes: its live stream started
     here, its audio published by the engine (in its own process, where it has one) or here. The
     engine's own warm-up ran without a live stream and, for an engine in a process of its own, on
     the far side of the pipe: the first stream after boot paid for both (30 ms on a GPU). The
     stream's key expires with the live TTL; nobody listens to it."""
     info = r.engine.info
-    job_id = f"warm-up-{r.live.owner}"
-    if not r.live.start(job_id, info.sample_rate):
+    job_id = f"warm-up-{publisher.owner}"
+    if not publisher.start(job_id, info.sample_rate):
         return
     spec = LiveSpec(job_id, 1, int(info.sample_rate * r.crossfade_ms / 1000))
-    live = None if r.engine.publishes_live else LiveJob(r.live, spec.job_id, spec.pieces, spec.fade)
+    live = None if r.engine.publishes_live else LiveJob(publisher, spec.job_id, spec.pieces, spec.fade)
     request = SynthesisRequest((job_id, 0), "Warm up.", info.voices[0], realtime=True, job=job_id,
                                live=spec if r.engine.publishes_live else None)
     for chunk in r.engine.synthesize([request]):
@@ -250,6 +251,7 @@ def _lexicon(r: Renderer, job: Job):
     """The job's lexicon version, compiled; LexiconNotFound where it was deleted since."""
     if job.lexicon_id is None:
         return None
+    assert job.lexicon_version is not None   # plan_batch writes the two together
     with r.sessions() as session:
         return r.lexicons.get(session, Pin(job.lexicon_id, job.lexicon_version))
 
@@ -271,7 +273,7 @@ def _live(r: Renderer, job: Job, pieces: int) -> tuple[LiveJob | None, LiveSpec 
 
 
 def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome: Outcome) -> None:
-    job_id, index = chunk.key
+    job_id, index = cast(tuple[str, int], chunk.key)   # the keys _plan gave its requests
     state = states.get(job_id)
     if state is None:  # the job already failed on another piece
         return
@@ -322,6 +324,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
                 outcome.closed.append(job.batch_id)   # one write for a speech request's job and batch
             session.commit()
         if checked and checked[0] == PENDING:   # recorded first: a check never finds its job unfinished
+            assert isinstance(r.verifier, LaterChecks)   # the only verifier that leaves a job pending
             r.verifier.send(job.id)
         elif checked and r.retakes is not None:   # a bad render is rendered again (pipeline/retake.py)
             r.retakes.after(job, checked[0], 1)

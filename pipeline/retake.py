@@ -4,11 +4,14 @@ pipeline/verify/retakes.py keeps the better of the two renders."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 from sqlalchemy import update
 
 from pipeline import audio, textfront
 from pipeline.db.models import Job, JobMetrics, JobStatus
+from pipeline.db.session import rows_matched
 from pipeline.engines.base import SynthesisRequest
 from pipeline.errors import PermanentError, RetryableError
 from pipeline.formats import get_format
@@ -46,7 +49,7 @@ def render_again(r: Renderer, job_id: str, render: int) -> bool:
             **pending_record(info.profile(job.voice))}   # the voice, for a verify worker
     extra = metrics.extra or {}
     if isinstance(r.verifier, LaterChecks):
-        _queue_check(r, job, metrics, {**take, "prior": metrics.verdict})
+        _queue_check(r, r.verifier, job, metrics, {**take, "prior": metrics.verdict})
         return True
     result = r.verifier.check(samples, info.sample_rate, job.text, info.profile(job.voice),
                               job_lexicon(r.sessions, r.lexicons, job.lexicon_id, job.lexicon_version))
@@ -61,17 +64,17 @@ def render_again(r: Renderer, job_id: str, render: int) -> bool:
     return True
 
 
-def _queue_check(r: Renderer, job: Job, metrics: JobMetrics, take: dict) -> None:
+def _queue_check(r: Renderer, later: LaterChecks, job: Job, metrics: JobMetrics, take: dict) -> None:
     """The retake's check goes to the verify queue: the job's verdict is pending meanwhile (the
     reconciler finds a lost check by it), the kept render's verdict kept with the retake."""
     with r.sessions() as session:
-        moved = session.execute(
+        moved = rows_matched(session.execute(
             update(JobMetrics).where(JobMetrics.job_id == job.id, JobMetrics.verdict == metrics.verdict)
             .values(verdict=PENDING, extra={**(metrics.extra or {}), "retake": take})
-            .execution_options(synchronize_session=False)).rowcount
+            .execution_options(synchronize_session=False)))
         session.commit()
     if moved:
-        r.verifier.send(job.id)
+        later.send(job.id)
 
 
 def _synthesize(r: Renderer, job: Job, seed: int) -> np.ndarray:
@@ -88,7 +91,7 @@ def _synthesize(r: Renderer, job: Job, seed: int) -> np.ndarray:
         if chunk.error is not None:
             raise PermanentError(f"the retake failed: {chunk.error}") from chunk.error
         if chunk.audio.size:
-            pieces[chunk.key[1]].append(chunk.audio)
+            pieces[cast(tuple[str, int], chunk.key)[1]].append(chunk.audio)   # the requests' keys, above
     joined = [np.concatenate(p) if p else np.zeros(0, np.float32) for p in pieces]
     samples = audio.join(joined, info.sample_rate, r.crossfade_ms, pauses)
     if samples.size == 0:

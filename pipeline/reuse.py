@@ -98,7 +98,7 @@ def finish_with_copy(sessions: sessionmaker[Session], store: ObjectStore, job: J
     with sessions() as session:
         found = session.get(StoredRender, ident)
         source = session.get(Job, found.job_id) if found is not None else None
-        if source is None or source.id == job.id or source.status != JobStatus.DONE or not source.object_key:
+        if found is None or source is None or source.id == job.id or source.status != JobStatus.DONE or not source.object_key:
             return False
         had = session.get(JobMetrics, source.id)
         kept = (found.metrics or {}) if had is None else {k: getattr(had, k) for k in (*AUDIO_METRICS, "synth_s")}

@@ -13,7 +13,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import (
@@ -32,6 +32,10 @@ from pipeline.errors import InputError
 FORMATS = ("wav", "mp3", "ogg", "flac")
 _ORPHEUS = OrpheusConfig()
 _REALTIME = RealtimeConfig()
+if TYPE_CHECKING:
+    Switch = str   # a checker cannot read a Literal built from a tuple at run time
+else:
+    Switch = Literal[SWITCHES]   # the names of Switches' fields, checked as the settings load
 
 
 def _default_data_dir() -> Path:
@@ -103,7 +107,7 @@ class Settings(BaseSettings):
     # Orpheus paths to turn off when ruling one out (a new GPU, driver or Triton), each falling
     # back to the path it replaces (pipeline/engines/orpheus/config.py, Switches), e.g.
     # SYNTH_ORPHEUS_DISABLE=fused_sampler,codec_fused. Empty: all on, as serving runs.
-    orpheus_disable: Annotated[tuple[Literal[SWITCHES], ...], NoDecode] = ()
+    orpheus_disable: Annotated[tuple[Switch, ...], NoDecode] = ()
     # capture the decode step at boot (False: eager, for debugging)
     cuda_graphs: bool = _ORPHEUS.cuda_graphs
     # KV-cache rows kept free for realtime streams (0: an eighth)
@@ -299,6 +303,7 @@ class Settings(BaseSettings):
     @classmethod
     def _zero_is_default(cls, v: int, info: ValidationInfo) -> int:
         """0, which once stood for the engine's default, still does."""
+        assert info.field_name is not None   # a field validator's
         return v or getattr(_REALTIME, info.field_name.removeprefix("realtime_"))
 
     @field_validator("orpheus_disable", "voices", mode="before")

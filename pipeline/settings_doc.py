@@ -79,7 +79,9 @@ def render() -> str:
 
 def groups() -> list[Group]:
     """The fields in the order the class declares them, grouped as its blank lines group them."""
-    source = Path(inspect.getsourcefile(Settings)).read_text()
+    path = inspect.getsourcefile(Settings)
+    assert path is not None   # a module read from its .py file
+    source = Path(path).read_text()
     lines = source.splitlines()
     comments = {tok.start[0]: (tok.start[1], tok.string.lstrip("#").strip())
                 for tok in tokenize.generate_tokens(io.StringIO(source).readline)
@@ -117,11 +119,12 @@ def _entry(name: str, *comments: str) -> Entry:
 def _inline(stmt: ast.AnnAssign, lines: list[str], comments: dict, taken: set[int]) -> str:
     """The comment at the end of the field's lines, and the comment lines under it that start in
     the same column (their line numbers go into ``taken``)."""
-    found = [comments[n] for n in range(stmt.lineno, stmt.end_lineno + 1) if n in comments]
+    end = stmt.end_lineno or stmt.lineno   # set on every node ast.parse makes
+    found = [comments[n] for n in range(stmt.lineno, end + 1) if n in comments]
     if not found:
         return ""
     column, text = found[-1]
-    n = stmt.end_lineno + 1
+    n = end + 1
     while n in comments and comments[n][0] == column and lines[n - 1].strip().startswith("#"):
         text += " " + comments[n][1]
         taken.add(n)

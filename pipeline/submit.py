@@ -114,6 +114,7 @@ def plan_item_batch(settings: Settings, items: Sequence[Item], options: BatchOpt
                     queued: bool = False, **batch_columns) -> db.PlannedBatch:
     """``create_item_batch``'s rows, validated, without the database (``db.plan_batch``)."""
     opts = resolve_options(settings, options)
+    assert opts.voice is not None and opts.format is not None   # resolve_options fills them
     seen: set[str] = set()
     jobs = []
     for index, item in enumerate(items):

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.db.models import TERMINAL, Batch, Job
 from pipeline.db.models_api import ApiKey, KeyUsage
+from pipeline.db.session import rows_matched
 from pipeline.errors import InputError, QuotaExceededError
 
 QUOTAS = ("chars_per_day", "audio_s_per_day", "live_streams")
@@ -145,7 +146,7 @@ def set_quotas(session: Session, key_id: str, changes: dict[str, float | None]) 
         # number past the column overflows it: a traceback, not an answer
         if value is not None and not (0 <= value <= MAX_QUOTA[name]):
             raise InputError(f"{name} {value}: give a number from 0 to {MAX_QUOTA[name]:,}, or none for no limit")
-    moved = session.execute(update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
-                            .values(**changes)).rowcount
+    moved = rows_matched(session.execute(update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+                            .values(**changes)))
     if moved != 1:
         raise InputError(f"no active key with id {key_id!r} (see `synth keys list`)")

@@ -52,7 +52,7 @@ def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: 
         log.warning("%s: jobs wait until it takes writes again: %s", e.state, e)
         fault = e
     live = LiveAudio.from_url(broker_url, settings.live_stream_ttl) if broker_url else None
-    if live is not None:
+    if live is not None and broker_url:   # (a live publisher is made with a broker only)
         engine.publish_live(broker_url, settings.live_stream_ttl, live.owner)
     renderer = Renderer(engine=engine, store=store,
                         sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),

@@ -66,7 +66,7 @@ class Channel(kombu_redis.Channel):
                 self.dead_letter(item, dest, problem)
             return True
         finally:
-            self._in_poll = None
+            self._in_poll = None  # type: ignore[assignment]  # as kombu's own _brpop_read; its class attribute says bool
             flush = getattr(self, "_flush_brpop_reauth", None)
             if flush is not None:
                 flush()

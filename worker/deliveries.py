@@ -114,6 +114,7 @@ class DeliveryConsumer:
         due = _eta(message)
         if due is not None and due > time.time():
             heapq.heappush(self._held, (due, next(self._order), body, message))
+            assert self._qos is not None   # made before consuming starts (_consume)
             self._qos.increment_eventually()
             return
         self._dispatch(body, message)
@@ -122,6 +123,7 @@ class DeliveryConsumer:
         now = time.time()
         while self._held and self._held[0][0] <= now:
             _, _, body, message = heapq.heappop(self._held)
+            assert self._qos is not None   # made before consuming starts (_consume)
             self._qos.decrement_eventually()
             self._dispatch(body, message)
 
@@ -146,6 +148,7 @@ class DeliveryConsumer:
             except OperationalError:
                 log.exception("webhook message %s left for redelivery", _message_id(message))
                 return
+            assert self._qos is not None   # made before consuming starts (_consume)
             if not self.gate.enter(receiver, (args, kwargs, message)):
                 self._qos.increment_eventually()    # in its receiver's line, off the prefetch count
                 return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from celery import Celery
 from sqlalchemy.exc import OperationalError
@@ -72,7 +73,7 @@ def _names_no_job(runtime, job_ids: list[str]) -> bool:
 
 
 def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception,
-                   errors: dict[str, Exception] | None = None) -> Exception:
+                   errors: Mapping[str, Exception] | None = None) -> Exception:
     """The exception the task raises: a Retry, or ``error`` once retries are used up (jobs failed,
     each with its own reason from ``errors`` where given).
 

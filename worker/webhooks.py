@@ -137,8 +137,10 @@ def receiver_of(app: Celery, delivery_id: str | None) -> Receiver | None:
         return None
     with _sessions(app)() as session:
         url = deliveries.url_of(session, delivery_id)
+    if not url:
+        return None
     try:
-        _, host, port = ssrf.parse_url(url) if url else (None, None, None)
+        _, host, port = ssrf.parse_url(url)
     except ssrf.WebhookURLError:
         return None
     return (host, port) if host else None

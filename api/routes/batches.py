@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 
 from api import creating, idempotency, pagination
-from api.deps import CurrentKey, KeyFirstRoute, Session, State
+from api.deps import CurrentKey, KeyFirstRoute, Responses, Session, State
 from api.ids import could_exist
 from api.schemas import (EVENTS_WITHOUT_URL, URL_PATTERN, BatchCreate, BatchOut, BatchPage, CancelOut, DeleteOut,
                          JobPage, Priority, RetryOut, WebhookEvent, both_names)
@@ -27,8 +27,8 @@ from worker.enqueue import send_messages
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"], route_class=KeyFirstRoute)
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="Retry-safe creation")]
-NOT_FOUND = {404: {"description": "no such batch for this key"}}
-NO_LEXICON = {404: {"description": "no such lexicon for this key"}}
+NOT_FOUND: Responses = {404: {"description": "no such batch for this key"}}
+NO_LEXICON: Responses = {404: {"description": "no such lexicon for this key"}}
 
 
 def _own(session, key, batch_id: str) -> Batch:

@@ -11,13 +11,14 @@ accepted: this is an operator view.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from html import escape
 from pathlib import Path
 from string import Template
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Header, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import State
@@ -48,6 +49,7 @@ SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'sel
 async def dashboard_data(state: State, _: DashboardAccess) -> dict:
     """The console's numbers: batches in progress, the last 24 h per time bucket, workers, latest
     failures, latest report headline, queue depths, dead letters."""
+    assert state.console is not None   # set as the app starts (api/app.py)
     return await run_in_threadpool(state.console)
 
 
@@ -61,6 +63,7 @@ async def dashboard(request: Request, state: State,
         if e.status_code != 401:
             raise
         return login_page(e.headers)
+    assert state.console is not None   # set as the app starts (api/app.py)
     data = await run_in_threadpool(state.console)
     return HTMLResponse(render(data), headers=SECURITY_HEADERS)
 
@@ -70,7 +73,7 @@ async def dashboard(request: Request, state: State,
                         401: {"description": "not the token of SYNTH_DASHBOARD_TOKEN"},
                         429: {"description": "too many tries from this address (Retry-After)"},
                         400: {"description": "a token in the query string"}})
-async def login(request: Request, state: State, token: Annotated[str, Form(min_length=1, max_length=1000)]) -> HTMLResponse:
+async def login(request: Request, state: State, token: Annotated[str, Form(min_length=1, max_length=1000)]) -> Response:
     """Log a browser in with the operator token, sent in the form's body (never in the URL)."""
     refuse_query_token(request)
     tokens = dashboard_tokens(state.settings)
@@ -104,7 +107,7 @@ async def static(name: str, _: DashboardAccess) -> FileResponse:
                                                          "X-Content-Type-Options": "nosniff"})
 
 
-def login_page(headers: dict | None, message: str = "") -> HTMLResponse:
+def login_page(headers: Mapping[str, str] | None, message: str = "") -> HTMLResponse:
     body = LOGIN.substitute(message=f'<p class="error">{escape(message)}</p>' if message else "")
     return HTMLResponse(body, status_code=401, headers={**SECURITY_HEADERS, **(headers or {})})
 

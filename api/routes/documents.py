@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BeforeValidator
 
 from api import creating, idempotency
-from api.deps import CurrentKey, KeyFirstRoute, Session, State
+from api.deps import CurrentKey, KeyFirstRoute, Responses, Session, State
 from api.ids import could_exist
 from api.routes.batches import IdempotencyKey, _digits, one_file
 from api.schemas import (EVENTS_WITHOUT_URL, URL_PATTERN, CancelOut, ChapterOut, DeleteOut, DocumentOut, Priority,
@@ -36,7 +36,7 @@ from worker.documents import send_assembly
 from worker.enqueue import send_messages
 
 router = APIRouter(prefix="/v1/documents", tags=["documents"], route_class=KeyFirstRoute)
-NOT_FOUND = {404: {"description": "no such document for this key"}}
+NOT_FOUND: Responses = {404: {"description": "no such document for this key"}}
 MAX_COVER_BYTES = 10 * 1024 * 1024
 
 
@@ -82,19 +82,19 @@ def create_document(key: CurrentKey, state: State, session: Session,
     source = (file.filename or "upload")[:200]
     if any("\x00" in v for v in (source, title, author, voice, name, webhook_url) if v):
         raise HTTPException(400, detail="form fields and the file name must not contain NUL characters")
-    kind = _kind(source, kind)
+    doc_kind = _kind(source, kind)
     data = file.file.read()
     cover_data = cover.file.read(MAX_COVER_BYTES + 1) if cover is not None else None
     if cover_data is not None and len(cover_data) > MAX_COVER_BYTES:
         raise HTTPException(400, detail=f"the cover is over {MAX_COVER_BYTES:,} bytes")
     settings = state.settings
-    doc = read_document(data, kind, source=source, max_bytes=settings.max_document_bytes)
+    doc = read_document(data, doc_kind, source=source, max_bytes=settings.max_document_bytes)
     outline = plan_outline(settings, doc, fmt=format, title=title, author=author,
                            fallback_title=PurePath(source).stem or "document")
     jobs = document_jobs(doc, settings.max_line_chars)
     if len(jobs) > settings.api_max_batch_items:
         raise HTTPException(400, detail=f"{len(jobs):,} jobs; the limit per batch is {settings.api_max_batch_items:,}")
-    form = idempotency.canonical(kind=kind, title=title, author=author, format=format, voice=voice,
+    form = idempotency.canonical(kind=doc_kind, title=title, author=author, format=format, voice=voice,
                                  sample_rate=sample_rate, priority=priority, name=name, webhook_url=webhook_url,
                                  webhook_events=webhook_events)
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/documents", form, data, cover_data or b"")
@@ -114,7 +114,7 @@ def create_document(key: CurrentKey, state: State, session: Session,
     except BaseException:
         _withdraw(state, made)
         raise
-    body = _document(state, session, session.get(Batch, batch_id)).model_dump(mode="json")
+    body = _document(state, session, session.get_one(Batch, batch_id)).model_dump(mode="json")
     return JSONResponse(body, status_code=201, headers={"Idempotent-Replayed": "false" if created else "true"})
 
 
@@ -215,6 +215,7 @@ def _document(state, session, batch: Batch) -> DocumentOut:
     found = assembled(state.store, batch.id)
     error = None if found else failure(state.store, batch.id)
     base = f"/v1/documents/{batch.id}/files/"
+    status: Literal["queued", "running", "assembling", "finished", "failed", "cancelled"]
     if out.status != "finished":
         status = out.status
     elif out.counts.get("failed") or out.counts.get("cancelled"):

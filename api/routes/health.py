@@ -3,6 +3,8 @@ api/operator.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import redis
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
@@ -26,7 +28,7 @@ def healthz() -> dict:
 @router.get("/readyz", responses={503: {"description": "a dependency is unreachable"}})
 async def readyz(state: State) -> JSONResponse:
     """Database, Redis and object storage are reachable, and the storage takes writes."""
-    checks = {
+    checks: dict[str, Callable[[], object]] = {
         "database": lambda: check_reachable(state.db),
         "redis": state.redis.ping,
         "storage": state.store.check,

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response, Streamin
 from starlette.concurrency import run_in_threadpool
 
 from api import creating, idempotency
-from api.deps import CurrentKey, KeyFirstRoute, Session, State
+from api.deps import CurrentKey, KeyFirstRoute, Responses, Session, State
 from api.ids import could_exist
 from api.livehub import OwnerLimitError
 from api.schemas import JobCreate, JobOut
@@ -26,7 +26,7 @@ from pipeline.submit import BatchOptions, Item, create_item_batch
 from pipeline.verify.jobs import CAPTION_TYPES, caption_key
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=KeyFirstRoute)
-NOT_FOUND = {404: {"description": "no such job for this key"}}
+NOT_FOUND: Responses = {404: {"description": "no such job for this key"}}
 
 
 def own_job(session, key: ApiKey, job_id: str) -> Job:

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import CurrentKey, KeyFirstRoute, Session, State
+from api.deps import CurrentKey, KeyFirstRoute, Responses, Session, State
 from api.schemas import MAX_VERSION
 from pipeline.db.models import as_utc
 from pipeline.db.models_lexicons import Lexicon
@@ -23,8 +23,8 @@ from pipeline.lexicon.entries import MAX_SAYS_CHARS, MAX_WRITTEN_CHARS, Entry
 from worker.enqueue import send_messages
 
 router = APIRouter(prefix="/v1/lexicons", tags=["lexicons"], route_class=KeyFirstRoute)
-NOT_FOUND = {404: {"description": "no such lexicon (or batch) for this key"}}
-REFUSED = {**NOT_FOUND, 400: {"description": "an entry, file, name or version that is refused, with the reason"}}
+NOT_FOUND: Responses = {404: {"description": "no such lexicon (or batch) for this key"}}
+REFUSED: Responses = {**NOT_FOUND, 400: {"description": "an entry, file, name or version that is refused, with the reason"}}
 # Checked by the entry rules (pipeline/lexicon/entries.py) with a clear 400; these bounds only keep
 # a request from carrying megabytes into them.
 _WRITTEN = Field(max_length=MAX_WRITTEN_CHARS * 50)

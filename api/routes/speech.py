@@ -90,6 +90,7 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State, request: Req
     if idempotency_key is None:
         if usage.has_daily_quota(key):   # a read only for a key with a quota: the first byte waits on it
             await run_in_threadpool(_check_quota, state, key, len(body.input))
+        assert state.create_speech is not None   # set as the app starts (api/app.py)
         job_id = await state.create_speech(partial(_plan, state, key, body, voice, pin))
     else:   # a replay may answer with an existing job: the request's own transaction
         job_id = await run_in_threadpool(_create, state, key, body, voice, pin, idempotency_key)

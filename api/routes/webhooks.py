@@ -60,7 +60,8 @@ class DeliveryPage(BaseModel):
 def _secret_out(row: WebhookSecret) -> SecretOut:
     live = len(secrets.signing_secrets(row)) > 1
     return SecretOut(secret=row.secret, rotated_at=row.rotated_at and as_utc(row.rotated_at),
-                     previous_secret_valid_until=as_utc(row.previous_until) if live else None)
+                     previous_secret_valid_until=as_utc(row.previous_until)
+                     if live and row.previous_until is not None else None)
 
 
 @router.get("/secret", response_model=SecretOut)

@@ -94,9 +94,12 @@ def latest_failures(session: Session) -> list[dict]:
         .join(Batch, Batch.id == Job.batch_id).outerjoin(ApiKey, ApiKey.id == Batch.owner_key_id)
         .where(Job.status == JobStatus.FAILED, Job.finished_at.is_not(None))
         .order_by(Job.finished_at.desc()).limit(SHOWN_FAILURES))
-    return [{"job_id": job_id, "batch_id": batch_id, "client_id": client_id, "reason": reason(error),
-             "error": (error or "")[:500], "finished_at": as_utc(finished).isoformat(timespec="seconds"),
-             "owner": owner or CLI_OWNER,
-             # the job's resource: its owner's key reads it there; CLI jobs have `synth status`
-             "link": f"/v1/jobs/{job_id}" if key_id else None}
-            for job_id, batch_id, client_id, error, finished, owner, key_id in rows]
+    failures = []
+    for job_id, batch_id, client_id, error, finished, owner, key_id in rows:
+        assert finished is not None   # selected where it is set
+        failures.append({"job_id": job_id, "batch_id": batch_id, "client_id": client_id, "reason": reason(error),
+                         "error": (error or "")[:500], "finished_at": as_utc(finished).isoformat(timespec="seconds"),
+                         "owner": owner or CLI_OWNER,
+                         # the job's resource: its owner's key reads it there; CLI jobs have `synth status`
+                         "link": f"/v1/jobs/{job_id}" if key_id else None})
+    return failures

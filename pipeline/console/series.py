@@ -77,8 +77,10 @@ def ttfb(session: Session, start: datetime, first: int) -> dict[str, dict[str, l
             select(b, Job.priority, JobMetrics.ttfb_s).join(Job, Job.id == JobMetrics.job_id).where(*where)):
         values[(int(bucket), priority)].append(seconds)
     for (bucket, priority), seconds in sorted(values.items()):
-        out[priority]["p50"].append([bucket - first, round(percentile(seconds, 50), 4)])
-        out[priority]["p95"].append([bucket - first, round(percentile(seconds, 95), 4)])
+        p50, p95 = percentile(seconds, 50), percentile(seconds, 95)
+        assert p50 is not None and p95 is not None   # a bucket has a value at least
+        out[priority]["p50"].append([bucket - first, round(p50, 4)])
+        out[priority]["p95"].append([bucket - first, round(p95, 4)])
     return dict(out)
 
 

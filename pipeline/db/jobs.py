@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, new_id, sources_of, utcnow
 from pipeline.db.models_api import ApiKey
+from pipeline.db.session import rows_matched
 from pipeline import usage
 from pipeline.errors import IllegalTransitionError
 from pipeline.lexicon.store import Pin
@@ -88,7 +89,7 @@ def insert_batches(session: Session, planned: Sequence[PlannedBatch]) -> None:
 def insert_batch(session: Session, planned: PlannedBatch) -> Batch:
     """Insert one planned batch and its jobs; the caller commits."""
     insert_batches(session, [planned])
-    return session.get(Batch, planned.id)
+    return session.get_one(Batch, planned.id)
 
 
 def create_batch(session: Session, **fields) -> Batch:
@@ -118,17 +119,17 @@ def transition(session: Session, job_ids: Iterable[str], to: JobStatus, **values
         .values(status=to, updated_at=utcnow(), **values)
         .execution_options(synchronize_session=False)
     )
-    return result.rowcount
+    return rows_matched(result)
 
 
 def mark_batch_queued(session: Session, batch_id: str) -> int:
     now = utcnow()
-    return session.execute(
+    return rows_matched(session.execute(
         update(Job)
         .where(Job.batch_id == batch_id, Job.status == JobStatus.PENDING)
         .values(status=JobStatus.QUEUED, queued_at=now, updated_at=now)
         .execution_options(synchronize_session=False)
-    ).rowcount
+    ))
 
 
 def claim(session: Session, job_ids: Sequence[str]) -> list[Job]:
@@ -137,13 +138,13 @@ def claim(session: Session, job_ids: Sequence[str]) -> list[Job]:
     harmless. A job whose API key was revoked is not rendered: it is cancelled here (revocation
     cancels the key's open jobs, this catches one created in the moment before it)."""
     now = utcnow()
-    claimed = session.execute(
+    claimed = rows_matched(session.execute(
         update(Job)
         .where(Job.id.in_(job_ids), Job.status.in_(sources_of(JobStatus.RUNNING)), ~_revoked_owner())
         .values(status=JobStatus.RUNNING, attempts=Job.attempts + 1, started_at=now, updated_at=now,
                 error=None)
         .execution_options(synchronize_session=False)
-    ).rowcount
+    ))
     if claimed < len(set(job_ids)):   # a finished or cancelled job, or a revoked key's
         for target in (JobStatus.CANCELLED, JobStatus.FAILED):   # open; or running (a redelivery)
             session.execute(

@@ -129,7 +129,8 @@ class Job(Base):
     # again with a new one (pipeline/documents/rerender.py); part of the render's identity.
     seed: Mapped[int | None] = mapped_column(Integer)
     priority: Mapped[str] = mapped_column(String(16), default="batch")
-    queue: Mapped[str | None] = mapped_column(String(64))
+    # every job is written with its queue (submit.queue_for); the column is nullable as 0001 made it
+    queue: Mapped[str] = mapped_column(String(64), nullable=True)
     status: Mapped[JobStatus] = mapped_column(_status, default=JobStatus.PENDING)
     webhook_url: Mapped[str | None] = mapped_column(String(2000))     # migration 0002, named so by 0005
     webhook_events: Mapped[list | None] = mapped_column(JSON)

@@ -6,8 +6,10 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any, cast
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, Result, create_engine, event, text
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -28,6 +30,12 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+
+
+def rows_matched(result: Result[Any]) -> int:
+    """The rows an UPDATE or DELETE matched. Session.execute is typed as returning a plain Result
+    for every statement; for these it returns a CursorResult, the kind that counts rows."""
+    return cast(CursorResult[Any], result).rowcount
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
@@ -117,7 +125,8 @@ class _GatedCursor(sqlite3.Cursor):
         return self._busy_retry(super().executemany, sql, args)
 
     def _busy_retry(self, run, sql, args):
-        self.connection._begin_write(sql)
+        # the engine's connect_args make every connection a _GatedConnection
+        cast(_GatedConnection, self.connection)._begin_write(sql)
         return _busy_retry(run, sql, *args)
 
 

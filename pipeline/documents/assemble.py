@@ -95,6 +95,7 @@ def assemble(outline: Outline, pieces: Callable[[int], list[Piece]], output: Pat
             words.extend({**w, "start": w["start"] + (start + offset) / rate, "end": w["end"] + (start + offset) / rate}
                          for offset, job_words in spans for w in job_words)
             start += pcm.size
+    assert rate is not None   # a document has a chapter (pipeline/documents/plan.py)
     whole_name = f"{base}.{fmt}"
     meta = work / "whole.ffmeta"
     meta.write_text(_ffmetadata(outline, marks, rate), encoding="utf-8")
@@ -168,6 +169,7 @@ def _chapter(outline: Outline, pieces: list[Piece], n: int, *, last: bool
         parts.append(audio)
         at += audio.size
         previous = piece.place
+    assert rate is not None   # a chapter has a job
     speech = np.concatenate(parts)
     ceiling = loudness.ceiling_for(outline.true_peak, outline.format in _LOSSY)
     levelled, _ = loudness.level(speech, rate, outline.loudness, ceiling)

@@ -132,9 +132,10 @@ class _Book:
         if "META-INF/container.xml" not in self.names:
             raise InputError(f"{self.source}: not an EPUB: no META-INF/container.xml")
         root = self.xml("META-INF/container.xml").find(".//c:rootfile", _NS)
-        if root is None or not root.get("full-path"):
+        path = root.get("full-path") if root is not None else None
+        if not path:
             raise InputError(f"{self.source}: META-INF/container.xml names no package (rootfile)")
-        return root.get("full-path")
+        return path
 
     def document(self, opf: ET.Element, opf_path: str) -> Document:
         base = posixpath.dirname(opf_path)
@@ -170,12 +171,7 @@ class _Book:
         ncx = items.get(spine.get("toc")) if spine is not None else None
         if ncx is not None:
             path = _join(base, ncx.get("href"))
-            root = self.xml(path)
-            entries = ((" ".join("".join(p.find("ncx:navLabel", _NS).itertext()).split())
-                        if p.find("ncx:navLabel", _NS) is not None else "",
-                        (p.find("ncx:content", _NS).get("src") if p.find("ncx:content", _NS) is not None else ""))
-                       for p in root.iter(f"{{{_NS['ncx']}}}navPoint"))
-            return _first_titles(path, entries)
+            return _first_titles(path, _ncx_entries(self.xml(path)))
         return {}
 
 
@@ -184,6 +180,13 @@ def _nav_entries(root: ET.Element) -> Iterable[tuple[str, str]]:
     for nav in navs or list(root.iter(f"{_XHTML}nav"))[:1]:
         for a in nav.iter(f"{_XHTML}a"):
             yield " ".join("".join(a.itertext()).split()), a.get("href") or ""
+
+
+def _ncx_entries(root: ET.Element) -> Iterable[tuple[str, str]]:
+    for point in root.iter(f"{{{_NS['ncx']}}}navPoint"):
+        label, content = point.find("ncx:navLabel", _NS), point.find("ncx:content", _NS)
+        yield (" ".join("".join(label.itertext()).split()) if label is not None else "",
+               (content.get("src") or "") if content is not None else "")
 
 
 def _first_titles(toc_path: str, entries: Iterable[tuple[str, str]]) -> dict[str, str]:

@@ -15,7 +15,7 @@ under; a heading's final full stop is kept, since "CHAPTER IV." is common.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from pipeline.documents.model import MAX_TITLE_CHARS, Chapter, Document, finish, paragraph
 
@@ -50,7 +50,7 @@ def read_plain_text(text: str, *, source: str) -> Document:
     return finish(title, None, chapters, source)
 
 
-def _paragraphs(lines: Iterable[str]) -> Iterable[list[str]]:
+def _paragraphs(lines: Iterable[str]) -> Iterator[list[str]]:
     block: list[str] = []
     for line in lines:
         if line.strip():

@@ -40,7 +40,7 @@ def document_jobs(doc: Document, max_chars: int) -> list[tuple[Place, str]]:
     sentences (then clauses, then words), as a corpus line's chunks do."""
     if len(doc.chapters) > 9999:
         raise InputError(f"the document has {len(doc.chapters):,} chapters; the limit is 9,999")
-    jobs = []
+    jobs: list[tuple[Place, str]] = []
     for c, chapter in enumerate(doc.chapters, start=1):
         spoken = chapter.spoken()
         if len(spoken) > 99_999:

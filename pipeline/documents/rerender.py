@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from pipeline import reuse
 from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, utcnow
+from pipeline.db.session import rows_matched
 from pipeline.documents.batch import load_outline
 from pipeline.documents.plan import place_of
 from pipeline.documents.stored import CHAPTERS_FILE, DOCUMENT_KIND, assembled, error_key, failure, file_key
@@ -140,11 +141,11 @@ def queue(session: Session, store: ObjectStore, planned: Rerender) -> int:
     moved = 0
     for n, ids in planned.jobs.items():
         for start in range(0, len(ids), _ROWS_PER_UPDATE):
-            moved += session.execute(
+            moved += rows_matched(session.execute(
                 update(Job).where(Job.id.in_(ids[start:start + _ROWS_PER_UPDATE]), Job.status.in_(_FINISHED))
                 .values(status=JobStatus.QUEUED, seed=planned.seeds[n], queued_at=now, finished_at=None,
                         error=None, updated_at=now)
-                .execution_options(synchronize_session=False)).rowcount
+                .execution_options(synchronize_session=False)))
     if moved != planned.total:
         raise DocumentBusyError(f"document {planned.batch_id} changed while its chapters were queued again; "
                                 "try again")

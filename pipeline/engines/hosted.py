@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import redis
@@ -189,9 +189,9 @@ class _Forward:
         with self.lock:          # the loop's and the codec's threads both put
             if self.specs:
                 self._publish(chunk)
-            chunk = self._hold(chunk)
-        if chunk is not None:
-            self.outbox.put((self.call, chunk))
+            held = self._hold(chunk)
+        if held is not None:
+            self.outbox.put((self.call, held))
 
     def _hold(self, chunk: AudioChunk) -> AudioChunk | None:
         parts = self.held.get(chunk.key)
@@ -209,7 +209,7 @@ class _Forward:
 
     def _publish(self, chunk: AudioChunk) -> None:
         spec = self.specs.get(chunk.key)
-        if spec is None or spec.job_id in self.dropped:
+        if spec is None or spec.job_id in self.dropped or self.live is None:   # specs are kept with a live
             return
         if chunk.error is not None:   # the worker fails or retries the job, and ends its stream
             self.dropped.add(spec.job_id)
@@ -218,7 +218,7 @@ class _Forward:
         stream = self.streams.get(spec.job_id)
         if stream is None:
             stream = self.streams[spec.job_id] = LiveJob(self.live, spec.job_id, spec.pieces, spec.fade)
-        stream.add(chunk.key[1], chunk.audio, chunk.final)
+        stream.add(cast(tuple[str, int], chunk.key)[1], chunk.audio, chunk.final)   # a live request's (job, piece)
         if stream.complete:
             del self.streams[spec.job_id]
             stream.close()

@@ -54,6 +54,7 @@ class Compiled:
                                 else f"(?P<p{len(patterns)}>(?i:{body}))")
                 continue
             first = _WORD.search(e.written)
+            assert first is not None   # check_entry refuses a written form without a word
             literal = _Literal(first.start(), e.written if e.case_sensitive else e.written.lower(), e)
             table, key = (self._exact, first.group()) if e.case_sensitive else (self._folded, first.group().lower())
             table.setdefault(key, []).append(literal)
@@ -95,6 +96,7 @@ class Compiled:
             return text
 
         def sub(m: re.Match) -> str:
+            assert m.lastgroup is not None   # every alternative is a named group, p<n>
             entry = self._pattern_entries[int(m.lastgroup[1:])]
             return _say(entry, m.group(), out, takes_phonemes)
 
@@ -127,6 +129,7 @@ def _say(entry: Entry, found: str, out: Applied, takes_phonemes: bool) -> str:
     if not takes_phonemes:
         out.skipped_phonemes += 1
         return found
+    assert entry.phoneme is not None   # an entry has an alias or a phoneme (check_entry)
     out.replaced += 1
     out.phonemes.append(entry.phoneme)
     return f" lexphoneme{len(out.phonemes) - 1}x "

@@ -68,7 +68,7 @@ def check_entry(entry: Entry, phonemes: frozenset[str] | None, engine: str) -> E
                          f"the limit is {MAX_WRITTEN_CHARS}")
     if (entry.alias is None) == (entry.phoneme is None):
         raise InputError(f"{what}: give either an alias or a phoneme string")
-    says = (entry.alias if entry.alias is not None else entry.phoneme).strip()
+    says = (entry.alias if entry.alias is not None else entry.phoneme or "").strip()
     if not says:
         raise InputError(f"{what}: what it says is empty")
     if len(says) > MAX_SAYS_CHARS:

@@ -74,17 +74,17 @@ def _lexeme(lexeme: ET.Element, n: int, alphabet: str) -> list[Entry]:
     phoneme = lexeme.find(f"{{{PLS_NS}}}phoneme")
     if not graphemes:
         raise InputError(f"PLS lexeme {n}: no <grapheme>")
-    flags = dict(case_sensitive=lexeme.get(f"{{{SYNTH_NS}}}case-sensitive") == "true",
-                 pattern=lexeme.get(f"{{{SYNTH_NS}}}pattern") == "true")
+    case_sensitive = lexeme.get(f"{{{SYNTH_NS}}}case-sensitive") == "true"
+    pattern = lexeme.get(f"{{{SYNTH_NS}}}pattern") == "true"
     if alias is not None:
-        return [Entry(g, alias=alias.text or "", **flags) for g in graphemes]
+        return [Entry(g, alias=alias.text or "", case_sensitive=case_sensitive, pattern=pattern) for g in graphemes]
     if phoneme is None:
         raise InputError(f"PLS lexeme {n} ({graphemes[0][:40]!r}): neither <alias> nor <phoneme>")
     own = phoneme.get("alphabet", alphabet)
     if own != "ipa":
         raise InputError(f"PLS lexeme {n} ({graphemes[0][:40]!r}): alphabet {own!r}; synth takes IPA "
                          "phonemes (alphabet=\"ipa\")")
-    return [Entry(g, phoneme=phoneme.text or "", **flags) for g in graphemes]
+    return [Entry(g, phoneme=phoneme.text or "", case_sensitive=case_sensitive, pattern=pattern) for g in graphemes]
 
 
 def parse_text(text: str) -> list[Entry]:
@@ -97,11 +97,11 @@ def parse_text(text: str) -> list[Entry]:
         if m is None:
             raise InputError(f"line {n}: expected `word = says` (or `word = /ipa/`), got {line[:60]!r}")
         written, sign, says = m.groups()
-        flags = dict(case_sensitive=sign == "==", pattern=any(c in written for c in "*?"))
+        case_sensitive, pattern = sign == "==", any(c in written for c in "*?")
         if len(says) > 2 and says.startswith("/") and says.endswith("/"):
-            entries.append(Entry(written, phoneme=says[1:-1], **flags))
+            entries.append(Entry(written, phoneme=says[1:-1], case_sensitive=case_sensitive, pattern=pattern))
         else:
-            entries.append(Entry(written, alias=says, **flags))
+            entries.append(Entry(written, alias=says, case_sensitive=case_sensitive, pattern=pattern))
     return entries
 
 
@@ -112,7 +112,7 @@ def to_pls(entries: list[Entry], lang: str = "en-US") -> str:
     for e in entries:
         flags = (' synth:case-sensitive="true"' if e.case_sensitive else "") + \
                 (' synth:pattern="true"' if e.pattern else "")
-        says = f"<alias>{escape(e.alias)}</alias>" if e.alias is not None else f"<phoneme>{escape(e.phoneme)}</phoneme>"
+        says = f"<alias>{escape(e.alias)}</alias>" if e.alias is not None else f"<phoneme>{escape(e.phoneme or '')}</phoneme>"
         lines.append(f"  <lexeme{flags}><grapheme>{escape(e.written)}</grapheme>{says}</lexeme>")
     lines.append("</lexicon>")
     return "\n".join(lines) + "\n"
@@ -120,4 +120,4 @@ def to_pls(entries: list[Entry], lang: str = "en-US") -> str:
 
 def to_text(entries: list[Entry]) -> str:
     return "".join(f"{e.written} {'==' if e.case_sensitive else '='} "
-                   f"{e.alias if e.alias is not None else '/' + e.phoneme + '/'}\n" for e in entries)
+                   f"{e.says}\n" for e in entries)

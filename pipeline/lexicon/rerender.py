@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.db.models import Batch, Job, JobStatus, utcnow
 from pipeline.db.models_lexicons import LOCAL_OWNER, Lexicon
+from pipeline.db.session import rows_matched
 from pipeline.errors import InputError
 from pipeline.lexicon.apply import Compiled
 from pipeline.lexicon.store import NotFound, changed_between, entries_at
@@ -50,6 +51,7 @@ def plan(session: Session, lexicon: Lexicon, *, owner: str, batch_id: str) -> Pl
     changes: dict[int, Compiled] = {}
     touched: dict[int, list[str]] = {}
     for job_id, text, queue, version in rows:
+        assert version is not None   # the batch's lexicon, checked above: its jobs have a version of it
         if version not in changes:
             changes[version] = Compiled(changed_between(entries_at(session, lexicon.id, version), latest)
                                         if version != lexicon.version else [])
@@ -62,12 +64,12 @@ def plan(session: Session, lexicon: Lexicon, *, owner: str, batch_id: str) -> Pl
     now = utcnow()
     for version, ids in touched.items():
         for start in range(0, len(ids), 1000):
-            out.rerendered += session.execute(
+            out.rerendered += rows_matched(session.execute(
                 update(Job).where(Job.id.in_(ids[start:start + 1000]), Job.status.in_(_FINISHED),
                                   Job.lexicon_version == version)
                 .values(status=JobStatus.QUEUED, lexicon_version=lexicon.version, queued_at=now,
                         finished_at=None, error=None, updated_at=now)
-                .execution_options(synchronize_session=False)).rowcount
+                .execution_options(synchronize_session=False)))
     if out.rerendered:
         session.execute(update(Batch).where(Batch.id == batch.id)
                         .values(finished_at=None, lexicon_version=lexicon.version))

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -100,8 +101,8 @@ def list_for(session: Session, *, owner: str) -> list[Lexicon]:
     return list(session.scalars(select(Lexicon).where(Lexicon.owner == owner).order_by(Lexicon.name)))
 
 
-def change(session: Session, checker: Checker, lexicon: Lexicon, *, added: list[Entry] = (),
-           removed: list[str] = (), replace: bool = False) -> bool:
+def change(session: Session, checker: Checker, lexicon: Lexicon, *, added: Sequence[Entry] = (),
+           removed: Sequence[str] = (), replace: bool = False) -> bool:
     """A new version with ``added`` put in and ``removed`` taken out (``replace``: ``added`` is the
     whole lexicon). Everything is checked before anything is written; the caller commits. False,
     and no version, when nothing changes. A written form to remove that no entry has is an error:
@@ -136,6 +137,12 @@ def entries_at(session: Session, lexicon_id: str, version: int) -> list[Entry]:
     if row is None:
         raise NotFound(f"lexicon {lexicon_id} version {version} no longer exists: the lexicon was deleted")
     return [Entry.from_dict(d) for d in row.entries]
+
+
+@overload
+def pin(session: Session, *, owner: str, ref: str, version: int | None = None) -> Pin: ...
+@overload
+def pin(session: Session, *, owner: str, ref: str | None, version: int | None = None) -> Pin | None: ...
 
 
 def pin(session: Session, *, owner: str, ref: str | None, version: int | None = None) -> Pin | None:
@@ -187,7 +194,7 @@ class Versions:
 def job_lexicon(sessions, versions: Versions, lexicon_id: str | None, version: int | None) -> Compiled | None:
     """A job's lexicon version, compiled, for checking its audio; None for a job without one, or
     one whose lexicon was deleted since it rendered (its check then reads the text as written)."""
-    if lexicon_id is None:
+    if lexicon_id is None or version is None:
         return None
     try:
         with sessions() as session:

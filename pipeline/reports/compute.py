@@ -90,7 +90,7 @@ def throughput_row(key: str, jobs: list[DoneJob], prices: Mapping[str, float], p
     by_worker: dict[str, list[DoneJob]] = defaultdict(list)
     for j in jobs:
         by_worker[j.worker_host].append(j)
-    busy_by_type: Counter[str] = Counter()
+    busy_by_type: dict[str, float] = defaultdict(float)
     for worker_jobs in by_worker.values():
         for device_type, typed in _group(worker_jobs, lambda j: j.device_type).items():
             busy_by_type[device_type] += busy_seconds(
@@ -129,18 +129,18 @@ def _percentiles_by_priority(jobs: list[DoneJob], value: Callable[[DoneJob], flo
 
 
 def batching(jobs: list[DoneJob]) -> Batching:
-    sized = [j for j in jobs if j.batch_size]
-    with_max = [j for j in sized if (j.extra or {}).get("max_batch")]
+    sizes = [n for j in jobs if (n := j.batch_size)]
+    with_max = [(n, m) for j in jobs if (n := j.batch_size) and (m := (j.extra or {}).get("max_batch"))]
     extra = [j.extra for j in jobs if j.extra]
     tokens = sum(e.get("tokens", 0) for e in extra if "padded_tokens" in e)
     padded = sum(e.get("padded_tokens", 0) for e in extra)
     slot_steps = sum(e.get("slot_steps", 0) for e in extra if "idle_slot_steps" in e)
     idle = sum(e.get("idle_slot_steps", 0) for e in extra)
     return Batching(
-        jobs_with_size=len(sized),
-        mean_batch_size=ratio(sum(j.batch_size for j in sized), len(sized)),
-        sizes=dict(sorted(Counter(j.batch_size for j in sized).items())),
-        slot_fill=ratio(sum(j.batch_size / j.extra["max_batch"] for j in with_max), len(with_max)),
+        jobs_with_size=len(sizes),
+        mean_batch_size=ratio(sum(sizes), len(sizes)),
+        sizes=dict(sorted(Counter(sizes).items())),
+        slot_fill=ratio(sum(n / m for n, m in with_max), len(with_max)),
         padding_fraction=ratio(padded, tokens + padded) if any("padded_tokens" in e for e in extra) else None,
         idle_slot_fraction=ratio(idle, slot_steps) if any("idle_slot_steps" in e for e in extra) else None,
         jobs_with_extra=len(extra),

@@ -63,7 +63,7 @@ def characters_done(session: Session, since: datetime, until: datetime) -> int:
 
 def failure_errors(session: Session, since: datetime, until: datetime) -> list[tuple[str | None, int]]:
     """(error, jobs) for the jobs that failed in the period; grouped in SQL, normalized in Python."""
-    return [tuple(r) for r in session.execute(
+    return [(error, n) for error, n in session.execute(
         select(Job.error, func.count()).where(*_finished_in(since, until, JobStatus.FAILED)).group_by(Job.error)
     )]
 
@@ -92,7 +92,7 @@ def verdicts(session: Session, since: datetime, until: datetime) -> dict[str, in
         select(JobMetrics.verdict, func.count()).join(Job, Job.id == JobMetrics.job_id)
         .where(*_finished_in(since, until, JobStatus.DONE), JobMetrics.verdict.is_not(None),
                JobMetrics.verdict != "pending")   # its check waits on the verify queue: not checked yet
-        .group_by(JobMetrics.verdict))}
+        .group_by(JobMetrics.verdict)) if v is not None}
 
 
 def reused(session: Session, since: datetime, until: datetime) -> tuple[int, float]:
@@ -100,7 +100,7 @@ def reused(session: Session, since: datetime, until: datetime) -> tuple[int, flo
     n, saved = session.execute(
         select(func.count(JobMetrics.reused_s), func.coalesce(func.sum(JobMetrics.reused_s), 0.0))
         .join(Job, Job.id == JobMetrics.job_id).where(*_finished_in(since, until, JobStatus.DONE))).one()
-    return int(n), float(saved)
+    return int(n), float(saved or 0.0)
 
 
 def flagged_jobs(session: Session, since: datetime, until: datetime, limit: int) -> list[dict]:

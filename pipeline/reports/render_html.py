@@ -18,7 +18,7 @@ th { background: #f3f3f3; }
 """
 
 
-def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     out = ["<table><tr>", *(f"<th>{escape(h)}</th>" for h in head), "</tr>"]
     for row in rows:
         out += ["<tr>", *(f"<td>{escape(str(c))}</td>" for c in row), "</tr>"]

@@ -8,7 +8,7 @@ from pipeline.reports import fmt
 from pipeline.reports.model import DIMENSION_TITLES, Report
 
 
-def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
     return "\n".join(lines)

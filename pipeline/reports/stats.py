@@ -14,18 +14,19 @@ __all__ = ["busy_seconds", "percentile", "reason", "ratio"]
 def busy_seconds(intervals: Iterable[tuple[datetime, datetime]]) -> float:
     """Length of the union of [start, end] intervals: the time one worker had any job in hand.
     Jobs rendered together overlap; counting each job's own time would count the GPU twice."""
-    total, current_start, current_end = 0.0, None, None
+    total = 0.0
+    current: tuple[datetime, datetime] | None = None   # the union's last interval so far
     for start, end in sorted(intervals):
         if end < start:
             continue
-        if current_end is None or start > current_end:
-            if current_end is not None:
-                total += (current_end - current_start).total_seconds()
-            current_start, current_end = start, end
-        elif end > current_end:
-            current_end = end
-    if current_end is not None:
-        total += (current_end - current_start).total_seconds()
+        if current is None or start > current[1]:
+            if current is not None:
+                total += (current[1] - current[0]).total_seconds()
+            current = (start, end)
+        elif end > current[1]:
+            current = (current[0], end)
+    if current is not None:
+        total += (current[1] - current[0]).total_seconds()
     return total
 
 

@@ -78,7 +78,7 @@ def parse(text: str, emotive_tags: frozenset[str], rate_control: bool,
 def _parse_xml(text: str) -> ET.Element:
     """The document's root, or MarkupError naming the parser's line and column (expat's: the line
     from 1, the column from 0) and what was expected, from the elements open where it stopped."""
-    parser = ET.XMLPullParser(events=("start", "end"))
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
     stack: list[str] = []
     roots: list[ET.Element] = []
     try:
@@ -94,9 +94,11 @@ def _parse_xml(text: str) -> ET.Element:
     return roots[0]
 
 
-def _read(parser: ET.XMLPullParser, stack: list[str], roots: list[ET.Element]) -> None:
+def _read(parser: ET.XMLPullParser[ET.Element], stack: list[str], roots: list[ET.Element]) -> None:
     """Keep the stack of open elements up to date, so an error can say which one to close."""
-    for event, element in parser.read_events():
+    # typeshed allows a 1-tuple among the events; ElementTree yields (event, element) pairs only
+    for event, element in parser.read_events():  # type: ignore[misc]
+        assert isinstance(element, ET.Element)   # the parser was asked for start and end events only
         if event == "end":
             stack.pop()
         else:

@@ -122,10 +122,12 @@ def store_captions(store: ObjectStore, audio_key: str, result: verdict.Verdict) 
     """Word times beside the audio, in every caption format; the keys written."""
     if not result.words:
         return []
+    words = result.caption_words
+    assert words is not None   # the words as written, or else these
     keys = []
     for fmt, content_type in CAPTION_TYPES.items():
         key = caption_key(audio_key, fmt)
-        store.put(key, captions.render(result.caption_words, fmt).encode("utf-8"), content_type)
+        store.put(key, captions.render(words, fmt).encode("utf-8"), content_type)
         keys.append(key)
     return keys
 

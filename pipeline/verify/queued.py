@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.audio import decode
 from pipeline.db.models import Job, JobMetrics, JobStatus
+from pipeline.db.session import rows_matched
 from pipeline.errors import InputError
 from pipeline.lexicon.store import Versions, job_lexicon
 from pipeline.manifest import close_if_finished
@@ -94,13 +95,14 @@ def verify_jobs(c: Checker, job_ids: Sequence[str]) -> Checked:
 def _first(c: Checker, job: Job, metrics: JobMetrics) -> str | None:
     """The check of the job's render; its verdict, or None where it was recorded already."""
     pending = (metrics.extra or {}).get("verify") or {}
+    assert job.object_key is not None   # a pending check is of a done job's render
     result = _check(c, job.object_key, job, pending)
     store_captions(c.store, job.object_key, result)
     with c.sessions() as session:
-        moved = session.execute(
+        moved = rows_matched(session.execute(
             update(JobMetrics).where(JobMetrics.job_id == job.id, JobMetrics.verdict == verdict.PENDING)
             .values(verdict=result.status, extra={**(metrics.extra or {}), "verify": record(result)})
-            .execution_options(synchronize_session=False)).rowcount
+            .execution_options(synchronize_session=False)))
         session.commit()
     return result.status if moved else None
 

@@ -53,7 +53,7 @@ class PocketSphinx:
     A decoder serves one thread at a time: each thread that checks gets its own (0.3 s to build)."""
 
     name = "pocketsphinx"
-    languages = ("en",)
+    languages: tuple[str, ...] = ("en",)
 
     def __init__(self) -> None:
         self._local = threading.local()

@@ -18,6 +18,7 @@ from sqlalchemy import or_, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.db.models import Job, JobMetrics
+from pipeline.db.session import rows_matched
 from pipeline.formats import get_format
 from pipeline.storage import ObjectStore
 from pipeline.verify import verdict
@@ -70,6 +71,7 @@ def settle(sessions: sessionmaker[Session], store: ObjectStore, job: Job, extra:
     render, kept_check = take["render"], extra.get("verify") or {}
     kept = better(result, prior, kept_check.get("scores") or {})
     if kept:
+        assert job.object_key is not None   # a retake is of a done job's render
         store.put(job.object_key, store.get(take["key"]), get_format(job.format).content_type)
         if not store_captions(store, job.object_key, result):   # no word times: none stale left behind
             for fmt in CAPTION_TYPES:
@@ -84,10 +86,10 @@ def settle(sessions: sessionmaker[Session], store: ObjectStore, job: Job, extra:
         values.update(audio_s=take["audio_s"], loudness_lufs=take["loudness_lufs"],
                       true_peak_dbtp=take["true_peak_dbtp"])
     with sessions() as session:
-        moved = session.execute(
+        moved = rows_matched(session.execute(
             update(JobMetrics).where(JobMetrics.job_id == job.id,
                                      or_(JobMetrics.renders.is_(None), JobMetrics.renders < render))
-            .values(**values).execution_options(synchronize_session=False)).rowcount
+            .values(**values).execution_options(synchronize_session=False)))
         session.commit()
     store.delete(take["key"])
     return status if moved else None

@@ -142,10 +142,10 @@ def judge(said: Said, heard: list[str], report: signal.SignalReport) -> Verdict:
         bad.append(f"clipped: {report.clipped_share:.2%} of samples at full scale")
     elif report.clipped_share > CLIPPED_SUSPECT:
         suspect.append(f"some clipping: {report.clipped_share:.3%} of samples at full scale")
-    judged = cer is not None and len(compared) >= len(said.words) * COMPARED_SHARE
-    if report.active and judged and len(compared) >= FEW_WORDS and cer > CER_BAD:
-        bad.append(f"says other words: character error rate {cer:.2f}")
-    elif report.active and judged and cer > CER_SUSPECT:
+    judged = cer if len(compared) >= len(said.words) * COMPARED_SHARE else None
+    if report.active and judged is not None and len(compared) >= FEW_WORDS and judged > CER_BAD:
+        bad.append(f"says other words: character error rate {judged:.2f}")
+    elif report.active and judged is not None and judged > CER_SUSPECT:
         suspect.append(f"words not heard: character error rate {cer:.2f}")
     loop = _loop(said.words, heard) if max(ratio, len(heard) / len(said.words)) >= LOOP_LONGER else None
     if loop:
@@ -180,7 +180,8 @@ def error_rates(said: Said, heard: list[str]) -> tuple[float | None, float | Non
     """Word and character error rates of ``heard`` over the words compared; None where every word
     is unsure. A run of unsure words matches any words heard in its place, or none, up to twice
     its words and twice its letters, at no cost."""
-    words, chars = [], []
+    words: list[str | None] = []
+    chars: list[str | None] = []
     for sure, run in groupby(range(len(said.words)), key=lambda i: i not in said.unsure):
         run_words = [said.words[i] for i in run]
         text = " ".join(run_words)

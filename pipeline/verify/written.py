@@ -38,9 +38,9 @@ def written_words(text: str, timed: Sequence[Word], spoken: Callable[[str], list
             continue
         span = timed[at:at + len(said)]
         at += len(said)
-        confidences = [w.confidence for w in span]
+        confidences = [w.confidence for w in span if w.confidence is not None]
         out.append(Word(shown, span[0].start, span[-1].end,
-                        None if None in confidences else min(confidences),
+                        None if len(confidences) < len(span) else min(confidences),
                         spoken=None if said == _plain(shown) else " ".join(said)))
     return out
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.db.models import utcnow
 from pipeline.db.models_webhooks import DeliveryStatus, WebhookAttempt, WebhookDelivery
+from pipeline.db.session import rows_matched
 
 _OPEN = (DeliveryStatus.PENDING.value, DeliveryStatus.RETRYING.value)
 
@@ -32,13 +33,13 @@ class AttemptRecord:
 def claim(session: Session, delivery_id: str, attempt_no: int) -> WebhookDelivery | None:
     """Take attempt ``attempt_no`` (1-based) of an open delivery; None if another message took it,
     it already succeeded or failed, or the delivery is gone. Commits the claim."""
-    moved = session.execute(
+    moved = rows_matched(session.execute(
         update(WebhookDelivery)
         .where(WebhookDelivery.id == delivery_id, WebhookDelivery.attempts == attempt_no - 1,
                WebhookDelivery.status.in_(_OPEN))
         .values(attempts=attempt_no, status=DeliveryStatus.DELIVERING.value, updated_at=utcnow())
         .execution_options(synchronize_session=False)
-    ).rowcount
+    ))
     session.commit()
     return session.get(WebhookDelivery, delivery_id, populate_existing=True) if moved else None
 

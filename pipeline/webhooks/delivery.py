@@ -67,8 +67,10 @@ def deliver(sessions: sessionmaker[Session], config: DeliveryConfig, delivery_id
         delivery = deliveries.claim(session, delivery_id, attempt_no)
         if delivery is None:
             return Result(delivery_id, attempt_no, claimed=False)
+        assert delivery.key_id is not None   # the outbox writes a delivery only for an owned batch
         keys = _signing_keys(session, delivery.key_id)
         started, t0 = utcnow(), time.monotonic()
+        error: str | None
         if isinstance(keys, str):   # nobody may receive it any more: said why, never sent
             status, error, address, permanent = None, keys, None, True
         else:

@@ -44,8 +44,10 @@ def emit_for_jobs(session: Session, job_ids: Sequence[str]) -> list[str]:
     ids: list[str] = []
     for job, batch, audio_s, verdict in rows:
         event_type = _JOB_EVENTS.get(job.status)
-        url = event_type and ev.job_target(job.webhook_url, job.webhook_events, batch.webhook_url,
-                                           batch.webhook_events, event_type)
+        if event_type is None:
+            continue
+        url = ev.job_target(job.webhook_url, job.webhook_events, batch.webhook_url,
+                            batch.webhook_events, event_type)
         if not url or not _has_owner(batch):
             continue
         payload = ev.job_payload(

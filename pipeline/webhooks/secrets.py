@@ -28,7 +28,7 @@ def get_or_create(session: Session, key_id: str) -> WebhookSecret:
         dialect.insert(WebhookSecret).values(key_id=key_id, secret=new_secret(), created_at=utcnow())
         .on_conflict_do_nothing()
     )
-    return session.get(WebhookSecret, key_id, populate_existing=True)
+    return session.get_one(WebhookSecret, key_id, populate_existing=True)
 
 
 def rotate(session: Session, key_id: str, *, grace_s: int, now: datetime | None = None) -> WebhookSecret:
@@ -42,7 +42,7 @@ def rotate(session: Session, key_id: str, *, grace_s: int, now: datetime | None 
                 rotated_at=now)
         .execution_options(synchronize_session=False)
     )
-    return session.get(WebhookSecret, key_id, populate_existing=True)
+    return session.get_one(WebhookSecret, key_id, populate_existing=True)
 
 
 def signing_secrets(row: WebhookSecret, now: datetime | None = None) -> list[str]:

@@ -125,7 +125,7 @@ def resolve(host: str, port: int) -> tuple[IPAddress, ...]:
         raise refused(host, f"does not resolve: {e}") from e
     seen: dict[IPAddress, None] = {}
     for *_, sockaddr in infos:
-        seen.setdefault(ipaddress.ip_address(sockaddr[0].split("%", 1)[0]), None)
+        seen.setdefault(ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0]), None)   # an IP address
     if not seen:
         raise refused(host, "resolves to no address")
     return tuple(seen)

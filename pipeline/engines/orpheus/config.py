@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,6 @@ class OrpheusConfig:
     cuda_graphs: bool = True
     # KV-cache storage: "auto" (fp8 on GPUs of compute capability 8.9 and up, the model dtype
     # elsewhere), "model" or "fp8" (model/device.py resolve_kv_dtype).
-    kv_dtype: str = "auto"
+    kv_dtype: Literal["auto", "model", "fp8"] = "auto"
     realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
     switches: Switches = field(default_factory=Switches)

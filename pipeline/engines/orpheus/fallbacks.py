@@ -13,6 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +35,9 @@ class Graph:
     """A captured CUDA graph with its static input and output: a replay reads what was copied into
     ``inputs`` and writes ``output``."""
 
-    graph: object                   # torch.cuda.CUDAGraph
-    inputs: object
-    output: object
+    graph: torch.cuda.CUDAGraph
+    inputs: Any                     # a tensor, or a tuple of them (the codec's)
+    output: Any
 
     def replay(self):
         self.graph.replay()

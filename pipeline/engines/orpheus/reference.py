@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from pipeline.engines.orpheus.rng import mix_keys
 from pipeline.engines.orpheus.serving.scheduler import Seq
 from pipeline.engines.orpheus.vocab import END_OF_SPEECH, PAD
 from pipeline.errors import EngineError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +90,9 @@ def decode_step(model, tokens, attn, pos, cache):
 
 class _Batch:
     """Device state of the running rows; ``keep`` drops finished rows everywhere at once."""
+
+    pos: torch.Tensor       # [B, 1] positions, from the prefill on
+    last: torch.Tensor      # [B] the tokens last drawn
 
     def __init__(self, model, jobs: list[GenJob]):
         import torch

@@ -54,7 +54,7 @@ class PiperEngine(Engine):
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         self._voices = {}
-        languages = {}
+        languages: dict[str, tuple[str, ...]] = {}
         for name, path in models.items():
             config = json.loads(Path(f"{path}.json").read_text(encoding="utf-8"))
             languages[name] = (voice_language(config),)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from pipeline.constants import SNAC_SAMPLE_RATE, SNAC_SAMPLES_PER_FRAME
 from pipeline.engines.orpheus.codec.codes import frames_to_levels
 from pipeline.engines.orpheus.fallbacks import fall_back
 from pipeline.errors import EngineUnavailableError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +32,7 @@ class _NoiseKeys(threading.local):
     """The keys of the windows an eager decode (or a graph capture) is running: torch int64
     [B, 1, 1], None between calls. Per thread: the codec's two lanes decode at the same time."""
 
-    value: object = None
+    value: torch.Tensor | None = None
 
 
 def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
@@ -44,11 +48,13 @@ def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
             self.fused = False      # the noise in one kernel and one addcmul (fuse_kernels)
 
         def forward(self, x):                       # x: [B, C, T]
+            key = keys.value
+            assert key is not None   # set for the length of a decode (decode_windows)
             if self.fused:
-                noise = codec_kernels.keyed_normal(keys.value.view(-1), salt << 20, x.shape[-1])
+                noise = codec_kernels.keyed_normal(key.view(-1), salt << 20, x.shape[-1])
                 return torch.addcmul(x, noise.to(x.dtype), self.linear(x))
             t = torch.arange(x.shape[-1], device=x.device, dtype=torch.int64) + (salt << 20)
-            noise = rng.normal(keys.value, t.view(1, 1, -1)).to(x.dtype)  # [B, 1, T]
+            noise = rng.normal(key, t.view(1, 1, -1)).to(x.dtype)  # [B, 1, T]
             return x + noise * self.linear(x)
 
     return KeyedNoiseBlock()

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class _Lane:
 
     def __init__(self, name: str, urgent: bool):
         self.name, self.urgent = name, urgent
-        self.streams: dict[int, object] = {}
+        self.streams: dict[int, Any] = {}   # serving/loop.py's InFlight (that module imports this one)
         self.ended: queue.SimpleQueue = queue.SimpleQueue()
         self.stats = LaneStats()
         self.finalized: set[int] = set()    # streams sent their final chunk in this round

@@ -21,6 +21,7 @@ references to a rounding difference of the fp32 reductions. ``ops_for(device)`` 
 from __future__ import annotations
 
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -240,9 +241,9 @@ def silu_mul_triton(gate_up):
 
 
 class Ops(NamedTuple):
-    add_rms_norm: object
-    rope_store: object
-    silu_mul: object
+    add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]   # (x + delta, its norm)
+    rope_store: Callable[..., torch.Tensor]
+    silu_mul: Callable[..., torch.Tensor]
 
 
 REFERENCE = Ops(add_rms_norm_ref, rope_store_ref, silu_mul_ref)
@@ -254,4 +255,4 @@ def ops_for(device, kernels: bool = True) -> Ops:
     the references, to rule the kernels out when something looks wrong on a new GPU or Triton."""
     if not kernels:
         return REFERENCE
-    return TRITON if available(device) else REFERENCE
+    return TRITON if TRITON is not None and available(device) else REFERENCE

@@ -120,25 +120,25 @@ class Decoder:
     def logits_width(self) -> int:
         return self.head_w.shape[0]
 
-    def _norm(self, x, delta, norm):
+    def _norm(self, x, delta, norm) -> tuple[torch.Tensor, torch.Tensor]:
         """``x + delta`` (delta may be None) and that sum through ``norm``: (x, normed)."""
         return self.ops.add_rms_norm(x, delta, norm.weight, norm.variance_epsilon)
 
     def _qkv(self, i: int, h):
         """h [.., H] -> q [.., Hq*D], k and v [.., Hkv*D]."""
-        if self.qkv_w[i] is not None:
-            return F.linear(h, self.qkv_w[i]).split(self.qkv_split, dim=-1)
-        if self.qkv_fp8[i] is not None:
-            return self.qkv_fp8[i](h).split(self.qkv_split, dim=-1)
+        if (w := self.qkv_w[i]) is not None:
+            return F.linear(h, w).split(self.qkv_split, dim=-1)
+        if (fp8 := self.qkv_fp8[i]) is not None:
+            return fp8(h).split(self.qkv_split, dim=-1)
         attn = self.layers[i].self_attn
         return attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
 
     def _mlp(self, i: int, h):
         mlp = self.layers[i].mlp
-        if self.gate_up_w[i] is not None:
-            return mlp.down_proj(self.ops.silu_mul(F.linear(h, self.gate_up_w[i])))
-        if self.gate_up_fp8[i] is not None:
-            return mlp.down_proj(self.ops.silu_mul(self.gate_up_fp8[i](h)))
+        if (w := self.gate_up_w[i]) is not None:
+            return mlp.down_proj(self.ops.silu_mul(F.linear(h, w)))
+        if (fp8 := self.gate_up_fp8[i]) is not None:
+            return mlp.down_proj(self.ops.silu_mul(fp8(h)))
         return mlp(h)
 
     def _sdpa(self, q, k, v, mask, **kw):
@@ -179,7 +179,7 @@ class Decoder:
             x, h = self._norm(x, self._mlp(i, h), self.after_mlp[i])
         return h
 
-    def _embed(self, tokens):
+    def _embed(self, tokens) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids [T] -> (x, h) [T, H], as ``_layers`` takes them."""
         return self._norm(self.embed(tokens), None, self.layers[0].input_layernorm)
 

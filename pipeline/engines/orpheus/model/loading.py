@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from pipeline.engines.orpheus.codec.snac import DEFAULT_CODEC, SnacCodec, load_codec
@@ -27,8 +28,8 @@ DEFAULT_MODEL = "canopylabs/orpheus-3b-0.1-ft"
 @dataclass
 class LoadedModel:
     source: str
-    tokenizer: object
-    model: object               # transformers LlamaForCausalLM (decoder layers maybe quantized)
+    tokenizer: Any              # transformers' tokenizer of the checkpoint
+    model: Any                  # transformers LlamaForCausalLM (decoder layers maybe quantized)
     codec: SnacCodec
     choice: devices.DeviceChoice
     quant: QuantReport

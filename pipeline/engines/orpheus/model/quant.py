@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pipeline.engines.orpheus.kernels import FP8_MAX
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,9 @@ def _float8_linear_class():
     import torch.nn.functional as F
 
     class Float8Linear(torch.nn.Module):
+        weight: torch.Tensor   # buffers, registered below
+        scale: torch.Tensor
+
         def __init__(self, weight, scale, bias, out_dtype, use_scaled_mm: bool,
                      small_rows: bool = True):
             super().__init__()
@@ -76,6 +83,7 @@ def _float8_linear_class():
                     out = out.to(self.out_dtype).reshape(*lead, -1)
                     return out if self.bias is None else out + self.bias
             rows = m + (-m) % SCALED_MM_ALIGN
+            assert self.quantize_rows is not None   # made with use_scaled_mm, which _scaled runs under
             xq, x_scale = self.quantize_rows(x2, rows)
             out = torch._scaled_mm(xq, self.weight.t(), scale_a=x_scale,
                                    scale_b=self.scale.view(1, -1), out_dtype=self.out_dtype)
@@ -160,6 +168,7 @@ def _make_swapper(mode: str, device: str, dtype, small_rows: bool = True):
 
     def swap_bnb(lin):
         w = lin.weight.detach().to(dtype)
+        q: torch.nn.Module
         if mode == "int8":
             q = bnb.nn.Linear8bitLt(lin.in_features, lin.out_features, bias=lin.bias is not None,
                                     has_fp16_weights=False, threshold=INT8_OUTLIER_THRESHOLD)

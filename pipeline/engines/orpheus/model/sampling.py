@@ -143,9 +143,10 @@ class RowSampler:
         if fused and params.top_k == 0 and params.constrain_codes:
             try:
                 from pipeline.engines.orpheus.kernels.sample import fused_draw
-            except ImportError:      # no Triton
-                fused_draw = None
-            self.fused = fused_draw
+            except ImportError:      # no Triton: the torch draw
+                pass
+            else:
+                self.fused = fused_draw
         self.params, self.lo = params, lo
         if params.constrain_codes:
             cands = candidates("cpu")

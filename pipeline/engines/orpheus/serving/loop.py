@@ -188,7 +188,7 @@ class EngineLoop:
             self.scheduler.capacity = max(1, self.scheduler.capacity // 2)
             log.error("out of device memory at %d rows; now %d rows; in-flight jobs will be retried",
                       len(self.scheduler.by_row), self.scheduler.capacity)
-            err: EngineError = EngineOverloadedError(f"out of device memory: {error}")
+            err: EngineError | EngineOverloadedError = EngineOverloadedError(f"out of device memory: {error}")
         else:
             log.exception("Orpheus step failed; failing the %d sequences in flight", len(self.live))
             err = EngineError(f"generation failed: {type(error).__name__}: {error}")

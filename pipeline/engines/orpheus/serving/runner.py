@@ -39,21 +39,25 @@ log = logging.getLogger(__name__)
 @dataclass
 class _LaunchedStep:
     rows: list[int]                       # rows decoded this step
-    decoded: object                       # host tensor [B] of last tokens (None: no decode)
+    decoded: torch.Tensor | None          # host tensor [B] of last tokens (None: no decode)
     first_rows: list[int]                 # rows whose prompt completed this step
-    first: object                         # host tensor of their first tokens
-    done: object                          # CUDA event after the copies (None on the CPU)
-    start: object = None                  # CUDA event before the step's work (timing)
-    prefilled: object = None              # CUDA event after its moves and prefill (if any)
+    first: torch.Tensor | None            # host tensor of their first tokens
+    done: torch.cuda.Event | None         # CUDA event after the copies (None on the CPU)
+    start: torch.cuda.Event | None = None       # CUDA event before the step's work (timing)
+    prefilled: torch.cuda.Event | None = None   # CUDA event after its moves and prefill (if any)
 
     def device_ms(self) -> float | None:
         """Device time from the step's first work to its last copy (after ``collect``): with
         the overlap, the step starts when the one before it ends."""
-        return self.start.elapsed_time(self.done) if self.start is not None else None
+        if self.start is None or self.done is None:   # on the CPU: neither is recorded
+            return None
+        return self.start.elapsed_time(self.done)
 
     def prefill_ms(self) -> float | None:
         """The part of ``device_ms`` before the decode step: moves and prefill."""
-        return self.start.elapsed_time(self.prefilled) if self.prefilled is not None else None
+        if self.start is None or self.prefilled is None:
+            return None
+        return self.start.elapsed_time(self.prefilled)
 
 
 @dataclass

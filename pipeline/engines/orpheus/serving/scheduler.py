@@ -63,6 +63,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import cast
 
 from pipeline.engines.orpheus.serving.sequence import Plan, PrefillChunk, Seq, SeqState
 
@@ -202,11 +203,11 @@ class Scheduler:
             if budget > 0 and (full and seq.row < self._decode_limit or seq.realtime):
                 budget -= self._prefill_chunk(plan, seq, budget)
         while budget > 0:
-            seq = self._next_admission(batch_turn, realtime_only=not full)
-            if seq is None:
+            admitted = self._next_admission(batch_turn, realtime_only=not full)
+            if admitted is None:
                 break
-            self._place(plan, seq)
-            budget -= self._prefill_chunk(plan, seq, budget)
+            self._place(plan, admitted)
+            budget -= self._prefill_chunk(plan, admitted, budget)
         if full:
             plan.rows = min(len(self.by_row), self._decode_limit)
         else:       # the realtime tier, rows 0 .. r-1
@@ -457,6 +458,6 @@ class Scheduler:
                 moves.append((seq.row, hole, seq.context))
                 slots[seq.row], slots[hole] = None, seq
                 seq.row = hole
-        self.by_row = slots[:n]
+        self.by_row = cast("list[Seq]", slots[:n])   # rows 0 .. n-1 are all held now
         return moves
 

@@ -41,10 +41,11 @@ class FirstChunkMarks:
         frames, and in the codec (to the chunk handed over); None before the first chunk."""
         marks = (self.submitted, self.admitted_at, self.first_token_at, self.ready_at,
                  self.first_chunk_at)
-        if any(m is None for m in marks):
+        known = [m for m in marks if m is not None]
+        if len(known) < len(marks):
             return None
         return {name: b - a for name, a, b in
-                zip(("queued", "prefill", "decode", "codec"), marks, marks[1:])}
+                zip(("queued", "prefill", "decode", "codec"), known, known[1:])}
 
 
 @dataclass
@@ -99,6 +100,7 @@ class LoopObserver:
     def turn_ends(self, live: int) -> None:
         """Count the turn's time; keep it among the slow steps, and log it as a stall, when it (with
         the host's gap before it) took too long."""
+        assert self._turn is not None   # turn_begins ran first
         s, (started, parts) = self.stats, self._turn
         ended = time.monotonic()
         s.busy_s += ended - started
