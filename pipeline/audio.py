@@ -104,6 +104,25 @@ def duration_seconds(audio: np.ndarray, sample_rate: int) -> float:
     return audio.size / sample_rate
 
 
+def _read_pcm16_wav(data: bytes) -> tuple[np.ndarray, int] | None:
+    """A mono 16-bit PCM wav (what ``encode`` writes) read in process; None for anything else,
+    which ffmpeg reads (and downmixes as it always has). A check decodes every job's file: an ffmpeg process each costs more CPU than the
+    read, and a host with only the wav path needs no ffmpeg."""
+    import wave
+
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return None
+    try:
+        with wave.open(io.BytesIO(data)) as w:
+            if w.getsampwidth() != 2 or w.getnchannels() != 1 or w.getcomptype() != "NONE":
+                return None
+            rate, frames = w.getframerate(), w.readframes(w.getnframes())
+    except (wave.Error, EOFError):
+        return None
+    samples = np.frombuffer(frames[: len(frames) // 2 * 2], dtype="<i2")
+    return (samples / 32768.0).astype(np.float32), rate
+
+
 def decode(data: bytes) -> tuple[np.ndarray, int]:
     """Any audio file ffmpeg reads -> (float32 mono at the file's own rate, that rate). InputError
     for bytes that hold no audio stream, or no samples."""
@@ -114,6 +133,11 @@ def decode(data: bytes) -> tuple[np.ndarray, int]:
 
     if not data:
         raise InputError("the audio file is empty")
+    pcm = _read_pcm16_wav(data)
+    if pcm is not None:
+        if pcm[0].size == 0:
+            raise InputError("the audio file holds no samples")
+        return pcm
     done = subprocess.run([ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", "pipe:0", "-map", "0:a:0",
                            "-ac", "1", "-f", "f32le", "pipe:1"], input=data, capture_output=True, check=False)
     err = done.stderr.decode(errors="replace")

@@ -70,3 +70,37 @@ def test_pauses_before_the_first_and_after_the_last_chunk_and_of_empty_chunks():
     assert audio.join([empty], rate, 30, pauses=[1.0, 1.0]).size == 0   # no audio: no silence
     with pytest.raises(ValueError, match="2 chunks need 3 pauses"):
         audio.join([a, a], rate, 30, pauses=[0.0])
+
+
+def _ffmpeg_decode(data: bytes) -> np.ndarray:
+    out = subprocess.run([audio.ffmpeg_exe(), "-v", "error", "-i", "pipe:0", "-ac", "1", "-f", "f32le", "pipe:1"],
+                         input=data, capture_output=True, check=True).stdout
+    return np.frombuffer(out, dtype="<f4")
+
+
+def test_a_wav_is_read_in_process_as_ffmpeg_reads_it():
+    data = audio.encode(tone(0.5), 22050, "wav")
+    samples, rate = audio.decode(data)
+    assert rate == 22050 and np.array_equal(samples, _ffmpeg_decode(data))
+
+
+def test_a_stereo_wav_is_downmixed_by_ffmpeg_as_before():
+    left, right = tone(0.2), tone(0.2, freq=660.0)
+    pcm = np.stack([audio.to_int16(left), audio.to_int16(right)], axis=1)
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(2)
+        w.setsampwidth(2)
+        w.setframerate(22050)
+        w.writeframes(pcm.tobytes())
+    samples, rate = audio.decode(buf.getvalue())
+    assert rate == 22050 and np.array_equal(samples, _ffmpeg_decode(buf.getvalue()))
+
+
+def test_a_wav_of_no_samples_is_refused_and_other_formats_go_through_ffmpeg():
+    from pipeline.errors import InputError
+
+    with pytest.raises(InputError, match="no samples"):
+        audio.decode(audio.encode(np.zeros(0, np.float32), 22050, "wav"))
+    samples, rate = audio.decode(audio.encode(tone(1.0), 22050, "flac"))
+    assert rate == 22050 and samples.size == pytest.approx(22050, abs=2)
