@@ -114,7 +114,7 @@ class OrpheusEngine(Engine):
 
     def _extra(self) -> dict:
         runner, codec = self.loop.runner, self.lm.codec
-        return {"loop": "continuous", "cuda_graphs": len(runner.graphs),
+        return {"cuda_graphs": len(runner.graphs),
                 "graph_capture_s": round(runner.capture_s, 2), "codec_graphs": codec.graph_count,
                 "mixed_graphs": len(runner.mixed_graphs), "context": runner.context,
                 "kv_dtype": str(runner.cache.k.dtype).removeprefix("torch."),
