@@ -1,8 +1,10 @@
-"""The Orpheus engine: requests -> length-bucketed batches -> batched generation -> streamed audio.
+"""The Orpheus engine: requests -> prompts with token budgets -> the continuous loop -> streamed audio.
 
-Per batch the loop is: generate a step -> feed each job's tokens to its frame assembler -> render the
-frames that are ready (one codec call per window length for the whole batch) -> yield chunks; a job
-that ends is flushed and gets its final chunk at once, while the others continue.
+Each request becomes a sequence (its prompt, a token budget from its text, its seed) that the loop
+thread (serving/loop.py) admits beside every other one in flight: a step's tokens go to each
+stream's frame assembler, the codec renders the frames that are ready (codec/thread.py), and chunks
+go to the caller as they come; a sequence that ends is flushed and gets its final chunk at once,
+while the others continue. ``build_loop`` sizes the KV cache and captures the graphs at boot.
 """
 
 from __future__ import annotations
