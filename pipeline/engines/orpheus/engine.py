@@ -15,7 +15,7 @@ import math
 import queue
 import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -83,8 +83,13 @@ class OrpheusEngine(Engine):
                  voices: Sequence[str] = VOICES, max_batch: int = 0,
                  params: SamplingParams = SamplingParams(), budget_policy: str | None = None,
                  budget_slack: float | None = None, budget_min: int = BUDGET_MIN_TOKENS,
-                 budget_max: int = BUDGET_MAX_TOKENS):
+                 budget_max: int = BUDGET_MAX_TOKENS,
+                 scheduling: Callable[[SchedulerConfig], SchedulerConfig] | None = None):
+        """``scheduling``: a change to the scheduler's config as the engine derives it from
+        ``config.realtime`` and the rows (``scheduler_config``), made before the scheduler is
+        built; benchmarks set what serving does not (ops/bench/orpheus/fast.py)."""
         self.lm, self.config, self.params = loaded, config, params
+        self.scheduling = scheduling
         # A budget stop means runaway generation on a real model (an error for the job); a
         # random-weight checkpoint never stops on its own, so its jobs keep their audio, and stop
         # where a real model's speech would end, at the text's expected length: a run on random
@@ -98,7 +103,6 @@ class OrpheusEngine(Engine):
         devices.resolve_kv_dtype(config.kv_dtype, None)      # refuses an unknown setting
         self.stats = {"tokens": 0, "invalid_tokens": 0, "dropped_frames": 0, "budget_stops": 0}
         self._prepare_lock = threading.Lock()
-        self.first_lookahead = config.realtime.first_lookahead
         batch, max_chars = self._start(max_batch, budget_slack)
         self.info = EngineInfo(
             name="orpheus", model=loaded.source, quantization=loaded.quant.applied,
@@ -108,7 +112,8 @@ class OrpheusEngine(Engine):
 
     def _start(self, max_batch: int, budget_slack: float | None) -> tuple[int, int | None]:
         """Boot the loop; returns its rows and the longest text one row holds."""
-        self.loop = build_loop(self.lm, self.params, max_batch, self.config, self._final_live)
+        self.loop = build_loop(self.lm, self.params, max_batch, self.config, self._final_live,
+                               self.scheduling)
         if self.lm.device.startswith("cuda") and self.config.switches.gc_freeze:
             freeze_boot_objects("engine")    # on CUDA only: a CPU test session builds many
         return self.loop.scheduler.capacity, text_chars_for(self.config.context,
@@ -286,7 +291,7 @@ def scheduler_config(rows: int, rt: RealtimeConfig, on_gpu: bool) -> SchedulerCo
 
 
 def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, config: OrpheusConfig,
-               on_final):
+               on_final, scheduling: Callable[[SchedulerConfig], SchedulerConfig] | None = None):
     """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
     graphs, start the loop thread."""
     from pipeline.engines.orpheus.model import kv_scales
@@ -314,7 +319,8 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
                          use_graphs=config.cuda_graphs, kv_dtype=kv_dtype, kv_range=scales,
                          switches=config.switches, fallbacks=loaded.fallbacks)
     on_gpu = loaded.device.startswith("cuda")
-    scheduler = Scheduler(rows, context, config=scheduler_config(rows, rt, on_gpu))
+    derived = scheduler_config(rows, rt, on_gpu)
+    scheduler = Scheduler(rows, context, config=scheduling(derived) if scheduling else derived)
     if config.cuda_graphs:
         loaded.codec.capture_graphs(realtime_windows(), batch_windows(), runner.fallbacks)
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "

@@ -62,7 +62,7 @@ import itertools
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 from pipeline.engines.orpheus.serving.sequence import Plan, PrefillChunk, Seq, SeqState
@@ -77,9 +77,8 @@ __all__ = ["Plan", "PrefillChunk", "Scheduler", "SchedulerConfig", "Seq", "SeqSt
 @dataclass(frozen=True)
 class SchedulerConfig:
     """How the scheduler shares its rows and steps between realtime and batch work (what each
-    knob does: the module's docstring and ``Scheduler.__init__``). The defaults are the plain
-    scheduler's; the engine derives its own from RealtimeConfig and the rows (engine.py
-    ``build_loop``)."""
+    knob does: the module's docstring). The defaults are the plain scheduler's; the engine derives
+    its own from RealtimeConfig and the rows (engine.py ``scheduler_config``)."""
 
     reserved: int = 0               # rows batch work leaves free for realtime arrivals
     batch_floor: int = 0            # batch rows that preemption leaves running
@@ -96,32 +95,30 @@ class SchedulerConfig:
     low_lead_s: float = 0.0         # a playing stream this little ahead of its player starts again
     clock: Callable[[], float] = time.monotonic
 
+    def fitted(self, rows: int) -> SchedulerConfig:
+        """This config for ``rows`` rows: every count at least 1, the realtime cap at most the
+        rows (0: all of them), and no low-lead rule where leads are not tracked."""
+        return replace(
+            self, reserved=min(self.reserved, rows - 1), batch_floor=min(self.batch_floor, rows - 1),
+            prefill_tokens=max(1, self.prefill_tokens), admit_every=max(1, self.admit_every),
+            realtime_max_rows=self.realtime_max_rows or rows, batch_every=max(1, self.batch_every),
+            batch_every_starting=max(1, self.batch_every_starting),
+            playing_every=max(1, self.playing_every), frame_tokens=max(1, self.frame_tokens),
+            low_lead_s=self.low_lead_s if self.playback_tokens_per_s > 0 else 0.0)
+
 
 class Scheduler:
+    """``config`` is fitted to the rows once and never changes; ``capacity`` (which the loop
+    halves when the device runs out of memory), ``reserved`` and ``batch_floor`` follow the rows
+    at ``reset``."""
+
     def __init__(self, rows: int, max_context: int, config: SchedulerConfig = SchedulerConfig()):
         if rows < 1 or max_context < 2:
             raise ValueError("need at least one row and a context of two tokens")
         self.capacity = rows
         self.max_context = max_context
-        self.reserved = min(config.reserved, rows - 1)
-        self.batch_floor = min(config.batch_floor, rows - 1)
-        self.prefill_tokens = max(1, config.prefill_tokens)
-        # Batch work is admitted every ``admit_every`` steps, so its prompts are prefilled a few
-        # at a time instead of one per step (each prefill is an eager pass); realtime: every step.
-        self.admit_every = max(1, config.admit_every)
-        # While realtime streams run, at most this many rows decode (0: no cap), so the step stays
-        # short enough for them to play in real time; batch sequences over it are paused
-        # (``pause_batch``: they keep their cache) or preempted (youngest first, down to
-        # ``batch_floor``: they resume later by prefilling what they had).
-        self.realtime_max_rows = config.realtime_max_rows or rows
-        self.batch_every = max(1, config.batch_every)
-        self.batch_every_starting = max(1, config.batch_every_starting)
-        self.first_tokens = config.first_tokens
-        self.playing_every = max(1, config.playing_every)
-        self.pause_batch = config.pause_batch
-        self.frame_tokens, self.playback_tokens_per_s, self.clock = \
-            max(1, config.frame_tokens), config.playback_tokens_per_s, config.clock
-        self.low_lead_s = config.low_lead_s if config.playback_tokens_per_s > 0 else 0.0
+        self.config = config.fitted(rows)
+        self.reserved, self.batch_floor = self.config.reserved, self.config.batch_floor
         self._decode_limit = rows      # full steps decode rows 0 .. this - 1 (pause_batch)
         self.preempted = 0
         self.realtime_steps = 0        # steps that decoded the realtime rows alone
@@ -193,8 +190,8 @@ class Scheduler:
         full = self._full_turn()
         starting = self._starting_turn() if not full or len(self.by_row) == self._rt_rows else None
         full = full and starting is None
-        budget = self.prefill_tokens
-        batch_turn = full and (self._steps % self.admit_every == 0 or self.running_rows == 0)
+        budget = self.config.prefill_tokens
+        batch_turn = full and (self._steps % self.config.admit_every == 0 or self.running_rows == 0)
         self._steps += full
         self.realtime_steps += not full
         # Sequences part-way through their prompt go first: they already hold a row.
@@ -246,16 +243,17 @@ class Scheduler:
 
     def _full_turn(self) -> bool:
         """Whether this step decodes every row, or the realtime rows alone (see the module)."""
-        if self.batch_every == 1 and self.batch_every_starting == 1:
+        config = self.config
+        if config.batch_every == 1 and config.batch_every_starting == 1:
             return True
         rt = self.by_row[: self._rt_rows]
         if not (rt or self.waiting_rt) or len(self.by_row) == self._rt_rows:   # no batch rows
             self._rt_turn = 0
             return True
         starting = bool(self.waiting_rt) or any(
-            s.state is SeqState.PREFILL or s.generated + s.inflight < self.first_tokens for s in rt)
+            s.state is SeqState.PREFILL or s.generated + s.inflight < config.first_tokens for s in rt)
         self._rt_turn += 1
-        period = self.batch_every_starting if starting else self.batch_every
+        period = config.batch_every_starting if starting else config.batch_every
         if self._rt_turn >= period:
             self._rt_turn = 0
             return True
@@ -264,9 +262,9 @@ class Scheduler:
     def _starting_turn(self) -> list[Seq] | None:
         """On a step over the realtime rows alone: the streams waiting for their first chunk, and
         those low on audio, if this is a step for them alone (see the module); else None."""
-        if self.playing_every == 1:
+        if self.config.playing_every == 1:
             return None
-        running, first = SeqState.RUNNING, self.first_tokens
+        running, first = SeqState.RUNNING, self.config.first_tokens
         rt = [s for s in self.by_row[: self._rt_rows] if s.state is running]
         if not any(s.generated + s.inflight < first for s in rt):
             self._playing_turn = 0       # none waits for its first chunk: an ordinary step
@@ -277,7 +275,7 @@ class Scheduler:
             self._playing_turn = 0       # none playing yet: an ordinary step
             return None
         self._playing_turn += 1
-        if self._playing_turn >= self.playing_every:
+        if self._playing_turn >= self.config.playing_every:
             self._playing_turn = 0
             return None
         return starting
@@ -285,18 +283,21 @@ class Scheduler:
     def _low_lead_rule(self) -> Callable[[Seq], bool] | None:
         """Whether a stream's audio (its tokens less the first chunk's lookahead) runs less than
         ``low_lead_s`` ahead of its player; None when leads are not tracked."""
-        if not self.low_lead_s:
+        config = self.config
+        lead = config.low_lead_s
+        if not lead:
             return None
-        now, rate, behind = self.clock(), self.playback_tokens_per_s, self.first_tokens - self.frame_tokens
+        now, rate, behind = config.clock(), config.playback_tokens_per_s, config.first_tokens - config.frame_tokens
         return lambda seq: seq.first_chunk_at is not None and \
-            (seq.generated - behind) / rate - (now - seq.first_chunk_at) < self.low_lead_s
+            (seq.generated - behind) / rate - (now - seq.first_chunk_at) < lead
 
     def postprocess(self, plan: Plan, tokens: dict[int, list[int]]) -> list[Seq]:
         """``tokens``: row -> the tokens that row produced this step: one per decoded row, and one
         from the last prefill logits for a sequence whose prompt completed. Returns the sequences
         that finished."""
         finished, owners, running = [], plan.owners, SeqState.RUNNING
-        first, now = self.first_tokens, self.clock() if self.low_lead_s else 0.0
+        config = self.config
+        first, now = config.first_tokens, config.clock() if config.low_lead_s else 0.0
         for row, toks in tokens.items():
             seq, epoch = owners[row]
             if seq.epoch != epoch or seq.state is not running:
@@ -340,7 +341,7 @@ class Scheduler:
         if realtime_only or not (batch_waiting and batch_turn and free > keep_free):
             return None
         # (but never below the batch floor: a steady flood of streams must not starve batch work)
-        if (running_rt or self.waiting_rt) and self.running_rows >= self.realtime_max_rows \
+        if (running_rt or self.waiting_rt) and self.running_rows >= self.config.realtime_max_rows \
                 and self.running_rows - running_rt >= self.batch_floor:
             return None
         return self.waiting_batch.popleft()
@@ -385,14 +386,15 @@ class Scheduler:
         self._decode_limit = self.capacity
         if not (self.waiting_rt or (self.by_row and self.by_row[0].realtime)):
             return                              # no stream: the realtime tier is empty
-        if self.running_rows + len(self.waiting_rt) <= min(self.capacity, self.realtime_max_rows):
+        cap = self.config.realtime_max_rows
+        if self.running_rows + len(self.waiting_rt) <= min(self.capacity, cap):
             return          # within the lowest limit below (which the count of streams only raises)
         realtime = len(self._live(self._realtime_rows()))
         wanted = realtime + len(self.waiting_rt)
         if not wanted:
             return
-        limit = min(self.capacity, max(self.realtime_max_rows, wanted + self.batch_floor))
-        if self.pause_batch:
+        limit = min(self.capacity, max(cap, wanted + self.batch_floor))
+        if self.config.pause_batch:
             self._decode_limit, limit = limit, self.capacity
         excess = self.running_rows + len(self.waiting_rt) - limit
         if excess <= 0:
