@@ -1,30 +1,26 @@
-"""On a CUDA machine: mixed steps (runner.py: one decode step and one whole prompt's prefill in a
-single graph) against the same plan run apart (the prefill graph, then the decode graph), on a
-random Orpheus-3B-shaped model (28 layers, bf16 weights), with their device times.
+"""Mixed steps (runner.py: one decode step and one whole prompt's prefill in a single graph) against
+the same plan run apart (the prefill graph, then the decode graph), on a random Orpheus-3B-shaped
+model (28 layers, bf16 weights): device ms a step (CUDA). That the two compute the same is tested
+in tests/orpheus/kernels/test_on_cuda.py.
 
-    python3 -m ops.bench.kernels.check_mixed [--kv8]   # exit status 1 on a mismatch or no graphs
+    python -m ops.bench.kernels mixed-steps [--kv8]
 
 The runner boots as the engine's does (decode, prefill and mixed graphs); the cache is filled with
 random values and the decoding rows sit at positions 250-450, as streams some seconds in. Per case
-(rows decoding, prompt length), one plan (those rows decode, a fresh prompt takes the next row) runs
-both ways from the same state:
-
-- the prompt's logits and the cache entries both passes wrote are compared, within check_prefill's
-  tolerance for the same prefill at two shapes, and how many greedy tokens agree is printed;
-- each way's device time a step (CUDA events from its first to its last work; median of 20
-  launches, each collected before the next) and wall time.
+(rows decoding, prompt length), one plan (those rows decode, a fresh prompt takes the next row) is
+launched both ways: each way's device time a step (CUDA events from its first to its last work;
+median of 20 launches, each collected before the next) and wall time.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 
 import torch
 
-from ops.bench.kernels.checking import Report, random_model
+from ops.bench.kernels.checking import random_model
 from pipeline.engines.orpheus.serving.scheduler import Plan, PrefillChunk, Seq
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
@@ -32,14 +28,6 @@ from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 ROWS, CONTEXT = 128, 1024
 REPS = 20
 CASES = [(7, 64), (15, 128), (63, 128), (127, 64), (127, 128), (127, 192)]
-# bf16 through 28 layers: the two ways run their GEMMs at other M (rows + prompt tokens against
-# each apart), so cuBLAS may tile and round them differently (as check_prefill's SHAPE_TOLERANCE).
-TOLERANCE = (0.1, 5e-2)
-
-
-def state(runner) -> list[torch.Tensor]:
-    return [runner.tokens, runner.pos, runner.steps, runner.keys, runner.seen, runner.cache.k,
-            runner.cache.v]
 
 
 def fill(runner, rows: int, gen: torch.Generator) -> None:
@@ -54,16 +42,6 @@ def fill(runner, rows: int, gen: torch.Generator) -> None:
                                          generator=gen).cuda()
     runner.keys[:rows] = torch.randint(0, 2**40, (rows,), generator=gen).cuda()
     runner.seen.zero_()
-
-
-def written(runner, rows: int, pos, prompt_len: int) -> list[torch.Tensor]:
-    """The cache entries a step wrote: each decode row's at its position, the prompt's row's
-    [0, prompt_len); K and V, every layer, flattened."""
-    out = []
-    for c in (runner.cache.k, runner.cache.v):
-        out.append(c[:, torch.arange(rows, device=c.device), :, pos].reshape(-1))
-        out.append(c[:, rows, :, :prompt_len].reshape(-1))
-    return out
 
 
 def plan_for(rows: int, prompt_len: int, gen, positions) -> Plan:
@@ -93,9 +71,6 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=ROWS)
     ap.add_argument("--context", type=int, default=CONTEXT)
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA device: nothing to check", file=sys.stderr)
-        return 2
     from pipeline.engines.orpheus.model.sampling import SamplingParams
     from pipeline.engines.orpheus.serving.runner import ModelRunner
 
@@ -108,57 +83,26 @@ def main(argv=None) -> int:
     print(f"boot: {len(runner.graphs)} decode, {len(runner.prefill_graphs.graphs)} prefill and "
           f"{len(runner.mixed_graphs)} mixed graphs in {time.monotonic() - t0:.1f} s", flush=True)
     if not runner.mixed_graphs:
-        print(f"FAILED: no mixed graphs ({runner.fallbacks})", flush=True)
+        print(f"no mixed graphs ({runner.fallbacks})", flush=True)
         return 1
     sizes = runner.mixed_sizes
-    report = Report()
     gen = torch.Generator().manual_seed(0)
     print(f"{'rows':>4} {'prompt':>6} | {'apart ms':>8} {'mixed ms':>8} {'saved':>6} | "
           f"{'wall apart':>10} {'wall mixed':>10}", flush=True)
-    rows_out = []
     with torch.inference_mode():
         for rows, prompt_len in CASES:
             if rows + 1 > args.rows:
                 continue
             fill(runner, rows, gen)
             plan = plan_for(rows, prompt_len, gen, runner.pos[:rows].cpu())
-            snapshot = [t.clone() for t in state(runner)]
-            pos = runner.pos[:rows].clone()
-            name = f"{rows} rows + {prompt_len} tokens"
-            print(f"{name}:", flush=True)
-            got = runner.collect(runner.launch(plan))
-            assert runner._mixed_shape(plan) is not None
-            mixed_logits = runner.mixed_graphs[runner._mixed_shape(plan)].output.clone()
-            mixed_cache = [t.clone() for t in written(runner, rows, pos, prompt_len)]
-            for t, saved in zip(state(runner), snapshot):
-                t.copy_(saved)
-            del snapshot
-            runner.mixed_sizes = ()
-            want = runner.collect(runner.launch(plan))
-            n, s = runner.prefill_graphs.shape(plan.prefill)
-            apart_logits = runner.prefill_graphs.graphs[(n, s)].output[:1]
-            report.error(f"{name}: prompt logits", mixed_logits, apart_logits, TOLERANCE)
-            for what, g, w in zip(("K decode rows", "K prompt", "V decode rows", "V prompt"),
-                                  mixed_cache, written(runner, rows, pos, prompt_len)):
-                report.error(f"{name}: cache {what}", g, w, TOLERANCE)
-            # Not a pass mark: on random weights many rows' top two logits lie within the bf16
-            # rounding of two GEMM shapes (the errors above), so some greedy picks flip; the
-            # tokens' equality is the CPU's fp32 test (tests/orpheus/test_mixed_steps.py).
-            same = sum(got[r] == want[r] for r in want)
-            print(f"  greedy tokens equal in {same} of {len(want)} rows (the new row's first "
-                  f"token included)", flush=True)
+            runner.mixed_sizes = ()              # the same plan, prefilled apart
             apart_ms, apart_wall = timed(runner, plan)
             runner.mixed_sizes = sizes
             mixed_ms, mixed_wall = timed(runner, plan)
-            rows_out.append((rows, prompt_len, apart_ms, mixed_ms, apart_wall, mixed_wall))
             print(f"{rows:>4} {prompt_len:>6} | {apart_ms:>8.2f} {mixed_ms:>8.2f} "
                   f"{apart_ms - mixed_ms:>6.2f} | {apart_wall:>10.2f} {mixed_wall:>10.2f}",
                   flush=True)
-    print("\nsummary (device ms a step: apart = prefill graph + decode graph, mixed = one graph)")
-    for rows, prompt_len, a, m, aw, mw in rows_out:
-        print(f"  {rows:>3} rows + a prompt of {prompt_len:>3}: {a:.2f} -> {m:.2f} ms "
-              f"(x{a / m:.2f}); wall {aw:.2f} -> {mw:.2f} ms")
-    return report.exit_code()
+    return 0
 
 
 if __name__ == "__main__":
