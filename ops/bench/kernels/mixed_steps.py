@@ -22,7 +22,7 @@ import torch
 
 from ops.bench.kernels.checking import random_model
 from pipeline.engines.orpheus.serving.scheduler import Plan, PrefillChunk, Seq
-from pipeline.engines.orpheus.tiny import ORPHEUS_3B
+from pipeline.engines.orpheus.tiny import ORPHEUS_3B, RANDOM_SERVING
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
 ROWS, CONTEXT = 128, 1024
@@ -79,7 +79,8 @@ def main(argv=None) -> int:
     model = random_model(ORPHEUS_3B["num_hidden_layers"], torch.bfloat16, "cuda")
     t0 = time.monotonic()
     runner = ModelRunner(model, args.rows, args.context, SamplingParams(temperature=0),
-                         logits_lo=CUSTOM_TOKEN_BASE, kv_dtype="fp8" if args.kv8 else None)
+                         logits_lo=CUSTOM_TOKEN_BASE, kv_dtype="fp8" if args.kv8 else None,
+                         prefill_lengths=RANDOM_SERVING.prefill_lengths)    # 192 among them
     print(f"boot: {len(runner.graphs)} decode, {len(runner.prefill_graphs.graphs)} prefill and "
           f"{len(runner.mixed_graphs)} mixed graphs in {time.monotonic() - t0:.1f} s", flush=True)
     if not runner.mixed_graphs:

@@ -22,7 +22,7 @@ import torch
 
 from ops.bench.kernels.checking import random_model
 from pipeline.engines.orpheus.serving.scheduler import PrefillChunk, Seq
-from pipeline.engines.orpheus.tiny import ORPHEUS_3B
+from pipeline.engines.orpheus.tiny import ORPHEUS_3B, RANDOM_SERVING
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
 ROWS, CONTEXT = 8, 1024
@@ -65,7 +65,8 @@ def boot(rows: int, context: int):
 
     model = random_model(ORPHEUS_3B["num_hidden_layers"], torch.bfloat16, "cuda")
     runner = ModelRunner(model, rows, context, SamplingParams(temperature=0),
-                         logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
+                         logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False,
+                         prefill_lengths=RANDOM_SERVING.prefill_lengths)     # the benches' ladder
     runner._capture_all()                     # what __init__ does with use_graphs, in turn
     torch.cuda.synchronize()
     free_before = torch.cuda.mem_get_info()[0]

@@ -90,14 +90,11 @@ class OrpheusEngine(Engine):
         built; benchmarks set what serving does not (ops/bench/orpheus/fast.py)."""
         self.lm, self.config, self.params = loaded, config, params
         self.scheduling = scheduling
-        # A budget stop means runaway generation on a real model (an error for the job); a
-        # random-weight checkpoint never stops on its own, so its jobs keep their audio, and stop
-        # where a real model's speech would end, at the text's expected length: a run on random
-        # weights then does a real model's work (the engine bench's budgets are the same), not
-        # twice as many tokens a job.
-        slack = budget_slack or (1.0 if loaded.random_weights else BUDGET_SLACK)
-        self.budget = (slack, budget_min, budget_max)
-        self.budget_policy = budget_policy or ("keep" if loaded.random_weights else "error")
+        # A budget stop means runaway generation on a real model: an error for the job, unless the
+        # checkpoint asks otherwise (model/loading.py ServingHints).
+        hints = loaded.serving
+        self.budget = (budget_slack or hints.budget_slack or BUDGET_SLACK, budget_min, budget_max)
+        self.budget_policy = budget_policy or hints.budget_policy or "error"
         if self.budget_policy not in BUDGET_POLICIES:
             raise ValueError(f"budget_policy must be one of {BUDGET_POLICIES}")
         devices.resolve_kv_dtype(config.kv_dtype, None)      # refuses an unknown setting
@@ -296,6 +293,7 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
     graphs, start the loop thread."""
     from pipeline.engines.orpheus.model import kv_scales
     from pipeline.engines.orpheus.model.kv_cache import KVCache, kv_storage_dtype
+    from pipeline.engines.orpheus.serving.graphs import LENGTHS as PREFILL_LENGTHS
     from pipeline.engines.orpheus.serving.loop import EngineLoop
     from pipeline.engines.orpheus.serving.runner import ModelRunner
     from pipeline.engines.orpheus.serving.scheduler import Scheduler
@@ -317,7 +315,8 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
     lo = CUSTOM_TOKEN_BASE if params.constrain_codes else 0
     runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo,
                          use_graphs=config.cuda_graphs, kv_dtype=kv_dtype, kv_range=scales,
-                         switches=config.switches, fallbacks=loaded.fallbacks)
+                         switches=config.switches, fallbacks=loaded.fallbacks,
+                         prefill_lengths=loaded.serving.prefill_lengths or PREFILL_LENGTHS)
     on_gpu = loaded.device.startswith("cuda")
     derived = scheduler_config(rows, rt, on_gpu)
     scheduler = Scheduler(rows, context, config=scheduling(derived) if scheduling else derived)

@@ -85,7 +85,7 @@ LM_STREAM_PRIORITY = -1
 # Mixed steps (the module): the decode batches they run at (a step over fewer rows pads up: an
 # idle row costs a small fraction of a step, whose time is mostly reading the weights) and, per
 # batch, one graph for each prompt length of the prefill graphs' ladder (graphs.LENGTHS):
-# 36 graphs.
+# 24 graphs.
 MIXED_BATCHES = (8, 16, 32, 64, 96, 128)
 
 
@@ -103,11 +103,13 @@ def ladder(limit: int) -> list[int]:
 
 class ModelRunner:
     def __init__(self, model, rows: int, context: int, params: SamplingParams,
-                 logits_lo: int = 0, use_graphs: bool = True, kv_dtype: str | None = None, switches: Switches = Switches(),
-                 fallbacks: list[str] | None = None, kv_range=None):
+                 logits_lo: int = 0, use_graphs: bool = True, kv_dtype: str | None = None,
+                 switches: Switches = Switches(), fallbacks: list[str] | None = None,
+                 kv_range=None, prefill_lengths: tuple[int, ...] = PREFILL_LENGTHS):
         """``switches``: which of the faster paths run (config.py); all, by default.
         ``fallbacks``: the list where the paths that fell back say why (fallbacks.py).
-        ``kv_range``: an fp8 cache's scales (model/kv_scales.py KVRange); None: 1."""
+        ``kv_range``: an fp8 cache's scales (model/kv_scales.py KVRange); None: 1.
+        ``prefill_lengths``: the prompt lengths of the prefill graphs and the mixed steps."""
         self.fallbacks = [] if fallbacks is None else fallbacks
         cfg, device = model.config, model.device
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -144,7 +146,8 @@ class ModelRunner:
         # Mixed steps: on the CPU they run eagerly, on CUDA only from their graphs.
         self.mixed_sizes = tuple(sorted({min(b, rows) for b in MIXED_BATCHES})) \
             if switches.mixed_steps else ()
-        self.mixed_lengths = tuple(s for s in PREFILL_LENGTHS if s <= context)
+        self.prefill_lengths = prefill_lengths
+        self.mixed_lengths = tuple(s for s in prefill_lengths if s <= context)
         self.mixed_graphs: dict[tuple[int, int], Graph] = {}   # output: the prompt's logits
         self.mixed_steps = 0
         if use_graphs and str(device).startswith("cuda"):
@@ -342,7 +345,8 @@ class ModelRunner:
             t[dst] = t[src]
 
     def _capture_prefill(self) -> None:
-        self.prefill_graphs = PrefillGraphs(self.decoder, fallbacks=self.fallbacks)
+        self.prefill_graphs = PrefillGraphs(self.decoder, lengths=self.prefill_lengths,
+                                            fallbacks=self.fallbacks)
 
     def _prefill(self, plan: Plan):
         chunks = plan.prefill
