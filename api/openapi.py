@@ -15,7 +15,6 @@ from fastapi.openapi.utils import get_openapi
 
 from api.errors import OPENAI_PREFIX
 from api.routes.speech import OPENAI_VOICES
-from api.schemas import RENAMED
 from api.streaming import CONTENT_TYPES, SPEECH_FORMATS
 from pipeline.formats import get_format
 from pipeline.engines.registry import engine_voices
@@ -144,26 +143,21 @@ def _document_limits(schemas: dict, settings: Settings, *, form: str) -> None:
             props[name] = prop = {**next(s for s in prop.pop("anyOf") if s.get("type") != "null"), **prop}
         if prop.get("type") == "string" and not {"pattern", "enum", "const", "contentMediaType", "format"} & prop.keys():
             prop["pattern"] = NO_NUL
-    # events need an address (api.schemas.EVENTS_WITHOUT_URL); this form has no former names
-    given = {"not": {"type": "null"}}
-    schemas[form].setdefault("allOf", []).append(
-        {"anyOf": [{"not": {"required": ["webhook_events"], "properties": {"webhook_events": given}}},
-                   {"required": ["webhook_url"], "properties": {"webhook_url": given}}]})
+    schemas[form].setdefault("allOf", []).append(_events_need_a_url())
 
 
 def _dependent_fields(schemas: dict, *, form: str) -> None:
-    """A field under its current name and its former one (api.schemas.RENAMED) at once is a 422,
-    and so are events without an address: stated here, so a client, or a fuzzer, knows it before
-    sending."""
-    given = {"not": {"type": "null"}}
-    urls = [{"required": [url], "properties": {url: given}} for url in ("webhook_url", "callback_url")]
+    """Events without an address are a 422: stated here, so a client, or a fuzzer, knows it
+    before sending."""
     for name in ("BatchCreate", "JobCreate", form):
-        constraints = schemas[name].setdefault("allOf", [])
-        constraints.extend(
-            {"not": {"required": [old, new], "properties": {old: given, new: given}}} for old, new in RENAMED.items())
-        # events need an address under either name (api.schemas.EVENTS_WITHOUT_URL)
-        constraints.extend({"anyOf": [{"not": {"required": [events], "properties": {events: given}}}, *urls]}
-                           for events in ("webhook_events", "callback_events"))
+        schemas[name].setdefault("allOf", []).append(_events_need_a_url())
+
+
+def _events_need_a_url() -> dict:
+    """webhook_events only with webhook_url (api.schemas.EVENTS_WITHOUT_URL)."""
+    given = {"not": {"type": "null"}}
+    return {"anyOf": [{"not": {"required": ["webhook_events"], "properties": {"webhook_events": given}}},
+                      {"required": ["webhook_url"], "properties": {"webhook_url": given}}]}
 
 
 def _narrow(props: dict, name: str, **constraints) -> None:

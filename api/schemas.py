@@ -12,18 +12,6 @@ from pipeline.loudness import CEILING_RANGE, LOUDNESS_RANGE
 Priority = Literal["batch", "realtime"]
 WebhookEvent = Literal["job.finished", "job.failed", "batch.finished", "document.finished"]
 
-# Field names the API accepted before the product called them webhooks, and their names now.
-# Requests may still use them (deprecated); batches still echo them (deprecated) for clients that
-# read them. A request gives one name or the other, never both: the OpenAPI document can state that
-# (api/openapi.py), while "both, if equal" it could not.
-RENAMED = {"callback_url": "webhook_url", "callback_events": "webhook_events"}
-
-
-def both_names(old: str) -> str:
-    """What a request that gives a field under its former and its current name is told (422)."""
-    return f"{old} is the deprecated name of {RENAMED[old]}: send {RENAMED[old]} only"
-
-
 # Events without an address could never be sent: a client that sends them has lost its URL on the
 # way, and is told so (422) rather than waiting for webhooks that never come.
 EVENTS_WITHOUT_URL = "webhook_events needs webhook_url: without an address no event is sent"
@@ -75,33 +63,17 @@ class Webhook(_In):
     webhook_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, description="POSTed (signed) on the events below")
     webhook_events: list[WebhookEvent] | None = Field(None, min_length=1, max_length=4,
                                                       description="Default: all of them; needs webhook_url")
-    callback_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, deprecated=True,
-                                     description="The former name of webhook_url")
-    callback_events: list[WebhookEvent] | None = Field(None, min_length=1, max_length=4, deprecated=True,
-                                                       description="The former name of webhook_events")
 
     @model_validator(mode="after")
-    def _one_name_each(self):
-        """A former name's value moves to the current name (``__dict__``: reading a deprecated
-        field through its attribute warns)."""
-        values = self.__dict__
-        for old, new in RENAMED.items():
-            if values[old] is None:
-                continue
-            if values[new] is not None:
-                raise ValueError(both_names(old))
-            values[new], values[old] = values[old], None
-        if values["webhook_events"] is not None and values["webhook_url"] is None:
+    def _events_need_a_url(self):
+        if self.webhook_events is not None and self.webhook_url is None:
             raise ValueError(EVENTS_WITHOUT_URL)
         return self
 
     def fingerprinted(self) -> bytes:
-        """The body as an Idempotency-Key's fingerprint reads it: under the former names, in their
-        place, as the release before the rename wrote it, so a retry sent across an upgrade still
-        matches its first request."""
-        former = self.model_copy(update={old: self.__dict__[new] for old, new in RENAMED.items()})
+        """The body as an Idempotency-Key's fingerprint reads it."""
         unset_later = {name for name in ADDED_LATER if self.__dict__.get(name, ...) is None}
-        return former.model_dump_json(exclude=set(RENAMED.values()) | unset_later).encode()
+        return self.model_dump_json(exclude=unset_later).encode()
 
 
 class Levelled(_In):
@@ -225,8 +197,6 @@ class BatchOut(BaseModel):
     reused_seconds: float = Field(0.0, description="The engine seconds those earlier renders took, not spent again")
     webhook_url: str | None
     webhook_events: list[str] | None
-    callback_url: str | None = Field(deprecated=True, description="The same as webhook_url (its former name)")
-    callback_events: list[str] | None = Field(deprecated=True, description="The same as webhook_events (its former name)")
     created_at: datetime
     finished_at: datetime | None
     cancelled_at: datetime | None

@@ -60,7 +60,6 @@ def batch_out(session: Session, batch: Batch) -> BatchOut:
         audio_seconds=round(stats.audio_seconds, 3), billable_characters=stats.billable_characters,
         reused=stats.reused, reused_seconds=round(stats.reused_seconds, 3),
         webhook_url=batch.webhook_url, webhook_events=batch.webhook_events,
-        callback_url=batch.webhook_url, callback_events=batch.webhook_events,   # their deprecated names
         created_at=_utc(batch.created_at), finished_at=_utc(batch.finished_at),
         cancelled_at=_utc(batch.cancelled_at), expires_at=_utc(batch.expires_at),
         loudness_target=batch.loudness_target, true_peak_max=batch.true_peak_max,

@@ -14,7 +14,7 @@ from api import creating, idempotency, pagination
 from api.deps import CurrentKey, KeyFirstRoute, Responses, Session, State
 from api.ids import could_exist
 from api.schemas import (EVENTS_WITHOUT_URL, URL_PATTERN, BatchCreate, BatchOut, BatchPage, CancelOut, DeleteOut,
-                         JobPage, Priority, RetryOut, WebhookEvent, both_names)
+                         JobPage, Priority, RetryOut, WebhookEvent)
 from api.views import batch_out, job_out
 from pipeline import lifecycle
 from pipeline.corpus import parse_corpus
@@ -96,14 +96,8 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
                  lexicon_version: Annotated[int | None, Form(ge=1, le=999_999_999), BeforeValidator(_digits)] = None,
                  webhook_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN)] = None,
                  webhook_events: Annotated[list[WebhookEvent] | None, Form()] = None,
-                 callback_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN, deprecated=True,
-                                                          description="The former name of webhook_url")] = None,
-                 callback_events: Annotated[list[WebhookEvent] | None, Form(
-                     deprecated=True, description="The former name of webhook_events")] = None,
                  idempotency_key: IdempotencyKey = None) -> JSONResponse:
     """A batch from a corpus file: one job per non-empty line, client ids line-NNNNNN."""
-    webhook_url = _one_name("callback_url", callback_url, webhook_url)
-    webhook_events = _one_name("callback_events", callback_events, webhook_events)
     if webhook_events is not None and webhook_url is None:
         raise RequestValidationError([{"type": "value_error", "loc": ("body", "webhook_events"),
                                        "msg": EVENTS_WITHOUT_URL, "input": webhook_events}])
@@ -129,17 +123,6 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
         s, state.settings, corpus, options, source=source, **columns), key=key,
         chars=sum(len(text) for _, text in corpus.lines))
     return _created(session, batch_id, created)
-
-
-def _one_name(old: str, old_value, value):
-    """A form field under its deprecated name (api.schemas.RENAMED) counts as its current name;
-    both at once are refused with the 422 a JSON body gets."""
-    if old_value is None:
-        return value
-    if value is not None:
-        raise RequestValidationError([{"type": "value_error", "loc": ("body", old), "msg": both_names(old),
-                                       "input": old_value}])
-    return old_value
 
 
 @router.get("", response_model=BatchPage)

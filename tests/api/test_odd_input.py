@@ -182,7 +182,7 @@ def test_options_prefers_a_literal_path_to_a_template(api_server):
 
 @pytest.mark.parametrize("path, body, files", [
     ("/v1/jobs", {"json": {"text": "One.", "webhook_url": "ftp://example.com/hook"}}, None),
-    ("/v1/jobs", {"json": {"text": "One.", "callback_url": "https://exa mple.com/hook"}}, None),
+    ("/v1/jobs", {"json": {"text": "One.", "webhook_url": "https://exa mple.com/hook"}}, None),
     ("/v1/batches/upload", {"data": {"webhook_url": "example.com/hook"}}, {"file": ("a.txt", b"One.\n")}),
 ])
 def test_a_webhook_url_that_is_not_a_url_gets_a_422_saying_what_it_must_be(client, path, body, files):

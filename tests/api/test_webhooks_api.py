@@ -102,49 +102,14 @@ def _refusal(client, host: str) -> str:
 PUBLIC = "https://93.184.216.34/hook"  # a public address: past the SSRF guard without DNS
 
 
-def test_the_former_field_names_are_accepted_echoed_and_marked_deprecated(client):
-    """callback_url and callback_events, the names before webhook_url and webhook_events, still
-    work in JSON and in an upload, and batches answer under both names."""
-    batch = client.post("/v1/batches", json={"items": [{"text": "Hi."}], "callback_url": PUBLIC,
-                                             "callback_events": ["batch.finished"]})
-    assert batch.status_code == 201, batch.text
-    got = client.get(f"/v1/batches/{batch.json()['id']}").json()
-    assert got["webhook_url"] == got["callback_url"] == PUBLIC
-    assert got["webhook_events"] == got["callback_events"] == ["batch.finished"]
-    upload = client.post("/v1/batches/upload", files={"file": ("a.txt", b"One.\n")}, data={"callback_url": PUBLIC})
-    assert upload.status_code == 201 and upload.json()["webhook_url"] == PUBLIC, upload.text
-    assert client.post("/v1/jobs", json={"text": "Hi.", "callback_url": PUBLIC}).status_code == 201
-
-    schemas = client.get("/openapi.json").json()["components"]["schemas"]
-    for name in ("BatchCreate", "JobCreate", "BatchOut"):
-        props = schemas[name]["properties"]
-        assert props["callback_url"]["deprecated"] and props["callback_events"]["deprecated"], name
-        assert not props["webhook_url"].get("deprecated"), name
-
-
-def test_a_field_under_both_its_names_is_refused(client):
-    refused = [
-        client.post("/v1/batches", json={"items": [{"text": "Hi."}], "webhook_url": PUBLIC,
-                                         "callback_url": PUBLIC + "/old"}),
-        client.post("/v1/jobs", json={"text": "Hi.", "webhook_events": ["job.failed"],
-                                      "callback_events": ["job.finished"]}),
-        client.post("/v1/batches/upload", files={"file": ("a.txt", b"One.\n")},
-                    data={"webhook_url": PUBLIC, "callback_url": PUBLIC}),
-    ]
-    for r, old in zip(refused, ("callback_url", "callback_events", "callback_url"), strict=True):
-        assert r.status_code == 422, r.text
-        assert f"{old} is the deprecated name of webhook_{old.split('_')[1]}" in r.json()["detail"][0]["msg"]
-    assert client.get("/v1/batches").json()["data"] == []
-
-
-def test_an_idempotency_fingerprint_reads_a_body_as_the_release_before_the_rename_did():
-    """A retry sent across the upgrade, under either name, matches what the previous release
-    recorded for its first request: these are that release's bodies, byte for byte."""
-    job = (b'{"callback_url":"https://93.184.216.34/hook","callback_events":null,"text":"Hi.","client_id":null,'
+def test_an_idempotency_fingerprint_is_the_body_less_the_later_fields_left_unset():
+    """A body's fingerprint, which a retry under the same Idempotency-Key must match: its JSON with
+    the fields added after bodies were first fingerprinted left out while unset."""
+    job = (b'{"webhook_url":"https://93.184.216.34/hook","webhook_events":null,"text":"Hi.","client_id":null,'
            b'"voice":null,"format":null,"sample_rate":null,"priority":"batch"}')
     assert JobCreate(text="Hi.", webhook_url=PUBLIC).fingerprinted() == job
-    assert JobCreate(text="Hi.", callback_url=PUBLIC).fingerprinted() == job
-    batch = (b'{"callback_url":"https://93.184.216.34/hook","callback_events":["batch.finished"],"name":null,"items":[{"client_id":null,'
+    assert b'"loudness_target":-16.0' in JobCreate(text="Hi.", webhook_url=PUBLIC, loudness_target=-16).fingerprinted()
+    batch = (b'{"webhook_url":"https://93.184.216.34/hook","webhook_events":["batch.finished"],"name":null,"items":[{"client_id":null,'
              b'"text":"Hi.","voice":null,"format":null,"sample_rate":null}],"voice":null,"format":null,'
              b'"sample_rate":null,"priority":"batch"}')
     assert BatchCreate(items=[{"text": "Hi."}], webhook_url=PUBLIC,
@@ -156,19 +121,14 @@ def test_events_without_an_address_or_an_empty_list_of_them_are_refused(client):
     refused = {
         "events, no url": client.post("/v1/batches", json={"items": [{"text": "Hi."}],
                                                            "webhook_events": ["batch.finished"]}),
-        "former name, no url": client.post("/v1/jobs", json={"text": "Hi.", "callback_events": ["job.failed"]}),
         "upload, no url": client.post("/v1/batches/upload", files={"file": ("a.txt", b"One.\n")},
                                       data={"webhook_events": ["batch.finished"]}),
         "empty list": client.post("/v1/jobs", json={"text": "Hi.", "webhook_url": PUBLIC, "webhook_events": []}),
     }
     for what, r in refused.items():
         assert r.status_code == 422, (what, r.text)
-        assert r.json()["detail"][0]["loc"][-1] in ("webhook_events", "callback_events", "body"), (what, r.text)
-    for what in ("events, no url", "former name, no url", "upload, no url"):
+        assert r.json()["detail"][0]["loc"][-1] in ("webhook_events", "body"), (what, r.text)
+    for what in ("events, no url", "upload, no url"):
         assert "webhook_events needs webhook_url" in refused[what].json()["detail"][0]["msg"], what
     assert "at least 1 item" in refused["empty list"].json()["detail"][0]["msg"]
     assert client.get("/v1/batches").json()["data"] == []
-
-    # the address under its former name counts
-    ok = client.post("/v1/jobs", json={"text": "Hi.", "callback_url": PUBLIC, "webhook_events": ["job.failed"]})
-    assert ok.status_code == 201, ok.text

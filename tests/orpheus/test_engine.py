@@ -84,6 +84,38 @@ def test_budget_stop_is_an_error_for_a_real_model(tiny):
     assert eng.stats["budget_stops"] == 1
 
 
+def test_a_random_checkpoint_asks_for_its_budgets_and_prompt_lengths_and_a_released_one_gets_the_engines(tiny):
+    """make-tiny's config.json says what its random weights and byte-level tokenizer need (jobs
+    keep their audio at a budget of the expected speech, longer prompt graphs); a checkpoint that
+    says nothing is served as a released one is."""
+    from dataclasses import replace
+
+    from pipeline.engines.orpheus.engine import BUDGET_SLACK
+    from pipeline.engines.orpheus.model.loading import ServingHints
+    from pipeline.engines.orpheus.serving.graphs import LENGTHS
+    from pipeline.engines.orpheus.tiny import RANDOM_SERVING
+
+    assert tiny.serving == RANDOM_SERVING
+    asked = OrpheusEngine(tiny, max_batch=2)
+    released = OrpheusEngine(replace(tiny, serving=ServingHints()), max_batch=2)
+    try:
+        assert (asked.budget[0], asked.budget_policy) == (1.0, "keep")
+        assert asked.loop.runner.mixed_lengths == RANDOM_SERVING.prefill_lengths
+        assert (released.budget[0], released.budget_policy) == (BUDGET_SLACK, "error")
+        assert released.loop.runner.mixed_lengths == LENGTHS
+    finally:
+        asked.close()
+        released.close()
+
+
+def test_a_hint_the_engine_does_not_know_is_refused():
+    from pipeline.engines.orpheus.model.loading import ServingHints
+
+    assert ServingHints.from_config({"prefill_lengths": [64, 32]}).prefill_lengths == (32, 64)
+    with pytest.raises(ValueError, match="unknown synth_serving hint budget_slak"):
+        ServingHints.from_config({"budget_slak": 1.0})
+
+
 def test_budget_grows_with_text_in_whole_frames():
     short, long = token_budget("Hi."), token_budget("word " * 200)
     assert token_budget("word " * 100_000) == 8190

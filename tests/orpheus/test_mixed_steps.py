@@ -26,7 +26,7 @@ def test_mixed_pass_equals_decode_then_prefill(prompt_row):
     padded to 32 goes into row 4 (a batch row past the step's) or the idle row 2 (a stream's new
     row, as the runner places it): the logits of both parts (the idle row's too) and every cache
     entry equal a decode step followed by the padded prefill, over the same leftovers. (The per-row attention of the
-    GPU's graphs is a Triton kernel: ops/bench/kernels/check_prefill.py compares it there.)"""
+    GPU's graphs is a Triton kernel: tests/orpheus/kernels/test_on_cuda.py compares it there.)"""
     model = small_model()
     torch.manual_seed(3)
     prompt = torch.randint(0, 512, (13,)).tolist()

@@ -108,7 +108,7 @@ def test_the_grid_is_cut_to_the_cache():
     three = KVCache(cfg.num_hidden_layers, 3, cfg.num_key_value_heads, 300, cfg.head_dim,
                     torch.float32, "cpu")
     graphs = PrefillGraphs(Decoder(model, three), capture=False)
-    assert graphs.batches == (1, 2, 3) and graphs.lengths == (32, 64, 96, 128, 192, 256)
+    assert graphs.batches == (1, 2, 3) and graphs.lengths == (32, 64, 128, 256)
     assert graphs.shape([chunk([7] * 10, r) for r in range(3)]) == (3, 32)
 
 
@@ -145,6 +145,6 @@ def test_the_runner_through_the_padded_prefill_draws_what_the_eager_prefill_draw
 
     eager, _ = drive(padded=False)
     padded, shapes = drive(padded=True)
-    assert shapes == [(4, 96), (1, 32), (1, 64)]       # every prefill took the padded path
+    assert shapes == [(4, 128), (1, 32), (1, 64)]      # every prefill took the padded path
     assert padded == eager
     assert all(len(t) > 5 for t in eager)

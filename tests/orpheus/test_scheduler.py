@@ -432,7 +432,7 @@ def test_a_playing_stream_low_on_audio_joins_the_starting_only_steps_until_it_is
 def test_leads_are_not_tracked_without_a_playback_rate():
     s = Scheduler(rows=4, max_context=200, config=SchedulerConfig(first_tokens=4, playing_every=2,
                                                                    low_lead_s=0.3))
-    assert s.low_lead_s == 0.0
+    assert s.config.low_lead_s == 0.0
 
 
 @pytest.mark.parametrize("pause", [False, True], ids=["preempt", "pause"])

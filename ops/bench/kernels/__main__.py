@@ -18,9 +18,8 @@ BENCHES = {
     "prefill-attention": "a prefill and a mixed step, the prefill's Triton path against torch (CUDA)",
     "quantize-rows": "the fp8 activation quantization, Triton against torch (CUDA)",
     "sampler": "the fused draw against the torch draw, per sampling setting (CUDA)",
-    "check-prefill": "the prefill graphs against the eager prefill, with boot cost (CUDA)",
-    "check-mixed": "mixed steps against the same plan run apart, timed (CUDA)",
-    "check-syncs": "whether each kind of step's launch waits for the device (CUDA)",
+    "prefill-graphs": "the prefill graphs against the eager prefill, with their boot cost (CUDA)",
+    "mixed-steps": "mixed steps against the same plan run apart (CUDA)",
 }
 
 

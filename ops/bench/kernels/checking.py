@@ -1,7 +1,5 @@
 """What the kernel benchmarks share: Orpheus-3B's attention and MLP widths, a random model at those
-widths, the RoPE tables, an fp8 copy of a cache, a CUDA graph of a call; and for the checks that
-need CUDA graphs and still print their errors (check_prefill.py, check_mixed.py), the tolerance
-and the report."""
+widths, the RoPE tables, an fp8 copy of a cache, a CUDA graph of a call."""
 
 from __future__ import annotations
 
@@ -18,33 +16,6 @@ INTERMEDIATE = ORPHEUS_3B["intermediate_size"]       # 8192
 THETA = ORPHEUS_3B["rope_theta"]
 EPS = 1e-5                                           # Llama's rms_norm_eps
 CONTEXT = 2048
-# (max abs error / max |reference|, relative L2 error). A kernel rounds where its reference rounds,
-# so they differ by a rounding flip of the fp32 reductions: one bf16 ulp is 2^-8 relative.
-TOLERANCE = {torch.bfloat16: (2 ** -6, 4e-3), torch.float32: (1e-5, 1e-6)}
-
-
-class Report:
-    def __init__(self):
-        self.failures: list[str] = []
-
-    def error(self, name: str, got, want, tol) -> None:
-        g, w = got.float(), want.float()
-        top = w.abs().max().item() or 1.0
-        max_abs = (g - w).abs().max().item()
-        rel = ((g - w).norm() / w.norm().clamp_min(1e-30)).item()
-        ok = max_abs <= tol[0] * top and rel <= tol[1]
-        print(f"  {name:<34} max abs {max_abs:.3e} (max |ref| {top:.2f})  rel L2 {rel:.3e}"
-              f"  {'ok' if ok else 'FAIL'}", flush=True)
-        if not ok:
-            self.failures.append(name)
-
-    def exit_code(self) -> int:
-        """Says how the checks went: 1 if any failed, else 0."""
-        if self.failures:
-            print(f"FAILED: {', '.join(self.failures)}", flush=True)
-            return 1
-        print("all errors within tolerance", flush=True)
-        return 0
 
 
 def rope_tables(dtype, device):

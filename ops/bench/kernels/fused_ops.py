@@ -25,14 +25,14 @@ from ops.bench.kernels.checking import (
     rope_tables,
 )
 from ops.bench.timing import median_device_ms
-from pipeline.engines.orpheus.kernels import attention, fused
+from pipeline.engines.orpheus.kernels import fused
 from pipeline.engines.orpheus.model.decoder import Decoder
 from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
 STEP_CONTEXT = 512         # the step timing's cache: 256 rows x 28 layers at 512 positions is 15 GB
-STEP_POS = 200             # where its rows write; attention reads 256 positions (SDPA) or 201 (per row)
+STEP_POS = 200             # where its rows write; each row's attention reads its 201 positions
 
 
 def timing(name: str, kernel, reference) -> None:
@@ -77,10 +77,9 @@ def time_step(batches, dtype) -> None:
         for b in batches:
             tokens = torch.randint(CUSTOM_TOKEN_BASE, cfg.vocab_size, (b,), device="cuda")
             wpos = torch.full((b,), STEP_POS, device="cuda")
-            per_row = b >= attention.MIN_BATCH
             cells = []
             for name, dec in (("unfused torch", plain), ("fused triton", fast)):
-                replay, _ = graphed(lambda: dec.decode(tokens, wpos, 256, per_row))
+                replay, _ = graphed(lambda: dec.decode(tokens, wpos, 256, per_row=True))
                 ms = median_device_ms(replay)
                 cells.append(f"{name} {ms:.3f} ms ({weights / ms / 1e6:.0f} GB/s)")
                 del replay

@@ -67,15 +67,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-codec", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="also each graph's kernels under the torch profiler, in us per step")
-    ap.add_argument("--sdpa", action="store_true",
-                    help="decode attention by SDPA over a bf16 cache, not the per-row kernel, to "
-                         "compare them (the runner's per_row_attention=False)")
     args = ap.parse_args(argv)
     check_attention()
     lm = load_model("random-3b", "auto", "auto", args.quant)
     runner = ModelRunner(lm.model, args.rows, 2048, SamplingParams(ignore_eos=True),
-                         logits_lo=CUSTOM_TOKEN_BASE, kv_dtype=args.kv_dtype,
-                         per_row_attention=not args.sdpa)
+                         logits_lo=CUSTOM_TOKEN_BASE, kv_dtype=args.kv_dtype)
     print(f"decode graph, weights {args.quant}, KV cache {runner.cache.k[0].dtype}:", flush=True)
     runner.active.fill_(True)
     gen = torch.Generator().manual_seed(0)
@@ -83,8 +79,7 @@ def main(argv=None) -> int:
     for b in args.batches:
         cells = []
         for length in args.lengths:
-            pb = runner.padded_batch(b)
-            g = runner.graphs[(pb, runner._length(pb, length))]
+            g = runner.graphs[(runner.padded_batch(b), runner.context)]   # one length: the row's
             spread = torch.randint(0, max(1, length // 10), (args.rows,), generator=gen)
             runner.pos.copy_(torch.clamp(length - 30 - spread, min=1).to(runner.pos.device))
             cells.append(f"L{length}={mean_device_ms(g.replay):.2f}")

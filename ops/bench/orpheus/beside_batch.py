@@ -10,36 +10,33 @@ import threading
 import time
 from contextlib import contextmanager
 
+from ops.bench.orpheus.fast import FastEngine
 from ops.bench.orpheus.runs import Job
 from ops.bench.orpheus.scenarios import load_scenarios
 from ops.bench.orpheus.streams import gc_pauses, run_streams
 
 
-def bench_streams(args, fast, batch: list[Job], rt: list[Job], mode: dict) -> None:
-    """Streams beside batch work: per scenario config, per count of --stream-counts, the first
-    --batch-lines lines of the batch workload running with that many realtime streams arriving
-    over --spread s; the scheduler's settings are restored after."""
+def bench_streams(args, fast: FastEngine, batch: list[Job], rt: list[Job], mode: dict) -> None:
+    """Streams beside batch work: per scenario config (an engine booted with its settings), per
+    count of --stream-counts, the first --batch-lines lines of the batch workload running with that
+    many realtime streams arriving over --spread s."""
     background = [j for j in batch if int(j.key.split("-", 1)[1].split(".")[0]) < args.batch_lines]
-    sched = fast.loop.scheduler
-    defaults = (sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows)
-    base_steady, base_pause = sched.playing_every, sched.pause_batch
-    base_lead = round(sched.low_lead_s * 1000)
+    base = fast.base_scheduler
+    defaults = (base.batch_every, base.batch_every_starting, base.realtime_max_rows)
+    base_steady, base_pause = base.playing_every, base.pause_batch
+    base_lead, base_lookahead = fast.base.realtime.low_lead_ms, fast.base.realtime.first_lookahead
     switch = sys.getswitchinterval()
     for c in load_scenarios(args.scenario):
-        steady = c.playing_every or base_steady
-        pause = base_pause if c.pause_batch is None else c.pause_batch
-        lead = base_lead if c.low_lead_ms is None else c.low_lead_ms
-        sched.low_lead_s = lead / 1000
-        lookahead = c.first_lookahead or 2
-        set_lookahead(fast, lookahead)
-        config = tuple(v or d for v, d in zip(
-            (c.batch_every, c.batch_every_starting, c.realtime_max_rows), defaults)) + \
-            (float(c.switch_interval_ms),)
-        sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows = config[:3]
-        sched.playing_every, sched.pause_batch = max(1, steady), pause
+        tuning = fast.base.under(c)
+        fast.use(tuning)
+        sched = fast.engine.loop.scheduler.config
+        steady, pause = sched.playing_every, sched.pause_batch
+        lead, lookahead = tuning.realtime.low_lead_ms, tuning.realtime.first_lookahead
+        config = (sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows,
+                  float(c.switch_interval_ms))
         sys.setswitchinterval(config[3] / 1000 or switch)
         name = streams_key(config, (steady, pause, lookahead, lead),
-                           (base_steady, base_pause, 2, base_lead), defaults)
+                           (base_steady, base_pause, base_lookahead, base_lead), defaults)
         mode[name] = {"config": dict(zip(("batch_every", "batch_every_starting",
                                          "realtime_max_rows", "switch_interval_ms",
                                          "playing_every", "pause_batch", "first_lookahead",
@@ -47,12 +44,8 @@ def bench_streams(args, fast, batch: list[Job], rt: list[Job], mode: dict) -> No
                                         config[:3] + (config[3] or switch * 1000, steady,
                                                       pause, lookahead, lead)))}
         for count in map(int, args.stream_counts.split(",")):
-            summary = mode[name][count] = streams_run(args, fast, background, rt[:count])
+            summary = mode[name][count] = streams_run(args, fast.engine, background, rt[:count])
             print(name, count, summary, flush=True)
-    sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows = defaults
-    sched.playing_every, sched.pause_batch = base_steady, base_pause
-    sched.low_lead_s = base_lead / 1000
-    set_lookahead(fast, 2)
     sys.setswitchinterval(switch)
 
 
@@ -196,17 +189,6 @@ def forced_collection(at_s: float):
         timer.join()
         # after the run: counting them walks the frozen list with the GIL held (~40 ms at 450k)
         out["frozen_objects"] = gc.get_freeze_count()
-
-
-def set_lookahead(engine, frames: int) -> None:
-    """The first-chunk lookahead of streams submitted from now on (as the engine's setting does)."""
-    from pipeline.constants import SNAC_TOKENS_PER_FRAME
-    from pipeline.engines.orpheus.engine import stream_state
-
-    engine.first_lookahead = frames
-    engine.loop.stream_factory = lambda seed, rt: stream_state(seed, rt, frames)
-    first = stream_state(0, True, frames).first_ready_frames * SNAC_TOKENS_PER_FRAME
-    engine.loop.scheduler.first_tokens = first
 
 
 def phases_ms(phases: list[dict]) -> dict:

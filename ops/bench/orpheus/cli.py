@@ -47,11 +47,14 @@ import datetime
 import json
 import sys
 import time
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from ops.bench import SHARED_CORPUS, git_commit
 from ops.bench.orpheus import report
-from ops.bench.orpheus.beside_batch import bench_streams, loop_stats, phases_ms, set_lookahead
+from ops.bench.orpheus.beside_batch import bench_streams, loop_stats, phases_ms
+from ops.bench.orpheus.fast import FastEngine, Tuning
 from ops.bench.orpheus.models import load_model
 from ops.bench.orpheus.runs import PARAMS, Job, run_generate, run_synth
 from ops.bench.orpheus.scenarios import load_scenarios
@@ -173,15 +176,21 @@ def measure(label, fn, lm, quant, rows, stats=None):
 
 
 def make_engine(args, lm, max_batch: int = 0, budget_max: int | None = None,
-                kv_dtype: str = "auto", engine=OrpheusEngine):
-    """The fast engine (``engine``: ``ReferenceEngine`` for the reference loop)."""
+                kv_dtype: str = "auto", engine=OrpheusEngine, tuning: Tuning | None = None):
+    """The fast engine (``engine``: ``ReferenceEngine`` for the reference loop); ``tuning``: the
+    scheduler settings of a run (none: the command line's)."""
     rows = args.kv8_rows if kv_dtype == "fp8" and args.kv8_rows else args.rows
+    tuning = tuning or base_tuning(args)
     config = OrpheusConfig(context=args.context, cuda_graphs=not args.no_graphs,
-                           kv_dtype=kv_dtype, switches=switches(args),
-                           realtime=RealtimeConfig(rows=args.realtime_rows, max_rows=args.realtime_max_rows))
+                           kv_dtype=kv_dtype, switches=switches(args), realtime=tuning.realtime)
     return engine(lm, config, max_batch=max_batch or rows, params=PARAMS, budget_policy="keep",
                   budget_slack=1.0, budget_min=28 if budget_max is None else budget_max,
-                  budget_max=budget_max or args.max_budget)
+                  budget_max=budget_max or args.max_budget, scheduling=tuning.scheduling)
+
+
+def base_tuning(args) -> Tuning:
+    """The engine's scheduler settings, with the command line's realtime rows."""
+    return Tuning(RealtimeConfig(rows=args.realtime_rows, max_rows=args.realtime_max_rows))
 
 
 def switches(args) -> Switches:
@@ -225,50 +234,49 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
         prompts = [prompt_ids(lm.tokenizer, j.text, "tara") for j in sub[:4]]
         mode["logits_vs_transformers"] = logits_check(lm, prompts, kv_dtype=kv_dtype)
         print("logits", mode["logits_vs_transformers"], flush=True)
-    t = time.perf_counter()
-    fast = make_engine(args, lm, kv_dtype=kv_dtype)
-    mode["fast_boot_s"] = time.perf_counter() - t
-    mode["fast_info"] = {k: fast.info.extra.get(k) for k in
+    fast = FastEngine(partial(make_engine, args, lm, kv_dtype=kv_dtype),
+                      lambda engine: run_synth(engine, [Job(j.key, j.text, WARM_TOKENS) for j in batch[:64]]),
+                      base_tuning(args))                                          # warms the paths
+    mode["fast_boot_s"] = fast.boot_s
+    mode["fast_info"] = {k: fast.engine.info.extra.get(k) for k in
                          ("cuda_graphs", "codec_graphs", "mixed_graphs", "graph_capture_s",
                           "context", "kv_dtype", "fallbacks")}
-    mode["fast_rows"] = fast.info.max_batch
+    mode["fast_rows"] = fast.rows
     print("fast engine", mode["fast_rows"], "rows", mode["fast_info"], flush=True)
-    run_synth(fast, [Job(j.key, j.text, WARM_TOKENS) for j in batch[:64]])     # warm the paths
     if "fast" in todo:
-        measure("fast batch", lambda: run_synth(fast, batch), lm, fast_label, rows,
-                loop_stats(fast))
-        measure("fast subset", lambda: run_synth(fast, sub), lm, fast_label, rows, loop_stats(fast))
+        measure("fast batch", lambda: run_synth(fast.engine, batch), lm, fast_label, rows,
+                loop_stats(fast.engine))
+        measure("fast subset", lambda: run_synth(fast.engine, sub), lm, fast_label, rows,
+                loop_stats(fast.engine))
     if "profile" in todo and lm.device.startswith("cuda"):
         from ops.bench.orpheus.profile import profile_kernels
 
-        mode["profile"] = profile_kernels(lambda: run_synth(fast, batch[: args.profile_jobs]))
+        mode["profile"] = profile_kernels(lambda: run_synth(fast.engine, batch[: args.profile_jobs]))
         print("profile", json.dumps(mode["profile"], indent=1), flush=True)
     if "sync" in todo:       # the same engine, one step at a time: what the overlap is worth
-        fast.loop.overlap = False
-        measure("fast batch, no overlap", lambda: run_synth(fast, batch), lm, fast_label, rows,
-                loop_stats(fast))
-        fast.loop.overlap = True
+        fast.engine.loop.overlap = False
+        measure("fast batch, no overlap", lambda: run_synth(fast.engine, batch), lm, fast_label, rows,
+                loop_stats(fast.engine))
+        fast.engine.loop.overlap = True
     if "single" in todo:
         bench_single(args, fast, rt, mode)
     if "streams" in todo:
         bench_streams(args, fast, batch, rt, mode)
-    fast.close()
-    fast = None             # the engine's device memory goes before the baselines load theirs
+    fast.close()            # the engine's device memory goes before the baselines load theirs
     bench_baselines(args, lm, sub, label, rows, todo)
     del lm
 
 
-def bench_single(args, fast, rt: list[Job], mode: dict) -> None:
+def bench_single(args, fast: FastEngine, rt: list[Job], mode: dict) -> None:
     """One realtime stream alone, --single-runs times at each of --lookaheads."""
     for lookahead in map(int, args.lookaheads.split(",")):
-        set_lookahead(fast, lookahead)
-        fast.loop.observer.first_chunk_phases(clear=True)
-        res = [run_streams(fast, [], [j], 0, 0).streams[0] for j in rt[: args.single_runs]]
+        fast.use(Tuning(replace(fast.base.realtime, first_lookahead=lookahead), fast.base.pause_batch))
+        fast.engine.loop.observer.first_chunk_phases(clear=True)
+        res = [run_streams(fast.engine, [], [j], 0, 0).streams[0] for j in rt[: args.single_runs]]
         key = "single_stream" if lookahead == 2 else f"single_stream_lookahead{lookahead}"
         mode[key] = {"ttfb_s": sorted(s.ttfb for s in res), "rtf": sorted(s.rtf for s in res),
-                     "first_chunk_ms": phases_ms(fast.loop.observer.first_chunk_phases(clear=True))}
+                     "first_chunk_ms": phases_ms(fast.engine.loop.observer.first_chunk_phases(clear=True))}
         print("single, lookahead", lookahead, mode[key], flush=True)
-    set_lookahead(fast, 2)
 
 
 def bench_baselines(args, lm, sub: list[Job], label: str, rows: list[dict], todo: list[str]) -> None:

@@ -58,7 +58,8 @@ SWITCHES = tuple(f.name for f in fields(Switches))
 
 @dataclass(frozen=True)
 class RealtimeConfig:
-    """How realtime streams share the rows and the steps with batch work (serving/scheduler.py)."""
+    """How realtime streams share the rows and the steps with batch work (serving/admission.py,
+    serving/scheduler.py)."""
 
     # Rows kept free of batch work for realtime arrivals; 0: an eighth of the rows.
     rows: int = 0

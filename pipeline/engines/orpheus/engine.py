@@ -1,8 +1,10 @@
-"""The Orpheus engine: requests -> length-bucketed batches -> batched generation -> streamed audio.
+"""The Orpheus engine: requests -> prompts with token budgets -> the continuous loop -> streamed audio.
 
-Per batch the loop is: generate a step -> feed each job's tokens to its frame assembler -> render the
-frames that are ready (one codec call per window length for the whole batch) -> yield chunks; a job
-that ends is flushed and gets its final chunk at once, while the others continue.
+Each request becomes a sequence (its prompt, a token budget from its text, its seed) that the loop
+thread (serving/loop.py) admits beside every other one in flight: a step's tokens go to each
+stream's frame assembler, the codec renders the frames that are ready (codec/thread.py), and chunks
+go to the caller as they come; a sequence that ends is flushed and gets its final chunk at once,
+while the others continue. ``build_loop`` sizes the KV cache and captures the graphs at boot.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import math
 import queue
 import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -81,22 +83,23 @@ class OrpheusEngine(Engine):
                  voices: Sequence[str] = VOICES, max_batch: int = 0,
                  params: SamplingParams = SamplingParams(), budget_policy: str | None = None,
                  budget_slack: float | None = None, budget_min: int = BUDGET_MIN_TOKENS,
-                 budget_max: int = BUDGET_MAX_TOKENS):
+                 budget_max: int = BUDGET_MAX_TOKENS,
+                 scheduling: Callable[[SchedulerConfig], SchedulerConfig] | None = None):
+        """``scheduling``: a change to the scheduler's config as the engine derives it from
+        ``config.realtime`` and the rows (``scheduler_config``), made before the scheduler is
+        built; benchmarks set what serving does not (ops/bench/orpheus/fast.py)."""
         self.lm, self.config, self.params = loaded, config, params
-        # A budget stop means runaway generation on a real model (an error for the job); a
-        # random-weight checkpoint never stops on its own, so its jobs keep their audio, and stop
-        # where a real model's speech would end, at the text's expected length: a run on random
-        # weights then does a real model's work (the engine bench's budgets are the same), not
-        # twice as many tokens a job.
-        slack = budget_slack or (1.0 if loaded.random_weights else BUDGET_SLACK)
-        self.budget = (slack, budget_min, budget_max)
-        self.budget_policy = budget_policy or ("keep" if loaded.random_weights else "error")
+        self.scheduling = scheduling
+        # A budget stop means runaway generation on a real model: an error for the job, unless the
+        # checkpoint asks otherwise (model/loading.py ServingHints).
+        hints = loaded.serving
+        self.budget = (budget_slack or hints.budget_slack or BUDGET_SLACK, budget_min, budget_max)
+        self.budget_policy = budget_policy or hints.budget_policy or "error"
         if self.budget_policy not in BUDGET_POLICIES:
             raise ValueError(f"budget_policy must be one of {BUDGET_POLICIES}")
         devices.resolve_kv_dtype(config.kv_dtype, None)      # refuses an unknown setting
         self.stats = {"tokens": 0, "invalid_tokens": 0, "dropped_frames": 0, "budget_stops": 0}
         self._prepare_lock = threading.Lock()
-        self.first_lookahead = config.realtime.first_lookahead
         batch, max_chars = self._start(max_batch, budget_slack)
         self.info = EngineInfo(
             name="orpheus", model=loaded.source, quantization=loaded.quant.applied,
@@ -106,7 +109,8 @@ class OrpheusEngine(Engine):
 
     def _start(self, max_batch: int, budget_slack: float | None) -> tuple[int, int | None]:
         """Boot the loop; returns its rows and the longest text one row holds."""
-        self.loop = build_loop(self.lm, self.params, max_batch, self.config, self._final_live)
+        self.loop = build_loop(self.lm, self.params, max_batch, self.config, self._final_live,
+                               self.scheduling)
         if self.lm.device.startswith("cuda") and self.config.switches.gc_freeze:
             freeze_boot_objects("engine")    # on CUDA only: a CPU test session builds many
         return self.loop.scheduler.capacity, text_chars_for(self.config.context,
@@ -114,7 +118,7 @@ class OrpheusEngine(Engine):
 
     def _extra(self) -> dict:
         runner, codec = self.loop.runner, self.lm.codec
-        return {"loop": "continuous", "cuda_graphs": len(runner.graphs),
+        return {"cuda_graphs": len(runner.graphs),
                 "graph_capture_s": round(runner.capture_s, 2), "codec_graphs": codec.graph_count,
                 "mixed_graphs": len(runner.mixed_graphs), "context": runner.context,
                 "kv_dtype": str(runner.cache.k.dtype).removeprefix("torch."),
@@ -284,11 +288,12 @@ def scheduler_config(rows: int, rt: RealtimeConfig, on_gpu: bool) -> SchedulerCo
 
 
 def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, config: OrpheusConfig,
-               on_final):
+               on_final, scheduling: Callable[[SchedulerConfig], SchedulerConfig] | None = None):
     """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
     graphs, start the loop thread."""
     from pipeline.engines.orpheus.model import kv_scales
     from pipeline.engines.orpheus.model.kv_cache import KVCache, kv_storage_dtype
+    from pipeline.engines.orpheus.serving.graphs import LENGTHS as PREFILL_LENGTHS
     from pipeline.engines.orpheus.serving.loop import EngineLoop
     from pipeline.engines.orpheus.serving.runner import ModelRunner
     from pipeline.engines.orpheus.serving.scheduler import Scheduler
@@ -310,9 +315,11 @@ def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, confi
     lo = CUSTOM_TOKEN_BASE if params.constrain_codes else 0
     runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo,
                          use_graphs=config.cuda_graphs, kv_dtype=kv_dtype, kv_range=scales,
-                         switches=config.switches, fallbacks=loaded.fallbacks)
+                         switches=config.switches, fallbacks=loaded.fallbacks,
+                         prefill_lengths=loaded.serving.prefill_lengths or PREFILL_LENGTHS)
     on_gpu = loaded.device.startswith("cuda")
-    scheduler = Scheduler(rows, context, config=scheduler_config(rows, rt, on_gpu))
+    derived = scheduler_config(rows, rt, on_gpu)
+    scheduler = Scheduler(rows, context, config=scheduling(derived) if scheduling else derived)
     if config.cuda_graphs:
         loaded.codec.capture_graphs(realtime_windows(), batch_windows(), runner.fallbacks)
     log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "

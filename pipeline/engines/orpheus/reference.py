@@ -231,7 +231,7 @@ class ReferenceEngine(OrpheusEngine):
         Engine.submit(self, requests, sink)     # a thread of the call's own: there is no loop
 
     def _run_batch(self, batch: list[GenJob]) -> Iterator[AudioChunk]:
-        streams = {j.key: stream_state(j.seed, j.realtime, self.first_lookahead) for j in batch}
+        streams = {j.key: stream_state(j.seed, j.realtime, self.config.realtime.first_lookahead) for j in batch}
         try:
             for step in generate_batched(self.lm.model, batch, self.params):
                 for key, token in step.tokens:

@@ -5,15 +5,18 @@ model.safetensors, tokenizer.json + tokenizer_config.json) and a ``snac/`` folde
 pytorch_model.bin) that ``snac.SNAC.from_pretrained`` reads, so tests and a CPU demo exercise the
 real loaders. The token layout is Orpheus' own (vocab.py): a byte-level tokenizer whose special and
 custom tokens sit at the real ids, and a 156,940-row embedding. The config carries
-``synth_random_weights: true`` so the engine knows its output is noise (model/loading.py).
+``synth_random_weights: true``, so a job records that its output is noise, and ``synth_serving``,
+what such a checkpoint asks of the engine (``RANDOM_SERVING``; model/loading.py).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from pipeline.constants import SNAC_SAMPLE_RATE
+from pipeline.engines.orpheus.model.loading import ServingHints
 from pipeline.engines.orpheus.vocab import (
     BEGIN_OF_TEXT,
     CUSTOM_TOKEN_BASE,
@@ -112,6 +115,15 @@ SNAC_24KHZ = dict(sampling_rate=24_000, encoder_dim=48, encoder_rates=[2, 4, 8, 
                   depthwise=True)
 SHAPES = ("tiny", "orpheus-3b")
 
+# What a random checkpoint asks of the engine. Its weights never draw end of speech on purpose, so
+# a job that reaches its budget ran no longer than it was let: it keeps its audio, and the budget is
+# the text's expected speech length (slack 1), so a run does a real model's work, not twice the
+# tokens a job. Its byte-level tokenizer makes a token a character, four times Llama-3's count (a
+# 180-character stream's prompt: about 200 tokens), so the prefill graphs add 96 and 192 to the
+# serving ladder, which would pad prompts of 129-192 tokens up to 256.
+RANDOM_SERVING = ServingHints(budget_slack=1.0, budget_policy="keep",
+                              prefill_lengths=(32, 64, 96, 128, 192, 256))
+
 
 def make_tiny(out_dir: str | Path, seed: int = 0, shape: str = "tiny") -> Path:
     """Write a random-weight checkpoint into ``out_dir`` (created) and return it: the tiny one,
@@ -128,6 +140,7 @@ def make_tiny(out_dir: str | Path, seed: int = 0, shape: str = "tiny") -> Path:
     big = shape == "orpheus-3b"
     config = tiny_llama_config(**ORPHEUS_3B) if big else tiny_llama_config()
     config.synth_random_weights = True
+    config.synth_serving = asdict(RANDOM_SERVING)
     device = "cuda" if big and torch.cuda.is_available() else "cpu"
     with torch.device(device):
         model = LlamaForCausalLM(config).eval()

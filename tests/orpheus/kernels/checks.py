@@ -1,6 +1,4 @@
-"""How the kernel tests run: this folder's tests in a pytest under Triton's interpreter (the CPU),
-and the checks still in ops/bench/kernels/check_*.py (CUDA graphs, launches that must not wait
-for the device) as commands on the GPU."""
+"""How the kernel tests run: this folder's tests in a pytest under Triton's interpreter (the CPU)."""
 
 from __future__ import annotations
 
@@ -29,15 +27,3 @@ def run_in_the_interpreter(*modules: str, timeout: int = 600) -> None:
                           text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr
 
-
-def on_cuda(check: str, *args: str, timeout: int = 900) -> str:
-    """``python -m ops.bench.kernels.<check> *args`` on the GPU, skipped where CUDA is absent; its
-    output, after asserting that it passed (exit status 0: every error within its tolerance)."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("triton")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    done = subprocess.run([sys.executable, "-m", f"ops.bench.kernels.{check}", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout

@@ -1,19 +1,20 @@
-"""Decode attention that reads each row's own context, not the batch's longest.
+"""Attention over the static KV cache as Triton kernels: a decode step's one token a row, and a
+prefill's prompt chunks (``prefill_attention``, below).
 
 The static cache gives every row ``context`` positions; an attention call over ``[0, L)`` for the
-whole batch reads L positions of every row, while most rows hold far fewer. This Triton kernel takes
-each row's length from a device tensor, so inside one captured graph every row reads only what it
-has: one program per (row, KV head), its query heads stacked as the rows of one tile, an online
-softmax over blocks of keys (flash-decoding without the split). Used for large batches on CUDA,
-where it is bandwidth-bound; small batches and the CPU use ``scaled_dot_product_attention`` with a
-length bucket.
+whole batch reads L positions of every row, while most rows hold far fewer. ``decode_attention``
+takes each row's length from a device tensor, so inside one captured graph every row reads only
+what it has: one program per (row, KV head), its query heads stacked as the rows of one tile, an
+online softmax over blocks of keys (flash-decoding without the split). It runs at every batch on
+CUDA: timed in the decode graph it beat SDPA's flash kernel, with the mask and fills SDPA needs,
+even at the smallest batches and shortest rows, where reading only each row's own context matters
+least (docs/performance.md). Without Triton (the CPU) the decoder runs SDPA.
 
 An fp8 cache (kv_cache.KVCache) is read as it is, half the bytes of bf16: each block of keys and
 values is converted after the load, to fp16 (the query too, and the dots run in fp16: faster
 than converting to bf16, and the rounding is finer), the key scale is folded into the
 softmax scale by the caller and the value scale multiplies the output here (compiled in only when
-it is not 1). For a cache in the query's dtype there is no conversion: that kernel is the bf16 one
-as it was.
+it is not 1). A cache in the query's dtype is read with no conversion.
 """
 
 from __future__ import annotations
@@ -25,12 +26,6 @@ try:
     import triton.language as tl
 except ImportError:        # the CPU install has no Triton: the SDPA path is used
     triton = None
-
-# The per-row kernel runs at every batch on CUDA: timed in the decode graph it beat SDPA's flash
-# kernel, with the mask and fills SDPA needs, even at the smallest batches and shortest rows,
-# where reading only each row's own context matters least (docs/performance.md). Without Triton
-# (the CPU) SDPA over the length ladder runs.
-MIN_BATCH = 1
 
 
 def available(device) -> bool:

@@ -8,7 +8,8 @@ writes one), that codec is used; otherwise hubertsiuzdak/snac_24khz.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 from pathlib import Path
 
@@ -25,6 +26,33 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL = "canopylabs/orpheus-3b-0.1-ft"
 
 
+@dataclass(frozen=True)
+class ServingHints:
+    """What a checkpoint asks of the engine where it differs from a released Orpheus checkpoint,
+    read from its config.json's ``synth_serving``. ``synth models make-tiny`` writes them for its
+    random weights and byte-level tokenizer (tiny.py ``RANDOM_SERVING``); a released checkpoint has
+    none, and the engine serves it as production needs. Each None: the engine's own."""
+
+    # A job's token budget is the text's expected speech length times this (engine.BUDGET_SLACK).
+    budget_slack: float | None = None
+    # A job that reaches its budget: "error" (runaway generation, the engine's) or "keep" its audio.
+    budget_policy: str | None = None
+    # The prompt lengths of the prefill graphs and mixed steps (serving/graphs.py LENGTHS).
+    prefill_lengths: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_config(cls, raw: Mapping | None) -> ServingHints:
+        """From a checkpoint config's ``synth_serving`` (None: no hints); refuses what it does not
+        know, so a misspelt hint never passes for an absent one."""
+        raw = dict(raw or {})
+        unknown = sorted(set(raw) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown synth_serving hint {', '.join(unknown)}")
+        if raw.get("prefill_lengths") is not None:
+            raw["prefill_lengths"] = tuple(sorted(int(n) for n in raw["prefill_lengths"]))
+        return cls(**raw)
+
+
 @dataclass
 class LoadedModel:
     source: str
@@ -34,6 +62,7 @@ class LoadedModel:
     choice: devices.DeviceChoice
     quant: QuantReport
     random_weights: bool        # the checkpoint says its weights are random (make-tiny)
+    serving: ServingHints = field(default_factory=ServingHints)   # what it asks of the engine
 
     @property
     def device(self) -> str:
@@ -99,6 +128,10 @@ def load(model: str | None, codec: str | None, dtype: str, quantization: str,
     snac = load_codec(codec_name, choice.device, fuse=None if switches.codec_fused else False,
                       origin=codec_origin)
     random_weights = bool(getattr(lm.config, "synth_random_weights", False))
+    try:
+        serving = ServingHints.from_config(getattr(lm.config, "synth_serving", None))
+    except (TypeError, ValueError) as e:
+        raise EngineUnavailableError(f"{source!r}: config.json's synth_serving: {e}") from e
     log.info("Orpheus %s on %s (%s, %s, quant %s)", source, choice.name, choice.device,
              choice.dtype_name, report.applied)
-    return LoadedModel(source, tokenizer, lm, snac, choice, report, random_weights)
+    return LoadedModel(source, tokenizer, lm, snac, choice, report, random_weights, serving)

@@ -15,14 +15,14 @@ positions past a prompt's end are masked for its real queries, as they are in th
 every chunk shorter than the longest. The Triton path (attention.prefill_attention) reads each
 chunk's own [0, start + length) and a padding row's position 0 only.
 
-The ladder, N in (1, 2, 4) x S in (32, 64, 96, 128, 192, 256), 18 graphs: realtime prompts fit
-S <= 192 with at most 1.5x padding past 64 tokens, 256 holds long texts. Up to about a hundred
-tokens a 3B prefill is bound by reading its weights (6 GB in bf16); past that its FLOPs count (256
-tokens are 1.7 TFLOP), so padding a long prompt far up costs real time: 96 and 192 are there
-because the benchmark's prompts (a byte-level tokenizer: 126 tokens at the median) would
-otherwise pad from 129-192 tokens up to 256. Two
-or three streams may arrive in the same step; batch prompts come in larger groups and longer, off
-the latency path, and stay eager. The graphs share one memory pool, captured largest first, so the
+The ladder, N in (1, 2, 4) x S in (32, 64, 128, 256), 12 graphs: a realtime prompt through the
+checkpoint's Llama-3 tokenizer (some 20-120 tokens) fits S <= 128, and 256 holds long texts. Up
+to about a hundred tokens a 3B prefill is bound by reading its weights (6 GB in bf16), so padding
+a short prompt up costs little; past that its FLOPs count (256 tokens are 1.7 TFLOP). A checkpoint
+whose tokenizer makes longer prompts asks for its own lengths (model/loading.py ServingHints: the
+random ones of make-tiny, whose byte-level tokenizer makes a token a character, do). Two or three
+streams may arrive in the same step; batch prompts come in larger groups and longer, off the
+latency path, and stay eager. The graphs share one memory pool, captured largest first, so the
 pool holds about one prefill's activations at 4 x 256 tokens.
 """
 
@@ -39,7 +39,7 @@ from pipeline.engines.orpheus.fallbacks import Graph, capture_graphs
 log = logging.getLogger(__name__)
 
 BATCHES = (1, 2, 4)
-LENGTHS = (32, 64, 96, 128, 192, 256)
+LENGTHS = (32, 64, 128, 256)
 
 
 def shape_for(chunks, batches=BATCHES, lengths=LENGTHS) -> tuple[int, int] | None:

@@ -3,9 +3,11 @@
 Per row the device holds the last token, its write position, the tokens generated so far, the
 sampling key and the repetition mask. The decode step reads and updates them in place: it embeds the
 last tokens, runs the decoder, samples, and advances the active rows, with no host sync. At boot the
-runner captures that step as a CUDA graph for every (batch size, attention length) of two ladders,
-largest first in one memory pool; a step replays the smallest graph that fits. On the CPU, or when
-capture fails (the reason is logged and kept), the same step runs eagerly.
+runner captures that step as a CUDA graph for every batch size of a ladder, largest first in one
+memory pool; a step replays the smallest graph that fits. Each row's attention reads its own context
+there (kernels/attention.py), so a graph attends over the whole row and one per batch size serves
+every length. On the CPU, or when capture fails (the reason is logged and kept), the same step runs
+eagerly.
 
 A step that completes one short prompt and decodes rows up to ``MIXED_BATCHES[-1]`` (a stream
 arriving beside the others) runs both in one pass (``Decoder.mixed``), replayed from a graph per
@@ -83,12 +85,14 @@ LM_STREAM_PRIORITY = -1
 # Mixed steps (the module): the decode batches they run at (a step over fewer rows pads up: an
 # idle row costs a small fraction of a step, whose time is mostly reading the weights) and, per
 # batch, one graph for each prompt length of the prefill graphs' ladder (graphs.LENGTHS):
-# 36 graphs.
+# 24 graphs.
 MIXED_BATCHES = (8, 16, 32, 64, 96, 128)
 
 
 BATCH_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
-LENGTH_STEP = 256          # attention lengths are multiples of this (and the full context)
+# Where attention runs as SDPA over [0, L) (the CPU, eager), L is the step's longest row rounded up
+# to a multiple of this (or the full context).
+LENGTH_STEP = 256
 ACTIVE_MASKS = 4           # row sets whose active masks stay in host memory (ModelRunner._activate)
 
 
@@ -97,18 +101,15 @@ def ladder(limit: int) -> list[int]:
     return sizes + [limit]
 
 
-def length_ladder(context: int, step: int = LENGTH_STEP) -> list[int]:
-    return list(range(step, context, step)) + [context]
-
-
 class ModelRunner:
     def __init__(self, model, rows: int, context: int, params: SamplingParams,
-                 logits_lo: int = 0, use_graphs: bool = True, per_row_attention: bool = True,
-                 kv_dtype: str | None = None, switches: Switches = Switches(),
-                 fallbacks: list[str] | None = None, kv_range=None):
+                 logits_lo: int = 0, use_graphs: bool = True, kv_dtype: str | None = None,
+                 switches: Switches = Switches(), fallbacks: list[str] | None = None,
+                 kv_range=None, prefill_lengths: tuple[int, ...] = PREFILL_LENGTHS):
         """``switches``: which of the faster paths run (config.py); all, by default.
         ``fallbacks``: the list where the paths that fell back say why (fallbacks.py).
-        ``kv_range``: an fp8 cache's scales (model/kv_scales.py KVRange); None: 1."""
+        ``kv_range``: an fp8 cache's scales (model/kv_scales.py KVRange); None: 1.
+        ``prefill_lengths``: the prompt lengths of the prefill graphs and the mixed steps."""
         self.fallbacks = [] if fallbacks is None else fallbacks
         cfg, device = model.config, model.device
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -135,8 +136,9 @@ class ModelRunner:
         self._masks: dict[tuple[int, ...], torch.Tensor] = {}   # row set -> its host mask, LRU
         self._cuda = str(device).startswith("cuda")
         self.batch_sizes = ladder(rows)
-        self.lengths = length_ladder(context)
-        self.per_row_attention = per_row_attention and attention.available(device)
+        # Each row's attention over its own context (the Triton kernel, on CUDA); elsewhere SDPA
+        # over the step's longest row, which reads an fp8 cache converted slice by slice.
+        self.per_row = attention.available(device)
         self.graphs: dict[tuple[int, int], Graph] = {}
         self.capture_s = 0.0
         self.host = HostTimes()
@@ -144,7 +146,8 @@ class ModelRunner:
         # Mixed steps: on the CPU they run eagerly, on CUDA only from their graphs.
         self.mixed_sizes = tuple(sorted({min(b, rows) for b in MIXED_BATCHES})) \
             if switches.mixed_steps else ()
-        self.mixed_lengths = tuple(s for s in PREFILL_LENGTHS if s <= context)
+        self.prefill_lengths = prefill_lengths
+        self.mixed_lengths = tuple(s for s in prefill_lengths if s <= context)
         self.mixed_graphs: dict[tuple[int, int], Graph] = {}   # output: the prompt's logits
         self.mixed_steps = 0
         if use_graphs and str(device).startswith("cuda"):
@@ -161,21 +164,18 @@ class ModelRunner:
 
     # The step -----------------------------------------------------------------------------------
 
-    def _per_row(self, b: int) -> bool:
-        """The per-row kernel for large batches; for every batch over an fp8 cache, which the
-        SDPA path would first have to convert to the model dtype, slice by slice."""
-        return self.per_row_attention and (b >= attention.MIN_BATCH or self.cache.fp8)
-
-    def _length(self, b: int, need: int) -> int:
-        """The attention length a step runs at: the whole row where each row reads its own."""
-        if self._per_row(b):
+    def _length(self, need: int) -> int:
+        """The attention length a step runs at: the whole row on CUDA, where the graphs are
+        captured at it (and the per-row kernel reads each row's own part); elsewhere the step's
+        longest row ``need``, rounded up to LENGTH_STEP."""
+        if self._cuda:
             return self.context
-        return self.lengths[bisect.bisect_left(self.lengths, need)]
+        return min(self.context, -(-max(1, need) // LENGTH_STEP) * LENGTH_STEP)
 
     def _step(self, b: int, length: int) -> None:
         act = self.active[:b]
         wpos = torch.where(act, self.pos[:b], self.cache.scratch)
-        logits = self.decoder.decode(self.tokens[:b], wpos, length, self._per_row(b))  # [B, Vs]
+        logits = self.decoder.decode(self.tokens[:b], wpos, length, self.per_row)  # [B, Vs]
         self._advance(b, act, logits)
 
     def _step_mixed(self, b: int, length: int, packed):
@@ -185,7 +185,7 @@ class ModelRunner:
         wpos = torch.where(act, self.pos[:b], self.cache.scratch)
         s = packed.shape[1] - 2
         ids, lens, rows = packed[:, :s], packed[:, s], packed[:, s + 1]
-        logits, first = self.decoder.mixed(self.tokens[:b], wpos, length, self._per_row(b), ids,
+        logits, first = self.decoder.mixed(self.tokens[:b], wpos, length, self.per_row, ids,
                                            torch.zeros_like(lens), lens, rows, s)
         self._advance(b, act, logits)
         # A copy: a graph's output keeps its tensor alive, and the decode rows' logits need not
@@ -202,19 +202,18 @@ class ModelRunner:
         self.steps[:b] += act
 
     def _capture_all(self) -> None:
-        """The decode step's graphs, after two warm-ups at the largest and the smallest shape."""
+        """The decode step's graphs, after two warm-ups at the largest and the smallest batch."""
         started = time.monotonic()
         self.active.zero_()                      # capture with every row idle: no state changes
         self._active_rows = ()
-        big, small = (self.batch_sizes[-1], self.lengths[-1]), (self.batch_sizes[0], self.lengths[0])
+        big, small = (self.batch_sizes[-1], self.context), (self.batch_sizes[0], self.context)
 
         def warm_up() -> None:
             for _ in range(2):
                 self._step(*big)
                 self._step(*small)
 
-        shapes = [(b, length) for b in reversed(self.batch_sizes)
-                  for length in (reversed(self.lengths) if not self._per_row(b) else [self.context])]
+        shapes = [(b, self.context) for b in reversed(self.batch_sizes)]
         self.graphs = capture_graphs(
             shapes, lambda shape: None, lambda shape, _: self._step(*shape), device=self.device,
             what="CUDA graph capture", instead="running eagerly", fallbacks=self.fallbacks,
@@ -280,7 +279,7 @@ class ModelRunner:
         if not rows:
             return 0
         b = self.padded_batch(plan.rows)
-        length = self._length(b, plan.context)
+        length = self._length(plan.context)
         self._activate(rows)
         graph = self.graphs.get((b, length))
         if graph is not None:
@@ -346,7 +345,8 @@ class ModelRunner:
             t[dst] = t[src]
 
     def _capture_prefill(self) -> None:
-        self.prefill_graphs = PrefillGraphs(self.decoder, fallbacks=self.fallbacks)
+        self.prefill_graphs = PrefillGraphs(self.decoder, lengths=self.prefill_lengths,
+                                            fallbacks=self.fallbacks)
 
     def _prefill(self, plan: Plan):
         chunks = plan.prefill
@@ -395,15 +395,14 @@ class ModelRunner:
         if graph is not None:
             logits = replay_packed(graph, host)
         else:
-            logits = self._step_mixed(b, self._length(b, plan.context), self._h2d(host))
+            logits = self._step_mixed(b, self._length(plan.context), self._h2d(host))
         self.mixed_steps += 1
         return (b, *self._first_tokens(plan.prefill, logits))
 
     def _capture_mixed(self) -> None:
         """A graph per (mixed batch, prompt length), largest first in one pool; on CUDA, where the
-        decode graphs exist and every mixed batch attends per row (one attention length)."""
-        if not self.mixed_sizes or not self.graphs or \
-                not all(self._per_row(b) for b in self.mixed_sizes):
+        decode graphs exist and attention runs per row."""
+        if not self.mixed_sizes or not self.graphs or not self.per_row:
             return
         started = time.monotonic()
         self.active.zero_()                  # every row idle, so capture changes no row's state

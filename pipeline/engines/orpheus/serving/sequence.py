@@ -1,4 +1,4 @@
-"""What the scheduler (scheduler.py) works on: a sequence and its state, and the plan of one step.
+"""What the scheduler (admission.py, scheduler.py) works on: a sequence and its state, and the plan of one step.
 No torch here either: the model runner reads a ``Plan`` and turns it into device work."""
 
 from __future__ import annotations
