@@ -298,7 +298,7 @@ class DocumentOut(BaseModel):
 
 
 class RerenderIn(_In):
-    chapters: list[Annotated[int, BeforeValidator(_whole), Field(ge=1, le=9999)]] = Field(
+    chapters: list[Annotated[int, Field(ge=1, le=9999), BeforeValidator(_whole)]] = Field(
         min_length=1, max_length=9999, description="Chapters to render again, numbered from 1 as the document's "
                                                    "`chapters` are")
 

@@ -93,6 +93,29 @@ def test_the_document_states_errors_limits_and_audio_types(api_server):
     assert item["text"]["maxLength"] == 300 and item["format"]["anyOf"][0]["enum"] == ["wav", "mp3", "ogg", "flac"]
 
 
+def test_every_limit_is_stated_in_json_schema_words(api_server):
+    """pydantic writes a Field's bounds as its own `ge`/`le` where a BeforeValidator comes first in
+    an Annotated item: a client (and the fuzzer) then reads the integer as unbounded, and a value
+    the document allows is refused with a 422."""
+    doc = httpx.get(f"{api_server.url}/openapi.json").json()
+    raw = []
+
+    def walk(node, where: str) -> None:
+        if isinstance(node, dict):
+            raw.extend(f"{where}/{k}" for k, v in node.items()
+                       if k in {"ge", "le", "gt", "lt", "multiple_of"} and isinstance(v, int | float))
+            for k, v in node.items():
+                walk(v, f"{where}/{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{where}/{i}")
+
+    walk(doc, "")
+    assert raw == []
+    chapters = doc["components"]["schemas"]["RerenderIn"]["properties"]["chapters"]["items"]
+    assert (chapters["minimum"], chapters["maximum"]) == (1, 9999)
+
+
 def test_the_repository_config_switches_off_only_the_checks_it_names_where_it_names_them(api_server):
     schema = load(api_server.url, "unused", seed=1, max_examples=1)
     off = {}
