@@ -69,16 +69,11 @@ def submit_document(settings: Settings, request: DocumentRequest, *, wait: bool 
     progress = ChapterProgress([c.title for c in doc.chapters], {client_id_for(p): len(t) for p, t in jobs})
     # With -o, each chapter is encoded as soon as its jobs are done, while the others render.
     ahead = DocumentAhead(store, output) if output else None
-
-    def on_poll(session, batch_id: str) -> None:
-        progress(session, batch_id)
-        if ahead is not None:
-            ahead(session, batch_id)
-
     try:
         result = run_batch(settings, lambda session: create_document_batch(
             session, store, settings, doc, outline, options, source=request.source, cover=cover).id,
-            total=len(jobs), name=request.options.name, wait=wait, output=output, on_poll=on_poll,
+            total=len(jobs), name=request.options.name, wait=wait, output=output,
+            on_poll=_polled(progress, ahead),
             note=f" ({counted(len(doc.chapters), 'chapter')}, {counted(doc.paragraphs, 'paragraph')})")
     finally:
         if ahead is not None:   # an interrupted wait leaves only the chapters already running
@@ -94,6 +89,15 @@ def submit_document(settings: Settings, request: DocumentRequest, *, wait: bool 
         click.echo(f"`synth assemble {summary.batch_id} -o DIR` writes the {outline.format}", err=True)
         return
     _assemble(settings, sessions, summary.batch_id, output, None, ahead=ahead)
+
+
+def _polled(progress: ChapterProgress, ahead: DocumentAhead | None):
+    """The wait's ``on_poll``: the chapters said, and encoded ahead where the files are wanted."""
+    def on_poll(session, batch_id: str) -> None:
+        progress(session, batch_id)
+        if ahead is not None:
+            ahead(session, batch_id)
+    return on_poll
 
 
 class ChapterProgress:
@@ -213,7 +217,13 @@ def rerender(document: str, chapters: tuple[int, ...], wait: bool | None, output
             click.echo(f"chapter {n} ({planned.titles[n]}): {counted(len(ids), 'job queued', 'jobs queued')} "
                        f"again with seed {planned.seeds[n]}", err=True)
         progress = ChapterProgress(load_outline(store, batch_id).chapters, planned.chars)
-        summary = wait_again(settings, broker_url, sessions, batch_id, wait=bool(wait or output), on_poll=progress)
+        ahead = DocumentAhead(store, output) if output else None    # as `synth submit -o` does
+        try:
+            summary = wait_again(settings, broker_url, sessions, batch_id, wait=bool(wait or output),
+                                 on_poll=_polled(progress, ahead))
+        finally:
+            if ahead is not None:
+                ahead.finish(cancel=sys.exc_info()[0] is not None)
     if summary is None:
         click.echo(f"`synth status {batch_id}` shows progress; `synth assemble {batch_id} -o DIR` writes the "
                    "document once it is done", err=True)
@@ -226,4 +236,4 @@ def rerender(document: str, chapters: tuple[int, ...], wait: bool | None, output
     if output is None:
         click.echo(f"`synth assemble {batch_id} -o DIR` writes the document with the new chapters", err=True)
         return
-    _assemble(settings, sessions, batch_id, output, None)
+    _assemble(settings, sessions, batch_id, output, None, ahead=ahead)
