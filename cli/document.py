@@ -21,6 +21,7 @@ from cli.wait import print_summary, wait_again
 from pipeline.db.models import TERMINAL, Job
 from pipeline.documents import read_document
 from pipeline.documents import rerender as chapters_again
+from pipeline.documents.ahead import DocumentAhead
 from pipeline.documents.batch import assemble_batch, create_document_batch, load_outline, plan_outline
 from pipeline.documents.plan import ASSEMBLED_FORMATS, JOB_FORMAT, client_id_for, document_jobs, place_of
 from pipeline.errors import InputError
@@ -66,10 +67,17 @@ def submit_document(settings: Settings, request: DocumentRequest, *, wait: bool 
         writable_folder(output)   # after the document is read, before it renders: bad input writes nothing
     store = open_store(settings)
     progress = ChapterProgress([c.title for c in doc.chapters], {client_id_for(p): len(t) for p, t in jobs})
-    result = run_batch(settings, lambda session: create_document_batch(
-        session, store, settings, doc, outline, options, source=request.source, cover=cover).id,
-        total=len(jobs), name=request.options.name, wait=wait, output=output, on_poll=progress,
-        note=f" ({counted(len(doc.chapters), 'chapter')}, {counted(doc.paragraphs, 'paragraph')})")
+    # With -o, each chapter is encoded as soon as its jobs are done, while the others render.
+    ahead = DocumentAhead(store, output) if output else None
+    try:
+        result = run_batch(settings, lambda session: create_document_batch(
+            session, store, settings, doc, outline, options, source=request.source, cover=cover).id,
+            total=len(jobs), name=request.options.name, wait=wait, output=output,
+            on_poll=_polled(progress, ahead),
+            note=f" ({counted(len(doc.chapters), 'chapter')}, {counted(doc.paragraphs, 'paragraph')})")
+    finally:
+        if ahead is not None:   # an interrupted wait leaves only the chapters already running
+            ahead.finish(cancel=sys.exc_info()[0] is not None)
     if result is None:
         return
     summary, sessions = result
@@ -80,7 +88,16 @@ def submit_document(settings: Settings, request: DocumentRequest, *, wait: bool 
     if output is None:
         click.echo(f"`synth assemble {summary.batch_id} -o DIR` writes the {outline.format}", err=True)
         return
-    _assemble(settings, sessions, summary.batch_id, output, None)
+    _assemble(settings, sessions, summary.batch_id, output, None, ahead=ahead)
+
+
+def _polled(progress: ChapterProgress, ahead: DocumentAhead | None):
+    """The wait's ``on_poll``: the chapters said, and encoded ahead where the files are wanted."""
+    def on_poll(session, batch_id: str) -> None:
+        progress(session, batch_id)
+        if ahead is not None:
+            ahead(session, batch_id)
+    return on_poll
 
 
 class ChapterProgress:
@@ -118,17 +135,19 @@ class ChapterProgress:
                 tqdm.write(f"chapter {n}/{len(self.titles)} rendered: {self.titles[n - 1]}{eta}", file=sys.stderr)
 
 
-def _assemble(settings: Settings, sessions, batch_id: str, output: Path, fmt: str | None) -> None:
+def _assemble(settings: Settings, sessions, batch_id: str, output: Path, fmt: str | None,
+              ahead: DocumentAhead | None = None) -> None:
     store = open_store(settings)
     started = time.monotonic()
+    found = ahead.assembled() if ahead is not None else None
     with sessions() as session:
-        done = assemble_batch(session, store, batch_id, output, fmt=fmt)
+        done, took = found or (assemble_batch(session, store, batch_id, output, fmt=fmt), None)
         lines = manifest_lines(session, store, batch_id)
     (output / "manifest.jsonl").write_text(
         "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
     click.echo(f"wrote {done.whole} ({done.duration_s:,.1f} s, {counted(len(done.chapters), 'chapter')}), "
                f"{counted(len(done.chapter_files), 'chapter file')}, chapters.json and manifest.jsonl to {output} "
-               f"in {time.monotonic() - started:,.1f} s", err=True)
+               f"in {took if took is not None else time.monotonic() - started:,.1f} s", err=True)
 
 
 def _read_cover(path: Path | None) -> bytes | None:
@@ -198,7 +217,13 @@ def rerender(document: str, chapters: tuple[int, ...], wait: bool | None, output
             click.echo(f"chapter {n} ({planned.titles[n]}): {counted(len(ids), 'job queued', 'jobs queued')} "
                        f"again with seed {planned.seeds[n]}", err=True)
         progress = ChapterProgress(load_outline(store, batch_id).chapters, planned.chars)
-        summary = wait_again(settings, broker_url, sessions, batch_id, wait=bool(wait or output), on_poll=progress)
+        ahead = DocumentAhead(store, output) if output else None    # as `synth submit -o` does
+        try:
+            summary = wait_again(settings, broker_url, sessions, batch_id, wait=bool(wait or output),
+                                 on_poll=_polled(progress, ahead))
+        finally:
+            if ahead is not None:
+                ahead.finish(cancel=sys.exc_info()[0] is not None)
     if summary is None:
         click.echo(f"`synth status {batch_id}` shows progress; `synth assemble {batch_id} -o DIR` writes the "
                    "document once it is done", err=True)
@@ -211,4 +236,4 @@ def rerender(document: str, chapters: tuple[int, ...], wait: bool | None, output
     if output is None:
         click.echo(f"`synth assemble {batch_id} -o DIR` writes the document with the new chapters", err=True)
         return
-    _assemble(settings, sessions, batch_id, output, None)
+    _assemble(settings, sessions, batch_id, output, None, ahead=ahead)

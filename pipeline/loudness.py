@@ -47,7 +47,7 @@ class Level:
 
 def measure(audio: np.ndarray, sample_rate: int) -> Level:
     """The integrated loudness and true peak of float32 mono audio."""
-    return Level(_integrated(audio, sample_rate), true_peak(audio))
+    return Level(integrated(audio, sample_rate), true_peak(audio))
 
 
 def true_peak(audio: np.ndarray) -> float | None:
@@ -123,29 +123,48 @@ def level(audio: np.ndarray, sample_rate: int, target_lufs: float, ceiling_dbtp:
     before = measure(audio, sample_rate)
     if before.lufs is None:
         return audio, before
-    plain = target_lufs - before.lufs
+    _, out, lufs = _search(audio, sample_rate, before.lufs, before.true_peak_dbtp, target_lufs, ceiling_dbtp)
+    return out, Level(lufs, true_peak(out))
 
-    def attempt(gain_db: float) -> tuple[np.ndarray, Level]:
+
+def limited_gain(audio: np.ndarray, sample_rate: int, target_lufs: float, ceiling_dbtp: float) -> float | None:
+    """The gain, in dB, that level() gives ``audio``, the limiter then holding its peaks under
+    ``ceiling_dbtp``; None where it has no loudness. A caller levelling a longer signal of the
+    same kind measures on this one (a sample of it) what the limiter costs."""
+    before = measure(audio, sample_rate)
+    if before.lufs is None:
+        return None
+    return _search(audio, sample_rate, before.lufs, before.true_peak_dbtp, target_lufs, ceiling_dbtp)[0]
+
+
+def _search(audio: np.ndarray, sample_rate: int, lufs: float, peak: float | None, target_lufs: float,
+            ceiling_dbtp: float) -> tuple[float, np.ndarray, float | None]:
+    """(the gain, the audio levelled by it, its loudness) for ``audio`` of loudness ``lufs`` and
+    true peak ``peak``."""
+    plain = target_lufs - lufs
+
+    def attempt(gain_db: float) -> tuple[np.ndarray, float | None]:
         gained = audio * np.float32(10 ** (gain_db / 20))
-        peak = true_peak(gained)
-        out = gained if peak is None or peak <= ceiling_dbtp else _limit(gained, sample_rate,
-                                                                              ceiling_dbtp - LIMITER_MARGIN_DB)
-        return out, measure(out, sample_rate)
+        # A gain moves the true peak by itself: the peak is measured once, before.
+        if peak is not None and peak + gain_db > ceiling_dbtp:
+            gained = _limit(gained, sample_rate, ceiling_dbtp - LIMITER_MARGIN_DB)
+        return gained, integrated(gained, sample_rate)
 
+    gain = plain
     out, now = attempt(plain)
-    tried = [(plain, now.lufs)]
+    tried = [(plain, now)]
     for _ in range(_PASSES):
-        if now.lufs is None or abs(now.lufs - target_lufs) <= _TOLERANCE_LU:
+        if now is None or abs(now - target_lufs) <= _TOLERANCE_LU:
             break
-        (g0, l0), (g1, l1) = tried[-2] if len(tried) > 1 else (plain - 1.0, now.lufs - 1.0), tried[-1]
+        (g0, l0), (g1, l1) = tried[-2] if len(tried) > 1 else (plain - 1.0, now - 1.0), tried[-1]
         assert l1 is not None   # tried[-1] is ``now``, measured: checked above
         slope = (l1 - l0) / (g1 - g0) if g1 != g0 and l0 is not None else 1.0
         gain = min(plain + MAX_EXTRA_GAIN_DB, g1 + (target_lufs - l1) / max(slope, 0.1))
         if gain == g1:
             break
         out, now = attempt(gain)
-        tried.append((gain, now.lufs))
-    return out, now
+        tried.append((gain, now))
+    return gain, out, now
 
 
 def ceiling_for(ceiling_dbtp: float, lossy: bool) -> float:
@@ -163,7 +182,9 @@ def check_target(lufs: float | None, ceiling_dbtp: float | None) -> None:
                          f"{CEILING_RANGE[1]:g} dBTP, not {ceiling_dbtp}")
 
 
-def _integrated(audio: np.ndarray, sample_rate: int) -> float | None:
+def integrated(audio: np.ndarray, sample_rate: int) -> float | None:
+    """BS.1770's gated integrated loudness alone: a small share of measure()'s cost, the true peak
+    being the rest."""
     if audio.size < MIN_SECONDS * sample_rate:
         return None
     import pyloudnorm
@@ -172,20 +193,26 @@ def _integrated(audio: np.ndarray, sample_rate: int) -> float | None:
     return float(lufs) if math.isfinite(lufs) else None
 
 
-def _limit(audio: np.ndarray, sample_rate: int, ceiling_dbtp: float) -> np.ndarray:
+def limiter_filter(sample_rate: int, ceiling_dbtp: float) -> str:
     """ffmpeg's lookahead limiter at four times the rate (so the peaks it sees are the true peaks),
-    its delay compensated and its own make-up gain off: the audio's length and timing stay."""
-    from pipeline.audio import ffmpeg_exe
-
+    its delay compensated and its own make-up gain off, as an ``-af`` chain at ``sample_rate``:
+    the audio's timing stays, its length within a sample or two (the resamplers round it)."""
     rate = sample_rate * OVERSAMPLE
     # alimiter's limit floor is -24 dB; a ceiling is at most -20 dBTP (CEILING_RANGE).
     limit = 10 ** (ceiling_dbtp / 20)
-    chain = (f"aresample={rate}:filter_size=64,"
-             f"alimiter=limit={limit:.6f}:attack=1:release=60:level=false:latency=true,"
-             f"aresample={sample_rate}:filter_size=64")
+    return (f"aresample={rate}:filter_size=64,"
+            f"alimiter=limit={limit:.6f}:attack=1:release=60:level=false:latency=true,"
+            f"aresample={sample_rate}:filter_size=64")
+
+
+def _limit(audio: np.ndarray, sample_rate: int, ceiling_dbtp: float) -> np.ndarray:
+    """limiter_filter() run on ``audio``, its length kept."""
+    from pipeline.audio import ffmpeg_exe
+
     cmd = [ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-nostdin",
            "-f", "f32le", "-ar", str(sample_rate), "-ac", "1", "-i", "pipe:0",
-           "-af", chain, "-f", "f32le", "-ar", str(sample_rate), "-ac", "1", "pipe:1"]
+           "-af", limiter_filter(sample_rate, ceiling_dbtp), "-f", "f32le", "-ar", str(sample_rate), "-ac", "1",
+           "pipe:1"]
     done = subprocess.run(cmd, input=audio.astype("<f4").tobytes(), capture_output=True, check=False)
     if done.returncode != 0:
         raise PermanentError(f"ffmpeg's limiter failed: {done.stderr.decode(errors='replace').strip()[-300:]}")

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline import audio, loudness, reuse, textfront
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, as_utc, utcnow
+from pipeline.documents.plan import place_of
 from pipeline.engines.base import AudioChunk, Engine, LiveSpec, SynthesisRequest
 from pipeline.errors import (
     DatabaseUnavailableError,
@@ -361,9 +362,11 @@ def _reuse(r: Renderer, job: Job, ident: tuple[str, str], outcome: Outcome) -> b
 
 def level_job(job: Job, samples: np.ndarray, sample_rate: int, *,
               meter: bool = True) -> tuple[np.ndarray, loudness.Level]:
-    """A job of a levelled batch is brought to its target; any other is measured where ``meter``."""
+    """A job of a levelled batch is brought to its target; any other is measured where ``meter``,
+    and a document's always: its chapter's true peak is read from its jobs' (documents/chapter.py)."""
     if job.loudness_target is None:
-        return samples, loudness.measure(samples, sample_rate) if meter else loudness.Level(None, None)
+        measured = meter or place_of(job.client_id) is not None
+        return samples, loudness.measure(samples, sample_rate) if measured else loudness.Level(None, None)
     ceiling = loudness.ceiling_for(job.true_peak_max if job.true_peak_max is not None
                                    else loudness.DEFAULT_CEILING_DBTP, get_format(job.format).lossy)
     return loudness.level(samples, sample_rate, job.loudness_target, ceiling)

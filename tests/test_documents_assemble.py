@@ -1,5 +1,6 @@
 """Assembly on its own, from tones in place of speech: the pauses at each boundary, the chapter
-files summing to the whole sample for sample, the chapters JSON, and the cover in m4b and mp3."""
+files summing to the whole sample for sample (the m4b and mp3 joined by copy at several rates, a
+long chapter in parts), the levelling, the chapters JSON, and the cover in m4b and mp3."""
 
 import json
 import subprocess
@@ -9,7 +10,9 @@ import pytest
 
 from pipeline.audio import encode, ffmpeg_exe
 from pipeline.documents.assemble import Piece, assemble
+from pipeline.documents.join import JUNCTION_LEAD
 from pipeline.documents.plan import Outline, Pauses, Place
+from pipeline.loudness import measure
 
 RATE = 22050
 PAUSES = Pauses(sentence=0.25, paragraph=0.5, chapter=1.5)
@@ -62,3 +65,51 @@ def test_the_cover_goes_into_the_whole_file(tmp_path, fmt):
     probe = subprocess.run([ffmpeg_exe(), "-hide_banner", "-i", str(done.whole)], capture_output=True, text=True)
     assert "Video: png" in probe.stderr and "attached pic" in probe.stderr, probe.stderr
     assert not list(tmp_path.glob("cover.*")) and not (tmp_path / ".synth-assembly").exists()
+
+
+def long_pieces(rate: int):
+    """Chapter 1 longer than a part (PART_SECONDS), so it is encoded in parts; chapter 3 quiet
+    with loud blips, so levelling it lifts its peaks past the ceiling and the limiter holds them.
+    Tones, not noise: AAC codes noise as noise (PNS), which each decoder draws afresh."""
+    def sound(seconds: float, hz: float, gain: float = 0.2) -> np.ndarray:
+        t = np.arange(int(seconds * rate)) / rate
+        return (gain * np.sin(2 * np.pi * hz * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 2 * t))).astype(np.float32)
+
+    clicks = sound(6.0, 300, 0.1)
+    burst = (0.6 * np.hanning(rate // 50) * np.sin(2 * np.pi * 500 * np.arange(rate // 50) / rate)).astype(np.float32)
+    for at in range(rate // 10, clicks.size - burst.size, rate // 2):
+        clicks[at:at + burst.size] += burst
+    chapters = {1: [(Place(1, p, 1), sound(30.0, 200 + 30 * p)) for p in (1, 2, 3)],
+                2: [(Place(2, 1, 1), sound(4.0, 440))], 3: [(Place(3, 1, 1), clicks)]}
+    return lambda n: [Piece(place, encode(audio, rate, "flac")) for place, audio in chapters[n]]
+
+
+def decoded(path) -> np.ndarray:
+    """What a player plays: from the file, so the decoder trims the priming and padding it declares."""
+    done = subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "f32le", "-ac", "1", "-"],
+                          capture_output=True, check=True)
+    return np.frombuffer(done.stdout, dtype="<f4")
+
+
+@pytest.mark.parametrize("rate", [16000, 22050, 48000])
+@pytest.mark.parametrize("fmt", ["m4b", "mp3"])
+def test_the_whole_file_is_the_chapters_packets_each_at_its_mark(tmp_path, fmt, rate):
+    """The whole m4b or mp3 is the chapter files' packets joined by copy: decoded, it is as long as
+    they are together to the sample, each chapter's audio sits at its mark as its own file decodes
+    it, and every chapter is levelled, the one with loud peaks under the ceiling."""
+    done = assemble(outline(fmt), long_pieces(rate), tmp_path)
+    whole = decoded(done.whole)
+    parts = [decoded(f) for f in done.chapter_files]
+    assert whole.size == sum(p.size for p in parts)
+    frame = 1024 if fmt == "m4b" else 1152 if rate >= 32000 else 576
+    speech = 3 * int(30.0 * rate) + 2 * round(0.5 * rate)
+    # Whole frames, its pause in, less the lead of silence the next chapter opens with.
+    assert parts[0].size == -(-(speech + round(1.5 * rate) - JUNCTION_LEAD) // frame) * frame
+    assert not np.any(np.abs(parts[1][:JUNCTION_LEAD // 2]) > 1e-3)   # the codec spreads its onset a little
+    at = 0
+    for chapter, part in zip(done.chapters, parts):
+        assert chapter["start"] == at / rate
+        assert np.max(np.abs(whole[at:at + part.size] - part)) < 0.005, chapter["title"]
+        assert measure(part, rate).lufs == pytest.approx(-18.0, abs=1.0), chapter["title"]
+        at += part.size
+    assert measure(parts[2], rate).true_peak_dbtp <= -1.0 + 0.5     # held under the ceiling, the codec's rise allowed

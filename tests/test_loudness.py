@@ -90,6 +90,19 @@ def test_levelled_speech_meets_the_target_under_the_ceiling(speech, gain):
         assert level.lufs == pytest.approx(-16.0, abs=0.1) and level.true_peak_dbtp <= -1.0
 
 
+def test_the_limited_gain_is_the_one_level_applies(speech):
+    """A gain found on a clip, then applied with the limiter, levels it as level() does."""
+    clips, rate = speech
+    clip = np.concatenate(clips)
+    gain = loudness.limited_gain(clip, rate, -16.0, -2.0)
+    assert gain > -16.0 - loudness.measure(clip, rate).lufs      # the limiter's cost made up
+    gained = clip * np.float32(10 ** (gain / 20))
+    out = loudness._limit(gained, rate, -2.0 - loudness.LIMITER_MARGIN_DB)
+    assert loudness.measure(out, rate).lufs == pytest.approx(loudness.level(clip, rate, -16.0, -2.0)[1].lufs, abs=0.01)
+    assert loudness.measure(out, rate).lufs == pytest.approx(-16.0, abs=0.1)
+    assert loudness.limited_gain(np.zeros(rate, np.float32), rate, -16.0, -2.0) is None
+
+
 def test_audio_too_short_or_silent_has_no_loudness_and_is_left_alone():
     rate = 22050
     short = np.full(rate // 10, 0.1, np.float32)
@@ -137,15 +150,18 @@ def test_submit_refuses_a_target_or_ceiling_out_of_range(tmp_path):
 
 def test_a_worker_that_meters_only_levelled_jobs_still_levels_them(speech):
     """SYNTH_LOUDNESS_METER=auto on a GPU: an unlevelled job records no level, a levelled one is
-    measured and brought to its target as on any worker."""
+    measured and brought to its target as on any worker, and a document's job is measured."""
     from types import SimpleNamespace
 
     from pipeline.render import level_job
 
     audio, rate = speech[0][0], speech[1]
-    plain = SimpleNamespace(loudness_target=None, true_peak_max=None, format="wav")
+    plain = SimpleNamespace(loudness_target=None, true_peak_max=None, format="wav", client_id="line-000001")
     kept, level = level_job(plain, audio, rate, meter=False)
     assert kept is audio and level == loudness.Level(None, None)
     assert level_job(plain, audio, rate)[1].lufs is not None
-    levelled = SimpleNamespace(loudness_target=-16.0, true_peak_max=None, format="wav")
+    paragraph = SimpleNamespace(loudness_target=None, true_peak_max=None, format="flac", client_id="c0002-p00003-s001")
+    kept, level = level_job(paragraph, audio, rate, meter=False)
+    assert kept is audio and level == loudness.measure(audio, rate)
+    levelled = SimpleNamespace(loudness_target=-16.0, true_peak_max=None, format="wav", client_id="line-000002")
     assert level_job(levelled, audio, rate, meter=False)[1].lufs == pytest.approx(-16.0, abs=0.1)

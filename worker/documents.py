@@ -1,7 +1,10 @@
 """Documents submitted through the API (POST /v1/documents), assembled on the workers:
 
 - after every run of the render task (task_postrun, as worker/webhooks.py hooks in), a document
-  batch whose jobs are now all done is sent to "synth.assemble_document";
+  batch whose jobs are now all done is sent to "synth.assemble_document", and each chapter of one
+  whose jobs are now all done, while others still render, to "synth.encode_chapter", which
+  encodes it into the chapter cache, where the assembly finds it (pipeline/documents/cache.py):
+  what is left once the last job is done is the chapters that finished last and the join;
 - that task runs on the verify queue, which the CPU workers serve (`synth worker --verify`, and
   every CPU render worker after its own queues): assembly is ffmpeg and numpy on the CPU, and a
   GPU worker's slots are for rendering. It writes the files under the batch's prefix
@@ -28,9 +31,11 @@ from sqlalchemy.exc import OperationalError
 
 from pipeline.db.models import Batch, Job, utcnow
 from pipeline.db.session import make_engine, make_sessionmaker
-from pipeline.documents.stored import assemble_to_store, ready_to_assemble, record_failure, unassembled
-from pipeline.errors import PermanentError, RetryableError
-from pipeline.messages import ASSEMBLE_TASK, RENDER_TASK
+from pipeline.documents.batch import prepare_chapter
+from pipeline.documents.stored import (assemble_to_store, chapters_done, ready_to_assemble, record_failure,
+                                       unassembled)
+from pipeline.errors import PermanentError, RetryableError, SynthError
+from pipeline.messages import ASSEMBLE_TASK, CHAPTER_TASK, RENDER_TASK
 from pipeline.routing import VERIFY_QUEUE
 from pipeline.storage import make_store
 from pipeline.webhooks import outbox
@@ -65,6 +70,18 @@ def register(app: Celery) -> None:
         _deliver(app, ids)
         return {"assembled": True, "wrote": wrote, "files": len(chapters["files"])}
 
+    @app.task(name=CHAPTER_TASK, shared=False, ignore_result=True)
+    def encode_chapter(batch_id: str, chapter: int) -> bool:
+        sessions, store = _services(app)
+        try:
+            with sessions() as session:
+                return prepare_chapter(session, store, str(batch_id), int(chapter))
+        except (SynthError, OperationalError, OSError) as e:
+            # Only work done ahead: the document's assembly encodes the chapter again, and a
+            # failure there is recorded for GET /v1/documents/{id}.
+            log.warning("chapter %s of document %s not encoded ahead: %s", chapter, batch_id, e)
+            return False
+
     @app.task(name=SWEEP_TASK, shared=False, ignore_result=True)
     def sweep_documents() -> int:
         sessions, store = _services(app)
@@ -95,9 +112,13 @@ def _after_render(sender=None, args=None, kwargs=None, **_) -> None:
     sessions, _ = _services(app)
     try:
         with sessions() as session:
-            batch_ids = list(session.scalars(select(Job.batch_id).where(Job.id.in_(list(job_ids))).distinct()))
-            ready = ready_to_assemble(session, batch_ids)
+            jobs = session.execute(select(Job.batch_id, Job.client_id).where(Job.id.in_(list(job_ids)))).all()
+            ready = ready_to_assemble(session, list({batch_id for batch_id, _ in jobs}))
+            # A document that is done is assembled whole, its last chapters with it.
+            chapters = chapters_done(session, [(b, c) for b, c in jobs if b not in ready])
         send_assembly(app, ready)
+        for batch_id, n in chapters:
+            app.send_task(CHAPTER_TASK, args=[batch_id, n], queue=VERIFY_QUEUE, routing_key=VERIFY_QUEUE)
     except (OperationalError, KombuOperationalError, OSError):
         # The jobs' outcomes stand. A message lost here leaves the document reading "assembling"
         # until the sweep (every 10 minutes) or POST /v1/documents/{id}/assemble sends it again.

@@ -1,5 +1,5 @@
 """synth's benchmarks, each run as ``python -m ops.bench.<name>`` from the repository root:
-orpheus, e2e, kernels, cpu, api, webhooks, scale and chaos. Figures they measured are in
+orpheus, e2e, kernels, cpu, api, webhooks, scale, chaos and documents. Figures they measured are in
 docs/performance.md, each with the command that made it."""
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ it, and assembled from its jobs' audio once they are done."""
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -11,7 +13,9 @@ from sqlalchemy.orm import Session
 from pipeline import loudness
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch
-from pipeline.documents.assemble import Assembled, Piece, assemble
+from pipeline.documents import cache
+from pipeline.documents.assemble import Assembled, assemble
+from pipeline.documents.chapter import ChapterAudio, Piece, encode_chapter
 from pipeline.documents.model import Document
 from pipeline.documents.plan import (ASSEMBLED_FORMATS, JOB_FORMAT, Outline, Pauses, client_id_for, cover_key,
                                      document_jobs, outline_key, place_of)
@@ -70,7 +74,8 @@ def load_outline(store: ObjectStore, batch_id: str) -> Outline:
 def assemble_batch(session: Session, store: ObjectStore, batch_id: str, output: Path,
                    *, fmt: str | None = None) -> Assembled:
     """Assemble a finished document batch into ``output``. Refused while any job is not done:
-    a document with a hole in it is no document."""
+    a document with a hole in it is no document. Chapters cached under their digest are taken
+    as they are; the others are encoded and cached (pipeline/documents/cache.py)."""
     outline = load_outline(store, batch_id)
     if fmt is not None:
         outline = Outline(**{**outline.__dict__, "format": fmt})
@@ -79,24 +84,58 @@ def assemble_batch(session: Session, store: ObjectStore, batch_id: str, output: 
     if missing:
         raise PermanentError(f"batch {batch_id}: {len(missing)} of {len(lines)} jobs are not done "
                              f"(first: {missing[0]}); `synth retry` them, then assemble")
+    by_chapter = _by_chapter(batch_id, lines)
+    digests = {n: cache.chapter_digest(outline, n, by_chapter.get(n, [])) for n in range(1, len(outline.chapters) + 1)}
+
+    def pieces(n: int) -> list[Piece]:
+        return [_piece(store, line) for line in by_chapter.get(n, [])]
+
+    def chapter(n: int, folder: Path) -> ChapterAudio:
+        found = cache.load(store, batch_id, n, digests[n], folder)
+        if found is None:
+            found = encode_chapter(outline, n, pieces(n), folder)
+            cache.save(store, batch_id, outline, digests[n], found)
+        return found
+
+    cover = store.get(outline.cover_key) if outline.cover_key else None
+    done = assemble(outline, pieces, output, cover=cover, chapters=chapter)
+    cache.prune(store, batch_id, digests)
+    return done
+
+
+def prepare_chapter(session: Session, store: ObjectStore, batch_id: str, n: int) -> bool:
+    """Encode chapter ``n`` of a document into its cache, as soon as its jobs are all done, so the
+    assembly of the whole finds it. Returns whether it encoded it: False where it was cached
+    already or a job of it is not done."""
+    outline = load_outline(store, batch_id)
+    lines = _by_chapter(batch_id, manifest_lines(session, store, batch_id)).get(n, [])
+    if not lines or any(line["status"] != "done" or not line["object_key"] for line in lines):
+        return False
+    digest = cache.chapter_digest(outline, n, lines)
+    if cache.is_cached(store, batch_id, n, digest):
+        return False
+    with tempfile.TemporaryDirectory(prefix="synth-chapter-") as tmp:
+        made = encode_chapter(outline, n, [_piece(store, line) for line in lines], Path(tmp))
+        cache.save(store, batch_id, outline, digest, made)
+    return True
+
+
+def _by_chapter(batch_id: str, lines: list[dict]) -> dict[int, list[dict]]:
     by_chapter: dict[int, list[dict]] = defaultdict(list)
     for line in lines:
         place = place_of(line["client_id"])
         if place is None:
             raise PermanentError(f"batch {batch_id}: job {line['client_id']!r} has no place in the document")
         by_chapter[place.chapter].append({**line, "place": place})
+    return by_chapter
 
-    def pieces(n: int) -> list[Piece]:
-        return [Piece(line["place"], store.get(line["object_key"]), _words(store, line))
-                for line in by_chapter.get(n, [])]
 
-    cover = store.get(outline.cover_key) if outline.cover_key else None
-    return assemble(outline, pieces, output, cover=cover)
+def _piece(store: ObjectStore, line: dict) -> Piece:
+    """A job's audio and word times, and the true peak its worker measured."""
+    return Piece(line["place"], store.get(line["object_key"]), _words(store, line), line.get("true_peak_dbtp"))
 
 
 def _words(store: ObjectStore, line: dict) -> list[dict] | None:
     if not line.get("captions"):
         return None
-    import json
-
     return json.loads(store.get(caption_key(line["object_key"], "json")))["words"]

@@ -56,8 +56,9 @@ def document_jobs(doc: Document, max_chars: int) -> list[tuple[Place, str]]:
 @dataclass(frozen=True)
 class Pauses:
     """Silence, in seconds, at each boundary: between the parts of a split paragraph, between
-    paragraphs (a read heading and the text after it too), and between chapters in the whole file
-    (after each chapter but the last; a chapter's own file has none at its ends)."""
+    paragraphs (a read heading and the text after it too), and between chapters, at the end of
+    each chapter's file but the last's (in m4b and mp3 its last samples open the next chapter's
+    file: documents/join.py)."""
 
     sentence: float
     paragraph: float

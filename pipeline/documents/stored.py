@@ -108,6 +108,27 @@ def ready_to_assemble(session: Session, batch_ids: list[str]) -> list[str]:
     return ready
 
 
+def chapters_done(session: Session, jobs: list[tuple[str, str]]) -> list[tuple[str, int]]:
+    """Of the chapters these jobs (batch id, client id) are in, those of the API's documents (not
+    cancelled) whose jobs are all done: each is encoded into the chapter cache while the rest of
+    its document renders (pipeline/documents/cache.py)."""
+    placed = {(batch_id, place.chapter) for batch_id, place in ((b, place_of(c)) for b, c in jobs) if place}
+    if not placed:
+        return []
+    documents = set(session.scalars(select(Batch.id).where(Batch.id.in_({b for b, _ in placed}),
+                                                           Batch.kind == DOCUMENT_KIND,
+                                                           Batch.cancelled_at.is_(None))))
+    done = []
+    for batch_id, n in sorted(placed):
+        if batch_id not in documents:
+            continue
+        open_job = session.scalar(select(Job.id).where(Job.batch_id == batch_id, Job.client_id.like(f"c{n:04d}-%"),
+                                                       Job.status != JobStatus.DONE).limit(1))
+        if open_job is None:
+            done.append((batch_id, n))
+    return done
+
+
 def unassembled(session: Session, store: ObjectStore, *, since: datetime) -> list[str]:
     """Documents whose batch closed since ``since``, all done, yet neither assembled nor failed:
     their assembly's message was lost (the broker away when their last job finished)."""
