@@ -38,6 +38,9 @@ FEW_WORDS = 4
 # than Piper's; and seconds either way on top, a short line's own spread (Piper: 10% of 2 s).
 DURATION_BAD, DURATION_SUSPECT = (0.45, 2.5), (0.65, 1.8)
 LENGTH_SLACK_S = 0.3
+# Two weak signs together make a bad render: words half misheard in audio a third longer than its
+# text takes (clean Piper renders measured 0.8-1.25x the expected length), as a repeated stretch is.
+LONG_AND_UNHEARD = 1.3
 CLIPPED_BAD, CLIPPED_SUSPECT = 0.005, 0.0005                 # share of samples in clipped runs
 LEADING_SUSPECT_S, TRAILING_SUSPECT_S, PAUSE_SUSPECT_S = 1.0, 1.5, 1.5
 # A loop: a run of LOOP_NGRAM words heard LOOP_EXTRA times more than the text has it, in audio that
@@ -145,6 +148,8 @@ def judge(said: Said, heard: list[str], report: signal.SignalReport) -> Verdict:
     judged = cer if len(compared) >= len(said.words) * COMPARED_SHARE else None
     if report.active and judged is not None and len(compared) >= FEW_WORDS and judged > CER_BAD:
         bad.append(f"says other words: character error rate {judged:.2f}")
+    elif report.active and judged is not None and judged > CER_SUSPECT and ratio > LONG_AND_UNHEARD:
+        bad.append(f"says more than its text: character error rate {judged:.2f} in {ratio:.2f}x the expected length")
     elif report.active and judged is not None and judged > CER_SUSPECT:
         suspect.append(f"words not heard: character error rate {cer:.2f}")
     loop = _loop(said.words, heard) if max(ratio, len(heard) / len(said.words)) >= LOOP_LONGER else None
