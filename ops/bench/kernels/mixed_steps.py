@@ -24,24 +24,10 @@ from ops.bench.kernels.checking import random_model
 from pipeline.engines.orpheus.serving.scheduler import Plan, PrefillChunk, Seq
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B, RANDOM_SERVING
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
+from synth_testkit.runner_state import MIXED_CASES, fill
 
 ROWS, CONTEXT = 128, 1024
 REPS = 20
-CASES = [(7, 64), (15, 128), (63, 128), (127, 64), (127, 128), (127, 192)]
-
-
-def fill(runner, rows: int, gen: torch.Generator) -> None:
-    """Random cache contents; rows ``0 .. rows-1`` mid-stream at positions 250-450."""
-    for t in (runner.cache.k, runner.cache.v):
-        for layer in range(t.shape[0]):
-            t[layer].copy_(torch.randn(t[layer].shape, device=t.device).to(t.dtype))
-    pos = torch.randint(250, 450, (rows,), generator=gen)
-    runner.pos[:rows] = pos.cuda()
-    runner.steps[:rows] = (pos - 120).cuda()
-    runner.tokens[:rows] = torch.randint(CUSTOM_TOKEN_BASE + 10, CUSTOM_TOKEN_BASE + 4000, (rows,),
-                                         generator=gen).cuda()
-    runner.keys[:rows] = torch.randint(0, 2**40, (rows,), generator=gen).cuda()
-    runner.seen.zero_()
 
 
 def plan_for(rows: int, prompt_len: int, gen, positions) -> Plan:
@@ -91,7 +77,7 @@ def main(argv=None) -> int:
     print(f"{'rows':>4} {'prompt':>6} | {'apart ms':>8} {'mixed ms':>8} {'saved':>6} | "
           f"{'wall apart':>10} {'wall mixed':>10}", flush=True)
     with torch.inference_mode():
-        for rows, prompt_len in CASES:
+        for rows, prompt_len in MIXED_CASES:
             if rows + 1 > args.rows:
                 continue
             fill(runner, rows, gen)

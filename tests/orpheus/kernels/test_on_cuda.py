@@ -16,6 +16,7 @@ from pipeline.engines.orpheus.serving.runner import ModelRunner
 from pipeline.engines.orpheus.serving.scheduler import Plan, PrefillChunk, Scheduler, SchedulerConfig, Seq
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B, tiny_llama_config
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
+from synth_testkit.runner_state import MIXED_CASES, fill
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -102,21 +103,6 @@ def test_a_prefill_graph_matches_the_eager_prefill(prefill_runner, lengths, rows
 # Mixed steps -------------------------------------------------------------------------------------
 
 # (rows decoding, prompt length)
-MIXED_CASES = [(7, 64), (15, 128), (63, 128), (127, 64), (127, 128), (127, 192)]
-
-
-def fill(runner, rows: int, gen) -> None:
-    """Random cache contents; rows ``0 .. rows-1`` mid-stream at positions 250-450."""
-    for t in (runner.cache.k, runner.cache.v):
-        for layer in range(t.shape[0]):
-            t[layer].copy_(torch.randn(t[layer].shape, device=t.device).to(t.dtype))
-    pos = torch.randint(250, 450, (rows,), generator=gen)
-    runner.pos[:rows] = pos.cuda()
-    runner.steps[:rows] = (pos - 120).cuda()
-    runner.tokens[:rows] = torch.randint(CUSTOM_TOKEN_BASE + 10, CUSTOM_TOKEN_BASE + 4000, (rows,),
-                                         generator=gen).cuda()
-    runner.keys[:rows] = torch.randint(0, 2**40, (rows,), generator=gen).cuda()
-    runner.seen.zero_()
 
 
 def state(runner) -> list:
