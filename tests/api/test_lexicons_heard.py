@@ -14,8 +14,11 @@ pytest.importorskip("pocketsphinx")
 # Rendering is the cost here; the database paths are covered on both databases elsewhere.
 pytestmark = pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 
-LINES = ["Please call the ICU now.", "Please call Tokyo now."]
-ENTRIES = [{"written": "ICU", "alias": "intensive care unit"}, {"written": "Tokyo", "phoneme": "ˈɡɑːɹdən"}]
+# A city pocketsphinx hears in Piper's voice in 149 renders of 150 (Tokyo: 38 of 40), since the
+# control and the opt-out below need the recognizer to hear it whenever it is said.
+LINES = ["Please call the ICU now.", "Please call Chicago now."]
+ALIAS = {"intensive", "care", "unit"}
+ENTRIES = [{"written": "ICU", "alias": "intensive care unit"}, {"written": "Chicago", "phoneme": "ˈɡɑːɹdən"}]
 
 
 def heard(client, items: list[str], **body) -> tuple[dict, list[str]]:
@@ -32,29 +35,30 @@ def test_an_entry_is_heard_a_removed_one_is_not_and_another_key_hears_neither(
     # reads it, the letters and the city.
     with client_for(api_server, new_key("b")) as other:
         control_batch, control = heard(other, LINES)
-    assert not {"intensive", "care", "unit"} & set(control[0].split())   # letters, heard as anything
-    assert "garden" not in control[1] and "tokyo" in control[1]
+    assert not ALIAS & set(control[0].split())   # letters, heard as anything
+    assert "garden" not in control[1] and "chicago" in control[1]
     assert control_batch["lexicon_id"] is None
 
     batch, said = heard(client, LINES)
     # /ˈɡɑːɹdən/ is heard as "garden" or "guardian": never as the city
-    assert "intensive care unit" in said[0] and "tokyo" not in said[1], said
+    # Two of the alias's three words: the recognizer now and then splits "intensive" ("in tents")
+    assert len(ALIAS & set(said[0].split())) >= 2 and "chicago" not in said[1], said
     job = client.get(f"/v1/batches/{batch['id']}/items").json()["data"][0]
     assert (job["lexicon_id"], job["lexicon_version"]) == (lexicon["id"], 1)
     assert job["text_notes"] == {"lexicon_entries": 1}
 
     assert client.post("/v1/lexicons/default/entries", json={"remove": ["ICU"]}).json()["version"] == 2
     _, taken_back = heard(client, LINES[:1])
-    assert not {"intensive", "care", "unit"} & set(taken_back[0].split())
+    assert not ALIAS & set(taken_back[0].split())
 
     r = client.post("/v1/audio/speech", json={"model": "m", "input": LINES[1], "voice": "joe",
                                               "response_format": "wav"})
-    assert r.status_code == 200 and "tokyo" not in transcribe(r.content)
+    assert r.status_code == 200 and "chicago" not in transcribe(r.content)
     spoken = client.get(f"/v1/jobs/{r.headers['X-Job-Id']}").json()
     assert (spoken["lexicon_id"], spoken["lexicon_version"]) == (lexicon["id"], 2)
     r = client.post("/v1/audio/speech", json={"model": "m", "input": LINES[1], "voice": "joe",
                                               "response_format": "wav"}, headers={"X-Synth-Lexicon": "none"})
-    assert "tokyo" in transcribe(r.content)
+    assert "chicago" in transcribe(r.content)
 
 
 def test_a_change_re_renders_exactly_the_jobs_whose_text_it_touches(client, running_worker):
