@@ -34,6 +34,39 @@ def available(device) -> bool:
 
 if triton is not None:
     @triton.jit
+    def _attend(q, k_row, v_row, d, end, qpos, sk_t, scale, v_scale, ROWS: tl.constexpr,
+                D: tl.constexpr, BLOCK: tl.constexpr, CAUSAL: tl.constexpr,
+                V_SCALED: tl.constexpr):
+        """softmax(q K^T) V of the query rows ``q`` [ROWS, D] over keys [0, end) of one cache row
+        (keys from ``k_row``, values from ``v_row``, ``sk_t`` apart), online and in base 2
+        (``scale`` includes log2 e); ``CAUSAL``: query row i sees keys up to ``qpos[i]``.
+        Returns [ROWS, D] in float32, times ``v_scale`` where ``V_SCALED``."""
+        m = tl.full([ROWS], float("-inf"), tl.float32)
+        l_sum = tl.zeros([ROWS], tl.float32)
+        acc = tl.zeros([ROWS, D], tl.float32)
+        for start in range(0, end, BLOCK):
+            t = start + tl.arange(0, BLOCK)
+            live = t < end
+            offs = t[:, None] * sk_t + d[None, :]
+            k = tl.load(k_row + offs, mask=live[:, None], other=0.0).to(q.dtype)   # [BLOCK, D]
+            s = tl.dot(q, tl.trans(k)) * scale                              # [ROWS, BLOCK]
+            seen = live[None, :]
+            if CAUSAL:
+                seen = seen & (t[None, :] <= qpos[:, None])
+            s = tl.where(seen, s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            v = tl.load(v_row + offs, mask=live[:, None], other=0.0).to(q.dtype)
+            l_sum = l_sum * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
+        out = acc / l_sum[:, None]
+        if V_SCALED:
+            out = out * v_scale
+        return out
+
+    @triton.jit
     def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr, sq_b, sq_h, sk_b, sk_h, sk_t,
                        so_b, so_h, scale, v_scale, G: tl.constexpr, GP: tl.constexpr,
                        D: tl.constexpr, BLOCK: tl.constexpr, V_SCALED: tl.constexpr,
@@ -48,30 +81,11 @@ if triton is not None:
                     mask=g[:, None] < G, other=0.0)                       # [GP, D]
         if F16:     # fp16 dots: an e4m3 pair converts to fp16 in one instruction, to bf16 in several
             q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
-        m = tl.full([GP], float("-inf"), tl.float32)
-        l_sum = tl.zeros([GP], tl.float32)
-        acc = tl.zeros([GP, D], tl.float32)
         # the row's start in 64 bits (a layer's cache passes 2^31 entries at 512 rows of 4,096),
         # folded into the pointers once, so the loop's offsets stay 32-bit
         base = b.to(tl.int64) * sk_b + h * sk_h
         k_row, v_row = k_ptr + base, v_ptr + base
-        for start in range(0, n, BLOCK):
-            t = start + tl.arange(0, BLOCK)
-            live = t < n
-            offs = t[:, None] * sk_t + d[None, :]
-            k = tl.load(k_row + offs, mask=live[:, None], other=0.0).to(q.dtype)   # [BLOCK, D]
-            s = tl.dot(q, tl.trans(k)) * scale                              # [GP, BLOCK]
-            s = tl.where(live[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 1))
-            p = tl.exp2(s - m_new[:, None])
-            alpha = tl.exp2(m - m_new)
-            v = tl.load(v_row + offs, mask=live[:, None], other=0.0).to(q.dtype)
-            l_sum = l_sum * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m = m_new
-        out = acc / l_sum[:, None]
-        if V_SCALED:
-            out = out * v_scale
+        out = _attend(q, k_row, v_row, d, n, n, sk_t, scale, v_scale, GP, D, BLOCK, False, V_SCALED)
         tl.store(o_ptr + b * so_b + h * so_h + g[:, None] * D + d[None, :],
                  out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
 
@@ -165,28 +179,9 @@ if triton is not None:
         # outputs are never read), and at least key 0, which keeps every row's softmax finite
         # (a graph's padding chunk has length 0)
         end = tl.maximum(first + tl.minimum(length, (mb + 1) * TPB), 1)
-        m = tl.full([RT], float("-inf"), tl.float32)
-        l_sum = tl.zeros([RT], tl.float32)
-        acc = tl.zeros([RT, D], tl.float32)
         base = row * sk_r + h * sk_h                                      # 64-bit, as the decode's
         k_row, v_row = k_ptr + base, v_ptr + base
-        for s0 in range(0, end, BLOCK):
-            t = s0 + tl.arange(0, BLOCK)
-            live = t < end
-            offs = t[:, None] * sk_t + d[None, :]
-            k = tl.load(k_row + offs, mask=live[:, None], other=0.0).to(q.dtype)   # [BLOCK, D]
-            s = tl.dot(q, tl.trans(k)) * scale                               # [RT, BLOCK]
-            s = tl.where(live[None, :] & (t[None, :] <= qpos[:, None]), s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 1))
-            p = tl.exp2(s - m_new[:, None])
-            alpha = tl.exp2(m - m_new)
-            v = tl.load(v_row + offs, mask=live[:, None], other=0.0).to(q.dtype)
-            l_sum = l_sum * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m = m_new
-        out = acc / l_sum[:, None]
-        if V_SCALED:
-            out = out * v_scale
+        out = _attend(q, k_row, v_row, d, end, qpos, sk_t, scale, v_scale, RT, D, BLOCK, True, V_SCALED)
         o_at = (n * S + tok).to(tl.int64)[:, None] * so_t + head[:, None] * D + d[None, :]
         tl.store(o_ptr + o_at, out.to(o_ptr.dtype.element_ty), mask=live_q[:, None])
 

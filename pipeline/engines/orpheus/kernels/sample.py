@@ -42,6 +42,24 @@ def _hash32(x):
 
 
 @triton.jit
+def _top_p(x, top_p):
+    """``x`` with every score outside the nucleus of mass ``top_p`` set to -inf."""
+    e = tl.exp(x - tl.max(x, axis=0))                            # -inf -> 0
+    p = e / tl.sum(e, axis=0)
+    # the smallest v (as float32 bits) with mass(p > v) <= top_p; keep p >= v
+    low = tl.zeros([], dtype=tl.int32)
+    high = tl.zeros([], dtype=tl.int32) + 0x3F800000            # 1.0
+    for _ in range(31):
+        mid = low + (high - low) // 2
+        v = mid.to(tl.float32, bitcast=True)
+        above = tl.sum(tl.where(p > v, p, 0.0), axis=0)
+        fits = above <= top_p
+        high = tl.where(fits, mid, high)
+        low = tl.where(fits, low, mid + 1)
+    return tl.where(p >= high.to(tl.float32, bitcast=True), x, float("-inf"))
+
+
+@triton.jit
 def _sample_kernel(logits_ptr, seen_ptr, steps_ptr, keys_ptr, table_ptr, valid_ptr, out_ptr,
                    s_logits, s_seen, penalty, temperature, top_p, eos, lo,
                    C: tl.constexpr, BLOCK: tl.constexpr, GREEDY: tl.constexpr,
@@ -66,19 +84,7 @@ def _sample_kernel(logits_ptr, seen_ptr, steps_ptr, keys_ptr, table_ptr, valid_p
     else:
         x = x / temperature
         if TOP_P:
-            e = tl.exp(x - tl.max(x, axis=0))                            # -inf -> 0
-            p = e / tl.sum(e, axis=0)
-            # the smallest v (as float32 bits) with mass(p > v) <= top_p; keep p >= v
-            low = tl.zeros([], dtype=tl.int32)
-            high = tl.zeros([], dtype=tl.int32) + 0x3F800000            # 1.0
-            for _ in range(31):
-                mid = low + (high - low) // 2
-                v = mid.to(tl.float32, bitcast=True)
-                above = tl.sum(tl.where(p > v, p, 0.0), axis=0)
-                fits = above <= top_p
-                high = tl.where(fits, mid, high)
-                low = tl.where(fits, low, mid + 1)
-            x = tl.where(p >= high.to(tl.float32, bitcast=True), x, float("-inf"))
+            x = _top_p(x, top_p)
         k = (key + step * _STEP) & _MASK32
         h = _hash32(k & _MASK32)
         u = _hash32((h + (cand + lo) * _GOLDEN) & _MASK32)
