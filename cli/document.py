@@ -78,15 +78,20 @@ def submit_document(settings: Settings, request: DocumentRequest, *, wait: bool 
     finally:
         if ahead is not None:   # an interrupted wait leaves only the chapters already running
             ahead.finish(cancel=sys.exc_info()[0] is not None)
-    if result is None:
-        return
+    if result is not None:
+        _finished(settings, result, outline.format, output, ahead)
+
+
+def _finished(settings: Settings, result, fmt: str, output: Path | None, ahead: DocumentAhead | None) -> None:
+    """The document's jobs are done: assembled into ``output``; with none, how to assemble it;
+    exits 1 where a job failed or was cancelled."""
     summary, sessions = result
     if summary.counts.get("failed") or summary.counts.get("cancelled"):
         click.echo(f"not assembled: some jobs did not finish; `synth retry {summary.batch_id}`, then "
                    f"`synth assemble {summary.batch_id} -o DIR`", err=True)
         sys.exit(1)
     if output is None:
-        click.echo(f"`synth assemble {summary.batch_id} -o DIR` writes the {outline.format}", err=True)
+        click.echo(f"`synth assemble {summary.batch_id} -o DIR` writes the {fmt}", err=True)
         return
     _assemble(settings, sessions, summary.batch_id, output, None, ahead=ahead)
 

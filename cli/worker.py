@@ -43,9 +43,12 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname, verify_only) 
 
     if verify_only:
         _verify_worker(concurrency, loglevel, hostname)
-
     pin_gpu(gpu, cpu_only)  # before anything imports torch
+    _render_worker(gpu, queues, concurrency, loglevel, hostname)
 
+
+def _render_worker(gpu, queues, concurrency, loglevel, hostname) -> None:
+    """The engine's worker, its GPU pinned: boot the engine, serve the queues until stopped."""
     from celery.signals import worker_shutdown
 
     from cli.context import broker, open_database

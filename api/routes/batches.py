@@ -73,6 +73,16 @@ async def one_file(request: Request) -> None:
         raise HTTPException(400, detail="send one file part: a batch is made from one file")
 
 
+def check_form(webhook_url: str | None, webhook_events: list | None, *texts: str | None) -> None:
+    """What a form's fields cannot check alone: webhook events need an address, and no field
+    (``webhook_url`` or ``texts``: the others and the file's name) may hold a NUL character."""
+    if webhook_events is not None and webhook_url is None:
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "webhook_events"),
+                                       "msg": EVENTS_WITHOUT_URL, "input": webhook_events}])
+    if any("\x00" in v for v in (webhook_url, *texts) if v):
+        raise HTTPException(400, detail="form fields and the file name must not contain NUL characters")
+
+
 def _digits(value):
     """A form field is text, and an integer field's text is digits: "8000.0" or " 8000" is refused
     as a JSON body's 8000.5 or "8000" would be, not read as 8000."""
@@ -98,13 +108,9 @@ def upload_batch(key: CurrentKey, state: State, session: Session,
                  webhook_events: Annotated[list[WebhookEvent] | None, Form()] = None,
                  idempotency_key: IdempotencyKey = None) -> JSONResponse:
     """A batch from a corpus file: one job per non-empty line, client ids line-NNNNNN."""
-    if webhook_events is not None and webhook_url is None:
-        raise RequestValidationError([{"type": "value_error", "loc": ("body", "webhook_events"),
-                                       "msg": EVENTS_WITHOUT_URL, "input": webhook_events}])
-    data = file.file.read()
     source = (file.filename or "upload")[:200]
-    if any("\x00" in v for v in (source, voice, format, name, webhook_url, lexicon) if v):
-        raise HTTPException(400, detail="form fields and the file name must not contain NUL characters")
+    check_form(webhook_url, webhook_events, source, voice, format, name, lexicon)
+    data = file.file.read()
     corpus = parse_corpus(data, source=source, max_line_chars=state.settings.max_line_chars)
     limit = state.settings.api_max_batch_items
     if len(corpus.lines) > limit:

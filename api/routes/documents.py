@@ -7,20 +7,20 @@ the batch's, so /v1/batches/{id}, its items, retry and the batch webhooks serve 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import PurePath
 from urllib.parse import quote
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, File, Form, HTTPException, UploadFile
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BeforeValidator
 
 from api import creating, idempotency
 from api.deps import CurrentKey, KeyFirstRoute, Responses, Session, State
 from api.ids import could_exist
-from api.routes.batches import IdempotencyKey, _digits, one_file
-from api.schemas import (EVENTS_WITHOUT_URL, URL_PATTERN, CancelOut, ChapterOut, DeleteOut, DocumentOut, Priority,
+from api.routes.batches import IdempotencyKey, _digits, check_form, one_file
+from api.schemas import (URL_PATTERN, CancelOut, ChapterOut, DeleteOut, DocumentOut, Priority,
                          RerenderedChapter, RerenderIn, RerenderOut, WebhookEvent)
 from api.views import batch_out
 from pipeline import lifecycle, usage
@@ -76,17 +76,10 @@ def create_document(key: CurrentKey, state: State, session: Session,
                     webhook_events: Annotated[list[WebhookEvent] | None, Form()] = None,
                     idempotency_key: IdempotencyKey = None) -> JSONResponse:
     """A document as one batch of paragraphs, assembled as ``format`` once its jobs are done."""
-    if webhook_events is not None and webhook_url is None:
-        raise RequestValidationError([{"type": "value_error", "loc": ("body", "webhook_events"),
-                                       "msg": EVENTS_WITHOUT_URL, "input": webhook_events}])
     source = (file.filename or "upload")[:200]
-    if any("\x00" in v for v in (source, title, author, voice, name, webhook_url) if v):
-        raise HTTPException(400, detail="form fields and the file name must not contain NUL characters")
+    check_form(webhook_url, webhook_events, source, title, author, voice, name)
     doc_kind = _kind(source, kind)
-    data = file.file.read()
-    cover_data = cover.file.read(MAX_COVER_BYTES + 1) if cover is not None else None
-    if cover_data is not None and len(cover_data) > MAX_COVER_BYTES:
-        raise HTTPException(400, detail=f"the cover is over {MAX_COVER_BYTES:,} bytes")
+    data, cover_data = file.file.read(), _cover(cover)
     settings = state.settings
     doc = read_document(data, doc_kind, source=source, max_bytes=settings.max_document_bytes)
     outline = plan_outline(settings, doc, fmt=format, title=title, author=author,
@@ -94,28 +87,41 @@ def create_document(key: CurrentKey, state: State, session: Session,
     jobs = document_jobs(doc, settings.max_line_chars)
     if len(jobs) > settings.api_max_batch_items:
         raise HTTPException(400, detail=f"{len(jobs):,} jobs; the limit per batch is {settings.api_max_batch_items:,}")
-    form = idempotency.canonical(kind=doc_kind, title=title, author=author, format=format, voice=voice,
-                                 sample_rate=sample_rate, priority=priority, name=name, webhook_url=webhook_url,
-                                 webhook_events=webhook_events)
+    book = dict(kind=doc_kind, title=title, author=author, format=format)
+    form = idempotency.canonical(**book, voice=voice, sample_rate=sample_rate, priority=priority, name=name,
+                                 webhook_url=webhook_url, webhook_events=webhook_events)
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/documents", form, data, cover_data or b"")
     options = BatchOptions(voice=voice, sample_rate=sample_rate, priority=priority, name=name or outline.title)
     columns = creating.owner_columns(state, key, kind=DOCUMENT_KIND, webhook_url=webhook_url,
                                      webhook_events=webhook_events)
+    batch_id, created = _create(state, session, claim, key, sum(len(text) for _, text in jobs), lambda s: (
+        create_document_batch(s, state.store, settings, doc, outline, options, source=source, cover=cover_data,
+                              **columns)))
+    body = _document(state, session, session.get_one(Batch, batch_id)).model_dump(mode="json")
+    return JSONResponse(body, status_code=201, headers={"Idempotent-Replayed": "false" if created else "true"})
+
+
+def _cover(cover: UploadFile | None) -> bytes | None:
+    data = cover.file.read(MAX_COVER_BYTES + 1) if cover is not None else None
+    if data is not None and len(data) > MAX_COVER_BYTES:
+        raise HTTPException(400, detail=f"the cover is over {MAX_COVER_BYTES:,} bytes")
+    return data
+
+
+def _create(state, session, claim, key, chars: int, build: Callable[[Any], Batch]) -> tuple[str, bool]:
+    """``creating.create`` for a document: the stored files of one whose rows did not commit (the
+    request failed after ``build`` wrote them) are withdrawn."""
     made: list[str] = []
 
-    def build(s):
-        batch = create_document_batch(s, state.store, settings, doc, outline, options, source=source,
-                                      cover=cover_data, **columns)
+    def noted(s) -> Batch:
+        batch = build(s)
         made.append(batch.id)
         return batch
     try:
-        batch_id, created = creating.create(state, session, claim, "batch", build, key=key,
-                                            chars=sum(len(text) for _, text in jobs))
+        return creating.create(state, session, claim, "batch", noted, key=key, chars=chars)
     except BaseException:
         _withdraw(state, made)
         raise
-    body = _document(state, session, session.get_one(Batch, batch_id)).model_dump(mode="json")
-    return JSONResponse(body, status_code=201, headers={"Idempotent-Replayed": "false" if created else "true"})
 
 
 @router.get("/{document_id}", response_model=DocumentOut, responses=NOT_FOUND)

@@ -78,6 +78,26 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State, request: Req
     """Streamed as the job renders; when its audio is already complete (an Idempotency-Key replay),
     or the client reads the body whole before using it, it is answered whole, a WAV with its real
     sizes."""
+    job_id = await _new_job(state, key, body, lexicon, idempotency_key)
+    headers = {"X-Job-Id": job_id, "Cache-Control": "no-store"}
+    live = await open_live_or_fail(state, job_id, FAILED, owner=key)
+    if live is None:  # a replay after the live copy expired: the stored WAV
+        rate, pcm = wav_pcm(await run_in_threadpool(_stored_wav, state, job_id))
+        return await whole(once(pcm), rate, body.response_format, job_id=job_id, speed=body.speed,
+                           pcm_rate=OPENAI_PCM_RATE, headers=headers)
+    # pcm has no header to size, and a stream's first bytes must not wait for a database read
+    if (body.response_format == "wav" and reads_whole(request)) or (
+            body.response_format != "pcm" and await run_in_threadpool(job_finished, state, job_id)):
+        return await whole(live.pcm, live.sample_rate, body.response_format, job_id=job_id, speed=body.speed,
+                           pcm_rate=OPENAI_PCM_RATE, headers=headers, failed_status=FAILED)
+    return StreamingResponse(encode(live.pcm, live.sample_rate, body.response_format, body.speed, OPENAI_PCM_RATE),
+                             media_type=CONTENT_TYPES[body.response_format], headers=headers)
+
+
+async def _new_job(state, key: ApiKey, body: SpeechCreate, lexicon: str | None,
+                   idempotency_key: str | None) -> str:
+    """The request's job, once its format, the live streams' limits, its lexicon and the key's
+    quota allow it; a replay's existing job for a known Idempotency-Key."""
     if body.response_format not in SPEECH_FORMATS:
         raise OpenAIError(400, f"unsupported response_format {body.response_format!r}; "
                                f"choose one of {', '.join(SPEECH_FORMATS)}", "response_format")
@@ -94,19 +114,7 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State, request: Req
         job_id = await state.create_speech(partial(_plan, state, key, body, voice, pin))
     else:   # a replay may answer with an existing job: the request's own transaction
         job_id = await run_in_threadpool(_create, state, key, body, voice, pin, idempotency_key)
-    headers = {"X-Job-Id": job_id, "Cache-Control": "no-store"}
-    live = await open_live_or_fail(state, job_id, FAILED, owner=key)
-    if live is None:  # a replay after the live copy expired: the stored WAV
-        rate, pcm = wav_pcm(await run_in_threadpool(_stored_wav, state, job_id))
-        return await whole(once(pcm), rate, body.response_format, job_id=job_id, speed=body.speed,
-                           pcm_rate=OPENAI_PCM_RATE, headers=headers)
-    # pcm has no header to size, and a stream's first bytes must not wait for a database read
-    if (body.response_format == "wav" and reads_whole(request)) or (
-            body.response_format != "pcm" and await run_in_threadpool(job_finished, state, job_id)):
-        return await whole(live.pcm, live.sample_rate, body.response_format, job_id=job_id, speed=body.speed,
-                           pcm_rate=OPENAI_PCM_RATE, headers=headers, failed_status=FAILED)
-    return StreamingResponse(encode(live.pcm, live.sample_rate, body.response_format, body.speed, OPENAI_PCM_RATE),
-                             media_type=CONTENT_TYPES[body.response_format], headers=headers)
+    return job_id
 
 
 def reads_whole(request: Request) -> bool:

@@ -63,15 +63,20 @@ def plan_batch(*, name: str | None, source: str | None, voice: str, format: str,
     batch = dict(id=new_id(), name=name, source=source, voice=voice, format=format, sample_rate=sample_rate,
                  priority=priority, total_jobs=len(jobs), skipped_lines=skipped_lines, created_at=now,
                  loudness_target=loudness_target, true_peak_max=true_peak_max, **pinned, **batch_columns)
-    rows = [
-        dict(id=new_id(), batch_id=batch["id"], client_id=j.client_id, text=j.text, line_no=j.line_no,
-             idempotency_key=j.idempotency_key, voice=j.voice or voice, format=j.format or format,
-             sample_rate=j.sample_rate if j.sample_rate is not None else sample_rate,
-             loudness_target=loudness_target, true_peak_max=true_peak_max, priority=priority, queue=j.queue, status=JobStatus.QUEUED if queued else JobStatus.PENDING,
-             attempts=0, created_at=now, updated_at=now, queued_at=now if queued else None, **pinned)
-        for j in jobs
-    ]
-    return PlannedBatch(batch, rows)
+    return PlannedBatch(batch, [_job_row(j, batch, queued) for j in jobs])
+
+
+def _job_row(j: NewJob, batch: dict, queued: bool) -> dict:
+    """The row of ``batch``'s job ``j``: the batch's voice, format and rate where it has none."""
+    now = batch["created_at"]
+    return dict(
+        id=new_id(), batch_id=batch["id"], client_id=j.client_id, text=j.text, line_no=j.line_no,
+        idempotency_key=j.idempotency_key, voice=j.voice or batch["voice"], format=j.format or batch["format"],
+        sample_rate=j.sample_rate if j.sample_rate is not None else batch["sample_rate"],
+        loudness_target=batch["loudness_target"], true_peak_max=batch["true_peak_max"],
+        priority=batch["priority"], queue=j.queue, status=JobStatus.QUEUED if queued else JobStatus.PENDING,
+        attempts=0, created_at=now, updated_at=now, queued_at=now if queued else None,
+        lexicon_id=batch["lexicon_id"], lexicon_version=batch["lexicon_version"])
 
 
 def insert_batches(session: Session, planned: Sequence[PlannedBatch]) -> None:

@@ -29,7 +29,8 @@ from pipeline.engines.orpheus.config import RealtimeConfig
 from pipeline.engines.orpheus.engine import scheduler_config, stream_state
 from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.serving.loop import EngineLoop
-from pipeline.engines.orpheus.serving.runner import ModelRunner, _LaunchedStep, ladder
+from pipeline.engines.orpheus.serving.launched import LaunchedStep
+from pipeline.engines.orpheus.serving.runner import ModelRunner, ladder
 from pipeline.engines.orpheus.serving.scheduler import Plan, Scheduler, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH, audio_range
 
@@ -65,14 +66,14 @@ class InstantRunner(ModelRunner):
         self.ends = ends
         self.launch_s = 0.0
 
-    def launch(self, plan: Plan) -> _LaunchedStep:
+    def launch(self, plan: Plan) -> LaunchedStep:
         t0 = time.perf_counter()
         b = self.padded_batch(plan.rows) if plan.decode else 0
         decoded = [0] * b
         for seq in plan.decode:
             decoded[seq.row] = self._draw(seq)
         first = [c.seq for c in plan.prefill if c.last]
-        launched = _LaunchedStep([s.row for s in plan.decode], torch.tensor(decoded) if b else None,
+        launched = LaunchedStep([s.row for s in plan.decode], torch.tensor(decoded) if b else None,
                              [s.row for s in first],
                              torch.tensor([self._draw(s) for s in first]) if first else None, None)
         self.launch_s += time.perf_counter() - t0

@@ -287,30 +287,39 @@ def scheduler_config(rows: int, rt: RealtimeConfig, on_gpu: bool) -> SchedulerCo
         playback_tokens_per_s=LM_TOKENS_PER_AUDIO_SECOND, low_lead_s=rt.low_lead_ms / 1000)
 
 
-def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, config: OrpheusConfig,
-               on_final, scheduling: Callable[[SchedulerConfig], SchedulerConfig] | None = None):
-    """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
-    graphs, start the loop thread."""
-    from pipeline.engines.orpheus.model import kv_scales
+def kv_cache_plan(loaded: LoadedModel, config: OrpheusConfig):
+    """The KV cache's dtype (the setting resolved for the card), its storage dtype and its bytes
+    per row; an fp8 cache on a card without e4m3 kernels is refused."""
     from pipeline.engines.orpheus.model.kv_cache import KVCache, kv_storage_dtype
-    from pipeline.engines.orpheus.serving.graphs import LENGTHS as PREFILL_LENGTHS
-    from pipeline.engines.orpheus.serving.loop import EngineLoop
-    from pipeline.engines.orpheus.serving.runner import ModelRunner
-    from pipeline.engines.orpheus.serving.scheduler import Scheduler
 
-    context, rt, cap = config.context, config.realtime, loaded.choice.capability
+    cap = loaded.choice.capability
     kv_dtype = devices.resolve_kv_dtype(config.kv_dtype, cap)
-    cfg = loaded.model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    store = kv_storage_dtype(kv_dtype, loaded.model.dtype)
     if kv_dtype == "fp8" and cap is not None and cap < devices.FP8_KV_CAPABILITY:
         raise EngineUnavailableError(
             f"an fp8 KV cache needs compute capability >= {devices.FP8_KV_CAPABILITY} for its "
             f"e4m3 kernels (Ada, Hopper); {loaded.choice.name} is sm_{cap[0]}{cap[1]}: set "
             "SYNTH_ORPHEUS_KV_DTYPE=auto or model")
-    scales = kv_scales.fp8_scales(loaded) if kv_dtype == "fp8" else None
-    per_row = KVCache.bytes_per_row(cfg.num_hidden_layers, cfg.num_key_value_heads, context,
+    cfg = loaded.model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    store = kv_storage_dtype(kv_dtype, loaded.model.dtype)
+    per_row = KVCache.bytes_per_row(cfg.num_hidden_layers, cfg.num_key_value_heads, config.context,
                                     head_dim, store.itemsize)
+    return kv_dtype, store, per_row
+
+
+def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, config: OrpheusConfig,
+               on_final, scheduling: Callable[[SchedulerConfig], SchedulerConfig] | None = None):
+    """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
+    graphs, start the loop thread."""
+    from pipeline.engines.orpheus.model import kv_scales
+    from pipeline.engines.orpheus.serving.graphs import LENGTHS as PREFILL_LENGTHS
+    from pipeline.engines.orpheus.serving.loop import EngineLoop
+    from pipeline.engines.orpheus.serving.runner import ModelRunner
+    from pipeline.engines.orpheus.serving.scheduler import Scheduler
+
+    context, rt = config.context, config.realtime
+    kv_dtype, store, per_row = kv_cache_plan(loaded, config)
+    scales = kv_scales.fp8_scales(loaded) if kv_dtype == "fp8" else None
     rows = devices.choose_max_batch(max_rows, loaded.device, per_row, cap=devices.GPU_MAX_ROWS)
     lo = CUSTOM_TOKEN_BASE if params.constrain_codes else 0
     runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from dataclasses import dataclass
 
 import torch
 
@@ -33,46 +32,10 @@ from pipeline.engines.orpheus.model.sampling import RowSampler, SamplingParams
 from pipeline.engines.orpheus.rng import mix_keys
 from pipeline.engines.orpheus.serving.graphs import LENGTHS as PREFILL_LENGTHS
 from pipeline.engines.orpheus.serving.graphs import PrefillGraphs, pack, replay_packed, shape_for
+from pipeline.engines.orpheus.serving.launched import HostTimes, LaunchedStep
 from pipeline.engines.orpheus.serving.scheduler import Plan
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _LaunchedStep:
-    rows: list[int]                       # rows decoded this step
-    decoded: torch.Tensor | None          # host tensor [B] of last tokens (None: no decode)
-    first_rows: list[int]                 # rows whose prompt completed this step
-    first: torch.Tensor | None            # host tensor of their first tokens
-    done: torch.cuda.Event | None         # CUDA event after the copies (None on the CPU)
-    start: torch.cuda.Event | None = None       # CUDA event before the step's work (timing)
-    prefilled: torch.cuda.Event | None = None   # CUDA event after its moves and prefill (if any)
-
-    def device_ms(self) -> float | None:
-        """Device time from the step's first work to its last copy (after ``collect``): with
-        the overlap, the step starts when the one before it ends."""
-        if self.start is None or self.done is None:   # on the CPU: neither is recorded
-            return None
-        return self.start.elapsed_time(self.done)
-
-    def prefill_ms(self) -> float | None:
-        """The part of ``device_ms`` before the decode step: moves and prefill."""
-        if self.start is None or self.prefilled is None:
-            return None
-        return self.start.elapsed_time(self.prefilled)
-
-
-@dataclass
-class HostTimes:
-    """The runner's host seconds in ``launch``, by part (the loop's launch time, less the
-    scheduler's): where a slow launch goes. ``begin``: setting up the rows whose prompt completed
-    and drawing their first tokens (eager), inside ``prefill``."""
-
-    moves: float = 0.0           # with the step's start event
-    prefill: float = 0.0
-    begin: float = 0.0
-    decode: float = 0.0          # the active mask and the graph's replay (or the eager step)
-    copies: float = 0.0          # the tokens' device-to-host copies and the events
 
 
 # The CUDA stream priority of the language model's steps (lower is more urgent; 0: the default
@@ -125,6 +88,24 @@ class ModelRunner:
                                   fused=None if switches.fused_sampler else False,
                                   fallbacks=self.fallbacks)
         self.lo, self.width = logits_lo, width
+        self._allocate_rows(rows, width, device)
+        self._cuda = str(device).startswith("cuda")
+        # Each row's attention over its own context (the Triton kernel, on CUDA); elsewhere SDPA
+        # over the step's longest row, which reads an fp8 cache converted slice by slice.
+        self.per_row = attention.available(device)
+        self.capture_s = 0.0
+        self.host = HostTimes()
+        self._plan_graphs(rows, context, switches, prefill_lengths)
+        if use_graphs and str(device).startswith("cuda"):
+            self._capture_all()
+            self._capture_prefill()
+            self._capture_mixed()
+        priority = LM_STREAM_PRIORITY if self._cuda and switches.stream_priority else 0
+        # The steps' stream (None: the current one); launch() orders it after the current stream.
+        self.stream = torch.cuda.Stream(device, priority=priority) if priority else None
+
+    def _allocate_rows(self, rows: int, width: int, device) -> None:
+        """Each row's state on the device: the graphs read and write these tensors in place."""
         i64 = dict(dtype=torch.int64, device=device)
         self.tokens = torch.zeros(rows, **i64)            # the last token of each row
         self.pos = torch.zeros(rows, **i64)               # where that token is written next step
@@ -134,14 +115,12 @@ class ModelRunner:
         self.active = torch.zeros(rows, dtype=torch.bool, device=device)
         self._active_rows: tuple[int, ...] = ()     # the rows ``active`` marks (once queued)
         self._masks: dict[tuple[int, ...], torch.Tensor] = {}   # row set -> its host mask, LRU
-        self._cuda = str(device).startswith("cuda")
+
+    def _plan_graphs(self, rows: int, context: int, switches: Switches,
+                     prefill_lengths: tuple[int, ...]) -> None:
+        """The batch sizes and prompt lengths the graphs are captured at (none captured yet)."""
         self.batch_sizes = ladder(rows)
-        # Each row's attention over its own context (the Triton kernel, on CUDA); elsewhere SDPA
-        # over the step's longest row, which reads an fp8 cache converted slice by slice.
-        self.per_row = attention.available(device)
         self.graphs: dict[tuple[int, int], Graph] = {}
-        self.capture_s = 0.0
-        self.host = HostTimes()
         self.prefill_graphs: PrefillGraphs | None = None
         # Mixed steps: on the CPU they run eagerly, on CUDA only from their graphs.
         self.mixed_sizes = tuple(sorted({min(b, rows) for b in MIXED_BATCHES})) \
@@ -150,13 +129,6 @@ class ModelRunner:
         self.mixed_lengths = tuple(s for s in prefill_lengths if s <= context)
         self.mixed_graphs: dict[tuple[int, int], Graph] = {}   # output: the prompt's logits
         self.mixed_steps = 0
-        if use_graphs and str(device).startswith("cuda"):
-            self._capture_all()
-            self._capture_prefill()
-            self._capture_mixed()
-        priority = LM_STREAM_PRIORITY if self._cuda and switches.stream_priority else 0
-        # The steps' stream (None: the current one); launch() orders it after the current stream.
-        self.stream = torch.cuda.Stream(device, priority=priority) if priority else None
 
     def padded_batch(self, rows: int) -> int:
         """The graph batch size a step over ``rows`` rows runs at."""
@@ -228,7 +200,7 @@ class ModelRunner:
         """Carry out one plan; returns row -> tokens produced this step."""
         return self.collect(self.launch(plan))
 
-    def launch(self, plan: Plan) -> _LaunchedStep:
+    def launch(self, plan: Plan) -> LaunchedStep:
         """Queue one plan's device work (moves, prefill, the decode step) without waiting for it,
         on the runner's stream (after whatever the caller's stream has queued)."""
         if self.stream is None:
@@ -237,7 +209,7 @@ class ModelRunner:
         with torch.cuda.stream(self.stream):
             return self._launch(plan)
 
-    def _launch(self, plan: Plan) -> _LaunchedStep:
+    def _launch(self, plan: Plan) -> LaunchedStep:
         host, clock = self.host, time.perf_counter
         t0 = clock()
         start = torch.cuda.Event(enable_timing=True) if self._cuda else None
@@ -271,7 +243,7 @@ class ModelRunner:
         host.prefill += t2 - t1 + begin
         host.decode += t3 - t2 - begin
         host.copies += t4 - t3
-        return _LaunchedStep(rows, decoded, first_rows, first_host, done, start, prefilled)
+        return LaunchedStep(rows, decoded, first_rows, first_host, done, start, prefilled)
 
     def _decode(self, plan: Plan, rows: list[int]) -> int:
         """The decode step over ``rows``, replayed from the smallest graph that fits (eager where
@@ -288,7 +260,7 @@ class ModelRunner:
             self._step(b, length)
         return b
 
-    def collect(self, launched: _LaunchedStep) -> dict[int, list[int]]:
+    def collect(self, launched: LaunchedStep) -> dict[int, list[int]]:
         """Wait for a launched step; returns row -> tokens it produced."""
         if launched.done is not None:
             launched.done.synchronize()
