@@ -56,7 +56,7 @@ def submit(env, path, *extra: str) -> str:
 def test_a_realtime_job_starts_before_batch_work_queued_ahead_of_it_while_every_slot_is_busy(
         tmp_path, worker_env, worker, sessions):
     corpus = tmp_path / "batch.txt"
-    corpus.write_text("\n".join([LONG] * 6) + "\n")
+    corpus.write_text("\n".join([LONG] * 12) + "\n")   # a margin for a slow `synth submit` start
     batch_id = submit(worker_env, corpus)
     eventually(lambda: any(j.status == JobStatus.RUNNING for j in jobs_of(sessions, batch_id)), 120,
                "the only batch slot to be busy")
