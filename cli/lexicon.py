@@ -167,7 +167,7 @@ def apply(name: str, batch: str, wait: bool | None) -> None:
     touches; the other jobs and their audio stay as they are."""
     settings = Settings()
     _, sessions = open_database(settings)
-    open_store(settings)
+    store = open_store(settings)
     with sessions() as session:   # a typo is refused before a broker is started
         batch_id = resolve_batch(session, batch, "applying a lexicon to").id
         lexicons.find(session, owner=OWNER, ref=name)
@@ -176,7 +176,7 @@ def apply(name: str, batch: str, wait: bool | None) -> None:
         check_broker(app)
         with sessions() as session:
             found = lexicons.find(session, owner=OWNER, ref=name)
-            plan = rerender.plan(session, found, owner=OWNER, batch_id=batch_id)
+            plan = rerender.plan(session, store, found, owner=OWNER, batch_id=batch_id)
             session.commit()
         send_messages(app, plan.by_queue, settings.jobs_per_task)
         click.echo(f"batch {batch_id}: {counted(plan.rerendered, 'job')} re-rendered with {found.name} "

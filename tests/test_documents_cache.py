@@ -1,6 +1,7 @@
-"""Encoded chapters kept in the store: a chapter is encoded once, found by every later assembly,
-and a chapter whose audio changed is encoded again alone, the others' files the same bytes. A
-document's jobs are recorded done here as a worker records them, with tones for their audio."""
+"""Encoded chapters kept in the store: a chapter is encoded once, found by every later assembly
+in its format (another format assembled meanwhile takes none away), and a chapter whose audio
+changed is encoded again alone, the others' files the same bytes. A document's jobs are recorded
+done here as a worker records them, with tones for their audio."""
 
 from __future__ import annotations
 
@@ -101,3 +102,20 @@ def test_the_workers_encode_a_chapter_of_an_api_document_once_its_jobs_are_done(
         assert chapters_done(session, jobs) == [(api_doc, 1), (api_doc, 3)]
         session.query(Batch).filter_by(id=api_doc).update({"cancelled_at": utcnow()})
         assert chapters_done(session, jobs) == []
+
+
+def test_an_assembly_in_another_format_keeps_the_chapters_of_the_first(settings, sessions, tmp_path):
+    store = make_store(settings)
+    batch_id = document(settings, sessions, store)
+    render(sessions, store, batch_id, {1, 2, 3})
+    with sessions() as session:
+        first = assemble_batch(session, store, batch_id, tmp_path / "m4b")
+        m4b = set(store.list(chapters_prefix(batch_id)))
+        assemble_batch(session, store, batch_id, tmp_path / "mp3", fmt="mp3")
+        both = set(store.list(chapters_prefix(batch_id)))
+        assert m4b < both and len([k for k in both if k.endswith(".json")]) == 6
+        # The document's own format (m4b) is cached still: nothing to encode ahead, nor to assemble.
+        assert [prepare_chapter(session, store, batch_id, n) for n in (1, 2, 3)] == [False] * 3
+        again = assemble_batch(session, store, batch_id, tmp_path / "m4b-again")
+    assert set(store.list(chapters_prefix(batch_id))) == both
+    assert digests(tmp_path / "m4b") == digests(tmp_path / "m4b-again") and again.chapters == first.chapters

@@ -187,7 +187,7 @@ def apply_lexicon(ref: str, body: ApplyIn, key: CurrentKey, state: State, sessio
     """Re-render, with the lexicon's latest version, the finished jobs of one of your batches whose
     text an entry changed since their version touches; the others and their audio stay as they are."""
     lexicon = lexicons.find(session, owner=key.id, ref=ref)
-    plan = rerender.plan(session, lexicon, owner=key.id, batch_id=body.batch_id)
+    plan = rerender.plan(session, state.store, lexicon, owner=key.id, batch_id=body.batch_id)
     session.commit()
     send_messages(state.celery, plan.by_queue, state.settings.jobs_per_task)
     return ApplyOut(lexicon_version=lexicon.version, rerendered=plan.rerendered, untouched=plan.untouched)

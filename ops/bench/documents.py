@@ -1,23 +1,37 @@
-"""A book through `synth submit -o` as a user runs it (embedded, the default engine): how long its
-jobs took to render, and how long the command ran on after the last of them to write the
-assembled files, as a share of the render. The book is the benchmark corpus in Markdown: each
-line a paragraph, ``--lines`` of them in ``--chapters`` chapters, each under its own heading.
+"""A book through `synth submit -o` as a user runs it (embedded: the command starts its own
+`synth worker`): how long its jobs took to render, and how long the command ran on after the last
+of them to write the assembled files, as a share of the render. The book is the benchmark corpus
+in Markdown: each line a paragraph, ``--lines`` of them (or as many as make ``--words``) in
+``--chapters`` chapters, each under its own heading. Where the corpus is too short, it is repeated,
+and each line that appeared before is led by words of its own (as ops/bench/e2e's --repeat leads
+each copy), so no two paragraphs are the same text, as in a real book.
 
     python -m ops.bench.documents --lines 200 --chapters 10
     python -m ops.bench.documents --format mp3 --json .bench/documents.json
+    # on a GPU host: a 100,000-word book rendered by Orpheus on GPU 0
+    python -m ops.bench.documents --engine orpheus --model /models/orpheus --gpu 0 --words 100000 \\
+        --chapters 30 --json .bench/documents-orpheus.json
 
-The render is the batch's creation to its last job's end (the database's times); the assembly is
-that end to the whole file's writing (its modification time), the time a user waits for the
-files once the audio is rendered; the command's exit comes after it, once the embedded worker it
-started has shut down.
+Nothing of the caller's SYNTH_* environment reaches synth: it runs with SYNTH_ENGINE (--engine),
+SYNTH_MODEL (--model), a data folder of its own, SYNTH_REUSE=off and each --env. --gpu N shows the
+command and the worker it starts GPU N alone (CUDA_VISIBLE_DEVICES, as `synth worker --gpu N`), and
+sets SYNTH_DEVICE=cuda.
+
+The render is the batch's creation to its last job's end (the database's times); on the GPU it
+includes the embedded worker's boot (loading the model, capturing its graphs), reported apart as
+the first job's start. The assembly is that end to the whole file's writing (its modification
+time), the time a user waits for the files once the audio is rendered; the command's exit comes
+after it, once the embedded worker it started has shut down.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,81 +42,173 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from ops.bench import REPO, SHARED_CORPUS, git_commit
+from ops.bench.e2e.fleet import distinct_copies
 from pipeline.db.models import Batch, Job, JobMetrics
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.hostinfo import cpu_name
 
+DEFAULT_LINES = 200
 
-def book(corpus: Path, lines: int, chapters: int) -> str:
-    paragraphs = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()][:lines]
-    per = -(-len(paragraphs) // chapters)
+
+def paragraphs(corpus: Path, *, lines: int = 0, words: int = 0) -> list[str]:
+    """The corpus's lines, ``lines`` of them or as many as first reach ``words`` words, the corpus
+    repeated as often as that takes, and no two the same text: a line's first appearance is as the
+    corpus has it, each later one (the corpus's own repeats, then its copies) led by the words of
+    the line's next copy (ops/bench/e2e/fleet.py) that make a text of its own."""
+    base = [line.strip() for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not base or not (lines or words):
+        raise SystemExit(f"{corpus}: no lines to read, or none asked for")
+    out: list[str] = []
+    appeared: dict[str, int] = {}
+    used: set[str] = set()
+    own = set(base)
+    count = 0
+    for line in itertools.cycle(base):
+        if (lines and len(out) >= lines) or (words and count >= words):
+            return out
+        text = line
+        while text in used or (text != line and text in own):   # a lead may make a line the corpus has
+            appeared[line] = appeared.get(line, 0) + 1
+            text = distinct_copies([line], 1, first=appeared[line])[0]
+        used.add(text)
+        out.append(text)
+        count += len(text.split())
+    raise AssertionError("unreachable")
+
+
+def book(text: list[str], chapters: int) -> str:
+    per = -(-len(text) // chapters)
     parts = ["# Bench Book\n"]
     for n in range(chapters):
-        parts += [f"## Chapter {n + 1}\n", *paragraphs[n * per:(n + 1) * per]]
+        parts += [f"## Chapter {n + 1}\n", *text[n * per:(n + 1) * per]]
     return "\n\n".join(parts) + "\n"
 
 
 def times(data_dir: Path) -> dict:
-    """The batch's creation, its jobs' first start and last end, and the audio they rendered."""
+    """The batch's creation, its jobs' first start and last end, the audio they rendered and the
+    devices that rendered it."""
     sessions = make_sessionmaker(make_engine(f"sqlite:///{data_dir / 'synth.db'}"))
     with sessions() as session:
         created = session.scalar(select(Batch.created_at))
         first, last = session.execute(select(func.min(Job.started_at), func.max(Job.finished_at))).one()
         audio_s = session.scalar(select(func.sum(JobMetrics.audio_s)))
         jobs = session.scalar(select(func.count(Job.id)))
+        devices = sorted(d for d in session.scalars(select(JobMetrics.device_type).distinct()) if d)
     utc = lambda t: t if t.tzinfo else t.replace(tzinfo=UTC)  # noqa: E731 (sqlite keeps no zone)
     return {"created": utc(created), "first_start": utc(first), "last_end": utc(last), "audio_s": audio_s,
-            "jobs": jobs}
+            "jobs": jobs, "devices": devices}
+
+
+def synth_env(args, data_dir: Path) -> dict[str, str]:
+    """What the synth processes run with: none of the caller's SYNTH_* settings, the engine and
+    model asked for, and --env last, so it can set anything."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
+    env.update(SYNTH_DATA_DIR=str(data_dir), PYTHONPATH=str(REPO), SYNTH_ENGINE=args.engine,
+               SYNTH_REUSE="off")   # every run renders: none copies the last
+    if args.model:
+        env["SYNTH_MODEL"] = str(args.model)
+    if args.gpu is not None:   # what `synth worker --gpu N` sets (worker/gpu.py), for the worker submit starts
+        env["CUDA_VISIBLE_DEVICES"] = str(args.gpu)
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        # A GPU torch cannot see fails the run at the worker's boot, rather than the engine's
+        # "auto" rendering the book on the CPU for hours.
+        env["SYNTH_DEVICE"] = "cuda"
+    env.update(args.env)
+    return env
 
 
 def run(args) -> dict:
+    text = paragraphs(args.corpus, lines=args.lines or 0, words=args.words or 0)
     with tempfile.TemporaryDirectory(prefix="synth-bench-documents-") as tmp:
         root = Path(tmp)
-        (root / "book.md").write_text(book(args.corpus, args.lines, args.chapters), encoding="utf-8")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
-        env.update(SYNTH_DATA_DIR=str(root / "data"), PYTHONPATH=str(REPO),
-                   SYNTH_REUSE="off")   # every run renders: none copies the last
+        (root / "book.md").write_text(book(text, args.chapters), encoding="utf-8")
         started = datetime.now(UTC)
         done = subprocess.run([sys.executable, "-m", "cli.main", "submit", str(root / "book.md"), "--format",
-                               args.format, "-o", str(root / "out")], cwd=REPO, env=env, capture_output=True)
+                               args.format, "-o", str(root / "out")], cwd=REPO, env=synth_env(args, root / "data"),
+                              capture_output=True)
         ended = datetime.now(UTC)
         if done.returncode != 0:
-            sys.exit(f"synth submit failed ({done.returncode}):\n{done.stderr.decode(errors='replace')[-2000:]}")
+            worker_log = root / "data" / "worker.log"
+            tail = worker_log.read_text(errors="replace")[-2000:] if worker_log.exists() else ""
+            sys.exit(f"synth submit failed ({done.returncode}):\n{done.stderr.decode(errors='replace')[-2000:]}"
+                     + (f"\nthe embedded worker's log ends:\n{tail}" if tail else ""))
         t = times(root / "data")
         listed = json.loads((root / "out" / "chapters.json").read_text(encoding="utf-8"))
         written = datetime.fromtimestamp((root / "out" / listed["file"]).stat().st_mtime, UTC)
     render_s = (t["last_end"] - t["created"]).total_seconds()
     assembly_s = (written - t["last_end"]).total_seconds()
+    command_s = (ended - started).total_seconds()
     return {
         "date": ended.date().isoformat(), "commit": git_commit(), "cpu": cpu_name(), "cores": os.cpu_count(),
-        "python": platform.python_version(), "format": args.format, "lines": args.lines, "chapters": args.chapters,
+        "python": platform.python_version(), "engine": args.engine, "model": str(args.model or ""),
+        "gpu": args.gpu, "env": dict(args.env), "devices": t["devices"], "format": args.format,
+        "lines": len(text), "words": sum(len(line.split()) for line in text), "chapters": len(listed["chapters"]),
         "jobs": t["jobs"], "audio_s": round(listed["duration_s"], 1),
         "render_s": round(render_s, 2), "x_real_time": round(listed["duration_s"] / render_s, 1),
+        "first_start_s": round((t["first_start"] - t["created"]).total_seconds(), 2),
         "assembly_s": round(assembly_s, 2), "assembly_share": round(assembly_s / render_s, 4),
         "exit_after_last_job_s": round((ended - t["last_end"]).total_seconds(), 2),
         "start_s": round((t["created"] - started).total_seconds(), 2),
-        "command_s": round((ended - started).total_seconds(), 2),
+        "command_s": round(command_s, 2), "command_x_real_time": round(listed["duration_s"] / command_s, 1),
     }
 
 
-def main(argv=None) -> None:
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not (sep and key):
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def parse(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m ops.bench.documents", description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=SHARED_CORPUS)
-    ap.add_argument("--lines", type=int, default=200, help="corpus lines, one paragraph each")
+    ap.add_argument("--corpus", type=Path, default=SHARED_CORPUS,
+                    help="one paragraph a line [default: shared/corpus/bench.txt beside the checkout]")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--lines", type=int, help="paragraphs, a corpus line each, the corpus repeated past its "
+                                                f"end [default: {DEFAULT_LINES}]")
+    size.add_argument("--words", type=int, help="paragraphs until the book has this many words, the corpus "
+                                                "repeated past its end")
     ap.add_argument("--chapters", type=int, default=10)
     ap.add_argument("--format", default="m4b", choices=("m4b", "mp3", "wav", "flac"))
+    ap.add_argument("--engine", choices=("piper", "orpheus"), default="piper",
+                    help="SYNTH_ENGINE: piper (the default, the CPU) or orpheus (a GPU; needs --model)")
+    ap.add_argument("--model", type=Path, help="SYNTH_MODEL: an Orpheus checkpoint folder, or a Piper voice's "
+                                               ".onnx [default: Piper's own voice]")
+    ap.add_argument("--gpu", type=int, metavar="N",
+                    help="render on GPU N alone: CUDA_VISIBLE_DEVICES=N and SYNTH_DEVICE=cuda\n"
+                         "[default: the engine's auto: the first GPU torch sees, else the CPU]")
+    ap.add_argument("--env", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                    help="set for every synth process, after the settings above (repeatable)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
+    if args.engine == "orpheus" and args.model is None:
+        ap.error("--engine orpheus needs --model (a checkpoint folder)")
+    if args.engine == "piper" and args.gpu is not None:
+        ap.error("--gpu is for --engine orpheus: Piper renders on the CPU")
+    if args.words is None and args.lines is None:
+        args.lines = DEFAULT_LINES
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    # A SIGTERM (a `timeout` around a long GPU run) unwinds like an exception, so subprocess.run
+    # kills `synth submit`, and with it the worker holding the GPU (worker/embedded.py).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     out = run(args)
-    print(f"{out['jobs']} jobs, {out['chapters']} chapters, {out['audio_s']:,} s of audio as {out['format']} on "
-          f"{out['cpu']} ({out['cores']} cores, commit {out['commit']})")
-    print(f"render: {out['render_s']:,} s ({out['x_real_time']}x real time)")
+    where = ", ".join(out["devices"]) or out["cpu"]
+    print(f"{out['words']:,} words in {out['lines']:,} paragraphs, {out['chapters']} chapters ({out['jobs']:,} jobs): "
+          f"{out['audio_s']:,} s of audio as {out['format']} by {out['engine']} on {where} "
+          f"({out['cores']} cores, commit {out['commit']})")
+    print(f"render: {out['render_s']:,} s ({out['x_real_time']}x real time), the first job started "
+          f"{out['first_start_s']:,} s after the batch was written")
     print(f"assembly after the last job: {out['assembly_s']:,} s, {100 * out['assembly_share']:.1f}% of the render; "
           f"the command exits {out['exit_after_last_job_s']:,} s after it")
-    print(f"the command: {out['command_s']:,} s, its start to the batch written {out['start_s']} s "
-          f"(bench wall {time.monotonic() - started:,.0f} s)")
+    print(f"the command: {out['command_s']:,} s wall ({out['command_x_real_time']}x real time), its start to the "
+          f"batch written {out['start_s']} s (bench wall {time.monotonic() - started:,.0f} s)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=1) + "\n")

@@ -99,7 +99,7 @@ def assemble_batch(session: Session, store: ObjectStore, batch_id: str, output: 
 
     cover = store.get(outline.cover_key) if outline.cover_key else None
     done = assemble(outline, pieces, output, cover=cover, chapters=chapter)
-    cache.prune(store, batch_id, digests)
+    cache.prune(store, batch_id, outline, by_chapter)
     return done
 
 

@@ -7,15 +7,16 @@ A chapter's objects are named by a digest of what its audio is made from: the ou
 that reach it, and each of its jobs' audio as the manifest records it (object, attempts, renders,
 length, level, seed, lexicon, captions). A chapter rendered again, a retake kept, another format
 or loudness make another digest, so what is found is never stale, only unused, and the assembly
-of the whole removes the other digests. Each object is written whole (the store's put is atomic)
-and the chapter's JSON last: a chapter is cached once its JSON is there.
+of the whole removes the digests of audio the jobs no longer have, keeping each format's of the
+audio they have. Each object is written whole (the store's put is atomic) and the chapter's JSON
+last: a chapter is cached once its JSON is there.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from pipeline.documents.chapter import CODECS, ChapterAudio
@@ -83,10 +84,13 @@ def save(store: ObjectStore, batch_id: str, outline: Outline, digest: str, chapt
     store.put(_key(batch_id, n, digest, "json"), json.dumps(meta, ensure_ascii=False).encode(), "application/json")
 
 
-def prune(store: ObjectStore, batch_id: str, keep: dict[int, str]) -> None:
-    """Remove every cached chapter object but those of the digests in ``keep`` (chapter -> digest)."""
+def prune(store: ObjectStore, batch_id: str, outline: Outline, by_chapter: dict[int, list[dict]]) -> None:
+    """Remove every cached chapter object but those of the chapters as they are now (``by_chapter``:
+    chapter -> its jobs' manifest lines), in every format: an assembly in another format (`synth
+    assemble --format`) leaves this one's chapters to be found again."""
     prefix = chapters_prefix(batch_id)
-    wanted = {f"{n:04d}-{digest}" for n, digest in keep.items()}
+    wanted = {f"{n:04d}-{chapter_digest(replace(outline, format=fmt), n, by_chapter.get(n, []))}"
+              for n in range(1, len(outline.chapters) + 1) for fmt in CODECS}
     for key in store.list(prefix):
         if key[len(prefix):].split(".", 1)[0] not in wanted:
             store.delete(key)

@@ -29,7 +29,8 @@ from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, utcnow
 from pipeline.db.session import rows_matched
 from pipeline.documents.batch import load_outline
 from pipeline.documents.plan import place_of
-from pipeline.documents.stored import CHAPTERS_FILE, DOCUMENT_KIND, assembled, error_key, failure, file_key
+from pipeline.documents.stored import (CHAPTERS_FILE, DOCUMENT_KIND, assembled, error_key, failure, file_key,
+                                       ready_to_assemble)
 from pipeline.errors import InputError
 from pipeline.plural import counted
 from pipeline.storage import ObjectStore
@@ -89,7 +90,7 @@ def plan(session: Session, store: ObjectStore, batch_id: str, chapters: Iterable
         raise DocumentBusyError(f"document {batch_id} was cancelled; submit it again instead")
     rows = session.execute(select(Job.id, Job.client_id, Job.status, Job.queue, Job.seed, func.length(Job.text))
                            .where(Job.batch_id == batch_id).order_by(Job.client_id)).all()
-    _check_idle(store, batch, rows)
+    _check_idle(session, store, batch, rows)
     rng = rng or random.SystemRandom()
     out = Rerender(batch_id, {n: outline.chapters[n - 1] for n in wanted}, {})
     old_seeds: dict[int, set] = {n: set() for n in wanted}
@@ -111,18 +112,22 @@ def plan(session: Session, store: ObjectStore, batch_id: str, chapters: Iterable
     return out
 
 
-def _check_idle(store: ObjectStore, batch: Batch, rows) -> None:
-    """DocumentBusyError while a job is open, or while the workers assemble an API document: an
-    assembly that read the old audio could otherwise land after this rerender's chapters.json
-    was removed, and stand for the new one."""
+def _check_idle(session: Session, store: ObjectStore, batch: Batch, rows) -> None:
+    """DocumentBusyError while a job is open, or while the workers assemble an API document."""
     still_open = sum(not status.terminal for _, _, status, *_ in rows)
     if still_open:
         raise DocumentBusyError(f"document {batch.id} is still rendering ({counted(still_open, 'job')} not "
                                 "finished); render a chapter again once it is done")
-    all_done = all(status == JobStatus.DONE for _, _, status, *_ in rows)
-    if (batch.kind == DOCUMENT_KIND and all_done and assembled(store, batch.id) is None
-            and failure(store, batch.id) is None):
-        raise DocumentBusyError(f"document {batch.id} is being assembled; render a chapter again once it is")
+    check_not_assembling(session, store, batch)
+
+
+def check_not_assembling(session: Session, store: ObjectStore, batch: Batch) -> None:
+    """DocumentBusyError while the workers assemble an API document (all its jobs done, neither
+    chapters.json nor a failure there yet): an assembly that read the old audio could otherwise
+    land after ``reopen`` removed chapters.json, and stand for the new audio."""
+    if (batch.kind == DOCUMENT_KIND and assembled(store, batch.id) is None and failure(store, batch.id) is None
+            and ready_to_assemble(session, [batch.id])):
+        raise DocumentBusyError(f"document {batch.id} is being assembled; try again once it is")
 
 
 def _new_seed(rng: random.Random, taken: set) -> int:
@@ -149,15 +154,24 @@ def queue(session: Session, store: ObjectStore, planned: Rerender) -> int:
     if moved != planned.total:
         raise DocumentBusyError(f"document {planned.batch_id} changed while its chapters were queued again; "
                                 "try again")
-    ids = [job_id for chapter in planned.jobs.values() for job_id in chapter]
-    for start in range(0, len(ids), _ROWS_PER_UPDATE):
-        session.execute(delete(JobMetrics).where(JobMetrics.job_id.in_(ids[start:start + _ROWS_PER_UPDATE]))
+    reopen(session, store, planned.batch_id, [job_id for chapter in planned.jobs.values() for job_id in chapter])
+    return moved
+
+
+def reopen(session: Session, store: ObjectStore, batch_id: str, job_ids: list[str]) -> None:
+    """What goes with finished jobs of a batch queued to render again (here with a new seed, by a
+    lexicon's apply with its latest version): their metrics rows, and the renders they offered
+    for reuse, which would hand out the new audio under the old identity. The batch reopens, and
+    a document of the API loses its chapters.json, so the workers assemble it again once the jobs
+    are done; its chapters cached under the old audio's digests are found by no assembly
+    (cache.py). The caller commits."""
+    for start in range(0, len(job_ids), _ROWS_PER_UPDATE):
+        session.execute(delete(JobMetrics).where(JobMetrics.job_id.in_(job_ids[start:start + _ROWS_PER_UPDATE]))
                         .execution_options(synchronize_session=False))
-    reuse.forget(session, ids)
-    session.execute(update(Batch).where(Batch.id == planned.batch_id).values(finished_at=None))
+    reuse.forget(session, job_ids)
+    session.execute(update(Batch).where(Batch.id == batch_id).values(finished_at=None))
     # Before the commit: a commit that fails leaves a finished document without chapters.json,
     # which the sweep or POST /v1/documents/{id}/assemble mends; the other order could leave the
     # old chapters.json standing for the new audio.
-    store.delete(file_key(planned.batch_id, CHAPTERS_FILE))
-    store.delete(error_key(planned.batch_id))
-    return moved
+    store.delete(file_key(batch_id, CHAPTERS_FILE))
+    store.delete(error_key(batch_id))

@@ -5,7 +5,8 @@ contains an entry that differs between the two (added, removed or changed): thos
 compiled into a lexicon of their own, and a job is touched when that lexicon finds anything in
 its text. Touched jobs go back to the queue with the latest version; the others keep their rows,
 their version and their stored audio, which no worker rewrites. The batch reopens and, at its last
-job, closes with a fresh manifest, as a retry does (lifecycle.retry).
+job, closes with a fresh manifest, as a retry does (lifecycle.retry); a document is assembled
+again, as after a chapter rendered again (pipeline/documents/rerender.py).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from sqlalchemy.orm import Session
 from pipeline.db.models import Batch, Job, JobStatus, utcnow
 from pipeline.db.models_lexicons import LOCAL_OWNER, Lexicon
 from pipeline.db.session import rows_matched
+from pipeline.documents.rerender import check_not_assembling, reopen
 from pipeline.errors import InputError
 from pipeline.lexicon.apply import Compiled
 from pipeline.lexicon.store import NotFound, changed_between, entries_at
+from pipeline.storage import ObjectStore
 
 _FINISHED = (JobStatus.DONE, JobStatus.FAILED)
 
@@ -32,10 +35,12 @@ class Plan:
     by_queue: dict[str, list[str]] = field(default_factory=dict)   # for send_messages, after commit
 
 
-def plan(session: Session, lexicon: Lexicon, *, owner: str, batch_id: str) -> Plan:
+def plan(session: Session, store: ObjectStore, lexicon: Lexicon, *, owner: str, batch_id: str) -> Plan:
     """Queue the touched jobs again (a conditional UPDATE: DONE or FAILED, still at their old
-    version); the caller commits, then sends ``by_queue``. InputError for a batch made with
-    another lexicon or not finished; NotFound for a batch that is not the owner's."""
+    version), with what goes with them as for a document's chapter rendered again (reopen: their
+    metrics and stored renders go, a document is assembled again); the caller commits, then sends
+    ``by_queue``. InputError for a batch made with another lexicon, not finished, or a document
+    being assembled; NotFound for a batch that is not the owner's."""
     batch = _owned_batch(session, owner, batch_id)
     if batch.lexicon_id != lexicon.id:
         raise InputError(f"batch {batch.id} was made with {'no lexicon' if batch.lexicon_id is None else 'another lexicon'}"
@@ -44,6 +49,7 @@ def plan(session: Session, lexicon: Lexicon, *, owner: str, batch_id: str) -> Pl
     if unfinished:
         raise InputError(f"batch {batch.id} has {unfinished} jobs not finished (or cancelled); apply the lexicon "
                          "once they are done")
+    check_not_assembling(session, store, batch)
     latest = entries_at(session, lexicon.id, lexicon.version)
     out = Plan()
     rows = session.execute(select(Job.id, Job.text, Job.queue, Job.lexicon_version)
@@ -70,9 +76,12 @@ def plan(session: Session, lexicon: Lexicon, *, owner: str, batch_id: str) -> Pl
                 .values(status=JobStatus.QUEUED, lexicon_version=lexicon.version, queued_at=now,
                         finished_at=None, error=None, updated_at=now)
                 .execution_options(synchronize_session=False)))
-    if out.rerendered:
-        session.execute(update(Batch).where(Batch.id == batch.id)
-                        .values(finished_at=None, lexicon_version=lexicon.version))
+    moved = [job_id for ids in touched.values() for job_id in ids]
+    if out.rerendered != len(moved):   # another apply moved one meanwhile
+        raise InputError(f"batch {batch.id} changed while its jobs were queued again; try again")
+    if moved:
+        session.execute(update(Batch).where(Batch.id == batch.id).values(lexicon_version=lexicon.version))
+        reopen(session, store, batch.id, moved)
     return out
 
 
