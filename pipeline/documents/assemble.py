@@ -64,23 +64,8 @@ def assemble(outline: Outline, pieces: Callable[[int], list[Piece]], output: Pat
     work.mkdir()
     source = chapters or (lambda n, folder: encode_chapter(outline, n, pieces(n), folder))
     base = safe_name(outline.title, 100)
-    rate = None
-    marks: list[dict] = []
-    words: list[dict] = []
-    parts: list[ChapterAudio] = []
-    start = 0
-    with ThreadPoolExecutor(CHAPTERS_AT_ONCE) as pool:
-        for n, chapter in enumerate(_in_order(pool, lambda n: source(n, work), len(outline.chapters)), start=1):
-            if rate is not None and chapter.rate != rate:
-                raise PermanentError(f"chapter {n} was rendered at {chapter.rate} Hz, the ones before at {rate}")
-            rate = chapter.rate
-            parts.append(chapter)
-            marks.append({"title": outline.chapters[n - 1], "start": start / rate,
-                          "end": (start + chapter.samples) / rate, "file": chapter.name})
-            words.extend({**w, "start": w["start"] + (start + offset) / rate, "end": w["end"] + (start + offset) / rate}
-                         for offset, job_words in chapter.spans for w in job_words)
-            start += chapter.samples
-    assert rate is not None   # a document has a chapter (pipeline/documents/plan.py)
+    rate, parts, marks, words = _gather(outline, lambda n: source(n, work))
+    start = sum(chapter.samples for chapter in parts)
     whole_name = f"{base}.{fmt}"
     meta = work / "whole.ffmeta"
     meta.write_text(_ffmetadata(outline, marks), encoding="utf-8")
@@ -101,6 +86,29 @@ def assemble(outline: Outline, pieces: Callable[[int], list[Piece]], output: Pat
     os.replace(work / whole_name, output / whole_name)
     work.rmdir()
     return Assembled(output / whole_name, [output / m["file"] for m in marks], marks, start / rate)
+
+
+def _gather(outline: Outline, source: Callable[[int], ChapterAudio]) -> tuple[int, list, list[dict], list[dict]]:
+    """Every chapter's audio from ``source(n)``, a few at once, in order: (their sample rate, the
+    chapters, their marks, their words with times from the document's start)."""
+    rate = None
+    marks: list[dict] = []
+    words: list[dict] = []
+    parts: list[ChapterAudio] = []
+    start = 0
+    with ThreadPoolExecutor(CHAPTERS_AT_ONCE) as pool:
+        for n, chapter in enumerate(_in_order(pool, source, len(outline.chapters)), start=1):
+            if rate is not None and chapter.rate != rate:
+                raise PermanentError(f"chapter {n} was rendered at {chapter.rate} Hz, the ones before at {rate}")
+            rate = chapter.rate
+            parts.append(chapter)
+            marks.append({"title": outline.chapters[n - 1], "start": start / rate,
+                          "end": (start + chapter.samples) / rate, "file": chapter.name})
+            words.extend({**w, "start": w["start"] + (start + offset) / rate, "end": w["end"] + (start + offset) / rate}
+                         for offset, job_words in chapter.spans for w in job_words)
+            start += chapter.samples
+    assert rate is not None   # a document has a chapter (pipeline/documents/plan.py)
+    return rate, parts, marks, words
 
 
 def _in_order(pool: ThreadPoolExecutor, work: Callable, count: int) -> Iterator:
