@@ -1,6 +1,12 @@
-"""Live audio of a job while it renders: the worker appends PCM16 chunks to a Redis stream
-``synth:audio:<job_id>``; a reader (the API) reads it from the start, so a late joiner gets what was
-already produced and then blocks for the rest.
+"""Live audio of a job while it renders: the process that runs the engine appends PCM16 chunks to a
+Redis stream ``synth:audio:<job_id>``; a reader (the API) reads it from the start, so a late joiner
+gets what was already produced and then blocks for the rest.
+
+Each stream has one writer. Once a realtime job is handed to the engine, ``LiveStreams`` beside the
+engine's output writes all of it: the start, the audio, and the end, an engine error's included
+(in the engine's own process where it has one, pipeline/engines/hosted.py; else in the worker's,
+pipeline/render.py). The worker writes a job's end itself only where no stream was handed over: a
+job that failed before it reached the engine.
 
 Entries, in order: ``start`` (sample rate, and the publishing worker's ``owner`` id), ``pcm``
 (little-endian int16 mono bytes) ..., ``end`` (empty ``error`` on success). The key expires ``ttl``
@@ -23,12 +29,16 @@ import uuid
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import redis
 
 from pipeline import audio
-from pipeline.errors import ServiceUnavailableError
+from pipeline.errors import RetryableError, ServiceUnavailableError
+
+if TYPE_CHECKING:
+    from pipeline.engines.base import AudioChunk, SynthesisRequest
 
 log = logging.getLogger(__name__)
 
@@ -233,3 +243,40 @@ class LiveJob:
         if self._ok and error is None and self._tail.size:
             self._ok = self.live.pcm(self.job_id, self._tail)
         self.live.end(self.job_id, error if error is not None else (None if self._ok else "live copy lost"))
+
+
+class LiveStreams:
+    """The live streams of one engine call, kept by whoever owns the engine's output: each request
+    with a ``live`` spec is a piece of a realtime job whose stream starts here, gets its pieces as
+    the engine makes them (``put`` every chunk of the call) and ends here after its last piece or
+    at an engine error.
+
+    A retryable error ends nothing: the job is requeued and its retry starts the stream afresh
+    (its readers are told so), where an end would cut them off from a job that still renders."""
+
+    def __init__(self, live: LiveAudio, requests: Sequence[SynthesisRequest], sample_rate: int) -> None:
+        self.streams: dict[str, LiveJob] = {}
+        specs = {req.live.job_id: req.live for req in requests if req.live is not None}
+        for job_id, spec in specs.items():
+            if live.start(job_id, sample_rate):   # else Redis refused: the job renders without a live copy
+                self.streams[job_id] = LiveJob(live, job_id, spec.pieces, spec.fade)
+        # request key -> the job whose stream it is a piece of
+        self.jobs = {req.key: req.live.job_id for req in requests
+                     if req.live is not None and req.live.job_id in self.streams}
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs)
+
+    def put(self, chunk: AudioChunk) -> None:
+        stream = self.streams.get(self.jobs.get(chunk.key, ""))
+        if stream is None:           # not live, or its stream already ended
+            return
+        if chunk.error is not None:
+            del self.streams[stream.job_id]
+            if not isinstance(chunk.error, RetryableError):
+                stream.close(str(chunk.error))
+            return
+        stream.add(cast(tuple[str, int], chunk.key)[1], chunk.audio, chunk.final)   # a live request's (job, piece)
+        if stream.complete:
+            del self.streams[stream.job_id]
+            stream.close()

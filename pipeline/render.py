@@ -7,7 +7,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 from datetime import datetime, timedelta
@@ -34,7 +34,7 @@ from pipeline.formats import get_format
 from pipeline.hostinfo import hostname
 from pipeline.lexicon.store import NotFound as LexiconNotFound
 from pipeline.lexicon.store import Pin, Versions, job_lexicon
-from pipeline.live import LiveAudio, LiveJob
+from pipeline.live import LiveAudio, LiveStreams
 from pipeline.manifest import close_if_finished
 from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
@@ -53,7 +53,7 @@ class Renderer:
     sessions: sessionmaker[Session]
     max_chunk_chars: int = 400
     crossfade_ms: int = 30
-    live: LiveAudio | None = None       # publishes realtime jobs' audio as it is made (pipeline/live.py)
+    live: LiveAudio | None = None       # realtime jobs' live streams (pipeline/live.py)
     worker_host: str | None = None      # recorded per job; None: the host name
     # Batch jobs' host work (claim, split, encode, store, record) runs this many threads at a time.
     # A GPU worker has a task thread per message in hand, and the engine's loop thread shares the
@@ -92,8 +92,7 @@ class _JobState:
     admitted_wall: datetime
     batch_size: int                     # jobs handed to the engine together
     first_audio: float | None = None    # monotonic time of its first audio
-    live: LiveJob | None = None         # its live stream, published here
-    live_spec: LiveSpec | None = None   # its live stream, published by the engine
+    live: bool = False                  # its live stream is written beside the engine's output
     stats: dict = field(default_factory=dict)   # the engine's counters, summed over pieces
     gate: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
     pauses: list[float] | None = None   # seconds of silence around the pieces (audio.join)
@@ -124,24 +123,17 @@ def warm(r: Renderer) -> None:
 
 
 def _warm_live(r: Renderer, publisher: LiveAudio) -> None:
-    """One short realtime request the way a speech request's job goes: its live stream started
-    here, its audio published by the engine (in its own process, where it has one) or here. The
-    engine's own warm-up ran without a live stream and, for an engine in a process of its own, on
-    the far side of the pipe: the first stream after boot paid for both (30 ms on a GPU). The
-    stream's key expires with the live TTL; nobody listens to it."""
+    """One short realtime request the way a speech request's job goes: its live stream written
+    beside the engine's output (in the engine's own process, where it has one). The engine's own
+    warm-up ran without a live stream and, for an engine in a process of its own, on the far side
+    of the pipe: the first stream after boot paid for both (30 ms on a GPU). The stream's key
+    expires with the live TTL; nobody listens to it."""
     info = r.engine.info
     job_id = f"warm-up-{publisher.owner}"
-    if not publisher.start(job_id, info.sample_rate):
-        return
-    spec = LiveSpec(job_id, 1, int(info.sample_rate * r.crossfade_ms / 1000))
-    live = None if r.engine.publishes_live else LiveJob(publisher, spec.job_id, spec.pieces, spec.fade)
     request = SynthesisRequest((job_id, 0), "Warm up.", info.voices[0], realtime=True, job=job_id,
-                               live=spec if r.engine.publishes_live else None)
-    for chunk in r.engine.synthesize([request]):
-        if live is not None:
-            live.add(0, chunk.audio, chunk.final)
-    if live is not None:
-        live.close()
+                               live=LiveSpec(job_id, 1, int(info.sample_rate * r.crossfade_ms / 1000)))
+    for _ in _synthesize(r, [request]):
+        pass
 
 
 def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) -> Outcome:
@@ -160,15 +152,31 @@ def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) 
         states, requests = _plan(r, jobs, outcome)
     for state in states.values():
         state.gate = gate
-    for chunk in r.engine.synthesize(requests) if requests else ():
+    for chunk in _synthesize(r, requests) if requests else ():
         _take(r, states, chunk, outcome)
     if states:  # an engine that ended without a final chunk for every request is a bug: say so
+        # (and end its live streams here: the engine's side, their writer, never will)
         for job_id in list(states):
             _fail(r, job_id, "engine ended without finishing this job", outcome)
             states.pop(job_id)
 
     _close_finished_batches(r, job_ids, {j.batch_id for j in jobs}, set(outcome.closed))
     return outcome
+
+
+def _synthesize(r: Renderer, requests: list[SynthesisRequest]) -> Iterator[AudioChunk]:
+    """The engine's chunks. An engine in a process of its own writes its realtime jobs' live
+    streams there (``publishes_live``); any other's are written here, as its chunks pass."""
+    if r.live is None or r.engine.publishes_live:
+        return r.engine.synthesize(requests)
+    streams = LiveStreams(r.live, requests, r.engine.info.sample_rate)
+    return _tee(r.engine.synthesize(requests), streams) if streams else r.engine.synthesize(requests)
+
+
+def _tee(chunks: Iterator[AudioChunk], streams: LiveStreams) -> Iterator[AudioChunk]:
+    for chunk in chunks:
+        streams.put(chunk)
+        yield chunk
 
 
 def _check_storage(r: Renderer) -> None:
@@ -215,16 +223,15 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
                                                 lexicon=_lexicon_record(job), seed=job.seed)) if job.id in scopes else None
         if ident is not None and _reuse(r, job, ident, outcome):
             continue
-        live, live_spec = _live(r, job, len(chunks))
         states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
-                                   live=live, live_spec=live_spec, pauses=pauses, text_notes=notes,
-                                   lexicon=_lexicon_record(job), identity=ident)
+                                   live=r.live is not None and job.priority == "realtime", pauses=pauses,
+                                   text_notes=notes, lexicon=_lexicon_record(job), identity=ident)
         per_job.append((job.id, chunks, job))
     # First chunks of every job first, so each job's first audio comes early.
     requests = [
         SynthesisRequest((job_id, i), chunks[i].text, job.voice, seed=job.seed,
                          realtime=job.priority == "realtime", rate=chunks[i].rate, job=job_id,
-                         live=states[job_id].live_spec)
+                         live=_live_spec(r, states[job_id], len(chunks)))
         for i in range(max((len(c) for _, c, _ in per_job), default=0))
         for job_id, chunks, job in per_job if i < len(chunks)
     ]
@@ -261,16 +268,11 @@ def _lexicon_record(job: Job) -> dict | None:
     return {"id": job.lexicon_id, "version": job.lexicon_version} if job.lexicon_id else None
 
 
-def _live(r: Renderer, job: Job, pieces: int) -> tuple[LiveJob | None, LiveSpec | None]:
-    """A realtime job's live stream, started: published here, or by the engine where it can."""
-    if r.live is None or job.priority != "realtime":
-        return None, None
-    if not r.live.start(job.id, r.engine.info.sample_rate):
-        return None, None
-    spec = LiveSpec(job.id, pieces, int(r.engine.info.sample_rate * r.crossfade_ms / 1000))
-    if r.engine.publishes_live:
-        return None, spec
-    return LiveJob(r.live, spec.job_id, spec.pieces, spec.fade), None
+def _live_spec(r: Renderer, state: _JobState, pieces: int) -> LiveSpec | None:
+    """What the writer of a realtime job's live stream needs to start, join and end it."""
+    if not state.live:
+        return None
+    return LiveSpec(state.job.id, pieces, int(r.engine.info.sample_rate * r.crossfade_ms / 1000))
 
 
 def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome: Outcome) -> None:
@@ -282,11 +284,9 @@ def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome:
         states.pop(job_id)
         if isinstance(chunk.error, RetryableError):   # the engine shed load: run the job again
             _requeue(r, job_id, chunk.error, outcome)
-        else:
-            _fail(r, job_id, str(chunk.error), outcome)
+        else:   # a live stream was ended with this error by its writer
+            _fail(r, job_id, str(chunk.error), outcome, end_live=not state.live)
         return
-    if state.live is not None:
-        state.live.add(index, chunk.audio, chunk.final)
     if chunk.audio.size:
         state.pieces[index].append(chunk.audio)
         if index == 0 and state.first_audio is None:
@@ -296,8 +296,6 @@ def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome:
         state.open_pieces -= 1
         if state.open_pieces == 0:
             states.pop(job_id)
-            if state.live is not None:
-                state.live.close()
             with state.gate:
                 _finish(r, state, outcome)
 
@@ -308,7 +306,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
     samples = audio.join(pieces, info.sample_rate, r.crossfade_ms, state.pauses)
     synth_s = time.monotonic() - state.admitted
     if samples.size == 0:
-        _fail(r, job.id, "engine produced no audio", outcome)
+        _fail(r, job.id, "engine produced no audio", outcome, end_live=not state.live)
         return
     try:
         fmt = get_format(job.format)
@@ -335,7 +333,7 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
     except IllegalTransitionError:
         _lost_race(r, job, key, outcome)
     except PermanentError as e:
-        _fail(r, job.id, str(e), outcome)
+        _fail(r, job.id, str(e), outcome, end_live=not state.live)
     except StorageFullError as e:
         r.storage_fault = e
         log.warning("job %s waits for storage (%s): %s", job.id, e.state, e)
@@ -442,11 +440,13 @@ def _lost_race(r: Renderer, job: Job, key: str, outcome: Outcome) -> None:
     outcome.skipped.append(job.id)
 
 
-def _fail(r: Renderer, job_id: str, reason: str, outcome: Outcome) -> None:
+def _fail(r: Renderer, job_id: str, reason: str, outcome: Outcome, *, end_live: bool = True) -> None:
+    """``end_live``: False where the job's live stream has a writer of its own (pipeline/live.py),
+    which ended it: with the stored file made, or with the engine's error."""
     with r.sessions() as session:
         moved = db.fail(session, job_id, reason)
         session.commit()
-    if r.live is not None:  # ends a live reader's wait (a no-op key with a TTL for batch jobs)
+    if r.live is not None and end_live:  # ends a live reader's wait (a no-op key with a TTL for batch jobs)
         r.live.end(job_id, reason)
     # Nothing moved: a concurrent copy of the message already finished the job (or it is gone).
     (outcome.failed if moved else outcome.skipped).append(job_id)

@@ -1,5 +1,6 @@
 """A job's live copy in Redis as `LiveJob` writes it from the engine's chunks: the stored file's
-crossfades, and no audio held back where no crossfade needs it."""
+crossfades, and no audio held back where no crossfade needs it; and as `LiveStreams`, the one
+writer of an engine call's streams, starts and ends them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import numpy as np
 import redis
 
 from pipeline import audio
-from pipeline.live import LiveAudio, LiveJob, redis_client_url, stream_key
+from pipeline.engines.base import AudioChunk, LiveSpec, SynthesisRequest
+from pipeline.errors import EngineError, RetryableError
+from pipeline.live import LiveAudio, LiveJob, LiveStreams, redis_client_url, stream_key
 from tests.waiting import eventually
 
 RATE, FADE_MS = 24_000, 30
@@ -56,3 +59,42 @@ def test_pieces_are_joined_with_the_stored_files_crossfade(redis_url):
     want = audio.to_int16(stored)
     eventually(lambda: _published(client, "two").size == want.size, 5, "the whole job in the stream")
     np.testing.assert_allclose(_published(client, "two"), want, atol=1)
+
+
+def _kinds(client: redis.Redis, job_id: str) -> list[tuple[bytes, bytes]]:
+    return [(f[b"kind"], f.get(b"error", b"")) for _, f in client.xrange(stream_key(job_id))]
+
+
+def test_the_writer_of_a_call_starts_its_live_jobs_streams_and_ends_each_after_its_last_piece(redis_url):
+    client = redis.Redis.from_url(redis_client_url(redis_url))
+    live = LiveAudio(client, ttl=60)
+    spec = LiveSpec("whole", pieces=2, fade=FADE)
+    requests = [SynthesisRequest(("whole", i), "Text.", "v", realtime=True, live=spec) for i in range(2)]
+    requests.append(SynthesisRequest(("batch", 0), "Text.", "v"))
+    streams = LiveStreams(live, requests, RATE)
+    assert streams and _kinds(client, "whole") == [(b"start", b"")]
+    pieces = [_tone(2000, 220), _tone(1800, 330)]
+    for i, piece in enumerate(pieces):
+        streams.put(AudioChunk(("batch", 0), _tone(500, 200), final=True))   # not live: not written
+        streams.put(AudioChunk(("whole", i), piece, final=True))
+    want = audio.to_int16(audio.join(pieces, RATE, FADE_MS))
+    eventually(lambda: _kinds(client, "whole")[-1] == (b"end", b""), 5, "the stream's end")
+    np.testing.assert_allclose(_published(client, "whole"), want, atol=1)
+    assert not client.exists(stream_key("batch"))
+
+
+def test_an_engine_error_ends_the_stream_with_its_reason_and_a_retryable_one_leaves_it_to_the_retry(redis_url):
+    client = redis.Redis.from_url(redis_client_url(redis_url))
+    live = LiveAudio(client, ttl=60)
+    requests = [SynthesisRequest((job_id, 0), "Text.", "v", realtime=True, live=LiveSpec(job_id, 1, FADE))
+                for job_id in ("failed", "shed")]
+    streams = LiveStreams(live, requests, RATE)
+    streams.put(AudioChunk(("failed", 0), _tone(1000, 220), final=False))
+    streams.put(AudioChunk(("failed", 0), np.zeros(0, np.float32), True, EngineError("voice 'v' is unknown")))
+    streams.put(AudioChunk(("shed", 0), np.zeros(0, np.float32), True, RetryableError("engine full")))
+    eventually(lambda: _kinds(client, "failed")[-1][0] == b"end", 5, "the failed job's end")
+    assert _kinds(client, "failed") == [(b"start", b""), (b"pcm", b""), (b"end", b"voice 'v' is unknown")]
+    # the requeued job's retry starts its stream again; an end now would cut its readers off
+    live.end("marker", None)
+    eventually(lambda: _kinds(client, "marker"), 5, "the publisher to have written what came before")
+    assert _kinds(client, "shed") == [(b"start", b"")]

@@ -1,21 +1,25 @@
 """Rendering under faults, against a real engine, database and store: a batch whose close failed
 or whose closing worker died is closed by the next copy of any of its messages; a concurrent
 duplicate of a message counts as skipped, not failed; a batch withdrawn while its jobs render
-leaves no object behind."""
+leaves no object behind; a realtime job that fails has its live stream ended once, with the reason."""
 
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 import pytest
+import redis
 from sqlalchemy import select
 
 from pipeline.corpus import parse_corpus
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, JobStatus
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
-from pipeline.errors import StorageError
+from pipeline.errors import EngineError, StorageError
+from pipeline.live import LiveAudio, redis_client_url, stream_key
 from pipeline.render import Renderer, render_jobs
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch, withdraw_batch
+from tests.waiting import eventually
 
 LINES = "The first line is short.\nThe second line is short too.\n"
 
@@ -33,16 +37,36 @@ class BeforeAudio(Engine):
         yield from chunks
 
 
-@pytest.fixture
-def batch(settings, sessions):
+class FallsOverAfterFirstAudio(Engine):
+    """A real engine that fails every request after its first chunk of audio: a GPU lost mid-job."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner, self.info = inner, inner.info
+
+    def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
+        failed = set()
+        for chunk in self.inner.synthesize(requests):
+            if chunk.key in failed or not chunk.audio.size:
+                continue
+            failed.add(chunk.key)
+            yield AudioChunk(chunk.key, chunk.audio, False)
+            yield AudioChunk(chunk.key, np.zeros(0, np.float32), True, EngineError("the engine fell over"))
+
+
+def make_batch(settings, sessions, lines: str, options: BatchOptions) -> tuple[str, list[str]]:
     with sessions() as s:
-        made = create_batch(s, settings, parse_corpus(LINES.encode(), source="c", max_line_chars=500),
-                            BatchOptions(), source="c")
+        made = create_batch(s, settings, parse_corpus(lines.encode(), source="c", max_line_chars=500),
+                            options, source="c")
         s.commit()
         db.mark_batch_queued(s, made.id)
         s.commit()
         ids = [j for group in db.job_ids_by_queue(s, made.id).values() for j in group]
     return made.id, ids
+
+
+@pytest.fixture
+def batch(settings, sessions):
+    return make_batch(settings, sessions, LINES, BatchOptions())
 
 
 def renderer(settings, sessions, engine) -> Renderer:
@@ -101,3 +125,30 @@ def test_a_batch_withdrawn_while_its_jobs_render_leaves_no_object_and_no_manifes
     # A message of the withdrawn batch consumed later (Redis kept it) writes nothing either.
     assert render_jobs(renderer(settings, sessions, piper_engine), ids).skipped == ids
     assert store.list(f"batches/{batch_id}/") == []
+
+
+def test_a_failed_realtime_jobs_live_stream_ends_once_with_the_reason_from_its_one_writer(
+        settings, sessions, redis_url, piper_engine):
+    _, ids = make_batch(settings, sessions, "The engine fails this line.\n!!!\n", BatchOptions(priority="realtime"))
+    client = redis.Redis.from_url(redis_client_url(redis_url))
+    r = Renderer(engine=FallsOverAfterFirstAudio(piper_engine), store=make_store(settings), sessions=sessions,
+                 live=LiveAudio(client, ttl=60))
+    outcome = render_jobs(r, ids, realtime=True)
+    assert sorted(outcome.failed) == sorted(ids)
+    with sessions() as s:
+        errors = {s.get(Job, job_id).text: s.get(Job, job_id).error for job_id in ids}
+
+    def entries(job_id: str) -> list[tuple[bytes, str]]:
+        return [(f[b"kind"], f.get(b"error", b"").decode()) for _, f in client.xrange(stream_key(job_id))]
+
+    for job_id in ids:
+        eventually(lambda: entries(job_id) and entries(job_id)[-1][0] == b"end", 10, "the stream's end")
+    with sessions() as s:
+        by_text = {s.get(Job, job_id).text: entries(job_id) for job_id in ids}
+    # Failed by the engine: the audio it made, then one end with the engine's reason, from the writer.
+    failed = by_text["The engine fails this line."]
+    assert failed[0][0] == b"start" and failed[1][0] == b"pcm"
+    assert failed[-1] == (b"end", errors["The engine fails this line."]) == (b"end", "the engine fell over")
+    assert [k for k, _ in failed].count(b"end") == 1
+    # Failed before it reached the engine: no stream was handed over, and the worker ends it.
+    assert by_text["!!!"] == [(b"end", errors["!!!"])] and errors["!!!"]

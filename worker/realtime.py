@@ -9,10 +9,11 @@ worker that dies mid-job leaves it to be redelivered after the visibility timeou
 message on a thread of its own pool, whose size is the engine's realtime capacity.
 
 A render task message is worked as the Celery task works it (``worker/tasks.py``): retryable errors
-(the database or storage down) are retried here with backoff, since a realtime client is waiting
-for this worker, not for a requeue behind other messages. Any other task sent to the realtime
-queue runs as Celery would run it. The task signals fire as for a Celery task, so the worker's
-metrics and heartbeat count realtime jobs too.
+(the database or storage down) are retried here with the same backoff and given up on the same way,
+but in place, since a realtime client is waiting for this worker, not for a requeue behind other
+messages. Any other task sent to the realtime queue runs as Celery would run it. The task signals
+fire as for a Celery task, so the worker's metrics and heartbeat count realtime jobs too.
+docs/architecture.md (Queues) says where and why this differs from the task.
 """
 
 from __future__ import annotations
@@ -31,13 +32,12 @@ from sqlalchemy.exc import OperationalError
 
 from pipeline.deadletter import bad_job_ids
 from pipeline.errors import RetryableError
-from pipeline.plural import counted
 from pipeline.render import render_jobs, retry_error
 from pipeline.routing import REALTIME_QUEUE
 from worker.boot import runtime_for
 from worker.deadletter import dead_letter_message, message_problem
 from worker.backoff import backoff
-from worker.tasks import RENDER_TASK, fail_all
+from worker.tasks import RENDER_TASK, fail_all, give_up
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +167,7 @@ class RealtimeConsumer:
         pending, retries = job_ids, 0
         totals = {"done": 0, "failed": 0, "skipped": 0}
         while True:
+            errors = None
             try:
                 outcome = render_jobs(runtime.renderer, pending, realtime=True)
             except (RetryableError, OperationalError) as e:
@@ -176,9 +177,9 @@ class RealtimeConsumer:
                     totals[k] += len(getattr(outcome, k))
                 if not outcome.retry:
                     return totals
-                error, again = retry_error(outcome), outcome.retry
+                error, again, errors = retry_error(outcome), outcome.retry, outcome.retry_errors
             if retries >= max_retries:
-                fail_all(runtime, again, f"gave up after {counted(retries, 'retry', 'retries')}: {error}")
+                give_up(runtime, again, retries, error, errors)
                 totals["failed"] += len(again)
                 return totals
             delay = backoff(retries, runtime.settings.retry_backoff_max)

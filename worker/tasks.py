@@ -82,9 +82,8 @@ def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception,
     lose its jobs for good."""
     if isinstance(error, (OutageError, OperationalError)) or task.request.retries < task.max_retries:
         return _retry(task, runtime, job_ids, error)
-    gave_up = f"gave up after {counted(task.request.retries, 'retry', 'retries')}: "
     try:
-        fail_jobs(runtime.renderer, {job_id: gave_up + str((errors or {}).get(job_id, error)) for job_id in job_ids})
+        give_up(runtime, job_ids, task.request.retries, error, errors)
     except OperationalError as e:
         return _retry(task, runtime, job_ids, e)
     return error
@@ -97,6 +96,14 @@ def _retry(task, runtime, job_ids: list[str], error: Exception) -> Exception:
         log.warning("outage (%s): the %d jobs of this message stay open; retrying it", error, len(job_ids))
     return task.retry(args=[job_ids], exc=error, countdown=backoff(retries, runtime.settings.retry_backoff_max),
                       max_retries=max(task.max_retries, retries + 1), throw=False)
+
+
+def give_up(runtime, job_ids: list[str], retries: int, error: Exception,
+            errors: Mapping[str, Exception] | None = None) -> None:
+    """Record the jobs failed once their retries are spent, each with its own reason from ``errors``
+    where given (the render task's and the realtime consumer's). A database error propagates."""
+    gave_up = f"gave up after {counted(retries, 'retry', 'retries')}: "
+    fail_jobs(runtime.renderer, {job_id: gave_up + str((errors or {}).get(job_id, error)) for job_id in job_ids})
 
 
 def fail_all(runtime, job_ids: list[str], reason: str) -> None:

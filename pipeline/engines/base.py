@@ -32,8 +32,8 @@ class SynthesisRequest:
     # The job this request is a piece of (None: a job of its own). Engines share realtime turns
     # between jobs, not pieces, so a long job's many pieces do not queue a short job behind them.
     job: Hashable | None = None
-    # Where the engine publishes live audio itself (``Engine.publishes_live``): this request is
-    # piece ``key[1]`` of job ``live.job_id``'s live stream, which the caller has started.
+    # A realtime job's: this request is piece ``key[1]`` of job ``live.job_id``'s live stream,
+    # written, start to end, beside the engine's output (pipeline/live.py ``LiveStreams``).
     live: LiveSpec | None = None
 
 
@@ -88,8 +88,9 @@ class EngineInfo:
 
 class Engine(abc.ABC):
     info: EngineInfo
-    # Whether the engine publishes its requests' live audio itself (``SynthesisRequest.live``),
-    # after ``publish_live``; otherwise the caller publishes the chunks it is handed.
+    # Whether the engine writes its requests' live streams itself (``SynthesisRequest.live``), in
+    # a process of its own, after ``publish_live``; otherwise the caller writes them from the
+    # chunks it is handed, in the engine's process too (pipeline/render.py ``_synthesize``).
     publishes_live: bool = False
 
     def publish_live(self, url: str, ttl: int, owner: str) -> None:

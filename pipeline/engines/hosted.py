@@ -10,9 +10,10 @@ one sender, and the worker's threads cost it nothing.
 The wire is one duplex pipe. The worker sends ``("run", call, requests)``; the engine process
 starts them (``Engine.submit``: the loop takes them without a thread per call) and sends back the
 chunks of every call, batched per wake-up: a request's first chunk and then the rest of its audio
-with its final chunk. Once the worker has asked for it (``publish_live``), this process publishes
-realtime jobs' live audio to Redis itself, chunk by chunk as the codec makes it. Realtime calls are started by the reading
-thread itself, so they never queue behind a batch call's tokenization.
+with its final chunk. Once the worker has asked for it (``publish_live``), this process writes
+realtime jobs' live streams to Redis itself, start to end, chunk by chunk as the codec makes it.
+Realtime calls are started by the reading thread itself, so they never queue behind a batch
+call's tokenization.
 
 If the engine process dies, every open call ends with a retryable error, later calls fail the same
 way, and ``on_lost`` runs (the worker shuts down so its supervisor starts it afresh).
@@ -30,14 +31,14 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 import redis
 
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
 from pipeline.errors import EngineError, EngineUnavailableError, RetryableError
-from pipeline.live import LiveAudio, LiveJob, redis_client_url
+from pipeline.live import LiveAudio, LiveStreams, redis_client_url
 
 if TYPE_CHECKING:
     from pipeline.settings import EngineSettings
@@ -116,10 +117,10 @@ class HostedEngine(Engine):
             self._calls.pop(call, None)
 
     def publish_live(self, url: str, ttl: int, owner: str) -> None:
-        """The engine process publishes realtime requests' audio to Redis as the codec makes it:
-        no hop through the pipe, the worker's reader and the job's thread, each a wait for a busy
-        GIL. The worker still starts each live stream, ends it when the job fails, and gets each
-        request's audio whole for the stored file."""
+        """The engine process writes realtime requests' live streams to Redis, start, audio as the
+        codec makes it, and end: no hop through the pipe, the worker's reader and the job's thread,
+        each a wait for a busy GIL. The worker still gets each request's audio whole for the
+        stored file."""
         self._send(("live", url, ttl, owner))
         self.publishes_live = True
 
@@ -170,25 +171,21 @@ class _Forward:
     times the job's first audio by it): nobody listens to a batch job before it is stored, and a
     loop with hundreds of rows makes thousands of small chunks a second. Sent one by one, each
     would be pickled here, read and woken for in the worker, and the worker's process would spend
-    on them the time its realtime streams need. A realtime request whose live stream this process
-    publishes (``live``) is held the same way: its listeners get each chunk from Redis at once."""
+    on them the time its realtime streams need. A realtime job's listeners get each chunk from
+    Redis at once: this process writes its live stream (``streams``, pipeline/live.py)."""
 
-    __slots__ = ("call", "outbox", "held", "lock", "live", "specs", "streams", "dropped")
+    __slots__ = ("call", "outbox", "held", "lock", "streams")
 
-    def __init__(self, call: int, outbox: queue.SimpleQueue, live: LiveAudio | None = None,
-                 requests: Sequence[SynthesisRequest] = ()):
+    def __init__(self, call: int, outbox: queue.SimpleQueue, streams: LiveStreams | None = None):
         self.call, self.outbox = call, outbox
         self.held: dict = {}     # request key -> its audio since the first chunk
         self.lock = threading.Lock()
-        self.live = live
-        self.specs = {r.key: r.live for r in requests if r.live is not None} if live is not None else {}
-        self.streams: dict[str, LiveJob] = {}
-        self.dropped: set[str] = set()
+        self.streams = streams
 
     def put(self, chunk: AudioChunk) -> None:
         with self.lock:          # the loop's and the codec's threads both put
-            if self.specs:
-                self._publish(chunk)
+            if self.streams is not None:
+                self.streams.put(chunk)
             held = self._hold(chunk)
         if held is not None:
             self.outbox.put((self.call, held))
@@ -206,31 +203,6 @@ class _Forward:
         if parts and chunk.error is None:
             chunk = replace(chunk, audio=np.concatenate([*parts, chunk.audio]))
         return chunk
-
-    def _publish(self, chunk: AudioChunk) -> None:
-        spec = self.specs.get(chunk.key)
-        if spec is None or spec.job_id in self.dropped or self.live is None:   # specs are kept with a live
-            return
-        if chunk.error is not None:   # the worker fails or retries the job, and ends its stream
-            self.dropped.add(spec.job_id)
-            self.streams.pop(spec.job_id, None)
-            return
-        stream = self.streams.get(spec.job_id)
-        if stream is None:
-            stream = self.streams[spec.job_id] = LiveJob(self.live, spec.job_id, spec.pieces, spec.fade)
-        stream.add(cast(tuple[str, int], chunk.key)[1], chunk.audio, chunk.final)   # a live request's (job, piece)
-        if stream.complete:
-            del self.streams[spec.job_id]
-            stream.close()
-
-
-class _Realtime(_Forward):
-    """The sink of a call with realtime requests that the worker publishes: every chunk goes at once."""
-
-    __slots__ = ()
-
-    def put(self, chunk: AudioChunk) -> None:
-        self.outbox.put((self.call, chunk))
 
 
 def serve(load: Callable[[EngineSettings], Engine], settings: EngineSettings, conn,
@@ -270,12 +242,12 @@ def serve(load: Callable[[EngineSettings], Engine], settings: EngineSettings, co
                 live.connect()
                 continue
             _, call, requests = message
-            if any(r.live is not None for r in requests) and live is not None:
-                _start(engine, requests, _Forward(call, outbox, live, requests))
-            elif any(r.realtime for r in requests):
-                _start(engine, requests, _Realtime(call, outbox))
+            streams = LiveStreams(live, requests, engine.info.sample_rate) if live is not None else None
+            sink = _Forward(call, outbox, streams or None)
+            if any(r.realtime for r in requests):
+                _start(engine, requests, sink)      # on this thread: behind no batch call's tokenization
             else:
-                starters.submit(_start, engine, requests, _Forward(call, outbox))
+                starters.submit(_start, engine, requests, sink)
     finally:
         starters.shutdown(wait=False, cancel_futures=True)
         engine.close()

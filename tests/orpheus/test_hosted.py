@@ -16,7 +16,7 @@ from pipeline.engines.base import LiveSpec, SynthesisRequest
 from pipeline.engines.hosted import HostedEngine
 from pipeline.engines.registry import load_engine, separate_process
 from pipeline.errors import EngineError, RetryableError
-from pipeline.live import LiveAudio, LiveJob, redis_client_url, stream_key
+from pipeline.live import LiveAudio, LiveStreams, redis_client_url, stream_key
 from tests.waiting import eventually
 
 REQUESTS = [SynthesisRequest("a", "Hello there.", "tara", seed=1),
@@ -100,7 +100,7 @@ def test_a_dead_engine_process_ends_open_requests_retryable(engine_settings):
         engine.close()
 
 
-def test_a_batch_request_comes_back_in_two_chunks_and_a_realtime_one_as_it_is_made(hosted, engine_settings):
+def test_a_request_comes_back_in_two_chunks_whether_batch_or_realtime(hosted, engine_settings):
     text = "A longer line of text, so that its audio is made in many small chunks. " * 2
     batch = [SynthesisRequest("batch", text, "tara", seed=5)]
     live = [SynthesisRequest("live", text, "leo", seed=6, realtime=True)]
@@ -111,11 +111,11 @@ def test_a_batch_request_comes_back_in_two_chunks_and_a_realtime_one_as_it_is_ma
         inline.close()
     assert len(want["batch"]) > 2 and len(want["live"]) > 2     # otherwise nothing here is tested
     got = {"batch": list(hosted.synthesize(batch)), "live": list(hosted.synthesize(live))}
-    # The first chunk, to time the job's first audio by, then the rest with the final one.
-    assert [c.final for c in got["batch"]] == [False, True]
+    # The first chunk, to time the job's first audio by, then the rest with the final one: a
+    # realtime job's listeners read its chunks from the live stream the engine process writes.
     np.testing.assert_allclose(got["batch"][0].audio, want["batch"][0].audio, atol=1e-5)
-    assert len(got["live"]) == len(want["live"])
     for key in want:
+        assert [c.final for c in got[key]] == [False, True]
         assert got[key][-1].stats["tokens"] == want[key][-1].stats["tokens"]
         np.testing.assert_allclose(collect(got[key])[0][key], collect(want[key])[0][key], atol=1e-5)
 
@@ -131,7 +131,7 @@ def _live_pcm(client, job_id: str, timeout_s: float = 60.0) -> np.ndarray:
     return np.frombuffer(b"".join(f[b"data"] for _, f in entries if f[b"kind"] == b"pcm"), "<i2")
 
 
-def test_the_engine_process_publishes_a_realtime_jobs_live_audio_as_the_worker_would(
+def test_the_engine_process_writes_a_realtime_jobs_live_stream_as_the_worker_would(
         hosted, engine_settings, redis_url):
     client = redis.Redis.from_url(redis_client_url(redis_url))
     worker_side = LiveAudio(client, ttl=60)
@@ -139,28 +139,36 @@ def test_the_engine_process_publishes_a_realtime_jobs_live_audio_as_the_worker_w
     assert hosted.publishes_live
     texts = ["The first piece of a realtime job.", "And its second piece, after a crossfade."]
 
-    def pieces(job_id, live):
-        return [SynthesisRequest((job_id, i), text, "tara", seed=7 + i, realtime=True, live=live)
-                for i, text in enumerate(texts)]
+    def pieces(job_id):
+        return [SynthesisRequest((job_id, i), text, "tara", seed=7 + i, realtime=True,
+                                 live=LiveSpec(job_id, 2, 720)) for i, text in enumerate(texts)]
 
-    # What the worker publishes itself when its engine runs in its own process.
+    # What the worker writes itself when its engine runs in its own process.
     inline = load_engine(engine_settings())
     try:
-        worker_side.start("by-worker", inline.info.sample_rate)
-        job = LiveJob(worker_side, "by-worker", 2, fade=720)
-        for chunk in inline.synthesize(pieces("by-worker", None)):
-            job.add(chunk.key[1], chunk.audio, chunk.final)
-        job.close()
+        requests = pieces("by-worker")
+        streams = LiveStreams(worker_side, requests, inline.info.sample_rate)
+        for chunk in inline.synthesize(requests):
+            streams.put(chunk)
     finally:
         inline.close()
     want = _live_pcm(client, "by-worker")
 
-    worker_side.start("by-engine", hosted.info.sample_rate)
-    chunks = list(hosted.synthesize(pieces("by-engine", LiveSpec("by-engine", 2, 720))))
+    # The engine process starts the stream itself, as it ends it: nothing else writes to it.
+    chunks = list(hosted.synthesize(pieces("by-engine")))
     got = _live_pcm(client, "by-engine")
     assert got.size == want.size > 0
     np.testing.assert_allclose(got, want, atol=1)
+    assert client.xrange(stream_key("by-engine"))[0][1][b"owner"] == worker_side.owner.encode()
     # The worker still gets each piece's audio, whole after its first chunk, for the stored file.
     for i in range(2):
         mine = [c for c in chunks if c.key == ("by-engine", i)]
         assert [c.final for c in mine] == [False, True] and mine[-1].error is None
+
+    # A request the engine fails ends its stream with the engine's reason, from the same process.
+    failed = list(hosted.synthesize([SynthesisRequest(("bad", 0), "Hello.", "nobody", realtime=True,
+                                                      live=LiveSpec("bad", 1, 720))]))
+    entries = eventually(lambda: (e := client.xrange(stream_key("bad"))) and e[-1][1][b"kind"] == b"end" and e,
+                         30, "the failed job's stream to end")
+    assert [f[b"kind"] for _, f in entries] == [b"start", b"end"]
+    assert entries[-1][1][b"error"].decode() == str(failed[-1].error)[:500] != ""
