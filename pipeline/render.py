@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 from sqlalchemy.exc import OperationalError
@@ -18,8 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import audio, loudness, reuse, textfront
 from pipeline.db import jobs as db
-from pipeline.db.models import Batch, Job, as_utc, utcnow
-from pipeline.documents.plan import place_of
+from pipeline.db.models import Batch, Job, utcnow
 from pipeline.engines.base import AudioChunk, Engine, LiveSpec, SynthesisRequest
 from pipeline.errors import (
     DatabaseUnavailableError,
@@ -32,14 +31,14 @@ from pipeline.errors import (
 )
 from pipeline.formats import get_format
 from pipeline.hostinfo import hostname
+from pipeline.job_record import check_job, level_job, metrics_row
 from pipeline.lexicon.store import NotFound as LexiconNotFound
-from pipeline.lexicon.store import Pin, Versions, job_lexicon
+from pipeline.lexicon.store import Pin, Versions
 from pipeline.live import LiveAudio, LiveStreams
 from pipeline.manifest import close_if_finished
 from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
-from pipeline.verify.jobs import CAPTION_TYPES, LaterChecks, Verifier, caption_key, record, store_captions
-from pipeline.verify.queued import pending_record
+from pipeline.verify.jobs import CAPTION_TYPES, LaterChecks, Verifier, caption_key
 from pipeline.verify.retakes import Retakes
 from pipeline.verify.verdict import PENDING
 
@@ -84,7 +83,7 @@ class Outcome:
 
 
 @dataclass
-class _JobState:
+class JobState:
     job: Job
     pieces: list[list[np.ndarray]]
     open_pieces: int
@@ -205,7 +204,7 @@ def retry_error(outcome: Outcome) -> RetryableError:
 
 
 def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
-    states: dict[str, _JobState] = {}
+    states: dict[str, JobState] = {}
     per_job: list[tuple[str, list[textfront.Speech], Job]] = []
     now, wall = time.monotonic(), utcnow()
     max_chars = min(r.max_chunk_chars, r.engine.info.max_text_chars or r.max_chunk_chars)
@@ -223,19 +222,24 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
                                                 lexicon=_lexicon_record(job), seed=job.seed)) if job.id in scopes else None
         if ident is not None and _reuse(r, job, ident, outcome):
             continue
-        states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
+        states[job.id] = JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
                                    live=r.live is not None and job.priority == "realtime", pauses=pauses,
                                    text_notes=notes, lexicon=_lexicon_record(job), identity=ident)
         per_job.append((job.id, chunks, job))
-    # First chunks of every job first, so each job's first audio comes early.
-    requests = [
+    return states, _requests(r, states, per_job)
+
+
+def _requests(r: Renderer, states: dict[str, JobState],
+              per_job: list[tuple[str, list[textfront.Speech], Job]]) -> list[SynthesisRequest]:
+    """The engine's requests for the jobs' chunks: the first chunks of every job first, so each
+    job's first audio comes early."""
+    return [
         SynthesisRequest((job_id, i), chunks[i].text, job.voice, seed=job.seed,
                          realtime=job.priority == "realtime", rate=chunks[i].rate, job=job_id,
                          live=_live_spec(r, states[job_id], len(chunks)))
         for i in range(max((len(c) for _, c, _ in per_job), default=0))
         for job_id, chunks, job in per_job if i < len(chunks)
     ]
-    return states, requests
 
 
 def _front(r: Renderer, job: Job, max_chars: int, outcome: Outcome):
@@ -268,14 +272,14 @@ def _lexicon_record(job: Job) -> dict | None:
     return {"id": job.lexicon_id, "version": job.lexicon_version} if job.lexicon_id else None
 
 
-def _live_spec(r: Renderer, state: _JobState, pieces: int) -> LiveSpec | None:
+def _live_spec(r: Renderer, state: JobState, pieces: int) -> LiveSpec | None:
     """What the writer of a realtime job's live stream needs to start, join and end it."""
     if not state.live:
         return None
     return LiveSpec(state.job.id, pieces, int(r.engine.info.sample_rate * r.crossfade_ms / 1000))
 
 
-def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome: Outcome) -> None:
+def _take(r: Renderer, states: dict[str, JobState], chunk: AudioChunk, outcome: Outcome) -> None:
     job_id, index = cast(tuple[str, int], chunk.key)   # the keys _plan gave its requests
     state = states.get(job_id)
     if state is None:  # the job already failed on another piece
@@ -300,7 +304,7 @@ def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome:
                 _finish(r, state, outcome)
 
 
-def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
+def _finish(r: Renderer, state: JobState, outcome: Outcome) -> None:
     job, info = state.job, r.engine.info
     pieces = [np.concatenate(p) if p else np.zeros(0, np.float32) for p in state.pieces]
     samples = audio.join(pieces, info.sample_rate, r.crossfade_ms, state.pauses)
@@ -315,8 +319,8 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)
         r.storage_fault = None
-        checked = _check(r, job, key, samples)
-        metrics = _metrics(r, state, samples, synth_s, level, checked)
+        checked = check_job(r, job, key, samples)
+        metrics = metrics_row(r, state, samples, synth_s, level, checked)
         with r.sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)
             if _only_job_of_batch(session, job) and close_if_finished(session, r.store, job.batch_id):
@@ -356,68 +360,6 @@ def _reuse(r: Renderer, job: Job, ident: tuple[str, str], outcome: Outcome) -> b
     if copied:
         outcome.done.append(job.id)
     return copied
-
-
-def level_job(job: Job, samples: np.ndarray, sample_rate: int, *,
-              meter: bool = True) -> tuple[np.ndarray, loudness.Level]:
-    """A job of a levelled batch is brought to its target; any other is measured where ``meter``,
-    and a document's always: its chapter's true peak is read from its jobs' (documents/chapter.py)."""
-    if job.loudness_target is None:
-        measured = meter or place_of(job.client_id) is not None
-        return samples, loudness.measure(samples, sample_rate) if measured else loudness.Level(None, None)
-    ceiling = loudness.ceiling_for(job.true_peak_max if job.true_peak_max is not None
-                                   else loudness.DEFAULT_CEILING_DBTP, get_format(job.format).lossy)
-    return loudness.level(samples, sample_rate, job.loudness_target, ceiling)
-
-
-def _metrics(r: Renderer, state: _JobState, samples: np.ndarray, synth_s: float, level: loudness.Level,
-             checked: tuple[str, dict] | None) -> dict:
-    """The job_metrics row of a finished job."""
-    job, info = state.job, r.engine.info
-    audio_s = audio.duration_seconds(samples, info.sample_rate)
-    first = state.first_audio or time.monotonic()
-    first_wall = state.admitted_wall + timedelta(seconds=first - state.admitted)
-    extra = _extra(state)
-    if checked:
-        extra = {**(extra or {}), "verify": checked[1]}
-    # A chapter rendered again with a new seed was asked for when it was queued again, not when
-    # its document was submitted, perhaps days before.
-    submitted = job.created_at if job.seed is None else (job.queued_at or job.created_at)
-    return dict(
-        queue_wait_s=_seconds(job.queued_at or job.created_at, state.admitted_wall),
-        ttfb_s=_seconds(submitted, first_wall),
-        synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
-        engine=info.name, model=info.model, quantization=info.quantization,
-        device_type=info.device_type, worker_host=r.worker_host or hostname(),
-        batch_size=state.batch_size, extra=extra,
-        loudness_lufs=level.lufs, true_peak_dbtp=level.true_peak_dbtp,
-        verdict=checked[0] if checked else None, renders=1,
-    )
-
-
-def _check(r: Renderer, job: Job, key: str, samples: np.ndarray) -> tuple[str, dict] | None:
-    """The verdict on a batch job in the checked share and what job_metrics.extra keeps of it,
-    its word times stored beside its audio; or ``pending`` where a verify worker checks it later.
-    A realtime job's audio went out live before any check could act on it, and the check's CPU
-    would come out of the other streams' first bytes: it is not checked."""
-    if r.verifier is None or job.priority == "realtime" or not r.verifier.wants(job.id):
-        return None
-    info = r.engine.info
-    profile = info.profile(job.voice)
-    if isinstance(r.verifier, LaterChecks):
-        return PENDING, pending_record(profile)
-    result = r.verifier.check(samples, info.sample_rate, job.text, profile,
-                              job_lexicon(r.sessions, r.lexicons, job.lexicon_id, job.lexicon_version))
-    store_captions(r.store, key, result)
-    return result.status, record(result)
-
-
-def _extra(state: _JobState) -> dict | None:
-    """job_metrics.extra: the engine's counters, under "text" what the front end changed, and
-    under "lexicon" the lexicon version it rendered with."""
-    extra = {**state.stats, **({"text": state.text_notes} if state.text_notes else {}),
-             **({"lexicon": state.lexicon} if state.lexicon else {})}
-    return extra or None
 
 
 def _add_stats(total: dict, piece: dict) -> None:
@@ -461,10 +403,6 @@ def _requeue(r: Renderer, job_id: str, error: RetryableError, outcome: Outcome) 
         outcome.retry_errors[job_id] = error
     else:
         outcome.skipped.append(job_id)
-
-
-def _seconds(start: datetime, end: datetime) -> float:
-    return max(0.0, (end - as_utc(start)).total_seconds())
 
 
 def _only_job_of_batch(session: Session, job: Job) -> bool:

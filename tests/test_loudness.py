@@ -153,7 +153,7 @@ def test_a_worker_that_meters_only_levelled_jobs_still_levels_them(speech):
     measured and brought to its target as on any worker, and a document's job is measured."""
     from types import SimpleNamespace
 
-    from pipeline.render import level_job
+    from pipeline.job_record import level_job
 
     audio, rate = speech[0][0], speech[1]
     plain = SimpleNamespace(loudness_target=None, true_peak_max=None, format="wav", client_id="line-000001")
