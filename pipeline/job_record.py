@@ -20,24 +20,33 @@ from pipeline.verify.jobs import LaterChecks, record, store_captions
 from pipeline.verify.queued import pending_record
 from pipeline.verify.verdict import PENDING
 
-if TYPE_CHECKING:   # render.py imports this module
+if TYPE_CHECKING:  # render.py imports this module
     from pipeline.render import JobState, Renderer
 
 
-def level_job(job: Job, samples: np.ndarray, sample_rate: int, *,
-              meter: bool = True) -> tuple[np.ndarray, loudness.Level]:
+def level_job(
+    job: Job, samples: np.ndarray, sample_rate: int, *, meter: bool = True
+) -> tuple[np.ndarray, loudness.Level]:
     """A job of a levelled batch is brought to its target; any other is measured where ``meter``,
     and a document's always: its chapter's true peak is read from its jobs' (documents/chapter.py)."""
     if job.loudness_target is None:
         measured = meter or place_of(job.client_id) is not None
         return samples, loudness.measure(samples, sample_rate) if measured else loudness.Level(None, None)
-    ceiling = loudness.ceiling_for(job.true_peak_max if job.true_peak_max is not None
-                                   else loudness.DEFAULT_CEILING_DBTP, get_format(job.format).lossy)
+    ceiling = loudness.ceiling_for(
+        job.true_peak_max if job.true_peak_max is not None else loudness.DEFAULT_CEILING_DBTP,
+        get_format(job.format).lossy,
+    )
     return loudness.level(samples, sample_rate, job.loudness_target, ceiling)
 
 
-def metrics_row(r: Renderer, state: JobState, samples: np.ndarray, synth_s: float, level: loudness.Level,
-             checked: tuple[str, dict] | None) -> dict:
+def metrics_row(
+    r: Renderer,
+    state: JobState,
+    samples: np.ndarray,
+    synth_s: float,
+    level: loudness.Level,
+    checked: tuple[str, dict] | None,
+) -> dict:
     """The job_metrics row of a finished job."""
     job, info = state.job, r.engine.info
     audio_s = audio.duration_seconds(samples, info.sample_rate)
@@ -52,12 +61,20 @@ def metrics_row(r: Renderer, state: JobState, samples: np.ndarray, synth_s: floa
     return dict(
         queue_wait_s=_seconds(job.queued_at or job.created_at, state.admitted_wall),
         ttfb_s=_seconds(submitted, first_wall),
-        synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
-        engine=info.name, model=info.model, quantization=info.quantization,
-        device_type=info.device_type, worker_host=r.worker_host or hostname(),
-        batch_size=state.batch_size, extra=extra,
-        loudness_lufs=level.lufs, true_peak_dbtp=level.true_peak_dbtp,
-        verdict=checked[0] if checked else None, renders=1,
+        synth_s=synth_s,
+        audio_s=audio_s,
+        rtf=synth_s / audio_s,
+        engine=info.name,
+        model=info.model,
+        quantization=info.quantization,
+        device_type=info.device_type,
+        worker_host=r.worker_host or hostname(),
+        batch_size=state.batch_size,
+        extra=extra,
+        loudness_lufs=level.lufs,
+        true_peak_dbtp=level.true_peak_dbtp,
+        verdict=checked[0] if checked else None,
+        renders=1,
     )
 
 
@@ -72,8 +89,13 @@ def check_job(r: Renderer, job: Job, key: str, samples: np.ndarray) -> tuple[str
     profile = info.profile(job.voice)
     if isinstance(r.verifier, LaterChecks):
         return PENDING, pending_record(profile)
-    result = r.verifier.check(samples, info.sample_rate, job.text, profile,
-                              job_lexicon(r.sessions, r.lexicons, job.lexicon_id, job.lexicon_version))
+    result = r.verifier.check(
+        samples,
+        info.sample_rate,
+        job.text,
+        profile,
+        job_lexicon(r.sessions, r.lexicons, job.lexicon_id, job.lexicon_version),
+    )
     store_captions(r.store, key, result)
     return result.status, record(result)
 
@@ -81,8 +103,11 @@ def check_job(r: Renderer, job: Job, key: str, samples: np.ndarray) -> tuple[str
 def _extra(state: JobState) -> dict | None:
     """job_metrics.extra: the engine's counters, under "text" what the front end changed, and
     under "lexicon" the lexicon version it rendered with."""
-    extra = {**state.stats, **({"text": state.text_notes} if state.text_notes else {}),
-             **({"lexicon": state.lexicon} if state.lexicon else {})}
+    extra = {
+        **state.stats,
+        **({"text": state.text_notes} if state.text_notes else {}),
+        **({"lexicon": state.lexicon} if state.lexicon else {}),
+    }
     return extra or None
 
 

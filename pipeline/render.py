@@ -52,34 +52,34 @@ class Renderer:
     sessions: sessionmaker[Session]
     max_chunk_chars: int = 400
     crossfade_ms: int = 30
-    live: LiveAudio | None = None       # realtime jobs' live streams (pipeline/live.py)
-    worker_host: str | None = None      # recorded per job; None: the host name
+    live: LiveAudio | None = None  # realtime jobs' live streams (pipeline/live.py)
+    worker_host: str | None = None  # recorded per job; None: the host name
     # Batch jobs' host work (claim, split, encode, store, record) runs this many threads at a time.
     # A GPU worker has a task thread per message in hand, and the engine's loop thread shares the
     # GIL with all of them: a hundred threads claiming and encoding at once keep the loop from
     # launching its next step. Threads waiting here sleep instead of competing. Realtime jobs
     # never wait here.
     batch_gate: threading.Semaphore = field(default_factory=lambda: threading.BoundedSemaphore(2))
-    read_emoji: bool = False            # the text front end reads emoji out instead of dropping them
+    read_emoji: bool = False  # the text front end reads emoji out instead of dropping them
     # The last write the store refused as full or unwritable (StorageFullError), until one succeeds:
     # the heartbeat shows it, and jobs are not rendered while a probe write still fails.
     storage_fault: StorageFullError | None = None
     # Checks jobs' audio against their text (SYNTH_VERIFY): inline, or later on the verify queue.
     verifier: Verifier | LaterChecks | None = None
-    retakes: Retakes | None = None      # renders a bad job again (SYNTH_RERENDER_BUDGET)
-    lexicons: Versions = field(default_factory=Versions)   # lexicon versions, compiled once each
-    reuse: str = "off"                  # key, shared or off: pipeline/reuse.py (SYNTH_REUSE)
-    meter_every_job: bool = True        # False: only levelled jobs are metered (SYNTH_LOUDNESS_METER)
+    retakes: Retakes | None = None  # renders a bad job again (SYNTH_RERENDER_BUDGET)
+    lexicons: Versions = field(default_factory=Versions)  # lexicon versions, compiled once each
+    reuse: str = "off"  # key, shared or off: pipeline/reuse.py (SYNTH_REUSE)
+    meter_every_job: bool = True  # False: only levelled jobs are metered (SYNTH_LOUDNESS_METER)
 
 
 @dataclass
 class Outcome:
     done: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
-    retry: list[str] = field(default_factory=list)     # requeued: the caller schedules them again
+    retry: list[str] = field(default_factory=list)  # requeued: the caller schedules them again
     retry_errors: dict[str, RetryableError] = field(default_factory=dict)  # why, per requeued job
-    skipped: list[str] = field(default_factory=list)   # already finished, cancelled or unknown
-    closed: list[str] = field(default_factory=list)    # batches closed with their last job's result
+    skipped: list[str] = field(default_factory=list)  # already finished, cancelled or unknown
+    closed: list[str] = field(default_factory=list)  # batches closed with their last job's result
 
 
 @dataclass
@@ -87,17 +87,17 @@ class JobState:
     job: Job
     pieces: list[list[np.ndarray]]
     open_pieces: int
-    admitted: float                     # monotonic time the job went to the engine
+    admitted: float  # monotonic time the job went to the engine
     admitted_wall: datetime
-    batch_size: int                     # jobs handed to the engine together
-    first_audio: float | None = None    # monotonic time of its first audio
-    live: bool = False                  # its live stream is written beside the engine's output
-    stats: dict = field(default_factory=dict)   # the engine's counters, summed over pieces
+    batch_size: int  # jobs handed to the engine together
+    first_audio: float | None = None  # monotonic time of its first audio
+    live: bool = False  # its live stream is written beside the engine's output
+    stats: dict = field(default_factory=dict)  # the engine's counters, summed over pieces
     gate: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
-    pauses: list[float] | None = None   # seconds of silence around the pieces (audio.join)
+    pauses: list[float] | None = None  # seconds of silence around the pieces (audio.join)
     text_notes: dict = field(default_factory=dict)  # what the text front end changed
-    lexicon: dict | None = None         # {"id", "version"} of the lexicon it rendered with
-    identity: tuple[str, str] | None = None   # (scope, identity) to remember once stored (pipeline/reuse.py)
+    lexicon: dict | None = None  # {"id", "version"} of the lexicon it rendered with
+    identity: tuple[str, str] | None = None  # (scope, identity) to remember once stored (pipeline/reuse.py)
 
 
 def warm(r: Renderer) -> None:
@@ -107,15 +107,19 @@ def warm(r: Renderer) -> None:
     is away still starts: its messages wait for the database, as they would at any other time."""
     try:
         with r.sessions() as session:
-            db.claim(session, ["warm-up"])   # no such job: compiles the claim, changes nothing
+            db.claim(session, ["warm-up"])  # no such job: compiles the claim, changes nothing
     except OperationalError as e:
         log.warning("database unreachable at boot, the claim is compiled at the first job: %s", e.orig)
     info = r.engine.info
     textfront.prepare("Warm up.", info.profile(info.voices[0]), read_emoji=r.read_emoji)
     # The meter's imports (scipy's signal package, a second of CPU) load beside the first jobs'
     # render rather than in front of it; a job that finishes first waits for them.
-    threading.Thread(target=loudness.measure, args=(np.zeros(info.sample_rate, np.float32), info.sample_rate),
-                     name="loudness-warm-up", daemon=True).start()
+    threading.Thread(
+        target=loudness.measure,
+        args=(np.zeros(info.sample_rate, np.float32), info.sample_rate),
+        name="loudness-warm-up",
+        daemon=True,
+    ).start()
     if r.live is not None:
         r.live.connect()
         _warm_live(r, r.live)
@@ -129,8 +133,14 @@ def _warm_live(r: Renderer, publisher: LiveAudio) -> None:
     expires with the live TTL; nobody listens to it."""
     info = r.engine.info
     job_id = f"warm-up-{publisher.owner}"
-    request = SynthesisRequest((job_id, 0), "Warm up.", info.voices[0], realtime=True, job=job_id,
-                               live=LiveSpec(job_id, 1, int(info.sample_rate * r.crossfade_ms / 1000)))
+    request = SynthesisRequest(
+        (job_id, 0),
+        "Warm up.",
+        info.voices[0],
+        realtime=True,
+        job=job_id,
+        live=LiveSpec(job_id, 1, int(info.sample_rate * r.crossfade_ms / 1000)),
+    )
     for _ in _synthesize(r, [request]):
         pass
 
@@ -218,27 +228,60 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
         if planned is None:
             continue
         chunks, pauses, notes = planned
-        ident = (scopes[job.id], reuse.identity(r.engine.info, job, chunks, pauses, crossfade_ms=r.crossfade_ms,
-                                                lexicon=_lexicon_record(job), seed=job.seed)) if job.id in scopes else None
+        ident = (
+            (
+                scopes[job.id],
+                reuse.identity(
+                    r.engine.info,
+                    job,
+                    chunks,
+                    pauses,
+                    crossfade_ms=r.crossfade_ms,
+                    lexicon=_lexicon_record(job),
+                    seed=job.seed,
+                ),
+            )
+            if job.id in scopes
+            else None
+        )
         if ident is not None and _reuse(r, job, ident, outcome):
             continue
-        states[job.id] = JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
-                                   live=r.live is not None and job.priority == "realtime", pauses=pauses,
-                                   text_notes=notes, lexicon=_lexicon_record(job), identity=ident)
+        states[job.id] = JobState(
+            job,
+            [[] for _ in chunks],
+            len(chunks),
+            now,
+            wall,
+            len(jobs),
+            live=r.live is not None and job.priority == "realtime",
+            pauses=pauses,
+            text_notes=notes,
+            lexicon=_lexicon_record(job),
+            identity=ident,
+        )
         per_job.append((job.id, chunks, job))
     return states, _requests(r, states, per_job)
 
 
-def _requests(r: Renderer, states: dict[str, JobState],
-              per_job: list[tuple[str, list[textfront.Speech], Job]]) -> list[SynthesisRequest]:
+def _requests(
+    r: Renderer, states: dict[str, JobState], per_job: list[tuple[str, list[textfront.Speech], Job]]
+) -> list[SynthesisRequest]:
     """The engine's requests for the jobs' chunks: the first chunks of every job first, so each
     job's first audio comes early."""
     return [
-        SynthesisRequest((job_id, i), chunks[i].text, job.voice, seed=job.seed,
-                         realtime=job.priority == "realtime", rate=chunks[i].rate, job=job_id,
-                         live=_live_spec(r, states[job_id], len(chunks)))
+        SynthesisRequest(
+            (job_id, i),
+            chunks[i].text,
+            job.voice,
+            seed=job.seed,
+            realtime=job.priority == "realtime",
+            rate=chunks[i].rate,
+            job=job_id,
+            live=_live_spec(r, states[job_id], len(chunks)),
+        )
         for i in range(max((len(c) for _, c, _ in per_job), default=0))
-        for job_id, chunks, job in per_job if i < len(chunks)
+        for job_id, chunks, job in per_job
+        if i < len(chunks)
     ]
 
 
@@ -263,7 +306,7 @@ def _lexicon(r: Renderer, job: Job):
     """The job's lexicon version, compiled; LexiconNotFound where it was deleted since."""
     if job.lexicon_id is None:
         return None
-    assert job.lexicon_version is not None   # plan_batch writes the two together
+    assert job.lexicon_version is not None  # plan_batch writes the two together
     with r.sessions() as session:
         return r.lexicons.get(session, Pin(job.lexicon_id, job.lexicon_version))
 
@@ -280,15 +323,15 @@ def _live_spec(r: Renderer, state: JobState, pieces: int) -> LiveSpec | None:
 
 
 def _take(r: Renderer, states: dict[str, JobState], chunk: AudioChunk, outcome: Outcome) -> None:
-    job_id, index = cast(tuple[str, int], chunk.key)   # the keys _plan gave its requests
+    job_id, index = cast(tuple[str, int], chunk.key)  # the keys _plan gave its requests
     state = states.get(job_id)
     if state is None:  # the job already failed on another piece
         return
     if chunk.error is not None:
         states.pop(job_id)
-        if isinstance(chunk.error, RetryableError):   # the engine shed load: run the job again
+        if isinstance(chunk.error, RetryableError):  # the engine shed load: run the job again
             _requeue(r, job_id, chunk.error, outcome)
-        else:   # a live stream was ended with this error by its writer
+        else:  # a live stream was ended with this error by its writer
             _fail(r, job_id, str(chunk.error), outcome, end_live=not state.live)
         return
     if chunk.audio.size:
@@ -324,12 +367,12 @@ def _finish(r: Renderer, state: JobState, outcome: Outcome) -> None:
         with r.sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)
             if _only_job_of_batch(session, job) and close_if_finished(session, r.store, job.batch_id):
-                outcome.closed.append(job.batch_id)   # one write for a speech request's job and batch
+                outcome.closed.append(job.batch_id)  # one write for a speech request's job and batch
             session.commit()
-        if checked and checked[0] == PENDING:   # recorded first: a check never finds its job unfinished
-            assert isinstance(r.verifier, LaterChecks)   # the only verifier that leaves a job pending
+        if checked and checked[0] == PENDING:  # recorded first: a check never finds its job unfinished
+            assert isinstance(r.verifier, LaterChecks)  # the only verifier that leaves a job pending
             r.verifier.send(job.id)
-        elif checked and r.retakes is not None:   # a bad render is rendered again (pipeline/retake.py)
+        elif checked and r.retakes is not None:  # a bad render is rendered again (pipeline/retake.py)
             r.retakes.after(job, checked[0], 1)
         outcome.done.append(job.id)
         if state.identity is not None:
@@ -344,8 +387,14 @@ def _finish(r: Renderer, state: JobState, outcome: Outcome) -> None:
         _requeue(r, job.id, e, outcome)
     except (RetryableError, OperationalError) as e:
         log.warning("job %s will be retried: %s", job.id, e)
-        _requeue(r, job.id, e if isinstance(e, RetryableError)
-                 else DatabaseUnavailableError(f"database unreachable while recording the job: {e.orig}"), outcome)
+        _requeue(
+            r,
+            job.id,
+            e
+            if isinstance(e, RetryableError)
+            else DatabaseUnavailableError(f"database unreachable while recording the job: {e.orig}"),
+            outcome,
+        )
 
 
 def _reuse(r: Renderer, job: Job, ident: tuple[str, str], outcome: Outcome) -> bool:
@@ -354,7 +403,7 @@ def _reuse(r: Renderer, job: Job, ident: tuple[str, str], outcome: Outcome) -> b
     key = audio_key(job.batch_id, job.id, job.client_id, get_format(job.format).extension)
     try:
         copied = reuse.finish_with_copy(r.sessions, r.store, job, ident, key, worker_host=r.worker_host or hostname())
-    except IllegalTransitionError:   # cancelled or finished meanwhile
+    except IllegalTransitionError:  # cancelled or finished meanwhile
         _lost_race(r, job, key, outcome)
         return True
     if copied:
