@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from pipeline import audio, loudness
@@ -16,12 +14,10 @@ from pipeline.documents.plan import place_of
 from pipeline.formats import get_format
 from pipeline.hostinfo import hostname
 from pipeline.lexicon.store import job_lexicon
+from pipeline.renderer import JobState, Renderer
 from pipeline.verify.jobs import LaterChecks, record, store_captions
 from pipeline.verify.queued import pending_record
 from pipeline.verify.verdict import PENDING
-
-if TYPE_CHECKING:  # render.py imports this module
-    from pipeline.render import JobState, Renderer
 
 
 def level_job(

@@ -8,18 +8,16 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import cast
-from datetime import datetime
 
 import numpy as np
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from pipeline import audio, loudness, reuse, textfront
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, utcnow
-from pipeline.engines.base import AudioChunk, Engine, LiveSpec, SynthesisRequest
+from pipeline.engines.base import AudioChunk, LiveSpec, SynthesisRequest
 from pipeline.errors import (
     DatabaseUnavailableError,
     IllegalTransitionError,
@@ -32,72 +30,16 @@ from pipeline.errors import (
 from pipeline.formats import get_format
 from pipeline.hostinfo import hostname
 from pipeline.job_record import check_job, level_job, metrics_row
+from pipeline.renderer import JobState, Outcome, Renderer
 from pipeline.lexicon.store import NotFound as LexiconNotFound
-from pipeline.lexicon.store import Pin, Versions
+from pipeline.lexicon.store import Pin
 from pipeline.live import LiveAudio, LiveStreams
 from pipeline.manifest import close_if_finished
-from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
-from pipeline.verify.jobs import CAPTION_TYPES, LaterChecks, Verifier, caption_key
-from pipeline.verify.retakes import Retakes
+from pipeline.verify.jobs import CAPTION_TYPES, LaterChecks, caption_key
 from pipeline.verify.verdict import PENDING
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Renderer:
-    engine: Engine
-    store: ObjectStore
-    sessions: sessionmaker[Session]
-    max_chunk_chars: int = 400
-    crossfade_ms: int = 30
-    live: LiveAudio | None = None  # realtime jobs' live streams (pipeline/live.py)
-    worker_host: str | None = None  # recorded per job; None: the host name
-    # Batch jobs' host work (claim, split, encode, store, record) runs this many threads at a time.
-    # A GPU worker has a task thread per message in hand, and the engine's loop thread shares the
-    # GIL with all of them: a hundred threads claiming and encoding at once keep the loop from
-    # launching its next step. Threads waiting here sleep instead of competing. Realtime jobs
-    # never wait here.
-    batch_gate: threading.Semaphore = field(default_factory=lambda: threading.BoundedSemaphore(2))
-    read_emoji: bool = False  # the text front end reads emoji out instead of dropping them
-    # The last write the store refused as full or unwritable (StorageFullError), until one succeeds:
-    # the heartbeat shows it, and jobs are not rendered while a probe write still fails.
-    storage_fault: StorageFullError | None = None
-    # Checks jobs' audio against their text (SYNTH_VERIFY): inline, or later on the verify queue.
-    verifier: Verifier | LaterChecks | None = None
-    retakes: Retakes | None = None  # renders a bad job again (SYNTH_RERENDER_BUDGET)
-    lexicons: Versions = field(default_factory=Versions)  # lexicon versions, compiled once each
-    reuse: str = "off"  # key, shared or off: pipeline/reuse.py (SYNTH_REUSE)
-    meter_every_job: bool = True  # False: only levelled jobs are metered (SYNTH_LOUDNESS_METER)
-
-
-@dataclass
-class Outcome:
-    done: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    retry: list[str] = field(default_factory=list)  # requeued: the caller schedules them again
-    retry_errors: dict[str, RetryableError] = field(default_factory=dict)  # why, per requeued job
-    skipped: list[str] = field(default_factory=list)  # already finished, cancelled or unknown
-    closed: list[str] = field(default_factory=list)  # batches closed with their last job's result
-
-
-@dataclass
-class JobState:
-    job: Job
-    pieces: list[list[np.ndarray]]
-    open_pieces: int
-    admitted: float  # monotonic time the job went to the engine
-    admitted_wall: datetime
-    batch_size: int  # jobs handed to the engine together
-    first_audio: float | None = None  # monotonic time of its first audio
-    live: bool = False  # its live stream is written beside the engine's output
-    stats: dict = field(default_factory=dict)  # the engine's counters, summed over pieces
-    gate: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
-    pauses: list[float] | None = None  # seconds of silence around the pieces (audio.join)
-    text_notes: dict = field(default_factory=dict)  # what the text front end changed
-    lexicon: dict | None = None  # {"id", "version"} of the lexicon it rendered with
-    identity: tuple[str, str] | None = None  # (scope, identity) to remember once stored (pipeline/reuse.py)
 
 
 def warm(r: Renderer) -> None:

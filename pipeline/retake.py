@@ -18,7 +18,7 @@ from pipeline.formats import get_format
 from pipeline.lexicon.store import job_lexicon
 from pipeline.manifest import close_if_finished
 from pipeline.job_record import level_job
-from pipeline.render import Renderer
+from pipeline.renderer import Renderer
 from pipeline.verify.jobs import LaterChecks
 from pipeline.verify.queued import pending_record
 from pipeline.verify.retakes import retake_key, settle

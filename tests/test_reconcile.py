@@ -16,7 +16,8 @@ from pipeline.errors import StorageError
 from pipeline.live import redis_client_url
 from pipeline.messages import job_ids_in_messages
 from pipeline.reconcile import reconcile
-from pipeline.render import Renderer, render_jobs
+from pipeline.render import render_jobs
+from pipeline.renderer import Renderer
 from pipeline.routing import all_queues
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch

@@ -16,7 +16,8 @@ from pipeline.db.models import Batch, Job, JobStatus
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
 from pipeline.errors import EngineError, StorageError
 from pipeline.live import LiveAudio, redis_client_url, stream_key
-from pipeline.render import Renderer, render_jobs
+from pipeline.render import render_jobs
+from pipeline.renderer import Renderer
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch, withdraw_batch
 from tests.waiting import eventually

@@ -13,7 +13,8 @@ from pipeline.corpus import parse_corpus
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, utcnow
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
-from pipeline.render import Renderer, render_jobs
+from pipeline.render import render_jobs
+from pipeline.renderer import Renderer
 from pipeline.reports.compute import compute_report
 from pipeline.reports.render_md import render_md
 from pipeline.storage import make_store

@@ -17,7 +17,8 @@ from pipeline.engines.registry import load_engine
 from pipeline.errors import StorageFullError
 from pipeline.hostinfo import cpu_name
 from pipeline.live import LiveAudio
-from pipeline.render import Renderer, warm
+from pipeline.render import warm
+from pipeline.renderer import Renderer
 from pipeline.settings import Settings
 from pipeline.storage import make_store
 from pipeline.verify.jobs import plan_checks
