@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 # (this project's CI machines carry its wheel); GPU hosts install their CUDA build instead.
 TORCH  ?= torch==2.13.0
 
-.PHONY: run test install install-test clean chromium
+.PHONY: run test format install install-test clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,9 +37,13 @@ chromium:
 	  || echo "chromium missing and not installable here: the dashboard browser test will skip"
 
 test: $(VENV)/.test-installed chromium
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+format: $(VENV)/.test-installed
+	$(BIN)/ruff format .
 
 clean:
 	rm -rf $(VENV) out

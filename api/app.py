@@ -45,21 +45,31 @@ def create_app(settings: Settings, *, broker_url: str | None = None, serving: bo
     if not url:
         raise ServiceUnavailableError("the API needs Redis: set SYNTH_REDIS_URL (or run `synth api`)")
     metrics = Metrics()
+    lifespan = _lifespan(settings, url, metrics, serving)
+
+    app = FastAPI(
+        title="synth",
+        version="1",
+        lifespan=lifespan,
+        description="Batch and realtime text-to-speech. Authenticate with `Authorization: Bearer sk_synth_...`.",
+    )
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    errors.install(app)
+    openapi.install(app, settings)
+    for name in ROUTERS:
+        app.include_router(importlib.import_module(f"api.routes.{name}").router)
+    return app
+
+
+def _lifespan(settings: Settings, url: str, metrics: Metrics, serving: bool):
+    """The app's life: what it opens at start (the database, Redis, the live hub, the speech
+    creator), warmed before the first request, and closes at the end."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.sqlalchemy_url)
-        client_url = redis_client_url(url)
-        state = ApiState(
-            settings=settings, db=engine, sessions=make_sessionmaker(engine), store=make_store(settings),
-            celery=make_app(settings, url),
-            redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
-                client_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S)),
-            aredis=aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
-                client_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S)),
-            live=LiveHub(client_url, settings.api_max_live_streams, settings.api_max_live_streams_per_key),
-            metrics=metrics,
-        )
+        state = _state(settings, engine, url, metrics)
         await state.live.start()
         revocations = asyncio.create_task(revocation.watch(state), name="synth-revocations")
         await run_in_threadpool(_warm, state)
@@ -81,15 +91,32 @@ def create_app(settings: Settings, *, broker_url: str | None = None, serving: bo
             state.redis.close()
             engine.dispose()
 
-    app = FastAPI(title="synth", version="1", lifespan=lifespan,
-                  description="Batch and realtime text-to-speech. Authenticate with `Authorization: Bearer sk_synth_...`.")
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
-    errors.install(app)
-    openapi.install(app, settings)
-    for name in ROUTERS:
-        app.include_router(importlib.import_module(f"api.routes.{name}").router)
-    return app
+    return lifespan
+
+
+def _state(settings: Settings, engine, url: str, metrics: Metrics) -> ApiState:
+    """The app's state over the database ``engine`` and the Redis at ``url``: the API's
+    connection pools wait for a free connection rather than fail (REDIS_WAIT_S)."""
+    client_url = redis_client_url(url)
+    return ApiState(
+        settings=settings,
+        db=engine,
+        sessions=make_sessionmaker(engine),
+        store=make_store(settings),
+        celery=make_app(settings, url),
+        redis=redis.Redis(
+            connection_pool=redis.BlockingConnectionPool.from_url(
+                client_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S
+            )
+        ),
+        aredis=aioredis.Redis(
+            connection_pool=aioredis.BlockingConnectionPool.from_url(
+                client_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S
+            )
+        ),
+        live=LiveHub(client_url, settings.api_max_live_streams, settings.api_max_live_streams_per_key),
+        metrics=metrics,
+    )
 
 
 def _warm(state: ApiState) -> None:
@@ -107,9 +134,19 @@ async def _warm_routes(app: FastAPI) -> None:
     (their dependencies, models and validators) when the first request reaches them, which put
     15 ms on the first speech request (2-core VM). A request for no route walks them all; it is
     answered 404 by the router, past the middleware, so no request is counted."""
-    scope = {"type": "http", "method": "GET", "path": "/-/warm-up", "raw_path": b"/-/warm-up", "root_path": "",
-             "query_string": b"", "headers": [], "scheme": "http", "http_version": "1.1",
-             "server": ("127.0.0.1", 0), "client": ("127.0.0.1", 0)}
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/-/warm-up",
+        "raw_path": b"/-/warm-up",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [],
+        "scheme": "http",
+        "http_version": "1.1",
+        "server": ("127.0.0.1", 0),
+        "client": ("127.0.0.1", 0),
+    }
 
     async def receive() -> Message:
         return {"type": "http.request", "body": b"", "more_body": False}

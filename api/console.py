@@ -29,8 +29,9 @@ class SnapshotCache:
     """``check`` runs on every read, cached or not: a cheap probe (a Redis ping) so that a service
     gone since the last build says so at once rather than up to CACHE_S later."""
 
-    def __init__(self, build: Callable[[], dict], ttl: float = CACHE_S,
-                 check: Callable[[], object] | None = None) -> None:
+    def __init__(
+        self, build: Callable[[], dict], ttl: float = CACHE_S, check: Callable[[], object] | None = None
+    ) -> None:
         self._build, self._ttl, self._check = build, ttl, check
         self._lock = threading.Lock()
         self._value: dict | None = None
@@ -56,16 +57,28 @@ def snapshot(state: ApiState) -> dict:
     report = None
     if row is not None:
         summary = row.summary or {}
-        report = {"id": row.id, "period_start": row.period_start.isoformat(), "period_end": row.period_end.isoformat(),
-                  "html_key": row.html_key, "json_key": row.json_key, "headline": summary.get("headline", {}),
-                  "changes": summary.get("changes", {})}
+        report = {
+            "id": row.id,
+            "period_start": row.period_start.isoformat(),
+            "period_end": row.period_end.isoformat(),
+            "html_key": row.html_key,
+            "json_key": row.json_key,
+            "headline": summary.get("headline", {}),
+            "changes": summary.get("changes", {}),
+        }
     # the verify queue too: how far checks lag the renders, as the plot and the workers' metrics show
     queues = [*all_queues(state.settings.bucket_seconds), VERIFY_QUEUE]
     day["queue_depths"] = depths.history(state.redis, day["start"])
-    return {"now": now.isoformat(timespec="seconds"), "latest_report": report,
-            "queues": fleet.queue_depths(state.redis, queues), "workers": workers(state.redis, now.timestamp()),
-            "deadletter": deadletter.count(state.redis), "batches": batches, "failures": failures,
-            "last_24h": day}
+    return {
+        "now": now.isoformat(timespec="seconds"),
+        "latest_report": report,
+        "queues": fleet.queue_depths(state.redis, queues),
+        "workers": workers(state.redis, now.timestamp()),
+        "deadletter": deadletter.count(state.redis),
+        "batches": batches,
+        "failures": failures,
+        "last_24h": day,
+    }
 
 
 def workers(client, now: float) -> list[dict]:

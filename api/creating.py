@@ -30,18 +30,37 @@ from worker.enqueue import mark_queued, send_messages
 log = logging.getLogger(__name__)
 
 
-def owner_columns(state: ApiState, key: ApiKey, *, kind: str, webhook_url: str | None = None,
-                  webhook_events: Sequence[str] | None = None) -> dict:
+def owner_columns(
+    state: ApiState,
+    key: ApiKey,
+    *,
+    kind: str,
+    webhook_url: str | None = None,
+    webhook_events: Sequence[str] | None = None,
+) -> dict:
     """The batch columns the API sets: owner, kind, webhook and expiry. A webhook URL that
     resolves to an internal address is refused here (400) unless the operator allow-listed it."""
     if webhook_url is not None:
         validate_webhook_url(webhook_url, state.settings.webhook_allow_hosts)
-    return dict(owner_key_id=key.id, kind=kind, webhook_url=webhook_url, webhook_events=webhook_events,
-                expires_at=utcnow() + timedelta(days=state.settings.result_ttl_days))
+    return dict(
+        owner_key_id=key.id,
+        kind=kind,
+        webhook_url=webhook_url,
+        webhook_events=webhook_events,
+        expires_at=utcnow() + timedelta(days=state.settings.result_ttl_days),
+    )
 
 
-def create(state: ApiState, session: Session, claim: Claim | None, resource_type: str,
-           build: Callable[[Session], Batch], *, key: ApiKey, chars: int) -> tuple[str, bool]:
+def create(
+    state: ApiState,
+    session: Session,
+    claim: Claim | None,
+    resource_type: str,
+    build: Callable[[Session], Batch],
+    *,
+    key: ApiKey,
+    chars: int,
+) -> tuple[str, bool]:
     """(resource id, created). ``build`` inserts the batch (it may raise InputError); the resource
     is the batch, or its only job when ``resource_type`` is "job". ``chars``: the characters the
     request submits, checked against ``key``'s quotas before anything is written (429); a replay
@@ -51,7 +70,7 @@ def create(state: ApiState, session: Session, claim: Claim | None, resource_type
         return existing, False
     usage.check_submission(session, key, chars)
     batch = build(session)
-    by_queue = mark_queued(session, batch.id)   # one write transaction per request, not two
+    by_queue = mark_queued(session, batch.id)  # one write transaction per request, not two
     resource_id = batch.id if resource_type == "batch" else _only_job(by_queue)
     remember(session, claim, resource_type, resource_id)
     try:
@@ -120,7 +139,7 @@ class SpeechCreator:
                 except queue.Empty:
                     break
                 if item is None:
-                    self._queue.put(None)   # stop after this group
+                    self._queue.put(None)  # stop after this group
                     break
                 group.append(item)
             try:
@@ -173,11 +192,15 @@ def warm(state: ApiState) -> None:
     pool and the realtime queue's declaration, and the SQL of a speech job built, enqueued in the database's
     eyes, then rolled back. Nothing is written and nothing is sent."""
     with state.sessions() as session:
-        columns = dict(owner_key_id=None, kind="job", webhook_url=None, webhook_events=None,
-                       expires_at=utcnow())
-        batch = create_item_batch(session, state.settings, [Item(text="Warm up.", client_id="speech")],
-                                  BatchOptions(format="wav", priority="realtime"), source="api:speech",
-                                  **columns)
+        columns = dict(owner_key_id=None, kind="job", webhook_url=None, webhook_events=None, expires_at=utcnow())
+        batch = create_item_batch(
+            session,
+            state.settings,
+            [Item(text="Warm up.", client_id="speech")],
+            BatchOptions(format="wav", priority="realtime"),
+            source="api:speech",
+            **columns,
+        )
         mark_queued(session, batch.id)
         session.rollback()
     # send_task's lazy parts: the result backend (disabled) and the message sender, built once
@@ -188,5 +211,5 @@ def warm(state: ApiState) -> None:
             queue = state.celery.amqp.queues.get(REALTIME_QUEUE)
             if queue is not None:
                 producer.maybe_declare(queue)
-    except (KombuOperationalError, OSError) as e:   # Redis is away: the first request pays, or gets 503
+    except (KombuOperationalError, OSError) as e:  # Redis is away: the first request pays, or gets 503
         log.warning("broker not warmed at start: %s", e)

@@ -52,8 +52,11 @@ def authenticate(state: ApiState, authorization: str | None) -> ApiKey:
     rate limit (429)."""
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token:
-        raise HTTPException(401, detail="missing API key: send `Authorization: Bearer sk_synth_...`",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            401,
+            detail="missing API key: send `Authorization: Bearer sk_synth_...`",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     with state.sessions() as session:
         key = api_keys.authenticate(session, token)
     if key is None:
@@ -62,8 +65,9 @@ def authenticate(state: ApiState, authorization: str | None) -> ApiKey:
     return key
 
 
-async def current_key(request: Request, state: State,
-                      _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> ApiKey:
+async def current_key(
+    request: Request, state: State, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> ApiKey:
     """The caller's key: the one KeyFirstRoute checked before the body was read (on a route of
     another class, checked here). ``_bearer`` puts the scheme in the OpenAPI document."""
     key: ApiKey | None = request.scope.get(KEY_SCOPE)
@@ -90,8 +94,10 @@ class KeyFirstRoute(APIRoute):
 
         async def key_first(request: Request) -> Response:
             request.scope[KEY_SCOPE] = await run_in_threadpool(
-                authenticate, get_state(request), request.headers.get("authorization"))
+                authenticate, get_state(request), request.headers.get("authorization")
+            )
             return await handler(request)
+
         return key_first
 
 

@@ -40,7 +40,7 @@ def openai_error(message: str, param: str | None = None, status: int = 400) -> d
 def error_body(path: str, detail, param: str | None = None, status: int = 400) -> dict:
     body = {"detail": detail}
     if path.startswith(OPENAI_PREFIX):
-        if isinstance(detail, list):   # a 422: its fields, the first named as OpenAI's param
+        if isinstance(detail, list):  # a 422: its fields, the first named as OpenAI's param
             message = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in detail)
             fields = [e["loc"][1] for e in detail if len(e.get("loc", ())) > 1 and e["loc"][0] == "body"]
             param = param or (str(fields[0]) if fields else None)
@@ -61,8 +61,9 @@ def unavailable_detail(e: Exception) -> str:
     return str(e) or type(e).__name__
 
 
-def error_response(request: Request, status: int, detail, *, param: str | None = None,
-                   headers: dict | None = None) -> JSONResponse:
+def error_response(
+    request: Request, status: int, detail, *, param: str | None = None, headers: dict | None = None
+) -> JSONResponse:
     return JSONResponse(error_body(request.url.path, detail, param, status), status_code=status, headers=headers)
 
 
@@ -93,8 +94,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
-        return error_response(request, e.status_code, e.detail, param=getattr(e, "param", None),
-                              headers=getattr(e, "headers", None))
+        return error_response(
+            request, e.status_code, e.detail, param=getattr(e, "param", None), headers=getattr(e, "headers", None)
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
@@ -104,7 +106,7 @@ def install(app: FastAPI) -> None:
     async def _input(request: Request, e: InputError) -> JSONResponse:
         return error_response(request, 400, str(e))
 
-    @app.exception_handler(LexiconNotFound)   # another key's lexicon is not found either
+    @app.exception_handler(LexiconNotFound)  # another key's lexicon is not found either
     async def _no_lexicon(request: Request, e: LexiconNotFound) -> JSONResponse:
         return error_response(request, 404, str(e))
 
@@ -114,7 +116,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ServiceUnavailableError)
     @app.exception_handler(StorageError)
-    @app.exception_handler(redis.RedisError)           # Redis down (rate limits, live audio)
+    @app.exception_handler(redis.RedisError)  # Redis down (rate limits, live audio)
     @app.exception_handler(sqlalchemy.exc.OperationalError)  # the database down or locked
     async def _unavailable(request: Request, e: Exception) -> JSONResponse:
         return error_response(request, 503, unavailable_detail(e), headers={"Retry-After": "5"})

@@ -56,23 +56,38 @@ def replay(session: Session, claim: Claim | None, resource_type: str) -> str | N
     and bill a new one, nor serve what was deleted)."""
     if claim is None:
         return None
-    record = session.scalars(select(IdempotencyRecord).where(
-        IdempotencyRecord.key_id == claim.key_id, IdempotencyRecord.idempotency_key == claim.idempotency_key,
-    )).first()
+    record = session.scalars(
+        select(IdempotencyRecord).where(
+            IdempotencyRecord.key_id == claim.key_id,
+            IdempotencyRecord.idempotency_key == claim.idempotency_key,
+        )
+    ).first()
     if record is None:
         return None
     if record.fingerprint != claim.fingerprint or record.resource_type != resource_type:
-        raise HTTPException(409, detail="this Idempotency-Key was used with a different request; "
-                                        "use a new key for a new request")
+        raise HTTPException(
+            409, detail="this Idempotency-Key was used with a different request; use a new key for a new request"
+        )
     if session.get(Job if resource_type == "job" else Batch, record.resource_id) is None:
-        raise HTTPException(410, detail=f"the {resource_type} this Idempotency-Key created ({record.resource_id}) "
-                                        "was deleted; use a new key for a new request")
+        raise HTTPException(
+            410,
+            detail=f"the {resource_type} this Idempotency-Key created ({record.resource_id}) "
+            "was deleted; use a new key for a new request",
+        )
     return record.resource_id
 
 
 def remember(session: Session, claim: Claim | None, resource_type: str, resource_id: str) -> None:
     """Add the record to the session; it commits with the resource."""
     if claim is not None:
-        session.add(IdempotencyRecord(id=new_id(), key_id=claim.key_id, idempotency_key=claim.idempotency_key,
-                                      fingerprint=claim.fingerprint, resource_type=resource_type,
-                                      resource_id=resource_id, created_at=utcnow()))
+        session.add(
+            IdempotencyRecord(
+                id=new_id(),
+                key_id=claim.key_id,
+                idempotency_key=claim.idempotency_key,
+                fingerprint=claim.fingerprint,
+                resource_type=resource_type,
+                resource_id=resource_id,
+                created_at=utcnow(),
+            )
+        )

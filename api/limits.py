@@ -66,8 +66,13 @@ def _too_large_detail(limit: int) -> str:
 
 async def _too_large(send: Send, limit: int, path: str) -> None:
     body = json.dumps(error_body(path, _too_large_detail(limit))).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -85,5 +90,8 @@ def check_rate(client: redis.Redis, key_id: str, *, limit: int, window: int) -> 
     count, _ = pipe.execute()
     if count > limit:
         retry = max(1, int((slot + 1) * window - now + 0.999))
-        raise HTTPException(429, detail=f"rate limit of {limit} requests per {window} s exceeded for this key",
-                            headers={"Retry-After": str(retry)})
+        raise HTTPException(
+            429,
+            detail=f"rate limit of {limit} requests per {window} s exceeded for this key",
+            headers={"Retry-After": str(retry)},
+        )

@@ -27,10 +27,10 @@ from redis.typing import KeyT, StreamIdT
 
 log = logging.getLogger(__name__)
 
-BLOCK_MS = 1000          # the loop's longest wait; a new listener wakes it at once
-READ_COUNT = 256         # entries per stream per read
-STALE_S = 60.0           # a listener nobody reads for this long (a client gone unnoticed) is dropped
-RETRY_S = 0.5            # pause before reading again after Redis failed
+BLOCK_MS = 1000  # the loop's longest wait; a new listener wakes it at once
+READ_COUNT = 256  # entries per stream per read
+STALE_S = 60.0  # a listener nobody reads for this long (a client gone unnoticed) is dropped
+RETRY_S = 0.5  # pause before reading again after Redis failed
 _WAKE_MAXLEN = 16
 
 
@@ -56,12 +56,12 @@ class Listener:
     """One reader of one stream: entries arrive in ``queue`` in order, from after ``last``."""
 
     key: str
-    owner: str | None = None    # the API key listening, counted against its own cap
+    owner: str | None = None  # the API key listening, counted against its own cap
     last: bytes = b"0"
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     read_at: float = field(default_factory=time.monotonic)
     waiting: bool = False
-    cut: Exception | None = None    # ends the stream at the next read, ahead of what is queued
+    cut: Exception | None = None  # ends the stream at the next read, ahead of what is queued
 
     async def get(self, timeout: float):
         """The next entry ``(id, fields)``, or None after ``timeout`` seconds without one."""
@@ -85,14 +85,15 @@ class LiveHub:
         self.max_streams = max_streams
         self.max_per_owner = min(max_streams, max_per_owner or max_streams)
         self._reader = aioredis.Redis.from_url(url, single_connection_client=True)
-        self._writer = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=4, timeout=10))
+        self._writer = aioredis.Redis(
+            connection_pool=aioredis.BlockingConnectionPool.from_url(url, max_connections=4, timeout=10)
+        )
         self._wake_key = f"synth:api:wake:{uuid.uuid4().hex}"
         self._wake_last = b"0"
         self._listeners: dict[str, set[Listener]] = {}
-        self._cursor: dict[str, bytes] = {}      # the next XREAD's id per key, kept as entries come
+        self._cursor: dict[str, bytes] = {}  # the next XREAD's id per key, kept as entries come
         self._count = 0
-        self._owners: dict[str, int] = {}        # open listeners per owner
+        self._owners: dict[str, int] = {}  # open listeners per owner
         self._swept = time.monotonic()
         self._task: asyncio.Task | None = None
         self._idle = asyncio.Event()
@@ -123,7 +124,7 @@ class LiveHub:
             for listener in listeners:
                 if listener.owner == owner and listener.cut is None:
                     listener.cut = error
-                    listener.queue.put_nowait(error)   # wakes a reader that waits
+                    listener.queue.put_nowait(error)  # wakes a reader that waits
                     ended += 1
         return ended
 
@@ -153,7 +154,7 @@ class LiveHub:
             raise OwnerLimitError(f"this API key has {self.owner_limit(quota)} live streams open already")
         listener = Listener(key, owner)
         self._listeners.setdefault(key, set()).add(listener)
-        self._cursor[key] = b"0"   # a key already read re-reads from its start for the newcomer
+        self._cursor[key] = b"0"  # a key already read re-reads from its start for the newcomer
         self._count += 1
         if owner is not None:
             self._owners[owner] = self._owners.get(owner, 0) + 1
@@ -241,4 +242,3 @@ class LiveHub:
             for listener in [x for x in listeners if x.read_at < cutoff and not x.waiting]:
                 log.info("live listener of %s unread for %.0f s: dropped", listener.key, STALE_S)
                 self.close_listener(listener)
-

@@ -16,11 +16,16 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("synth_api_requests", "HTTP requests", ["method", "route", "status"],
-                                registry=self.registry)
-        self.latency = Histogram("synth_api_request_seconds", "Time to the response's first byte",
-                                 ["method", "route"], registry=self.registry,
-                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self.requests = Counter(
+            "synth_api_requests", "HTTP requests", ["method", "route", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "synth_api_request_seconds",
+            "Time to the response's first byte",
+            ["method", "route"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -21,32 +21,54 @@ from pipeline.engines.registry import engine_voices
 from pipeline.settings import FORMATS, Settings
 from pipeline.submit import SAMPLE_RATES
 
-NO_NUL = "^[^\\x00]*$"   # text SQL can store
-SPOKEN = "^[^\\x00]*[^\\x00\\s][^\\x00]*$"   # ... and not only spaces
-_ITEMS = ("BatchCreate", "ItemIn", "JobCreate")   # request bodies with voice, format, rate, text
+NO_NUL = "^[^\\x00]*$"  # text SQL can store
+SPOKEN = "^[^\\x00]*[^\\x00\\s][^\\x00]*$"  # ... and not only spaces
+_ITEMS = ("BatchCreate", "ItemIn", "JobCreate")  # request bodies with voice, format, rate, text
 ERROR = {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "string"}}}
-OPENAI_ERROR = {"type": "object", "required": ["detail", "error"], "properties": {
-    "detail": {}, "error": {"type": "object", "required": ["message", "type"], "properties": {
-        "message": {"type": "string"}, "type": {"type": "string"}, "param": {"type": ["string", "null"]},
-        "code": {"type": ["string", "null"]}}}}}
-READINESS = {"type": "object", "required": ["status", "checks"], "properties": {
-    "status": {"enum": ["ok", "unavailable"]}, "checks": {"type": "object", "additionalProperties": {"type": "string"}}}}
+OPENAI_ERROR = {
+    "type": "object",
+    "required": ["detail", "error"],
+    "properties": {
+        "detail": {},
+        "error": {
+            "type": "object",
+            "required": ["message", "type"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        },
+    },
+}
+READINESS = {
+    "type": "object",
+    "required": ["status", "checks"],
+    "properties": {
+        "status": {"enum": ["ok", "unavailable"]},
+        "checks": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
 STORED_TYPES = sorted({get_format(f).content_type for f in FORMATS})
 
-_AUTH = {401: "no valid API key", 429: "rate limit exceeded for this key, or (creating work) its daily "
-                                       "quota is used (Retry-After)",
-         503: "the database, Redis or storage is unreachable (Retry-After)"}
-_CREATE = {400: "invalid input: unknown voice, format or sample rate, text over the limit, a webhook URL "
-                "to an internal address, a malformed Idempotency-Key ...",
-           409: "this Idempotency-Key was used with a different request",
-           410: "this Idempotency-Key created a resource that was deleted since"}
+_AUTH = {
+    401: "no valid API key",
+    429: "rate limit exceeded for this key, or (creating work) its daily quota is used (Retry-After)",
+    503: "the database, Redis or storage is unreachable (Retry-After)",
+}
+_CREATE = {
+    400: "invalid input: unknown voice, format or sample rate, text over the limit, a webhook URL "
+    "to an internal address, a malformed Idempotency-Key ...",
+    409: "this Idempotency-Key was used with a different request",
+    410: "this Idempotency-Key created a resource that was deleted since",
+}
 
 
 def install(app: FastAPI, settings: Settings) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            doc = get_openapi(title=app.title, version=app.version, description=app.description,
-                              routes=app.routes)
+            doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             app.openapi_schema = truthful(doc, settings)
         return app.openapi_schema
 
@@ -88,7 +110,9 @@ def _responses(path: str, method: str, op: dict) -> None:
         add[401] = "SYNTH_DASHBOARD_TOKEN is set and was not given"
     for status, description in add.items():
         responses.setdefault(str(status), {"description": description})
-    error: dict[str, Any] = {"$ref": "#/components/schemas/" + ("OpenAIError" if path.startswith(OPENAI_PREFIX) else "Error")}
+    error: dict[str, Any] = {
+        "$ref": "#/components/schemas/" + ("OpenAIError" if path.startswith(OPENAI_PREFIX) else "Error")
+    }
     if path == "/readyz":
         error = READINESS
         responses["200"]["content"] = {"application/json": {"schema": READINESS}}
@@ -101,8 +125,15 @@ def _responses(path: str, method: str, op: dict) -> None:
         types = sorted({CONTENT_TYPES["wav"], CONTENT_TYPES["pcm"], *STORED_TYPES})
         responses["200"]["content"] = {t: {"schema": {"type": "string", "format": "binary"}} for t in types}
     if path == "/v1/documents/{document_id}/files/{name}":
-        types = ["audio/mp4", "audio/mpeg", "audio/wav", "audio/flac", "application/json", "text/vtt",
-                 "application/x-subrip"]
+        types = [
+            "audio/mp4",
+            "audio/mpeg",
+            "audio/wav",
+            "audio/flac",
+            "application/json",
+            "text/vtt",
+            "application/x-subrip",
+        ]
         responses["200"]["content"] = {t: {"schema": {"type": "string", "format": "binary"}} for t in types}
     if path == "/metrics":
         responses["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
@@ -141,7 +172,10 @@ def _document_limits(schemas: dict, settings: Settings, *, form: str) -> None:
     for name, prop in props.items():  # a form has no null: an optional field is left out
         if "anyOf" in prop:
             props[name] = prop = {**next(s for s in prop.pop("anyOf") if s.get("type") != "null"), **prop}
-        if prop.get("type") == "string" and not {"pattern", "enum", "const", "contentMediaType", "format"} & prop.keys():
+        if (
+            prop.get("type") == "string"
+            and not {"pattern", "enum", "const", "contentMediaType", "format"} & prop.keys()
+        ):
             prop["pattern"] = NO_NUL
     schemas[form].setdefault("allOf", []).append(_events_need_a_url())
 
@@ -156,8 +190,12 @@ def _dependent_fields(schemas: dict, *, form: str) -> None:
 def _events_need_a_url() -> dict:
     """webhook_events only with webhook_url (api.schemas.EVENTS_WITHOUT_URL)."""
     given = {"not": {"type": "null"}}
-    return {"anyOf": [{"not": {"required": ["webhook_events"], "properties": {"webhook_events": given}}},
-                      {"required": ["webhook_url"], "properties": {"webhook_url": given}}]}
+    return {
+        "anyOf": [
+            {"not": {"required": ["webhook_events"], "properties": {"webhook_events": given}}},
+            {"required": ["webhook_url"], "properties": {"webhook_url": given}},
+        ]
+    }
 
 
 def _narrow(props: dict, name: str, **constraints) -> None:

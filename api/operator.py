@@ -32,7 +32,7 @@ PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
 QUERY_TOKENS = ("token", "access_token")
 SESSION_COOKIE = "synth_console"
 SESSION_PATH = "/dashboard"
-SESSION_S = 12 * 3600       # a working day; then the operator logs in again
+SESSION_S = 12 * 3600  # a working day; then the operator logs in again
 OPERATOR_RESPONSES: Responses = {
     400: {"description": "a token in the query string (send it as a Bearer token)"},
     401: {"description": "a token is set and this request did not send it"},
@@ -40,8 +40,9 @@ OPERATOR_RESPONSES: Responses = {
 }
 
 
-def check_operator(request: Request, tokens: tuple[str, ...], authorization: str | None, setting: str,
-                   *, cookie: bool = False) -> None:
+def check_operator(
+    request: Request, tokens: tuple[str, ...], authorization: str | None, setting: str, *, cookie: bool = False
+) -> None:
     """Passes, or raises the 400, 401 or 403 that says what to send; ``setting`` names the
     variables that set ``tokens``. ``cookie``: a console session (``SESSION_COOKIE``) opens it too."""
     refuse_query_token(request)
@@ -50,8 +51,11 @@ def check_operator(request: Request, tokens: tuple[str, ...], authorization: str
     if tokens:
         scheme, _, given = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token_matches(given, tokens):
-            raise HTTPException(401, detail=f"send the token of {setting} as `Authorization: Bearer <token>`",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401,
+                detail=f"send the token of {setting} as `Authorization: Bearer <token>`",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         return
     if not _loopback(request):
         raise HTTPException(403, detail=f"{setting} is unset, so this route answers loopback clients only")
@@ -59,8 +63,9 @@ def check_operator(request: Request, tokens: tuple[str, ...], authorization: str
 
 def refuse_query_token(request: Request) -> None:
     if any(name in request.query_params for name in QUERY_TOKENS):
-        raise HTTPException(400, detail="a token in the URL is refused (URLs are logged): "
-                                        "send it as `Authorization: Bearer <token>`")
+        raise HTTPException(
+            400, detail="a token in the URL is refused (URLs are logged): send it as `Authorization: Bearer <token>`"
+        )
 
 
 def token_matches(given: str, tokens: tuple[str, ...]) -> bool:
@@ -80,13 +85,21 @@ def valid_session(cookie: str | None, tokens: tuple[str, ...], now: float | None
 
 def start_session(response: Response, request: Request, token: str) -> None:
     expires = int(time.time()) + SESSION_S
-    response.set_cookie(SESSION_COOKIE, f"{expires}.{_signature(token, expires)}", max_age=SESSION_S,
-                        path=SESSION_PATH, secure=request.url.scheme == "https", httponly=True, samesite="strict")
+    response.set_cookie(
+        SESSION_COOKIE,
+        f"{expires}.{_signature(token, expires)}",
+        max_age=SESSION_S,
+        path=SESSION_PATH,
+        secure=request.url.scheme == "https",
+        httponly=True,
+        samesite="strict",
+    )
 
 
 def end_session(response: Response, request: Request) -> None:
-    response.delete_cookie(SESSION_COOKIE, path=SESSION_PATH, secure=request.url.scheme == "https",
-                           httponly=True, samesite="strict")
+    response.delete_cookie(
+        SESSION_COOKIE, path=SESSION_PATH, secure=request.url.scheme == "https", httponly=True, samesite="strict"
+    )
 
 
 def _same(given: str, expected: str) -> bool:
@@ -104,7 +117,9 @@ def _loopback(request: Request) -> bool:
 
 # A header parameter, so the OpenAPI document lists it; these routes declare no security scheme,
 # since with no token set they answer a loopback client without one.
-async def dashboard_access(request: Request, settings: Settings, authorization: Annotated[str | None, Header()] = None) -> None:
+async def dashboard_access(
+    request: Request, settings: Settings, authorization: Annotated[str | None, Header()] = None
+) -> None:
     check_operator(request, dashboard_tokens(settings), authorization, "SYNTH_DASHBOARD_TOKEN", cookie=True)
 
 
@@ -112,10 +127,16 @@ def dashboard_tokens(settings) -> tuple[str, ...]:
     return _tokens(settings.dashboard_token)
 
 
-async def metrics_access(request: Request, settings: Settings, authorization: Annotated[str | None, Header()] = None) -> None:
+async def metrics_access(
+    request: Request, settings: Settings, authorization: Annotated[str | None, Header()] = None
+) -> None:
     """The scraper's own token, or the operator's."""
-    check_operator(request, _tokens(settings.metrics_token, settings.dashboard_token), authorization,
-                   "SYNTH_METRICS_TOKEN (or SYNTH_DASHBOARD_TOKEN)")
+    check_operator(
+        request,
+        _tokens(settings.metrics_token, settings.dashboard_token),
+        authorization,
+        "SYNTH_METRICS_TOKEN (or SYNTH_DASHBOARD_TOKEN)",
+    )
 
 
 def _tokens(*tokens: str | None) -> tuple[str, ...]:

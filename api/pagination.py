@@ -14,7 +14,7 @@ from fastapi import HTTPException
 from api.ids import could_exist
 from pipeline.db.models import as_utc
 
-MAX_LINE_NO = 2**31 - 1     # line numbers are a 32-bit INTEGER column
+MAX_LINE_NO = 2**31 - 1  # line numbers are a 32-bit INTEGER column
 
 
 def encode(*values) -> str:

@@ -36,7 +36,7 @@ async def watch(state: ApiState) -> None:
             continue
         try:
             revoked = await run_in_threadpool(_revoked, state, owners)
-        except SQLAlchemyError as e:   # the database is away: check again at the next turn
+        except SQLAlchemyError as e:  # the database is away: check again at the next turn
             log.warning("could not check for revoked keys: %s", e)
             continue
         for key_id in revoked:

@@ -60,9 +60,12 @@ class _In(_NoNul):
 
 
 class Webhook(_In):
-    webhook_url: str | None = Field(None, max_length=2000, pattern=URL_PATTERN, description="POSTed (signed) on the events below")
-    webhook_events: list[WebhookEvent] | None = Field(None, min_length=1, max_length=4,
-                                                      description="Default: all of them; needs webhook_url")
+    webhook_url: str | None = Field(
+        None, max_length=2000, pattern=URL_PATTERN, description="POSTed (signed) on the events below"
+    )
+    webhook_events: list[WebhookEvent] | None = Field(
+        None, min_length=1, max_length=4, description="Default: all of them; needs webhook_url"
+    )
 
     @model_validator(mode="after")
     def _events_need_a_url(self):
@@ -78,27 +81,45 @@ class Webhook(_In):
 
 class Levelled(_In):
     loudness_target: float | None = Field(
-        None, ge=LOUDNESS_RANGE[0], le=LOUDNESS_RANGE[1],
-        description="LUFS (EBU R128 integrated) every job is levelled to, e.g. -16; default: as rendered")
+        None,
+        ge=LOUDNESS_RANGE[0],
+        le=LOUDNESS_RANGE[1],
+        description="LUFS (EBU R128 integrated) every job is levelled to, e.g. -16; default: as rendered",
+    )
     true_peak_max: float | None = Field(
-        None, ge=CEILING_RANGE[0], le=CEILING_RANGE[1],
-        description="dBTP ceiling of levelled jobs; needs loudness_target; default -1 (lossy formats keep 1 dB more)")
+        None,
+        ge=CEILING_RANGE[0],
+        le=CEILING_RANGE[1],
+        description="dBTP ceiling of levelled jobs; needs loudness_target; default -1 (lossy formats keep 1 dB more)",
+    )
 
 
-MAX_VERSION = 2**31 - 1   # a lexicon version is an SQL integer
+MAX_VERSION = 2**31 - 1  # a lexicon version is an SQL integer
 
 
 class Lexiconed(_In):
-    lexicon: str | None = Field(None, min_length=1, max_length=100, description=(
-        "A lexicon of yours (name or id) every job reads its words with; default: your lexicon named "
-        "`default`, if you have one"))
+    lexicon: str | None = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        description=(
+            "A lexicon of yours (name or id) every job reads its words with; default: your lexicon named "
+            "`default`, if you have one"
+        ),
+    )
     lexicon_version: Annotated[int | None, BeforeValidator(_whole)] = Field(
-        None, ge=1, le=MAX_VERSION, description="Pin this version; default: the latest")
+        None, ge=1, le=MAX_VERSION, description="Pin this version; default: the latest"
+    )
 
 
 class ItemIn(_In):
-    client_id: str | None = Field(None, min_length=1, max_length=200, pattern=CLIENT_ID_PATTERN,
-                                  description="Your id for this item, unique in the batch; default item-NNNNNN")
+    client_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=CLIENT_ID_PATTERN,
+        description="Your id for this item, unique in the batch; default item-NNNNNN",
+    )
     text: str = Field(min_length=1)
     voice: str | None = Field(None, min_length=1, max_length=64)
     format: str | None = Field(None, min_length=1, max_length=8)
@@ -151,10 +172,16 @@ class JobOut(BaseModel):
     priority: str
     characters: int
     attempts: int
-    renders: int | None = Field(None, description="Renders the stored audio took: more than one where a bad "
-                                "check had the job rendered again (SYNTH_RERENDER_BUDGET); null until done")
-    seed: int | None = Field(None, description="The seed of a job rendered again with a new one (its document's "
-                             "chapter: POST /v1/documents/{id}/rerender); null: the engine's own")
+    renders: int | None = Field(
+        None,
+        description="Renders the stored audio took: more than one where a bad "
+        "check had the job rendered again (SYNTH_RERENDER_BUDGET); null until done",
+    )
+    seed: int | None = Field(
+        None,
+        description="The seed of a job rendered again with a new one (its document's "
+        "chapter: POST /v1/documents/{id}/rerender); null: the engine's own",
+    )
     error: str | None
     audio_seconds: float | None
     ttfb_seconds: float | None
@@ -163,20 +190,26 @@ class JobOut(BaseModel):
     audio_url: str | None = Field(description="GET it for the audio once status is done")
     stream_url: str
     text_notes: dict[str, int] | None = Field(
-        None, description="What the text front end changed, when it changed anything: "
+        None,
+        description="What the text front end changed, when it changed anything: "
         "foreign_chars_dropped, emoji_dropped, tags_removed, readings_expanded, ssml_breaks, "
-        "ssml_say_as, rate_ignored, lexicon_entries, lexicon_phonemes_skipped")
+        "ssml_say_as, rate_ignored, lexicon_entries, lexicon_phonemes_skipped",
+    )
     loudness_target: float | None = Field(None, description="LUFS the job was levelled to, if any")
     lexicon_id: str | None = Field(None, description="The lexicon the job renders (or rendered) with, if any")
     lexicon_version: int | None = None
     loudness_lufs: float | None = Field(None, description="Integrated loudness of the stored audio (BS.1770)")
     true_peak_dbtp: float | None = Field(None, description="True peak of the stored audio, dBTP")
-    verdict: str | None = Field(None, description="The check of the audio against its text: clean, suspect, bad "
-                                "or not_checked; pending while its check waits on the verify queue; null where the job "
-                                "is not checked (SYNTH_VERIFY)")
+    verdict: str | None = Field(
+        None,
+        description="The check of the audio against its text: clean, suspect, bad "
+        "or not_checked; pending while its check waits on the verify queue; null where the job "
+        "is not checked (SYNTH_VERIFY)",
+    )
     verdict_reasons: list[str] | None = None
-    captions_url: str | None = Field(None, description="GET it (?format=srt|vtt|json) for the word times, "
-                                     "where the job was checked")
+    captions_url: str | None = Field(
+        None, description="GET it (?format=srt|vtt|json) for the word times, where the job was checked"
+    )
 
 
 class BatchOut(BaseModel):
@@ -192,8 +225,11 @@ class BatchOut(BaseModel):
     progress: float = Field(description="Finished (done, failed, cancelled) / total")
     audio_seconds: float
     billable_characters: int
-    reused: int = Field(0, description="Done jobs whose audio was copied from an earlier render of the same "
-                                       "identity, for this key (SYNTH_REUSE)")
+    reused: int = Field(
+        0,
+        description="Done jobs whose audio was copied from an earlier render of the same "
+        "identity, for this key (SYNTH_REUSE)",
+    )
     reused_seconds: float = Field(0.0, description="The engine seconds those earlier renders took, not spent again")
     webhook_url: str | None
     webhook_events: list[str] | None
@@ -261,8 +297,9 @@ class UsageOut(BaseModel):
     day: str = Field(description="Today, a UTC day (YYYY-MM-DD); usage is counted when a job is done")
     today: UsageCounts
     month: UsageCounts = Field(description="This UTC month, today included")
-    unfinished_chars: int = Field(description="Characters of this key's jobs not yet done; they count "
-                                              "against chars_per_day")
+    unfinished_chars: int = Field(
+        description="Characters of this key's jobs not yet done; they count against chars_per_day"
+    )
     quotas: Quotas
     resets_in_s: int = Field(description="Seconds until the day's quotas reset (00:00 UTC)")
 
@@ -278,11 +315,13 @@ class ChapterOut(BaseModel):
 
 
 class DocumentOut(BaseModel):
-    id: str = Field(description="The document's id, which is also its batch's: /v1/batches/{id} and its items "
-                                "serve its jobs")
+    id: str = Field(
+        description="The document's id, which is also its batch's: /v1/batches/{id} and its items serve its jobs"
+    )
     status: Literal["queued", "running", "assembling", "finished", "failed", "cancelled"] = Field(
         description="failed: a job failed (POST /v1/batches/{id}/retry, and the document is assembled once "
-                    "its jobs are done), or the assembly did (error)")
+        "its jobs are done), or the assembly did (error)"
+    )
     title: str
     author: str | None
     format: str
@@ -299,8 +338,10 @@ class DocumentOut(BaseModel):
 
 class RerenderIn(_In):
     chapters: list[Annotated[int, Field(ge=1, le=9999), BeforeValidator(_whole)]] = Field(
-        min_length=1, max_length=9999, description="Chapters to render again, numbered from 1 as the document's "
-                                                   "`chapters` are")
+        min_length=1,
+        max_length=9999,
+        description="Chapters to render again, numbered from 1 as the document's `chapters` are",
+    )
 
 
 class RerenderedChapter(BaseModel):

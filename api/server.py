@@ -38,8 +38,10 @@ WARN_EVERY_S = 60.0
 FILE_RESERVE = 256
 OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _REFUSED_BODY = json.dumps({"detail": "the server is at its connection limit; try again shortly"}).encode()
-REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
-           b"connection: close\r\ncontent-length: " + str(len(_REFUSED_BODY)).encode() + b"\r\n\r\n" + _REFUSED_BODY)
+REFUSED = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+    b"connection: close\r\ncontent-length: " + str(len(_REFUSED_BODY)).encode() + b"\r\n\r\n" + _REFUSED_BODY
+)
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,13 @@ class ConnectionGuard:
             return True
         oldest = next(iter(self.waiting), None)
         if (times := self.warning.due()) is not None:
-            logger.warning("%d connections open, over SYNTH_API_MAX_CONNECTIONS (%d; %d times since this was "
-                           "last logged): %s", len(connections), self.limits.max_connections, times,
-                           "closing those slowest to send headers" if oldest else "refusing new ones with 503")
+            logger.warning(
+                "%d connections open, over SYNTH_API_MAX_CONNECTIONS (%d; %d times since this was last logged): %s",
+                len(connections),
+                self.limits.max_connections,
+                times,
+                "closing those slowest to send headers" if oldest else "refusing new ones with 503",
+            )
         if oldest is None:
             return False
         oldest.close_waiting()
@@ -165,8 +171,12 @@ class ResourceErrorLog:
             loop.default_exception_handler(context)
             return
         if (times := self.once.due()) is not None:
-            logger.error("%s: %s (%d times since this was last logged); see SYNTH_API_MAX_CONNECTIONS and "
-                         "the open-file limit", context.get("message", "out of resources"), error, times)
+            logger.error(
+                "%s: %s (%d times since this was last logged); see SYNTH_API_MAX_CONNECTIONS and the open-file limit",
+                context.get("message", "out of resources"),
+                error,
+                times,
+            )
 
 
 class RedactedQuery(logging.Filter):
@@ -192,9 +202,14 @@ def server(app: Any, settings: Settings, *, host: str, port: int, **options: Any
     """A server for ``app`` with the connection limits of ``settings``; ``options`` go to uvicorn."""
     limits = ConnectionLimits.of(settings)
     # uvicorn calls ``http`` to make each connection's protocol; its annotation asks for a class
-    config = uvicorn.Config(app, host=host, port=port, timeout_keep_alive=limits.keep_alive,
-                            http=functools.partial(GuardedH11Protocol, guard=ConnectionGuard(limits)),  # type: ignore[arg-type]
-                            **options)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        timeout_keep_alive=limits.keep_alive,
+        http=functools.partial(GuardedH11Protocol, guard=ConnectionGuard(limits)),  # type: ignore[arg-type]
+        **options,
+    )
     logging.getLogger("uvicorn.access").addFilter(RedactedQuery())
     return Server(config)
 
@@ -210,6 +225,10 @@ def fit_file_limit(max_connections: int) -> None:
     if raised > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
     if raised < need:
-        logger.warning("the open-file limit (%d) is below SYNTH_API_MAX_CONNECTIONS (%d) plus the %d the API "
-                       "keeps for itself: raise it (ulimit -n, LimitNOFILE=) or lower the setting",
-                       raised, max_connections, FILE_RESERVE)
+        logger.warning(
+            "the open-file limit (%d) is below SYNTH_API_MAX_CONNECTIONS (%d) plus the %d the API "
+            "keeps for itself: raise it (ulimit -n, LimitNOFILE=) or lower the setting",
+            raised,
+            max_connections,
+            FILE_RESERVE,
+        )

@@ -28,9 +28,9 @@ class ApiState:
     sessions: sessionmaker[Session]
     store: ObjectStore
     celery: Celery
-    redis: Redis                # rate limits, readiness (a bounded pool, shared by the request threads)
-    aredis: aioredis.Redis      # small async checks beside the live streams (a bounded pool)
-    live: LiveHub               # every live stream, read over one connection (api/livehub.py)
+    redis: Redis  # rate limits, readiness (a bounded pool, shared by the request threads)
+    aredis: aioredis.Redis  # small async checks beside the live streams (a bounded pool)
+    live: LiveHub  # every live stream, read over one connection (api/livehub.py)
     metrics: Metrics
     # a speech request's job: created with others waiting, in one transaction (api/creating.py)
     create_speech: Callable[[Callable[[], PlannedBatch]], Awaitable[str]] | None = None

@@ -24,11 +24,17 @@ from pipeline.live import END, PCM, START, alive_key, stream_key
 
 STREAM_FORMATS = ("wav", "pcm")
 SPEECH_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
-CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
-                 "wav": "audio/wav", "pcm": "audio/pcm"}
-OPENAI_PCM_RATE = 24_000     # OpenAI's `pcm` is 24 kHz 16-bit mono
-IDLE_S = 120.0               # longest silence between two chunks of a running job
-_POLL_S = 1.0            # a quiet stream is checked this often
+CONTENT_TYPES = {
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+    "aac": "audio/aac",
+    "flac": "audio/flac",
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+}
+OPENAI_PCM_RATE = 24_000  # OpenAI's `pcm` is 24 kHz 16-bit mono
+IDLE_S = 120.0  # longest silence between two chunks of a running job
+_POLL_S = 1.0  # a quiet stream is checked this often
 _FFMPEG_ARGS = {
     "mp3": ["-c:a", "libmp3lame", "-b:a", "64k", "-f", "mp3"],
     "opus": ["-ar", "48000", "-c:a", "libopus", "-b:a", "32k", "-f", "ogg"],
@@ -57,12 +63,18 @@ class WorkerLostError(LiveStreamError):
 @dataclass
 class LiveStream:
     sample_rate: int
-    pcm: AsyncIterator[bytes]   # little-endian int16 mono
+    pcm: AsyncIterator[bytes]  # little-endian int16 mono
 
 
-async def open_live(hub: LiveHub, client: aioredis.Redis, job_id: str,
-                    job_finished: Callable[[], Awaitable[bool]], wait_s: float,
-                    owner: str | None = None, quota: int | None = None) -> LiveStream | None:
+async def open_live(
+    hub: LiveHub,
+    client: aioredis.Redis,
+    job_id: str,
+    job_finished: Callable[[], Awaitable[bool]],
+    wait_s: float,
+    owner: str | None = None,
+    quota: int | None = None,
+) -> LiveStream | None:
     """Wait for the job's live audio to start. None when the job finished without one (a batch job,
     or its live copy expired): the caller falls back to the stored file. LiveStreamError when the
     job failed before its first audio, or did not start within ``wait_s``; LiveCapacityError when
@@ -85,8 +97,10 @@ async def open_live(hub: LiveHub, client: aioredis.Redis, job_id: str,
                 hub.close_listener(listener)
                 return None
             if time.monotonic() > deadline:
-                raise LiveStartTimeout(f"no worker started job {job_id} within {wait_s:g} s; it stays queued: "
-                                       f"GET /v1/jobs/{job_id}/stream later")
+                raise LiveStartTimeout(
+                    f"no worker started job {job_id} within {wait_s:g} s; it stays queued: "
+                    f"GET /v1/jobs/{job_id}/stream later"
+                )
     except BaseException:
         hub.close_listener(listener)
         raise
@@ -132,9 +146,15 @@ async def _check_quiet(client: aioredis.Redis, key: str, owner: str, quiet_s: fl
 def wav_header(sample_rate: int) -> bytes:
     """A PCM16 mono WAV header whose sizes say "unknown" (0xFFFFFFFF), as streaming servers send."""
     unknown = 0xFFFFFFFF
-    return (b"RIFF" + struct.pack("<I", unknown) + b"WAVE"
-            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
-            + b"data" + struct.pack("<I", unknown))
+    return (
+        b"RIFF"
+        + struct.pack("<I", unknown)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+        + b"data"
+        + struct.pack("<I", unknown)
+    )
 
 
 def wav_pcm(data: bytes) -> tuple[int, bytes]:
@@ -147,8 +167,9 @@ async def once(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-async def encode(pcm: AsyncIterator[bytes], sample_rate: int, fmt: str, speed: float = 1.0,
-                 pcm_rate: int | None = None) -> AsyncIterator[bytes]:
+async def encode(
+    pcm: AsyncIterator[bytes], sample_rate: int, fmt: str, speed: float = 1.0, pcm_rate: int | None = None
+) -> AsyncIterator[bytes]:
     """PCM16 chunks -> ``fmt`` chunks, as they come. ``pcm_rate``: resample raw PCM to this rate
     (OpenAI's 24 kHz); None keeps the engine's."""
     pcm_rate = pcm_rate or sample_rate
@@ -182,11 +203,28 @@ def _tempo(speed: float) -> list[str]:
 
 async def _ffmpeg(pcm: AsyncIterator[bytes], sample_rate: int, out_args: list[str]) -> AsyncIterator[bytes]:
     proc = await asyncio.create_subprocess_exec(
-        ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-f", "s16le", "-ar", str(sample_rate), "-ac", "1",
-        "-i", "pipe:0", *out_args, "-flush_packets", "1", "pipe:1",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        ffmpeg_exe(),
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-f",
+        "s16le",
+        "-ar",
+        str(sample_rate),
+        "-ac",
+        "1",
+        "-i",
+        "pipe:0",
+        *out_args,
+        "-flush_packets",
+        "1",
+        "pipe:1",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
-    assert stdin is not None and stdout is not None and stderr is not None   # all three are pipes
+    assert stdin is not None and stdout is not None and stderr is not None  # all three are pipes
 
     async def feed() -> None:
         try:

@@ -16,8 +16,17 @@ from pipeline.audio import ffmpeg_exe
 from pipeline.errors import StorageError
 
 
-async def whole(pcm: AsyncIterator[bytes], sample_rate: int, fmt: str, *, job_id: str, speed: float = 1.0,
-                pcm_rate: int | None = None, headers: dict | None = None, failed_status: int = 409) -> Response:
+async def whole(
+    pcm: AsyncIterator[bytes],
+    sample_rate: int,
+    fmt: str,
+    *,
+    job_id: str,
+    speed: float = 1.0,
+    pcm_rate: int | None = None,
+    headers: dict | None = None,
+    failed_status: int = 409,
+) -> Response:
     """Encode all of ``pcm`` as ``fmt`` and answer it in one body: a complete source, or a live one
     waited out (HTTP ``failed_status`` if it breaks first)."""
     try:
@@ -34,7 +43,7 @@ def with_sizes(wav: bytes) -> bytes:
     out = bytearray(wav)
     pos = 12
     while pos + 8 <= len(out):
-        chunk, size = out[pos:pos + 4], struct.unpack_from("<I", out, pos + 4)[0]
+        chunk, size = out[pos : pos + 4], struct.unpack_from("<I", out, pos + 4)[0]
         if chunk == b"data":
             struct.pack_into("<I", out, pos + 4, len(out) - pos - 8)
             break
@@ -47,8 +56,25 @@ def stored_pcm(data: bytes, fmt: str) -> tuple[int, bytes]:
     """(sample rate, PCM16 mono) of a stored file: WAV read directly, the others decoded by ffmpeg."""
     if fmt == "wav":
         return wav_pcm(data)
-    done = subprocess.run([ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-i", "pipe:0", "-ac", "1",
-                           "-c:a", "pcm_s16le", "-f", "wav", "pipe:1"], input=data, capture_output=True)
+    done = subprocess.run(
+        [
+            ffmpeg_exe(),
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-i",
+            "pipe:0",
+            "-ac",
+            "1",
+            "-c:a",
+            "pcm_s16le",
+            "-f",
+            "wav",
+            "pipe:1",
+        ],
+        input=data,
+        capture_output=True,
+    )
     if done.returncode != 0:
         raise StorageError(f"the stored {fmt} file cannot be decoded: {done.stderr.decode(errors='replace')[:300]}")
     return wav_pcm(with_sizes(done.stdout))

@@ -14,8 +14,12 @@ from worker.enqueue import check_broker
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (0.0.0.0: every interface, as behind a load balancer).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (0.0.0.0: every interface, as behind a load balancer).",
+)
 @click.option("--port", default=8000, show_default=True, type=int, help="Port to listen on.")
 def api(host: str, port: int) -> None:
     """Serve the REST API (OpenAPI at /openapi.json, docs at /docs). Needs the database at the
@@ -35,8 +39,9 @@ def api(host: str, port: int) -> None:
         # "Application startup failed". Said here in one line, with the address, as submit does.
         check_broker(make_producer(settings, broker_url))
         server.fit_file_limit(settings.api_max_connections)
-        httpd = server.server(create_app(settings, broker_url=broker_url, serving=True), settings,
-                              host=host, port=port, log_level="info")
+        httpd = server.server(
+            create_app(settings, broker_url=broker_url, serving=True), settings, host=host, port=port, log_level="info"
+        )
         try:
             httpd.run()
         except KeyboardInterrupt:  # uvicorn raises the Ctrl-C it held back once it has shut down
@@ -56,10 +61,17 @@ def closed_routes_warning(host: str, settings: Settings) -> str | None:
     except ValueError:
         if host == "localhost":
             return None
-    closed = [route for route, tokens in (("/dashboard", [settings.dashboard_token]),
-                                          ("/metrics", [settings.metrics_token, settings.dashboard_token]))
-              if not any(tokens)]
+    closed = [
+        route
+        for route, tokens in (
+            ("/dashboard", [settings.dashboard_token]),
+            ("/metrics", [settings.metrics_token, settings.dashboard_token]),
+        )
+        if not any(tokens)
+    ]
     if not closed:
         return None
-    return (f"{' and '.join(closed)} answer loopback clients only: set SYNTH_DASHBOARD_TOKEN "
-            f"(and SYNTH_METRICS_TOKEN for a Prometheus scraper) to open them to others with a Bearer token")
+    return (
+        f"{' and '.join(closed)} answer loopback clients only: set SYNTH_DASHBOARD_TOKEN "
+        f"(and SYNTH_METRICS_TOKEN for a Prometheus scraper) to open them to others with a Bearer token"
+    )

@@ -31,8 +31,11 @@ def cancel(batch: str) -> None:
         batch_id = resolve_batch(session, batch, "cancelling").id
         cancelled = lifecycle.cancel(session, store, batch_id)
         session.commit()
-    click.echo(f"batch {batch_id}: {counted(cancelled, 'job cancelled', 'jobs cancelled')}; running jobs "
-               f"finish; `synth status {batch_id}` shows what is left", err=True)
+    click.echo(
+        f"batch {batch_id}: {counted(cancelled, 'job cancelled', 'jobs cancelled')}; running jobs "
+        f"finish; `synth status {batch_id}` shows what is left",
+        err=True,
+    )
 
 
 @click.command()
@@ -48,8 +51,7 @@ def delete(batch: str, yes: bool) -> None:
         found = resolve_batch(session, batch, "deleting")
         batch_id, what = found.id, f"batch {found.id}{f' ({found.name})' if found.name else ''}"
         jobs = found.total_jobs
-    if not yes and not click.confirm(f"Delete {what}: {counted(jobs, 'job')}, its audio and manifest?",
-                                     err=True):
+    if not yes and not click.confirm(f"Delete {what}: {counted(jobs, 'job')}, its audio and manifest?", err=True):
         click.echo("nothing deleted", err=True)
         sys.exit(1)
     # Live copies of realtime audio are in Redis; an embedded one is not running, and they expire.
@@ -66,12 +68,19 @@ def delete(batch: str, yes: bool) -> None:
 
 @click.command()
 @click.argument("batch")
-@click.option("--failed", is_flag=True, default=True,
-              help="Retry the batch's failed jobs (the default; done and cancelled jobs never run again).")
+@click.option(
+    "--failed",
+    is_flag=True,
+    default=True,
+    help="Retry the batch's failed jobs (the default; done and cancelled jobs never run again).",
+)
 @click.option("--reason", metavar="TEXT", help="Retry only the failed jobs whose error contains TEXT.")
-@click.option("--wait/--no-wait", default=None,
-              help="Wait for the retried jobs to finish. Embedded mode always waits; with SYNTH_REDIS_URL "
-                   "the default is to enqueue and return.")
+@click.option(
+    "--wait/--no-wait",
+    default=None,
+    help="Wait for the retried jobs to finish. Embedded mode always waits; with SYNTH_REDIS_URL "
+    "the default is to enqueue and return.",
+)
 def retry(batch: str, failed: bool, reason: str | None, wait: bool | None) -> None:
     """Queue a batch's failed jobs again, keeping their ids and client ids; the batch reopens and
     closes again, with a fresh manifest, when they finish. BATCH is an id, id prefix or name."""
@@ -88,8 +97,11 @@ def retry(batch: str, failed: bool, reason: str | None, wait: bool | None) -> No
         # Sent after the commit; a job whose message is lost here is re-sent by the reconciler.
         send_messages(app, by_queue, settings.jobs_per_task)
         retried = sum(len(ids) for ids in by_queue.values())
-        click.echo(f"batch {batch_id}: {counted(retried, 'failed job queued again', 'failed jobs queued again')}; "
-                   f"`synth status {batch_id}` shows progress", err=True)
+        click.echo(
+            f"batch {batch_id}: {counted(retried, 'failed job queued again', 'failed jobs queued again')}; "
+            f"`synth status {batch_id}` shows progress",
+            err=True,
+        )
         summary = wait_again(settings, broker_url, sessions, batch_id, wait=wait)
         if summary is None:
             return

@@ -15,8 +15,9 @@ def schedule_path(settings: Settings) -> Path:
 
 
 @click.command()
-@click.option("--loglevel", default="INFO", show_default=True,
-              help="Celery's log level: DEBUG, INFO, WARNING or ERROR.")
+@click.option(
+    "--loglevel", default="INFO", show_default=True, help="Celery's log level: DEBUG, INFO, WARNING or ERROR."
+)
 def beat(loglevel: str) -> None:
     """Run the scheduler: the nightly report (SYNTH_REPORT_CRON, default 06:00 UTC), hourly batch
     expiry (SYNTH_EXPIRE_CRON) and the webhook sweep. Run exactly one per deployment; workers do
@@ -30,5 +31,4 @@ def beat(loglevel: str) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     with broker(settings) as broker_url:
         app = make_app(settings, broker_url)
-        app.Beat(loglevel=loglevel, schedule=str(schedule_path(settings)),
-                 quiet=True).run()
+        app.Beat(loglevel=loglevel, schedule=str(schedule_path(settings)), quiet=True).run()

@@ -18,15 +18,27 @@ from pipeline.verify.recognizer import load_recognizer
 @click.command()
 @click.argument("audio", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--text", help="The text the audio should say.")
-@click.option("--text-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A UTF-8 file holding the text the audio should say (instead of --text).")
-@click.option("--language", default="en_US", show_default=True,
-              help="The language the audio speaks; without a recognizer for it the verdict is not_checked.")
+@click.option(
+    "--text-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A UTF-8 file holding the text the audio should say (instead of --text).",
+)
+@click.option(
+    "--language",
+    default="en_US",
+    show_default=True,
+    help="The language the audio speaks; without a recognizer for it the verdict is not_checked.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict, scores and word timings as JSON.")
-@click.option("--captions", "caption_format", type=click.Choice(captions.FORMATS),
-              help="Print the word timings as captions (json, srt or vtt) instead of the report.")
-def check(audio: Path, text: str | None, text_file: Path | None, language: str, as_json: bool,
-          caption_format: str | None) -> None:
+@click.option(
+    "--captions",
+    "caption_format",
+    type=click.Choice(captions.FORMATS),
+    help="Print the word timings as captions (json, srt or vtt) instead of the report.",
+)
+def check(
+    audio: Path, text: str | None, text_file: Path | None, language: str, as_json: bool, caption_format: str | None
+) -> None:
     """Check that AUDIO (any file ffmpeg reads) says its text: the verdict (clean, suspect, bad or
     not_checked), its scores and reasons, and the time of each word.
 
@@ -45,7 +57,7 @@ def check(audio: Path, text: str | None, text_file: Path | None, language: str, 
             text = text_file.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError as e:
             raise InputError(f"{text_file}: not UTF-8 text (byte {e.start})") from e
-    assert text is not None   # one of the two, checked above
+    assert text is not None  # one of the two, checked above
     if not text.strip():
         # an empty text is a slip of the shell or the script, not a check that passes
         raise InputError("the text is empty: give the words the audio should say")
@@ -54,7 +66,7 @@ def check(audio: Path, text: str | None, text_file: Path | None, language: str, 
     result = verdict.check(samples, rate, text, VoiceProfile("check", (language,)), recognizer)
     if caption_format:
         words = result.caption_words
-        if result.words is None or words is None:   # (the second follows from the first)
+        if result.words is None or words is None:  # (the second follows from the first)
             raise click.ClickException(f"no word timings: {'; '.join(result.reasons) or 'alignment failed'}")
         click.echo(captions.render(words, caption_format), nl=False)
     elif as_json:

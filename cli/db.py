@@ -15,8 +15,9 @@ def db() -> None:
 
 
 @db.command()
-@click.option("--revision", default="head", show_default=True,
-              help="The migration to bring the schema to (head: the newest).")
+@click.option(
+    "--revision", default="head", show_default=True, help="The migration to bring the schema to (head: the newest)."
+)
 def upgrade(revision: str) -> None:
     """Apply migrations to SYNTH_DATABASE_URL (or the embedded SQLite file)."""
     settings = Settings()

@@ -49,8 +49,9 @@ def resolve_batch(session, ref: str, doing: str):
     if batch.name == ref and not batch.id.startswith(ref):
         named = db.count_batches_named(session, ref)
         if named > 1:
-            click.echo(f"{named} batches are named {ref}; {doing} the newest, {batch.id}; use an id for another",
-                       err=True)
+            click.echo(
+                f"{named} batches are named {ref}; {doing} the newest, {batch.id}; use an id for another", err=True
+            )
     return batch
 
 
@@ -74,21 +75,37 @@ def status(batch: str, as_json: bool) -> None:
         return
     print_summary(summary)
     if dead_letters:
-        click.echo(f"{counted(dead_letters, 'message')} in {deadletter.DEADLETTER}: taken off a queue but not "
-                   "a task synth can run (see docs/operations.md)", err=True)
+        click.echo(
+            f"{counted(dead_letters, 'message')} in {deadletter.DEADLETTER}: taken off a queue but not "
+            "a task synth can run (see docs/operations.md)",
+            err=True,
+        )
     open_jobs = sum(summary.counts.get(s.value, 0) for s in JobStatus if not s.terminal)
     if open_jobs:
-        click.echo(f"{counted(open_jobs, 'job')} not finished: " + ", ".join(
-            f"{n} {s}" for s, n in summary.counts.items() if n and not JobStatus(s).terminal), err=True)
+        click.echo(
+            f"{counted(open_jobs, 'job')} not finished: "
+            + ", ".join(f"{n} {s}" for s, n in summary.counts.items() if n and not JobStatus(s).terminal),
+            err=True,
+        )
 
 
 @click.command()
 @click.argument("batch")
-@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True, help="Folder to write the audio files and manifest.jsonl into.")
-@click.option("--captions/--no-captions", default=True, show_default=True,
-              help="Also write each checked job's word times beside its audio: NAME.srt, NAME.vtt and "
-                   "NAME.words.json (SYNTH_VERIFY says which jobs are checked).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Folder to write the audio files and manifest.jsonl into.",
+)
+@click.option(
+    "--captions/--no-captions",
+    default=True,
+    show_default=True,
+    help="Also write each checked job's word times beside its audio: NAME.srt, NAME.vtt and "
+    "NAME.words.json (SYNTH_VERIFY says which jobs are checked).",
+)
 def fetch(batch: str, output: Path, captions: bool) -> None:
     """Download a batch's audio files (named by client id, -2, -3 ... where two ids make one name)
     and its manifest. BATCH is an id, id prefix or name (the newest batch of that name)."""
@@ -105,10 +122,8 @@ def fetch_batch(settings: Settings, sessions, batch_id: str, output: Path, *, ca
     with sessions() as session:
         lines = manifest_lines(session, store, batch_id)
     done = [line for line in lines if line["object_key"] and line["status"] == "done"]
-    names = file_names([line["client_id"] for line in done],
-                       [line["object_key"].rsplit(".", 1)[-1] for line in done])
-    for line, name in tqdm(list(zip(done, names)), desc="fetch", unit="file", file=sys.stderr,
-                           disable=len(done) < 20):
+    names = file_names([line["client_id"] for line in done], [line["object_key"].rsplit(".", 1)[-1] for line in done])
+    for line, name in tqdm(list(zip(done, names)), desc="fetch", unit="file", file=sys.stderr, disable=len(done) < 20):
         _write(output / name, store.get(line["object_key"]))
         line["file"] = name
         if captions and line.get("captions"):
@@ -117,10 +132,15 @@ def fetch_batch(settings: Settings, sessions, batch_id: str, output: Path, *, ca
                 suffix = "words.json" if fmt == "json" else fmt
                 _write(output / f"{stem}.{suffix}", store.get(caption_key(line["object_key"], fmt)))
     key = manifest_key(batch_id)
-    _write(output / "manifest.jsonl",
-           "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode("utf-8"))
-    click.echo(f"wrote {counted(len(done), 'audio file')} and manifest.jsonl to {output} "
-               f"(stored manifest: {(store.url(key) or key) if store.exists(key) else 'not yet written'})", err=True)
+    _write(
+        output / "manifest.jsonl",
+        "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode("utf-8"),
+    )
+    click.echo(
+        f"wrote {counted(len(done), 'audio file')} and manifest.jsonl to {output} "
+        f"(stored manifest: {(store.url(key) or key) if store.exists(key) else 'not yet written'})",
+        err=True,
+    )
 
 
 def writable_folder(output: Path) -> None:

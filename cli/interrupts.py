@@ -24,7 +24,7 @@ class Interrupts:
         self.count = 0
         self._told = False
 
-    def _handle(self, signum, frame) -> None:   # only counts: see the module's docstring
+    def _handle(self, signum, frame) -> None:  # only counts: see the module's docstring
         self.count += 1
 
     def check(self, batch_id: str) -> None:
@@ -33,8 +33,11 @@ class Interrupts:
             raise WithdrawRequested(batch_id)
         if self.count and not self._told:
             self._told = True
-            click.echo(f"\ninterrupted: finishing the enqueue of batch {batch_id}, so that no job is left "
-                       "without its message; Ctrl-C again to withdraw the batch instead", err=True)
+            click.echo(
+                f"\ninterrupted: finishing the enqueue of batch {batch_id}, so that no job is left "
+                "without its message; Ctrl-C again to withdraw the batch instead",
+                err=True,
+            )
 
 
 @contextlib.contextmanager

@@ -44,16 +44,29 @@ def list_(as_json: bool) -> None:
         revoked = as_utc(k.revoked_at).isoformat() if k.revoked_at else None
         created = as_utc(k.created_at).isoformat()
         if as_json:
-            click.echo(json.dumps({"id": k.id, "name": k.name, "prefix": k.prefix, "created_at": created,
-                                   "revoked_at": revoked, "quotas": {q: getattr(k, q) for q in usage.QUOTAS},
-                                   "today": row.today.as_dict()}))
+            click.echo(
+                json.dumps(
+                    {
+                        "id": k.id,
+                        "name": k.name,
+                        "prefix": k.prefix,
+                        "created_at": created,
+                        "revoked_at": revoked,
+                        "quotas": {q: getattr(k, q) for q in usage.QUOTAS},
+                        "today": row.today.as_dict(),
+                    }
+                )
+            )
             continue
-        click.echo(f"{k.id}  {k.prefix}…  {created[:19]}  {'revoked ' + revoked[:19] if revoked else 'active'}"
-                   f"  {k.name}")
+        click.echo(
+            f"{k.id}  {k.prefix}…  {created[:19]}  {'revoked ' + revoked[:19] if revoked else 'active'}  {k.name}"
+        )
         if not revoked:
-            click.echo(f"    today: {row.today.chars:,} / {limit_text(k.chars_per_day)} chars, "
-                       f"{row.today.audio_s:,.1f} / {limit_text(k.audio_s_per_day)} audio s; "
-                       f"live streams {limit_text(k.live_streams)}")
+            click.echo(
+                f"    today: {row.today.chars:,} / {limit_text(k.chars_per_day)} chars, "
+                f"{row.today.audio_s:,.1f} / {limit_text(k.audio_s_per_day)} audio s; "
+                f"live streams {limit_text(k.live_streams)}"
+            )
 
 
 def limit_text(value: float | None) -> str:
@@ -82,18 +95,31 @@ class QuotaValue(click.ParamType):
         return number
 
 
-NO_LIMIT = object()   # "none" given: the option's None means it was not given
+NO_LIMIT = object()  # "none" given: the option's None means it was not given
 
 
 @keys.command()
 @click.argument("key_name")
-@click.option("--chars-per-day", type=QuotaValue(int), default=None,
-              help="Characters per UTC day, done and unfinished jobs together (none: no limit).")
-@click.option("--audio-seconds-per-day", "audio_s_per_day", type=QuotaValue(float), default=None,
-              help="Seconds of audio rendered per UTC day; past it, new work is refused (none: no limit).")
-@click.option("--live-streams", type=QuotaValue(int), default=None,
-              help="Live streams open at once per API process, under SYNTH_API_MAX_LIVE_STREAMS_PER_KEY "
-                   "(none: that setting alone).")
+@click.option(
+    "--chars-per-day",
+    type=QuotaValue(int),
+    default=None,
+    help="Characters per UTC day, done and unfinished jobs together (none: no limit).",
+)
+@click.option(
+    "--audio-seconds-per-day",
+    "audio_s_per_day",
+    type=QuotaValue(float),
+    default=None,
+    help="Seconds of audio rendered per UTC day; past it, new work is refused (none: no limit).",
+)
+@click.option(
+    "--live-streams",
+    type=QuotaValue(int),
+    default=None,
+    help="Live streams open at once per API process, under SYNTH_API_MAX_LIVE_STREAMS_PER_KEY "
+    "(none: that setting alone).",
+)
 def quota(key_name: str, **limits) -> None:
     """Set or remove a key's quotas (KEY_NAME: its name, or its id). Past one, the key's requests
     to create work answer 429 with Retry-After; nothing queued is cancelled."""
@@ -106,8 +132,11 @@ def quota(key_name: str, **limits) -> None:
         usage.set_quotas(session, key.id, changes)
         session.commit()
         session.refresh(key)
-        click.echo(f"key {key.id} ({key.name}): " + ", ".join(
-            f"{q.replace('_', ' ')} {limit_text(getattr(key, q))}" for q in usage.QUOTAS), err=True)
+        click.echo(
+            f"key {key.id} ({key.name}): "
+            + ", ".join(f"{q.replace('_', ' ')} {limit_text(getattr(key, q))}" for q in usage.QUOTAS),
+            err=True,
+        )
 
 
 @keys.command()
@@ -120,13 +149,15 @@ def revoke(key_id: str) -> None:
     with sessions() as session:
         if not api_keys.revoke_key(session, key_id):
             raise InputError(f"no active key with id {key_id!r} (see `synth keys list`)")
-        session.commit()   # revoked first: nothing below may keep the key alive
+        session.commit()  # revoked first: nothing below may keep the key alive
     click.echo(f"key {key_id} revoked", err=True)
     try:
         with sessions() as session:
             cancelled = lifecycle.cancel_owned(session, open_store(settings), key_id)
             session.commit()
     except (ServiceUnavailableError, StorageError) as e:
-        raise ServiceUnavailableError(f"key {key_id} is revoked, but its queued jobs could not be cancelled "
-                                      f"({e}); workers cancel them as they reach them") from e
+        raise ServiceUnavailableError(
+            f"key {key_id} is revoked, but its queued jobs could not be cancelled "
+            f"({e}); workers cancel them as they reach them"
+        ) from e
     click.echo(f"{counted(cancelled, 'queued job')} cancelled", err=True)

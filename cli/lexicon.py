@@ -25,8 +25,14 @@ from worker.app import make_producer
 from worker.enqueue import check_broker, send_messages
 
 OWNER = lexicons.LOCAL_OWNER
-NAME = click.option("--lexicon", "name", default=lexicons.DEFAULT_NAME, show_default=True, metavar="NAME",
-                    help="The lexicon (name or id).")
+NAME = click.option(
+    "--lexicon",
+    "name",
+    default=lexicons.DEFAULT_NAME,
+    show_default=True,
+    metavar="NAME",
+    help="The lexicon (name or id).",
+)
 
 
 @click.group()
@@ -59,8 +65,9 @@ def _change(name: str, added: list[Entry], removed: Sequence[str] = (), replace:
             changed = lexicons.change(session, checker, found, added=added, removed=list(removed), replace=replace)
         session.commit()
         what = f"version {found.version}, {counted(found.entry_count, 'entry', 'entries')}"
-        click.echo(f"lexicon {found.name}: {what}" if changed else f"lexicon {found.name}: no change ({what})",
-                   err=True)
+        click.echo(
+            f"lexicon {found.name}: {what}" if changed else f"lexicon {found.name}: no change ({what})", err=True
+        )
 
 
 @lexicon.command()
@@ -93,8 +100,17 @@ def list_(as_json: bool) -> None:
         rows = lexicons.list_for(session, owner=OWNER)
     for x in rows:
         if as_json:
-            click.echo(json.dumps({"id": x.id, "name": x.name, "version": x.version, "entry_count": x.entry_count,
-                                   "updated_at": as_utc(x.updated_at).isoformat()}))
+            click.echo(
+                json.dumps(
+                    {
+                        "id": x.id,
+                        "name": x.name,
+                        "version": x.version,
+                        "entry_count": x.entry_count,
+                        "updated_at": as_utc(x.updated_at).isoformat(),
+                    }
+                )
+            )
         else:
             click.echo(f"{x.id}  {x.name}  v{x.version}  {counted(x.entry_count, 'entry', 'entries')}")
 
@@ -109,8 +125,14 @@ def show(name: str, version: int | None) -> None:
 
 @lexicon.command("export")
 @click.argument("name", default=lexicons.DEFAULT_NAME)
-@click.option("--format", "fmt", type=click.Choice(["pls", "text"]), default="pls", show_default=True,
-              help="W3C PLS, or `word = says` lines.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["pls", "text"]),
+    default="pls",
+    show_default=True,
+    help="W3C PLS, or `word = says` lines.",
+)
 @click.option("--version", "version", type=int, help="This version [default: the latest].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here, not stdout.")
 def export(name: str, fmt: str, version: int | None, output: Path | None) -> None:
@@ -160,15 +182,14 @@ def delete(name: str) -> None:
 @lexicon.command()
 @click.argument("name")
 @click.option("--batch", "batch", required=True, help="The batch (id, id prefix or name) to bring up to date.")
-@click.option("--wait/--no-wait", default=None,
-              help="Wait for the re-rendered jobs. Embedded mode always waits.")
+@click.option("--wait/--no-wait", default=None, help="Wait for the re-rendered jobs. Embedded mode always waits.")
 def apply(name: str, batch: str, wait: bool | None) -> None:
     """Re-render, with NAME's latest version, only the jobs of BATCH whose text a changed entry
     touches; the other jobs and their audio stay as they are."""
     settings = Settings()
     _, sessions = open_database(settings)
     store = open_store(settings)
-    with sessions() as session:   # a typo is refused before a broker is started
+    with sessions() as session:  # a typo is refused before a broker is started
         batch_id = resolve_batch(session, batch, "applying a lexicon to").id
         lexicons.find(session, owner=OWNER, ref=name)
     with broker(settings) as broker_url:
@@ -179,8 +200,11 @@ def apply(name: str, batch: str, wait: bool | None) -> None:
             plan = rerender.plan(session, store, found, owner=OWNER, batch_id=batch_id)
             session.commit()
         send_messages(app, plan.by_queue, settings.jobs_per_task)
-        click.echo(f"batch {batch_id}: {counted(plan.rerendered, 'job')} re-rendered with {found.name} "
-                   f"version {found.version}, {plan.untouched} untouched", err=True)
+        click.echo(
+            f"batch {batch_id}: {counted(plan.rerendered, 'job')} re-rendered with {found.name} "
+            f"version {found.version}, {plan.untouched} untouched",
+            err=True,
+        )
         if not plan.rerendered:
             return
         summary = wait_again(settings, broker_url, sessions, batch_id, wait=wait)

@@ -16,12 +16,23 @@ from pipeline.errors import EngineUnavailableError, InputError, ServiceUnavailab
 # Each command's module is imported when that command runs: importing them all (the API's web
 # stack, the worker's, the report's) cost `synth submit` more than its own work.
 COMMANDS = {
-    "api": "cli.api:api", "assemble": "cli.document:assemble", "beat": "cli.beat:beat", "cancel": "cli.batches:cancel", "check": "cli.check:check",
-    "db": "cli.db:db", "delete": "cli.batches:delete", "fetch": "cli.inspect:fetch", "keys": "cli.keys:keys",
+    "api": "cli.api:api",
+    "assemble": "cli.document:assemble",
+    "beat": "cli.beat:beat",
+    "cancel": "cli.batches:cancel",
+    "check": "cli.check:check",
+    "db": "cli.db:db",
+    "delete": "cli.batches:delete",
+    "fetch": "cli.inspect:fetch",
+    "keys": "cli.keys:keys",
     "lexicon": "cli.lexicon:lexicon",
-    "models": "cli.models:models", "report": "cli.report:report", "rerender": "cli.document:rerender",
+    "models": "cli.models:models",
+    "report": "cli.report:report",
+    "rerender": "cli.document:rerender",
     "retry": "cli.batches:retry",
-    "status": "cli.inspect:status", "submit": "cli.submit:submit", "usage": "cli.usage:usage_",
+    "status": "cli.inspect:status",
+    "submit": "cli.submit:submit",
+    "usage": "cli.usage:usage_",
     "worker": "cli.worker:worker",
 }
 
@@ -38,8 +49,11 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--config", type=click.Path(exists=True, dir_okay=False),
-              help="TOML settings file (same keys as the SYNTH_* variables, lower case).")
+@click.option(
+    "--config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="TOML settings file (same keys as the SYNTH_* variables, lower case).",
+)
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 @click.version_option(package_name="synth")
 def cli(config: str | None, verbose: int) -> None:
@@ -56,8 +70,13 @@ def cli(config: str | None, verbose: int) -> None:
 
 
 # An engine that cannot start is a setting (or a missing extra) to fix, like bad input: exit 2.
-EXIT_CODES = ((InputError, 2), (EngineUnavailableError, 2), (ServiceUnavailableError, 3), (StorageError, 3),
-              (SynthError, 1))
+EXIT_CODES = (
+    (InputError, 2),
+    (EngineUnavailableError, 2),
+    (ServiceUnavailableError, 3),
+    (StorageError, 3),
+    (SynthError, 1),
+)
 
 
 def main() -> None:

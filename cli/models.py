@@ -16,8 +16,13 @@ def models() -> None:
 @models.command("make-tiny")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--seed", default=0, show_default=True, help="Seed for the random weights.")
-@click.option("--shape", type=click.Choice(["tiny", "orpheus-3b"]), default="tiny", show_default=True,
-              help="orpheus-3b: full-size random weights (6.6 GB, bf16) for GPU benchmarks.")
+@click.option(
+    "--shape",
+    type=click.Choice(["tiny", "orpheus-3b"]),
+    default="tiny",
+    show_default=True,
+    help="orpheus-3b: full-size random weights (6.6 GB, bf16) for GPU benchmarks.",
+)
 def make_tiny_command(directory: Path, seed: int, shape: str) -> None:
     """Write a tiny random-weight Orpheus checkpoint into DIRECTORY.
 

@@ -23,16 +23,24 @@ def parse_when(value: str | None, now: datetime, option: str) -> datetime | None
     try:
         parsed = datetime.fromisoformat(value.strip())
     except ValueError as e:
-        raise click.BadParameter(f"{value!r} is neither ISO 8601 (2026-11-20, 2026-11-20T06:00) nor a "
-                                 "span back from now (24h, 7d, 2w)", param_hint=f"'{option}'") from e
+        raise click.BadParameter(
+            f"{value!r} is neither ISO 8601 (2026-11-20, 2026-11-20T06:00) nor a span back from now (24h, 7d, 2w)",
+            param_hint=f"'{option}'",
+        ) from e
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 @click.command()
 @click.option("--since", help="Start (ISO 8601, UTC if no zone, or 24h/7d back from now) [default: --until - 24h].")
 @click.option("--until", help="End, exclusive [default: now].")
-@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True,
-              help="Markdown, HTML (with plots where synth[reports] is installed) or JSON.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "html", "json"]),
+    default="md",
+    show_default=True,
+    help="Markdown, HTML (with plots where synth[reports] is installed) or JSON.",
+)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
 def report(since: str | None, until: str | None, fmt: str, out: Path | None) -> None:
     """What the fleet did in a period: jobs, audio hours, failures, throughput per GPU type, worker,

@@ -41,10 +41,13 @@ class Child:
             return
         tail = _tail(self.log_path)
         if code == 2:
-            raise EngineUnavailableError(f"the embedded worker cannot start its engine: "
-                                         f"{tail.removeprefix('error: ')} (full log: {self.log_path})")
-        raise ServiceUnavailableError(f"the embedded worker exited with code {code}: {tail} "
-                                      f"(full log: {self.log_path})")
+            raise EngineUnavailableError(
+                f"the embedded worker cannot start its engine: "
+                f"{tail.removeprefix('error: ')} (full log: {self.log_path})"
+            )
+        raise ServiceUnavailableError(
+            f"the embedded worker exited with code {code}: {tail} (full log: {self.log_path})"
+        )
 
 
 @contextlib.contextmanager
@@ -55,9 +58,14 @@ def embedded_worker(settings: Settings, broker_url: str) -> Iterator[Child]:
     with open(log_path, "ab") as log:
         # It ends with this process however that ends (SIGTERM: a warm shutdown), as the embedded
         # Redis it works from does.
-        process = subprocess.Popen([sys.executable, "-m", "cli.main", "-v", "worker"], env=env,
-                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                   preexec_fn=die_with_parent())
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "-v", "worker"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
     try:
         yield Child(process, str(log_path))
     finally:
@@ -70,15 +78,20 @@ def embedded_worker(settings: Settings, broker_url: str) -> Iterator[Child]:
                 process.wait()
 
 
-def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = None,
-                   on_poll: Callable[[Session, str], None] | None = None) -> BatchSummary:
+def wait_for_batch(
+    sessions,
+    batch_id: str,
+    alive: Callable[[], None] | None = None,
+    on_poll: Callable[[Session, str], None] | None = None,
+) -> BatchSummary:
     """``on_poll(session, batch_id)``: called on each poll, for progress of its own (a document's chapters)."""
     with sessions() as session:
         total = session.get(Batch, batch_id).total_jobs
     # Redrawn in place on a terminal; into a log file, a line every 10 s rather than ten a second.
     interval = 0.1 if sys.stderr.isatty() else 10
-    with tqdm(total=total, desc="synthesize", unit="job", file=sys.stderr, dynamic_ncols=True,
-              mininterval=interval) as bar:
+    with tqdm(
+        total=total, desc="synthesize", unit="job", file=sys.stderr, dynamic_ncols=True, mininterval=interval
+    ) as bar:
         while True:
             asked = time.monotonic()
             with sessions() as session:
@@ -98,8 +111,15 @@ def wait_for_batch(sessions, batch_id: str, alive: Callable[[], None] | None = N
         return summarize(session, session.get(Batch, batch_id))
 
 
-def wait_again(settings: Settings, broker_url: str, sessions, batch_id: str, *, wait: bool | None,
-               on_poll: Callable[..., None] | None = None) -> BatchSummary | None:
+def wait_again(
+    settings: Settings,
+    broker_url: str,
+    sessions,
+    batch_id: str,
+    *,
+    wait: bool | None,
+    on_poll: Callable[..., None] | None = None,
+) -> BatchSummary | None:
     """A batch's jobs queued again (retry, a lexicon applied, a document's chapter rendered again):
     on the embedded broker a worker of its own renders them while this waits; elsewhere the fleet
     does, waited for if ``wait``. None: not waited for."""
@@ -112,24 +132,30 @@ def wait_again(settings: Settings, broker_url: str, sessions, batch_id: str, *, 
 def print_summary(s: BatchSummary) -> None:
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
     done, failed = s.counts.get("done", 0), s.counts.get("failed", 0)
-    echo(f"batch {s.batch_id}{f' ({s.name})' if s.name else ''}: {counted(s.total, 'job')}, {done} done, "
-         f"{failed} failed"
-         + (f", {counted(s.skipped_lines, 'empty line skipped', 'empty lines skipped')}" if s.skipped_lines else ""))
+    echo(
+        f"batch {s.batch_id}{f' ({s.name})' if s.name else ''}: {counted(s.total, 'job')}, {done} done, "
+        f"{failed} failed"
+        + (f", {counted(s.skipped_lines, 'empty line skipped', 'empty lines skipped')}" if s.skipped_lines else "")
+    )
     if s.wall_s:
         echo(f"audio {s.audio_s:,.1f} s in {s.wall_s:,.1f} s: {s.x_real_time:,.1f}x real time")
     if s.reused:
-        echo(f"reused: {counted(s.reused, 'job')} copied from earlier renders of the same text and settings, "
-             f"{s.reused_s:,.1f} s of engine time saved")
-    if s.ttfb_p50 is not None and s.ttfb_p95 is not None:   # the two are measured together
+        echo(
+            f"reused: {counted(s.reused, 'job')} copied from earlier renders of the same text and settings, "
+            f"{s.reused_s:,.1f} s of engine time saved"
+        )
+    if s.ttfb_p50 is not None and s.ttfb_p95 is not None:  # the two are measured together
         echo(f"TTFB p50 {s.ttfb_p50 * 1000:,.0f} ms, p95 {s.ttfb_p95 * 1000:,.0f} ms")
     if s.text_notes:
         echo(describe_text_notes(s.text_notes))
     if s.verdicts:
-        pending = s.verdicts.get("pending", 0)   # on the verify queue still
+        pending = s.verdicts.get("pending", 0)  # on the verify queue still
         checked = sum(s.verdicts.values()) - pending
-        echo(f"checked against the text: {s.verdicts.get('clean', 0)} of {counted(checked, 'job')} clean"
-             + "".join(f", {s.verdicts[v]} {v}" for v in ("suspect", "bad", "not_checked") if s.verdicts.get(v))
-             + (f", {pending} waiting for their check" if pending else ""))
+        echo(
+            f"checked against the text: {s.verdicts.get('clean', 0)} of {counted(checked, 'job')} clean"
+            + "".join(f", {s.verdicts[v]} {v}" for v in ("suspect", "bad", "not_checked") if s.verdicts.get(v))
+            + (f", {pending} waiting for their check" if pending else "")
+        )
     for client_id, verdict, reasons in s.flagged[:10]:
         echo(f"  {verdict} {client_id}: {reasons}")
     if len(s.flagged) > 10:

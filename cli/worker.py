@@ -14,14 +14,23 @@ from pipeline.errors import InputError
 @click.option("--gpu", type=int, help="Pin this worker to GPU N (sets CUDA_VISIBLE_DEVICES before torch loads).")
 @click.option("--cpu", "cpu_only", is_flag=True, help="Hide all GPUs from this worker.")
 @click.option("-Q", "--queues", help="Comma-separated queues [default: realtime, webhooks and every length bucket].")
-@click.option("-c", "--concurrency", type=click.IntRange(min=0),
-              help="Batch tasks in flight [default: SYNTH_WORKER_CONCURRENCY, else derived from the engine's rows].")
-@click.option("--loglevel", default="INFO", show_default=True,
-              help="Celery's log level: DEBUG, INFO, WARNING or ERROR.")
+@click.option(
+    "-c",
+    "--concurrency",
+    type=click.IntRange(min=0),
+    help="Batch tasks in flight [default: SYNTH_WORKER_CONCURRENCY, else derived from the engine's rows].",
+)
+@click.option(
+    "--loglevel", default="INFO", show_default=True, help="Celery's log level: DEBUG, INFO, WARNING or ERROR."
+)
 @click.option("-n", "--hostname", help="Celery node name [default: synth-gpuN@host or synth-cpu@host].")
-@click.option("--verify", "verify_only", is_flag=True,
-              help="Check finished jobs' audio against their text (the verify queue); load no engine. "
-                   "-c: checks at once [default: the CPU cores].")
+@click.option(
+    "--verify",
+    "verify_only",
+    is_flag=True,
+    help="Check finished jobs' audio against their text (the verify queue); load no engine. "
+    "-c: checks at once [default: the CPU cores].",
+)
 def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname, verify_only) -> None:
     """Run a worker: load the engine once, warm it up, then render jobs from the queues.
 
@@ -43,9 +52,12 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname, verify_only) 
 
     if verify_only:
         _verify_worker(concurrency, loglevel, hostname)
-
     pin_gpu(gpu, cpu_only)  # before anything imports torch
+    _render_worker(gpu, queues, concurrency, loglevel, hostname)
 
+
+def _render_worker(gpu, queues, concurrency, loglevel, hostname) -> None:
+    """The engine's worker, its GPU pinned: boot the engine, serve the queues until stopped."""
     from celery.signals import worker_shutdown
 
     from cli.context import broker, open_database
@@ -75,12 +87,25 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname, verify_only) 
         reconciler = ReconcileTimer(app).start()  # the fleet heals itself, with or without `synth beat`
         worker_shutdown.connect(lambda **_: reconciler.stop(), weak=False)
         worker_shutdown.connect(lambda **_: runtime.engine.close(), weak=False)
-        freeze_boot_objects("worker")   # a full collection while serving scans only what came later
-        code = run_worker(app, [
-            "worker", "--pool", "threads", "--concurrency", str(slots),
-            "--queues", ",".join(batch_queues),
-            "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle",
-        ])
+        freeze_boot_objects("worker")  # a full collection while serving scans only what came later
+        code = run_worker(
+            app,
+            [
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                str(slots),
+                "--queues",
+                ",".join(batch_queues),
+                "--loglevel",
+                loglevel,
+                "--hostname",
+                name,
+                "--without-gossip",
+                "--without-mingle",
+            ],
+        )
         sys.exit(code or (1 if engine_lost.is_set() else 0))
 
 
@@ -98,16 +123,31 @@ def _verify_worker(concurrency, loglevel, hostname) -> None:
     settings = Settings()
     if settings.redis_url is None:
         # nothing is ever sent to the embedded Redis's verify queue: a worker there would wait forever
-        raise InputError("synth worker --verify serves the verify queue of a shared Redis (SYNTH_REDIS_URL); "
-                         "on the embedded Redis, the worker that renders a job checks it")
+        raise InputError(
+            "synth worker --verify serves the verify queue of a shared Redis (SYNTH_REDIS_URL); "
+            "on the embedded Redis, the worker that renders a job checks it"
+        )
     open_database(settings)
     with broker(settings) as broker_url:
         app = make_app(settings, broker_url)
-        code = run_worker(app, [
-            "worker", "--pool", "prefork", "--concurrency", str(concurrency or os.cpu_count() or 1),
-            "--queues", VERIFY_QUEUE, "--loglevel", loglevel,
-            "--hostname", hostname or f"synth-verify-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
-        ])
+        code = run_worker(
+            app,
+            [
+                "worker",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                str(concurrency or os.cpu_count() or 1),
+                "--queues",
+                VERIFY_QUEUE,
+                "--loglevel",
+                loglevel,
+                "--hostname",
+                hostname or f"synth-verify-{os.getpid()}@%h",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+        )
         sys.exit(code)
 
 
@@ -153,8 +193,11 @@ def _former_names(queues: list[str]) -> list[str]:
 
     if FORMER_QUEUE not in queues:
         return queues
-    click.echo(f"synth worker: the queue {FORMER_QUEUE!r} is now {WEBHOOK_QUEUE!r}; -Q {FORMER_QUEUE} is "
-               f"deprecated and consumes both (write -Q {WEBHOOK_QUEUE})", err=True)
+    click.echo(
+        f"synth worker: the queue {FORMER_QUEUE!r} is now {WEBHOOK_QUEUE!r}; -Q {FORMER_QUEUE} is "
+        f"deprecated and consumes both (write -Q {WEBHOOK_QUEUE})",
+        err=True,
+    )
     at = queues.index(FORMER_QUEUE)
     return [*queues[:at], WEBHOOK_QUEUE, *queues[at:]] if WEBHOOK_QUEUE not in queues else queues
 
@@ -170,8 +213,10 @@ def _stop_when_engine_is_lost(engine):
 
     lost = threading.Event()
     if isinstance(engine, HostedEngine):
+
         def on_lost() -> None:
             lost.set()
             os.kill(os.getpid(), signal.SIGTERM)
+
         engine.on_lost = on_lost
     return lost

@@ -27,7 +27,7 @@ _SHOWN_CHARS = 4  # of the random part, kept in clear so a listing tells keys ap
 @dataclass(frozen=True)
 class NewKey:
     key: ApiKey
-    plaintext: str   # shown once to the operator, never stored
+    plaintext: str  # shown once to the operator, never stored
 
 
 def hash_key(plaintext: str) -> str:
@@ -40,8 +40,13 @@ def create_key(session: Session, *, name: str) -> NewKey:
     if not name:
         raise InputError("a key needs a name")
     plaintext = KEY_PREFIX + secrets.token_urlsafe(32)
-    key = ApiKey(id=new_id(), name=name[:200], prefix=plaintext[:len(KEY_PREFIX) + _SHOWN_CHARS],
-                 key_hash=hash_key(plaintext), created_at=utcnow())
+    key = ApiKey(
+        id=new_id(),
+        name=name[:200],
+        prefix=plaintext[: len(KEY_PREFIX) + _SHOWN_CHARS],
+        key_hash=hash_key(plaintext),
+        created_at=utcnow(),
+    )
     session.add(key)
     session.flush()
     return NewKey(key=key, plaintext=plaintext)
@@ -54,9 +59,11 @@ def list_keys(session: Session) -> list[ApiKey]:
 def revoke_key(session: Session, key_id: str) -> bool:
     """Revoke by id; False when no active key has that id. The caller commits, then cancels the
     key's queued jobs (lifecycle.cancel_owned); the API ends its open streams (api/revocation.py)."""
-    moved = rows_matched(session.execute(
-        update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)).values(revoked_at=utcnow())
-    ))
+    moved = rows_matched(
+        session.execute(
+            update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)).values(revoked_at=utcnow())
+        )
+    )
     return moved == 1
 
 

@@ -33,8 +33,9 @@ def ffmpeg_exe() -> str:
     return imageio_ffmpeg.get_ffmpeg_exe()
 
 
-def join(chunks: list[np.ndarray], sample_rate: int, crossfade_ms: int,
-         pauses: Sequence[float] | None = None) -> np.ndarray:
+def join(
+    chunks: list[np.ndarray], sample_rate: int, crossfade_ms: int, pauses: Sequence[float] | None = None
+) -> np.ndarray:
     """Concatenate float32 chunks, overlapping each boundary by a linear crossfade.
 
     ``pauses`` (seconds, one more than the chunks): silence before chunk ``i``, and after the last
@@ -77,10 +78,8 @@ def encode(audio: np.ndarray, sample_rate: int, fmt: str, target_rate: int | Non
     """float32 mono -> encoded file bytes in ``fmt``, resampled to ``target_rate`` if given."""
     spec = get_format(fmt)
     if spec.extension == "wav" and (not target_rate or target_rate == sample_rate):
-        return _wav(to_int16(audio), sample_rate)   # in process: no ffmpeg needed for plain wav
-    segment = _pydub()(
-        data=to_int16(audio).tobytes(), sample_width=2, frame_rate=sample_rate, channels=1
-    )
+        return _wav(to_int16(audio), sample_rate)  # in process: no ffmpeg needed for plain wav
+    segment = _pydub()(data=to_int16(audio).tobytes(), sample_width=2, frame_rate=sample_rate, channels=1)
     if target_rate and target_rate != sample_rate:
         segment = segment.set_frame_rate(target_rate)
     buf = io.BytesIO()
@@ -138,8 +137,25 @@ def decode(data: bytes) -> tuple[np.ndarray, int]:
         if pcm[0].size == 0:
             raise InputError("the audio file holds no samples")
         return pcm
-    done = subprocess.run([ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", "pipe:0", "-map", "0:a:0",
-                           "-ac", "1", "-f", "f32le", "pipe:1"], input=data, capture_output=True, check=False)
+    done = subprocess.run(
+        [
+            ffmpeg_exe(),
+            "-hide_banner",
+            "-nostdin",
+            "-i",
+            "pipe:0",
+            "-map",
+            "0:a:0",
+            "-ac",
+            "1",
+            "-f",
+            "f32le",
+            "pipe:1",
+        ],
+        input=data,
+        capture_output=True,
+        check=False,
+    )
     err = done.stderr.decode(errors="replace")
     rate = re.search(r"Audio: .*?(\d+) Hz", err)
     if done.returncode != 0 or rate is None:

@@ -15,7 +15,7 @@ _OTHER_SEPARATORS = re.compile("[\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 
 @dataclass
 class Corpus:
-    lines: list[tuple[int, str]]                             # (1-based line number, text)
+    lines: list[tuple[int, str]]  # (1-based line number, text)
     empty_lines: list[int] = field(default_factory=list)
 
 
@@ -65,6 +65,7 @@ def parse_corpus(data: bytes, *, source: str, max_line_chars: int) -> Corpus:
             corpus.empty_lines.append(line_no)
     if not corpus.lines:
         empty = len(corpus.empty_lines)
-        raise InputError(f"{source}: no text: " + ("its only line is empty" if empty == 1
-                                                   else f"all {empty:,} lines are empty"))
+        raise InputError(
+            f"{source}: no text: " + ("its only line is empty" if empty == 1 else f"all {empty:,} lines are empty")
+        )
     return corpus

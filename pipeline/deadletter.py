@@ -28,8 +28,8 @@ from pipeline.db.models import Job
 log = logging.getLogger(__name__)
 
 DEADLETTER = "synth.deadletter"
-EXCERPT_CHARS = 200     # of a message, in the log line
-MAX_JOB_IDS = 10_000    # a render message carries jobs_per_task ids; far more is not one of ours
+EXCERPT_CHARS = 200  # of a message, in the log line
+MAX_JOB_IDS = 10_000  # a render message carries jobs_per_task ids; far more is not one of ours
 
 
 def record(client: redis.Redis, *, queue: str | None, reason: str, message: bytes | str) -> None:
@@ -42,8 +42,7 @@ def record(client: redis.Redis, *, queue: str | None, reason: str, message: byte
     except UnicodeDecodeError:
         entry["message_b64"] = base64.b64encode(raw).decode()
     client.lpush(DEADLETTER, json.dumps(entry))
-    log.error("dead-lettered a message from %s to %s: %s; it began %s", queue or "?", DEADLETTER, reason,
-              excerpt(raw))
+    log.error("dead-lettered a message from %s to %s: %s; it began %s", queue or "?", DEADLETTER, reason, excerpt(raw))
 
 
 def excerpt(raw: bytes) -> str:

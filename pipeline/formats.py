@@ -15,7 +15,7 @@ class Format:
     extension: str
     content_type: str
     export_args: dict
-    lossy: bool = False     # its decoder can rebuild peaks above the input's (pipeline/loudness.py)
+    lossy: bool = False  # its decoder can rebuild peaks above the input's (pipeline/loudness.py)
 
 
 _FORMATS = {

@@ -25,5 +25,4 @@ def freeze_boot_objects(process: str) -> None:
     many apps or engines, as a test session does."""
     gc.collect()
     gc.freeze()
-    log.info("%s: %d boot objects frozen out of the garbage collector's scans", process,
-             gc.get_freeze_count())
+    log.info("%s: %d boot objects frozen out of the garbage collector's scans", process, gc.get_freeze_count())

@@ -40,13 +40,18 @@ def cancel(session: Session, store: ObjectStore, batch_id: str, job_ids: Sequenc
     where = [Job.batch_id == batch_id, Job.status.in_(sources_of(JobStatus.CANCELLED))]
     if job_ids is not None:
         where.append(Job.id.in_(list(job_ids)))
-    moved = rows_matched(session.execute(
-        update(Job).where(*where).values(status=JobStatus.CANCELLED, finished_at=now, updated_at=now)
-        .execution_options(synchronize_session=False)
-    ))
+    moved = rows_matched(
+        session.execute(
+            update(Job)
+            .where(*where)
+            .values(status=JobStatus.CANCELLED, finished_at=now, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+    )
     if job_ids is None:
-        session.execute(update(Batch).where(Batch.id == batch_id, Batch.cancelled_at.is_(None))
-                        .values(cancelled_at=now))
+        session.execute(
+            update(Batch).where(Batch.id == batch_id, Batch.cancelled_at.is_(None)).values(cancelled_at=now)
+        )
     if moved and db.batch_finished(session, batch_id):
         db.close_batch(session, batch_id, write_manifest(session, store, batch_id))
     return moved
@@ -57,9 +62,12 @@ def cancel_owned(session: Session, store: ObjectStore, key_id: str) -> int:
     does: what a revoked key had waiting is never rendered. Returns the jobs cancelled; the caller
     commits."""
     batch_ids = session.scalars(
-        select(Batch.id).where(Batch.owner_key_id == key_id, Batch.finished_at.is_(None),
-                               select(Job.id).where(Job.batch_id == Batch.id,
-                                                    Job.status.in_(sources_of(JobStatus.CANCELLED))).exists()))
+        select(Batch.id).where(
+            Batch.owner_key_id == key_id,
+            Batch.finished_at.is_(None),
+            select(Job.id).where(Job.batch_id == Batch.id, Job.status.in_(sources_of(JobStatus.CANCELLED))).exists(),
+        )
+    )
     return sum(cancel(session, store, batch_id) for batch_id in list(batch_ids))
 
 
@@ -76,14 +84,20 @@ def retry(session: Session, batch_id: str, *, reason: str | None = None) -> dict
     where = [Job.batch_id == batch_id, Job.status == JobStatus.FAILED]
     if reason:
         where.append(Job.error.contains(reason, autoescape=True))
-    rows = session.execute(select(Job.id, Job.queue).where(*where).order_by(Job.line_no, Job.client_id)
-                           .with_for_update()).all()
+    rows = session.execute(
+        select(Job.id, Job.queue).where(*where).order_by(Job.line_no, Job.client_id).with_for_update()
+    ).all()
     if not rows:
-        raise NothingToRetryError(f"batch {batch_id} has no failed jobs"
-                                  + (f" whose reason contains {reason!r}" if reason else ""))
+        raise NothingToRetryError(
+            f"batch {batch_id} has no failed jobs" + (f" whose reason contains {reason!r}" if reason else "")
+        )
     now = utcnow()
-    session.execute(update(Job).where(*where).values(status=JobStatus.QUEUED, queued_at=now, finished_at=None,
-                                                     updated_at=now).execution_options(synchronize_session=False))
+    session.execute(
+        update(Job)
+        .where(*where)
+        .values(status=JobStatus.QUEUED, queued_at=now, finished_at=None, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
     session.execute(update(Batch).where(Batch.id == batch_id).values(finished_at=None))
     by_queue: dict[str, list[str]] = {}
     for job_id, queue in rows:
@@ -92,9 +106,9 @@ def retry(session: Session, batch_id: str, *, reason: str | None = None) -> dict
 
 
 def running_jobs(session: Session, batch_id: str) -> int:
-    return session.scalar(
-        select(func.count()).where(Job.batch_id == batch_id, Job.status == JobStatus.RUNNING)
-    ) or 0   # a count is never NULL; the session's scalar() is typed for any statement
+    return (
+        session.scalar(select(func.count()).where(Job.batch_id == batch_id, Job.status == JobStatus.RUNNING)) or 0
+    )  # a count is never NULL; the session's scalar() is typed for any statement
 
 
 def delete(session: Session, store: ObjectStore, batch_id: str, live: redis.Redis | None = None) -> int:

@@ -44,8 +44,8 @@ log = logging.getLogger(__name__)
 
 STREAM_PREFIX = "synth:audio:"
 ALIVE_PREFIX = "synth:alive:"
-ALIVE_TTL_S = 10         # a publisher silent this long is dead to its readers (a busy host can
-                         # hold a thread off the GIL for seconds: no false cuts)
+ALIVE_TTL_S = 10  # a publisher silent this long is dead to its readers (a busy host can
+# hold a thread off the GIL for seconds: no false cuts)
 _ALIVE_EVERY_S = 1.0
 START, PCM, END = b"start", b"pcm", b"end"
 
@@ -63,14 +63,14 @@ def delete_live(client: redis.Redis, job_ids: Sequence[str]) -> None:
     keys = [stream_key(job_id) for job_id in job_ids]
     try:
         for i in range(0, len(keys), 1000):
-            client.delete(*keys[i:i + 1000])
+            client.delete(*keys[i : i + 1000])
     except redis.RedisError as e:
         raise ServiceUnavailableError(f"cannot delete the live audio copies: {e}") from e
 
 
 def redis_client_url(url: str) -> str:
     """kombu's ``redis+socket://`` (the embedded server) in the ``unix://`` form redis-py reads."""
-    return "unix://" + url[len("redis+socket://"):] if url.startswith("redis+socket://") else url
+    return "unix://" + url[len("redis+socket://") :] if url.startswith("redis+socket://") else url
 
 
 class LiveAudio:
@@ -81,7 +81,7 @@ class LiveAudio:
         self.ttl = ttl
         self.owner = owner or f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._lost: set[str] = set()         # jobs whose live copy failed to publish
+        self._lost: set[str] = set()  # jobs whose live copy failed to publish
         self._publisher: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -127,8 +127,9 @@ class LiveAudio:
         with self._lock:
             if self._publisher is None:
                 self._beat()
-                self._publisher = threading.Thread(target=_publish, args=(weakref.ref(self), self._outbox),
-                                                   name="synth-live-publisher", daemon=True)
+                self._publisher = threading.Thread(
+                    target=_publish, args=(weakref.ref(self), self._outbox), name="synth-live-publisher", daemon=True
+                )
                 self._publisher.start()
 
     def _beat(self) -> None:
@@ -258,25 +259,26 @@ class LiveStreams:
         self.streams: dict[str, LiveJob] = {}
         specs = {req.live.job_id: req.live for req in requests if req.live is not None}
         for job_id, spec in specs.items():
-            if live.start(job_id, sample_rate):   # else Redis refused: the job renders without a live copy
+            if live.start(job_id, sample_rate):  # else Redis refused: the job renders without a live copy
                 self.streams[job_id] = LiveJob(live, job_id, spec.pieces, spec.fade)
         # request key -> the job whose stream it is a piece of
-        self.jobs = {req.key: req.live.job_id for req in requests
-                     if req.live is not None and req.live.job_id in self.streams}
+        self.jobs = {
+            req.key: req.live.job_id for req in requests if req.live is not None and req.live.job_id in self.streams
+        }
 
     def __bool__(self) -> bool:
         return bool(self.jobs)
 
     def put(self, chunk: AudioChunk) -> None:
         stream = self.streams.get(self.jobs.get(chunk.key, ""))
-        if stream is None:           # not live, or its stream already ended
+        if stream is None:  # not live, or its stream already ended
             return
         if chunk.error is not None:
             del self.streams[stream.job_id]
             if not isinstance(chunk.error, RetryableError):
                 stream.close(str(chunk.error))
             return
-        stream.add(cast(tuple[str, int], chunk.key)[1], chunk.audio, chunk.final)   # a live request's (job, piece)
+        stream.add(cast(tuple[str, int], chunk.key)[1], chunk.audio, chunk.final)  # a live request's (job, piece)
         if stream.complete:
             del self.streams[stream.job_id]
             stream.close()

@@ -25,8 +25,8 @@ DEFAULT_CEILING_DBTP = -1.0
 # A lossy encoder (mp3, Opus) rebuilds peaks up to about a decibel over its input's (AES TD1004):
 # levelled audio bound for one gets this much more headroom, so the delivered file stays under.
 LOSSY_HEADROOM_DB = 1.0
-LOUDNESS_RANGE = (-70.0, -5.0)     # LUFS a target may take
-CEILING_RANGE = (-20.0, 0.0)       # dBTP a ceiling may take
+LOUDNESS_RANGE = (-70.0, -5.0)  # LUFS a target may take
+CEILING_RANGE = (-20.0, 0.0)  # dBTP a ceiling may take
 OVERSAMPLE = 4
 # BS.1770's gate needs one 400 ms block; shorter audio has no integrated loudness.
 MIN_SECONDS = 0.4
@@ -41,7 +41,7 @@ MAX_EXTRA_GAIN_DB = 6.0
 
 @dataclass(frozen=True)
 class Level:
-    lufs: float | None          # integrated loudness; None: too short or silent to measure
+    lufs: float | None  # integrated loudness; None: too short or silent to measure
     true_peak_dbtp: float | None
 
 
@@ -137,8 +137,9 @@ def limited_gain(audio: np.ndarray, sample_rate: int, target_lufs: float, ceilin
     return _search(audio, sample_rate, before.lufs, before.true_peak_dbtp, target_lufs, ceiling_dbtp)[0]
 
 
-def _search(audio: np.ndarray, sample_rate: int, lufs: float, peak: float | None, target_lufs: float,
-            ceiling_dbtp: float) -> tuple[float, np.ndarray, float | None]:
+def _search(
+    audio: np.ndarray, sample_rate: int, lufs: float, peak: float | None, target_lufs: float, ceiling_dbtp: float
+) -> tuple[float, np.ndarray, float | None]:
     """(the gain, the audio levelled by it, its loudness) for ``audio`` of loudness ``lufs`` and
     true peak ``peak``."""
     plain = target_lufs - lufs
@@ -157,7 +158,7 @@ def _search(audio: np.ndarray, sample_rate: int, lufs: float, peak: float | None
         if now is None or abs(now - target_lufs) <= _TOLERANCE_LU:
             break
         (g0, l0), (g1, l1) = tried[-2] if len(tried) > 1 else (plain - 1.0, now - 1.0), tried[-1]
-        assert l1 is not None   # tried[-1] is ``now``, measured: checked above
+        assert l1 is not None  # tried[-1] is ``now``, measured: checked above
         slope = (l1 - l0) / (g1 - g0) if g1 != g0 and l0 is not None else 1.0
         gain = min(plain + MAX_EXTRA_GAIN_DB, g1 + (target_lufs - l1) / max(slope, 0.1))
         if gain == g1:
@@ -174,12 +175,16 @@ def ceiling_for(ceiling_dbtp: float, lossy: bool) -> float:
 def check_target(lufs: float | None, ceiling_dbtp: float | None) -> None:
     """Refuse a target or ceiling outside what a delivery could ask for (InputError)."""
     if lufs is not None and not (math.isfinite(lufs) and LOUDNESS_RANGE[0] <= lufs <= LOUDNESS_RANGE[1]):
-        raise InputError(f"a loudness target must be between {LOUDNESS_RANGE[0]:g} and "
-                         f"{LOUDNESS_RANGE[1]:g} LUFS, not {lufs}")
-    if ceiling_dbtp is not None and not (math.isfinite(ceiling_dbtp)
-                                         and CEILING_RANGE[0] <= ceiling_dbtp <= CEILING_RANGE[1]):
-        raise InputError(f"a true-peak ceiling must be between {CEILING_RANGE[0]:g} and "
-                         f"{CEILING_RANGE[1]:g} dBTP, not {ceiling_dbtp}")
+        raise InputError(
+            f"a loudness target must be between {LOUDNESS_RANGE[0]:g} and {LOUDNESS_RANGE[1]:g} LUFS, not {lufs}"
+        )
+    if ceiling_dbtp is not None and not (
+        math.isfinite(ceiling_dbtp) and CEILING_RANGE[0] <= ceiling_dbtp <= CEILING_RANGE[1]
+    ):
+        raise InputError(
+            f"a true-peak ceiling must be between {CEILING_RANGE[0]:g} and "
+            f"{CEILING_RANGE[1]:g} dBTP, not {ceiling_dbtp}"
+        )
 
 
 def integrated(audio: np.ndarray, sample_rate: int) -> float | None:
@@ -200,26 +205,48 @@ def limiter_filter(sample_rate: int, ceiling_dbtp: float) -> str:
     rate = sample_rate * OVERSAMPLE
     # alimiter's limit floor is -24 dB; a ceiling is at most -20 dBTP (CEILING_RANGE).
     limit = 10 ** (ceiling_dbtp / 20)
-    return (f"aresample={rate}:filter_size=64,"
-            f"alimiter=limit={limit:.6f}:attack=1:release=60:level=false:latency=true,"
-            f"aresample={sample_rate}:filter_size=64")
+    return (
+        f"aresample={rate}:filter_size=64,"
+        f"alimiter=limit={limit:.6f}:attack=1:release=60:level=false:latency=true,"
+        f"aresample={sample_rate}:filter_size=64"
+    )
 
 
 def _limit(audio: np.ndarray, sample_rate: int, ceiling_dbtp: float) -> np.ndarray:
     """limiter_filter() run on ``audio``, its length kept."""
     from pipeline.audio import ffmpeg_exe
 
-    cmd = [ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-nostdin",
-           "-f", "f32le", "-ar", str(sample_rate), "-ac", "1", "-i", "pipe:0",
-           "-af", limiter_filter(sample_rate, ceiling_dbtp), "-f", "f32le", "-ar", str(sample_rate), "-ac", "1",
-           "pipe:1"]
+    cmd = [
+        ffmpeg_exe(),
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-nostdin",
+        "-f",
+        "f32le",
+        "-ar",
+        str(sample_rate),
+        "-ac",
+        "1",
+        "-i",
+        "pipe:0",
+        "-af",
+        limiter_filter(sample_rate, ceiling_dbtp),
+        "-f",
+        "f32le",
+        "-ar",
+        str(sample_rate),
+        "-ac",
+        "1",
+        "pipe:1",
+    ]
     done = subprocess.run(cmd, input=audio.astype("<f4").tobytes(), capture_output=True, check=False)
     if done.returncode != 0:
         raise PermanentError(f"ffmpeg's limiter failed: {done.stderr.decode(errors='replace').strip()[-300:]}")
     out = np.frombuffer(done.stdout, dtype="<f4").astype(np.float32)
     # The resamplers may round the length by a sample or two; the job's timing is the input's.
     if out.size >= audio.size:
-        return out[:audio.size]
+        return out[: audio.size]
     return np.concatenate([out, np.zeros(audio.size - out.size, np.float32)])
 
 

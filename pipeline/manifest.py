@@ -29,24 +29,26 @@ def manifest_lines(session: Session, store: ObjectStore, batch_id: str) -> list[
         url = None
         if job.object_key:
             url = job_audio_path(job.id) if api else store.url(job.object_key)
-        lines.append({
-            "client_id": job.client_id,
-            "line": job.line_no,
-            "status": job.status.value,
-            "duration_s": round(metrics.audio_s, 3) if metrics and metrics.audio_s else None,
-            "object_key": job.object_key,
-            "url": url,
-            "error": job.error if job.status.value == "failed" else None,
-            "attempts": job.attempts,
-            # Renders the audio took: more than one where a bad check had it rendered again.
-            "renders": (metrics.renders or 1) if metrics and job.object_key else None,
-            # The seed it was rendered with again (`synth rerender`); None: the engine's own.
-            "seed": job.seed,
-            "loudness_lufs": _rounded(metrics.loudness_lufs if metrics else None),
-            "true_peak_dbtp": _rounded(metrics.true_peak_dbtp if metrics else None),
-            **_lexicon(job),
-            **_verdict(metrics),
-        })
+        lines.append(
+            {
+                "client_id": job.client_id,
+                "line": job.line_no,
+                "status": job.status.value,
+                "duration_s": round(metrics.audio_s, 3) if metrics and metrics.audio_s else None,
+                "object_key": job.object_key,
+                "url": url,
+                "error": job.error if job.status.value == "failed" else None,
+                "attempts": job.attempts,
+                # Renders the audio took: more than one where a bad check had it rendered again.
+                "renders": (metrics.renders or 1) if metrics and job.object_key else None,
+                # The seed it was rendered with again (`synth rerender`); None: the engine's own.
+                "seed": job.seed,
+                "loudness_lufs": _rounded(metrics.loudness_lufs if metrics else None),
+                "true_peak_dbtp": _rounded(metrics.true_peak_dbtp if metrics else None),
+                **_lexicon(job),
+                **_verdict(metrics),
+            }
+        )
     return lines
 
 
@@ -60,9 +62,13 @@ def _verdict(metrics) -> dict:
     if metrics is None or metrics.verdict is None:
         return {"verdict": None}
     found = (metrics.extra or {}).get("verify") or {}
-    return {"verdict": metrics.verdict, "verdict_reasons": found.get("reasons") or [],
-            "wer": (found.get("scores") or {}).get("wer"), "cer": (found.get("scores") or {}).get("cer"),
-            "captions": found.get("captions", False)}
+    return {
+        "verdict": metrics.verdict,
+        "verdict_reasons": found.get("reasons") or [],
+        "wer": (found.get("scores") or {}).get("wer"),
+        "cer": (found.get("scores") or {}).get("cer"),
+        "captions": found.get("captions", False),
+    }
 
 
 def _rounded(value: float | None) -> float | None:
@@ -71,8 +77,7 @@ def _rounded(value: float | None) -> float | None:
 
 def write_manifest(session: Session, store: ObjectStore, batch_id: str) -> str:
     key = manifest_key(batch_id)
-    body = "".join(json.dumps(line, ensure_ascii=False) + "\n"
-                   for line in manifest_lines(session, store, batch_id))
+    body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in manifest_lines(session, store, batch_id))
     store.put(key, body.encode("utf-8"), "application/x-ndjson")
     return key
 

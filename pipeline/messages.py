@@ -14,12 +14,12 @@ import redis
 
 from pipeline.reports.fleet import PRIORITY_SUFFIXES
 
-RENDER_TASK = "synth.render"    # the task worker/tasks.py registers
-VERIFY_TASK = "synth.verify"    # worker/verify.py: check done jobs' audio against their text
-RERENDER_TASK = "synth.rerender"    # worker/tasks.py: render a bad job again (pipeline/retake.py)
-ASSEMBLE_TASK = "synth.assemble_document"    # worker/documents.py: a document API batch, once done
-CHAPTER_TASK = "synth.encode_chapter"    # worker/documents.py: a chapter of one, once its jobs are done
-UNACKED = "unacked"             # kombu's hash of delivered, unacked messages
+RENDER_TASK = "synth.render"  # the task worker/tasks.py registers
+VERIFY_TASK = "synth.verify"  # worker/verify.py: check done jobs' audio against their text
+RERENDER_TASK = "synth.rerender"  # worker/tasks.py: render a bad job again (pipeline/retake.py)
+ASSEMBLE_TASK = "synth.assemble_document"  # worker/documents.py: a document API batch, once done
+CHAPTER_TASK = "synth.encode_chapter"  # worker/documents.py: a chapter of one, once its jobs are done
+UNACKED = "unacked"  # kombu's hash of delivered, unacked messages
 _PAGE = 1000
 
 

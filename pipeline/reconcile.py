@@ -44,42 +44,65 @@ LOST_MESSAGE = "its message was lost; re-enqueued"
 
 @dataclass
 class Reconciled:
-    requeued: int = 0        # jobs re-enqueued
-    closed: int = 0          # batches closed
-    removed: int = 0         # orphan objects removed
-    rechecked: int = 0       # jobs whose lost verify message was sent again
+    requeued: int = 0  # jobs re-enqueued
+    closed: int = 0  # batches closed
+    removed: int = 0  # orphan objects removed
+    rechecked: int = 0  # jobs whose lost verify message was sent again
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
-def reconcile(sessions: sessionmaker[Session], store: ObjectStore, client: redis.Redis, *,
-              queues: Sequence[str], send: Callable[[str, list[str]], None], jobs_per_task: int,
-              send_check: Callable[[str], None] | None = None, now: datetime | None = None,
-              stale_after: timedelta = STALE_AFTER, object_grace: timedelta = OBJECT_GRACE) -> Reconciled:
+def reconcile(
+    sessions: sessionmaker[Session],
+    store: ObjectStore,
+    client: redis.Redis,
+    *,
+    queues: Sequence[str],
+    send: Callable[[str, list[str]], None],
+    jobs_per_task: int,
+    send_check: Callable[[str], None] | None = None,
+    now: datetime | None = None,
+    stale_after: timedelta = STALE_AFTER,
+    object_grace: timedelta = OBJECT_GRACE,
+) -> Reconciled:
     """One pass. ``send(queue, job_ids)`` puts one render message on a queue; ``send_check(job_id)``
     one verify message on the verify queue."""
     now = now or utcnow()
     done = Reconciled(
-        requeued=requeue_stranded(sessions, client, queues=queues, send=send, jobs_per_task=jobs_per_task,
-                                  before=now - stale_after),
+        requeued=requeue_stranded(
+            sessions, client, queues=queues, send=send, jobs_per_task=jobs_per_task, before=now - stale_after
+        ),
         closed=close_unclosed(sessions, store),
         removed=remove_orphans(sessions, store, before=now - object_grace),
         rechecked=stranded(sessions, client, send=send_check, before=now - stale_after) if send_check else 0,
     )
     if any(done.as_dict().values()):
-        log.warning("reconciled: %d jobs re-enqueued, %d batches closed, %d orphan objects removed, "
-                    "%d checks sent again", done.requeued, done.closed, done.removed, done.rechecked)
+        log.warning(
+            "reconciled: %d jobs re-enqueued, %d batches closed, %d orphan objects removed, %d checks sent again",
+            done.requeued,
+            done.closed,
+            done.removed,
+            done.rechecked,
+        )
     return done
 
 
-def requeue_stranded(sessions: sessionmaker[Session], client: redis.Redis, *, queues: Sequence[str],
-                     send: Callable[[str, list[str]], None], jobs_per_task: int, before: datetime) -> int:
+def requeue_stranded(
+    sessions: sessionmaker[Session],
+    client: redis.Redis,
+    *,
+    queues: Sequence[str],
+    send: Callable[[str, list[str]], None],
+    jobs_per_task: int,
+    before: datetime,
+) -> int:
     # Redis is read before and after the database: a message in passing is seen in one of them.
     held = job_ids_in_messages(client, queues)
     with sessions() as session:
         stale = session.execute(
-            select(Job.id, Job.queue).where(Job.status.in_(OPEN), Job.updated_at < before)
+            select(Job.id, Job.queue)
+            .where(Job.status.in_(OPEN), Job.updated_at < before)
             .order_by(Job.queue, Job.batch_id, Job.line_no)
         ).all()
     if not stale:
@@ -92,15 +115,14 @@ def requeue_stranded(sessions: sessionmaker[Session], client: redis.Redis, *, qu
     sent = 0
     for queue, ids in by_queue.items():
         for start in range(0, len(ids), jobs_per_task):
-            group = ids[start:start + jobs_per_task]
+            group = ids[start : start + jobs_per_task]
             with sessions() as session:  # QUEUED, and fresh: the next pass leaves them alone a while
                 moved = db.requeue_stale(session, group, before=before, error=LOST_MESSAGE)
                 session.commit()
             if moved:  # the few a worker took meanwhile are skipped by claim() when this message comes
                 send(queue, group)
                 sent += len(moved)
-                log.warning("re-enqueued %d jobs on %s whose message was lost: %s", len(moved), queue,
-                            ", ".join(moved))
+                log.warning("re-enqueued %d jobs on %s whose message was lost: %s", len(moved), queue, ", ".join(moved))
     return sent
 
 
@@ -125,13 +147,23 @@ def remove_orphans(sessions: sessionmaker[Session], store: ObjectStore, *, befor
     batch_ids = {key.split("/")[1] for key in old if key.count("/") >= 2}
     with sessions() as session:
         alive = set(session.scalars(select(Batch.id).where(Batch.id.in_(batch_ids))))
-        kept = set(session.scalars(select(Job.object_key).where(
-            Job.batch_id.in_(alive), Job.status == JobStatus.DONE, Job.object_key.is_not(None))))
+        kept = set(
+            session.scalars(
+                select(Job.object_key).where(
+                    Job.batch_id.in_(alive), Job.status == JobStatus.DONE, Job.object_key.is_not(None)
+                )
+            )
+        )
         # A retake whose check still waits (pipeline/retake.py) is kept; one left by a worker that
         # died after settling it is an orphan.
-        kept |= {((extra or {}).get("retake") or {}).get("key") for extra in session.scalars(
-            select(JobMetrics.extra).join(Job, Job.id == JobMetrics.job_id)
-            .where(Job.batch_id.in_(alive), JobMetrics.verdict == "pending"))}
+        kept |= {
+            ((extra or {}).get("retake") or {}).get("key")
+            for extra in session.scalars(
+                select(JobMetrics.extra)
+                .join(Job, Job.id == JobMetrics.job_id)
+                .where(Job.batch_id.in_(alive), JobMetrics.verdict == "pending")
+            )
+        }
     removed = 0
     for key in sorted(old):
         batch_id = key.split("/")[1] if key.count("/") >= 2 else None

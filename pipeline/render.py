@@ -8,19 +8,16 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import cast
-from datetime import datetime, timedelta
 
 import numpy as np
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from pipeline import audio, loudness, reuse, textfront
 from pipeline.db import jobs as db
-from pipeline.db.models import Batch, Job, as_utc, utcnow
-from pipeline.documents.plan import place_of
-from pipeline.engines.base import AudioChunk, Engine, LiveSpec, SynthesisRequest
+from pipeline.db.models import Batch, Job, utcnow
+from pipeline.engines.base import AudioChunk, LiveSpec, SynthesisRequest
 from pipeline.errors import (
     DatabaseUnavailableError,
     IllegalTransitionError,
@@ -32,73 +29,17 @@ from pipeline.errors import (
 )
 from pipeline.formats import get_format
 from pipeline.hostinfo import hostname
+from pipeline.job_record import check_job, level_job, metrics_row
+from pipeline.renderer import JobState, Outcome, Renderer
 from pipeline.lexicon.store import NotFound as LexiconNotFound
-from pipeline.lexicon.store import Pin, Versions, job_lexicon
+from pipeline.lexicon.store import Pin
 from pipeline.live import LiveAudio, LiveStreams
 from pipeline.manifest import close_if_finished
-from pipeline.storage import ObjectStore
 from pipeline.storage.base import audio_key
-from pipeline.verify.jobs import CAPTION_TYPES, LaterChecks, Verifier, caption_key, record, store_captions
-from pipeline.verify.queued import pending_record
-from pipeline.verify.retakes import Retakes
+from pipeline.verify.jobs import CAPTION_TYPES, LaterChecks, caption_key
 from pipeline.verify.verdict import PENDING
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Renderer:
-    engine: Engine
-    store: ObjectStore
-    sessions: sessionmaker[Session]
-    max_chunk_chars: int = 400
-    crossfade_ms: int = 30
-    live: LiveAudio | None = None       # realtime jobs' live streams (pipeline/live.py)
-    worker_host: str | None = None      # recorded per job; None: the host name
-    # Batch jobs' host work (claim, split, encode, store, record) runs this many threads at a time.
-    # A GPU worker has a task thread per message in hand, and the engine's loop thread shares the
-    # GIL with all of them: a hundred threads claiming and encoding at once keep the loop from
-    # launching its next step. Threads waiting here sleep instead of competing. Realtime jobs
-    # never wait here.
-    batch_gate: threading.Semaphore = field(default_factory=lambda: threading.BoundedSemaphore(2))
-    read_emoji: bool = False            # the text front end reads emoji out instead of dropping them
-    # The last write the store refused as full or unwritable (StorageFullError), until one succeeds:
-    # the heartbeat shows it, and jobs are not rendered while a probe write still fails.
-    storage_fault: StorageFullError | None = None
-    # Checks jobs' audio against their text (SYNTH_VERIFY): inline, or later on the verify queue.
-    verifier: Verifier | LaterChecks | None = None
-    retakes: Retakes | None = None      # renders a bad job again (SYNTH_RERENDER_BUDGET)
-    lexicons: Versions = field(default_factory=Versions)   # lexicon versions, compiled once each
-    reuse: str = "off"                  # key, shared or off: pipeline/reuse.py (SYNTH_REUSE)
-    meter_every_job: bool = True        # False: only levelled jobs are metered (SYNTH_LOUDNESS_METER)
-
-
-@dataclass
-class Outcome:
-    done: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    retry: list[str] = field(default_factory=list)     # requeued: the caller schedules them again
-    retry_errors: dict[str, RetryableError] = field(default_factory=dict)  # why, per requeued job
-    skipped: list[str] = field(default_factory=list)   # already finished, cancelled or unknown
-    closed: list[str] = field(default_factory=list)    # batches closed with their last job's result
-
-
-@dataclass
-class _JobState:
-    job: Job
-    pieces: list[list[np.ndarray]]
-    open_pieces: int
-    admitted: float                     # monotonic time the job went to the engine
-    admitted_wall: datetime
-    batch_size: int                     # jobs handed to the engine together
-    first_audio: float | None = None    # monotonic time of its first audio
-    live: bool = False                  # its live stream is written beside the engine's output
-    stats: dict = field(default_factory=dict)   # the engine's counters, summed over pieces
-    gate: contextlib.AbstractContextManager = field(default_factory=contextlib.nullcontext)
-    pauses: list[float] | None = None   # seconds of silence around the pieces (audio.join)
-    text_notes: dict = field(default_factory=dict)  # what the text front end changed
-    lexicon: dict | None = None         # {"id", "version"} of the lexicon it rendered with
-    identity: tuple[str, str] | None = None   # (scope, identity) to remember once stored (pipeline/reuse.py)
 
 
 def warm(r: Renderer) -> None:
@@ -108,15 +49,19 @@ def warm(r: Renderer) -> None:
     is away still starts: its messages wait for the database, as they would at any other time."""
     try:
         with r.sessions() as session:
-            db.claim(session, ["warm-up"])   # no such job: compiles the claim, changes nothing
+            db.claim(session, ["warm-up"])  # no such job: compiles the claim, changes nothing
     except OperationalError as e:
         log.warning("database unreachable at boot, the claim is compiled at the first job: %s", e.orig)
     info = r.engine.info
     textfront.prepare("Warm up.", info.profile(info.voices[0]), read_emoji=r.read_emoji)
     # The meter's imports (scipy's signal package, a second of CPU) load beside the first jobs'
     # render rather than in front of it; a job that finishes first waits for them.
-    threading.Thread(target=loudness.measure, args=(np.zeros(info.sample_rate, np.float32), info.sample_rate),
-                     name="loudness-warm-up", daemon=True).start()
+    threading.Thread(
+        target=loudness.measure,
+        args=(np.zeros(info.sample_rate, np.float32), info.sample_rate),
+        name="loudness-warm-up",
+        daemon=True,
+    ).start()
     if r.live is not None:
         r.live.connect()
         _warm_live(r, r.live)
@@ -130,8 +75,14 @@ def _warm_live(r: Renderer, publisher: LiveAudio) -> None:
     expires with the live TTL; nobody listens to it."""
     info = r.engine.info
     job_id = f"warm-up-{publisher.owner}"
-    request = SynthesisRequest((job_id, 0), "Warm up.", info.voices[0], realtime=True, job=job_id,
-                               live=LiveSpec(job_id, 1, int(info.sample_rate * r.crossfade_ms / 1000)))
+    request = SynthesisRequest(
+        (job_id, 0),
+        "Warm up.",
+        info.voices[0],
+        realtime=True,
+        job=job_id,
+        live=LiveSpec(job_id, 1, int(info.sample_rate * r.crossfade_ms / 1000)),
+    )
     for _ in _synthesize(r, [request]):
         pass
 
@@ -205,7 +156,7 @@ def retry_error(outcome: Outcome) -> RetryableError:
 
 
 def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
-    states: dict[str, _JobState] = {}
+    states: dict[str, JobState] = {}
     per_job: list[tuple[str, list[textfront.Speech], Job]] = []
     now, wall = time.monotonic(), utcnow()
     max_chars = min(r.max_chunk_chars, r.engine.info.max_text_chars or r.max_chunk_chars)
@@ -219,23 +170,61 @@ def _plan(r: Renderer, jobs: list[Job], outcome: Outcome):
         if planned is None:
             continue
         chunks, pauses, notes = planned
-        ident = (scopes[job.id], reuse.identity(r.engine.info, job, chunks, pauses, crossfade_ms=r.crossfade_ms,
-                                                lexicon=_lexicon_record(job), seed=job.seed)) if job.id in scopes else None
+        ident = (
+            (
+                scopes[job.id],
+                reuse.identity(
+                    r.engine.info,
+                    job,
+                    chunks,
+                    pauses,
+                    crossfade_ms=r.crossfade_ms,
+                    lexicon=_lexicon_record(job),
+                    seed=job.seed,
+                ),
+            )
+            if job.id in scopes
+            else None
+        )
         if ident is not None and _reuse(r, job, ident, outcome):
             continue
-        states[job.id] = _JobState(job, [[] for _ in chunks], len(chunks), now, wall, len(jobs),
-                                   live=r.live is not None and job.priority == "realtime", pauses=pauses,
-                                   text_notes=notes, lexicon=_lexicon_record(job), identity=ident)
+        states[job.id] = JobState(
+            job,
+            [[] for _ in chunks],
+            len(chunks),
+            now,
+            wall,
+            len(jobs),
+            live=r.live is not None and job.priority == "realtime",
+            pauses=pauses,
+            text_notes=notes,
+            lexicon=_lexicon_record(job),
+            identity=ident,
+        )
         per_job.append((job.id, chunks, job))
-    # First chunks of every job first, so each job's first audio comes early.
-    requests = [
-        SynthesisRequest((job_id, i), chunks[i].text, job.voice, seed=job.seed,
-                         realtime=job.priority == "realtime", rate=chunks[i].rate, job=job_id,
-                         live=_live_spec(r, states[job_id], len(chunks)))
+    return states, _requests(r, states, per_job)
+
+
+def _requests(
+    r: Renderer, states: dict[str, JobState], per_job: list[tuple[str, list[textfront.Speech], Job]]
+) -> list[SynthesisRequest]:
+    """The engine's requests for the jobs' chunks: the first chunks of every job first, so each
+    job's first audio comes early."""
+    return [
+        SynthesisRequest(
+            (job_id, i),
+            chunks[i].text,
+            job.voice,
+            seed=job.seed,
+            realtime=job.priority == "realtime",
+            rate=chunks[i].rate,
+            job=job_id,
+            live=_live_spec(r, states[job_id], len(chunks)),
+        )
         for i in range(max((len(c) for _, c, _ in per_job), default=0))
-        for job_id, chunks, job in per_job if i < len(chunks)
+        for job_id, chunks, job in per_job
+        if i < len(chunks)
     ]
-    return states, requests
 
 
 def _front(r: Renderer, job: Job, max_chars: int, outcome: Outcome):
@@ -259,7 +248,7 @@ def _lexicon(r: Renderer, job: Job):
     """The job's lexicon version, compiled; LexiconNotFound where it was deleted since."""
     if job.lexicon_id is None:
         return None
-    assert job.lexicon_version is not None   # plan_batch writes the two together
+    assert job.lexicon_version is not None  # plan_batch writes the two together
     with r.sessions() as session:
         return r.lexicons.get(session, Pin(job.lexicon_id, job.lexicon_version))
 
@@ -268,23 +257,23 @@ def _lexicon_record(job: Job) -> dict | None:
     return {"id": job.lexicon_id, "version": job.lexicon_version} if job.lexicon_id else None
 
 
-def _live_spec(r: Renderer, state: _JobState, pieces: int) -> LiveSpec | None:
+def _live_spec(r: Renderer, state: JobState, pieces: int) -> LiveSpec | None:
     """What the writer of a realtime job's live stream needs to start, join and end it."""
     if not state.live:
         return None
     return LiveSpec(state.job.id, pieces, int(r.engine.info.sample_rate * r.crossfade_ms / 1000))
 
 
-def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome: Outcome) -> None:
-    job_id, index = cast(tuple[str, int], chunk.key)   # the keys _plan gave its requests
+def _take(r: Renderer, states: dict[str, JobState], chunk: AudioChunk, outcome: Outcome) -> None:
+    job_id, index = cast(tuple[str, int], chunk.key)  # the keys _plan gave its requests
     state = states.get(job_id)
     if state is None:  # the job already failed on another piece
         return
     if chunk.error is not None:
         states.pop(job_id)
-        if isinstance(chunk.error, RetryableError):   # the engine shed load: run the job again
+        if isinstance(chunk.error, RetryableError):  # the engine shed load: run the job again
             _requeue(r, job_id, chunk.error, outcome)
-        else:   # a live stream was ended with this error by its writer
+        else:  # a live stream was ended with this error by its writer
             _fail(r, job_id, str(chunk.error), outcome, end_live=not state.live)
         return
     if chunk.audio.size:
@@ -300,7 +289,7 @@ def _take(r: Renderer, states: dict[str, _JobState], chunk: AudioChunk, outcome:
                 _finish(r, state, outcome)
 
 
-def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
+def _finish(r: Renderer, state: JobState, outcome: Outcome) -> None:
     job, info = state.job, r.engine.info
     pieces = [np.concatenate(p) if p else np.zeros(0, np.float32) for p in state.pieces]
     samples = audio.join(pieces, info.sample_rate, r.crossfade_ms, state.pauses)
@@ -315,17 +304,17 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         key = audio_key(job.batch_id, job.id, job.client_id, fmt.extension)
         r.store.put(key, data, fmt.content_type)
         r.storage_fault = None
-        checked = _check(r, job, key, samples)
-        metrics = _metrics(r, state, samples, synth_s, level, checked)
+        checked = check_job(r, job, key, samples)
+        metrics = metrics_row(r, state, samples, synth_s, level, checked)
         with r.sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)
             if _only_job_of_batch(session, job) and close_if_finished(session, r.store, job.batch_id):
-                outcome.closed.append(job.batch_id)   # one write for a speech request's job and batch
+                outcome.closed.append(job.batch_id)  # one write for a speech request's job and batch
             session.commit()
-        if checked and checked[0] == PENDING:   # recorded first: a check never finds its job unfinished
-            assert isinstance(r.verifier, LaterChecks)   # the only verifier that leaves a job pending
+        if checked and checked[0] == PENDING:  # recorded first: a check never finds its job unfinished
+            assert isinstance(r.verifier, LaterChecks)  # the only verifier that leaves a job pending
             r.verifier.send(job.id)
-        elif checked and r.retakes is not None:   # a bad render is rendered again (pipeline/retake.py)
+        elif checked and r.retakes is not None:  # a bad render is rendered again (pipeline/retake.py)
             r.retakes.after(job, checked[0], 1)
         outcome.done.append(job.id)
         if state.identity is not None:
@@ -340,8 +329,14 @@ def _finish(r: Renderer, state: _JobState, outcome: Outcome) -> None:
         _requeue(r, job.id, e, outcome)
     except (RetryableError, OperationalError) as e:
         log.warning("job %s will be retried: %s", job.id, e)
-        _requeue(r, job.id, e if isinstance(e, RetryableError)
-                 else DatabaseUnavailableError(f"database unreachable while recording the job: {e.orig}"), outcome)
+        _requeue(
+            r,
+            job.id,
+            e
+            if isinstance(e, RetryableError)
+            else DatabaseUnavailableError(f"database unreachable while recording the job: {e.orig}"),
+            outcome,
+        )
 
 
 def _reuse(r: Renderer, job: Job, ident: tuple[str, str], outcome: Outcome) -> bool:
@@ -350,74 +345,12 @@ def _reuse(r: Renderer, job: Job, ident: tuple[str, str], outcome: Outcome) -> b
     key = audio_key(job.batch_id, job.id, job.client_id, get_format(job.format).extension)
     try:
         copied = reuse.finish_with_copy(r.sessions, r.store, job, ident, key, worker_host=r.worker_host or hostname())
-    except IllegalTransitionError:   # cancelled or finished meanwhile
+    except IllegalTransitionError:  # cancelled or finished meanwhile
         _lost_race(r, job, key, outcome)
         return True
     if copied:
         outcome.done.append(job.id)
     return copied
-
-
-def level_job(job: Job, samples: np.ndarray, sample_rate: int, *,
-              meter: bool = True) -> tuple[np.ndarray, loudness.Level]:
-    """A job of a levelled batch is brought to its target; any other is measured where ``meter``,
-    and a document's always: its chapter's true peak is read from its jobs' (documents/chapter.py)."""
-    if job.loudness_target is None:
-        measured = meter or place_of(job.client_id) is not None
-        return samples, loudness.measure(samples, sample_rate) if measured else loudness.Level(None, None)
-    ceiling = loudness.ceiling_for(job.true_peak_max if job.true_peak_max is not None
-                                   else loudness.DEFAULT_CEILING_DBTP, get_format(job.format).lossy)
-    return loudness.level(samples, sample_rate, job.loudness_target, ceiling)
-
-
-def _metrics(r: Renderer, state: _JobState, samples: np.ndarray, synth_s: float, level: loudness.Level,
-             checked: tuple[str, dict] | None) -> dict:
-    """The job_metrics row of a finished job."""
-    job, info = state.job, r.engine.info
-    audio_s = audio.duration_seconds(samples, info.sample_rate)
-    first = state.first_audio or time.monotonic()
-    first_wall = state.admitted_wall + timedelta(seconds=first - state.admitted)
-    extra = _extra(state)
-    if checked:
-        extra = {**(extra or {}), "verify": checked[1]}
-    # A chapter rendered again with a new seed was asked for when it was queued again, not when
-    # its document was submitted, perhaps days before.
-    submitted = job.created_at if job.seed is None else (job.queued_at or job.created_at)
-    return dict(
-        queue_wait_s=_seconds(job.queued_at or job.created_at, state.admitted_wall),
-        ttfb_s=_seconds(submitted, first_wall),
-        synth_s=synth_s, audio_s=audio_s, rtf=synth_s / audio_s,
-        engine=info.name, model=info.model, quantization=info.quantization,
-        device_type=info.device_type, worker_host=r.worker_host or hostname(),
-        batch_size=state.batch_size, extra=extra,
-        loudness_lufs=level.lufs, true_peak_dbtp=level.true_peak_dbtp,
-        verdict=checked[0] if checked else None, renders=1,
-    )
-
-
-def _check(r: Renderer, job: Job, key: str, samples: np.ndarray) -> tuple[str, dict] | None:
-    """The verdict on a batch job in the checked share and what job_metrics.extra keeps of it,
-    its word times stored beside its audio; or ``pending`` where a verify worker checks it later.
-    A realtime job's audio went out live before any check could act on it, and the check's CPU
-    would come out of the other streams' first bytes: it is not checked."""
-    if r.verifier is None or job.priority == "realtime" or not r.verifier.wants(job.id):
-        return None
-    info = r.engine.info
-    profile = info.profile(job.voice)
-    if isinstance(r.verifier, LaterChecks):
-        return PENDING, pending_record(profile)
-    result = r.verifier.check(samples, info.sample_rate, job.text, profile,
-                              job_lexicon(r.sessions, r.lexicons, job.lexicon_id, job.lexicon_version))
-    store_captions(r.store, key, result)
-    return result.status, record(result)
-
-
-def _extra(state: _JobState) -> dict | None:
-    """job_metrics.extra: the engine's counters, under "text" what the front end changed, and
-    under "lexicon" the lexicon version it rendered with."""
-    extra = {**state.stats, **({"text": state.text_notes} if state.text_notes else {}),
-             **({"lexicon": state.lexicon} if state.lexicon else {})}
-    return extra or None
 
 
 def _add_stats(total: dict, piece: dict) -> None:
@@ -461,10 +394,6 @@ def _requeue(r: Renderer, job_id: str, error: RetryableError, outcome: Outcome) 
         outcome.retry_errors[job_id] = error
     else:
         outcome.skipped.append(job_id)
-
-
-def _seconds(start: datetime, end: datetime) -> float:
-    return max(0.0, (end - as_utc(start)).total_seconds())
 
 
 def _only_job_of_batch(session: Session, job: Job) -> bool:

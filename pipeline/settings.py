@@ -33,9 +33,9 @@ FORMATS = ("wav", "mp3", "ogg", "flac")
 _ORPHEUS = OrpheusConfig()
 _REALTIME = RealtimeConfig()
 if TYPE_CHECKING:
-    Switch = str   # a checker cannot read a Literal built from a tuple at run time
+    Switch = str  # a checker cannot read a Literal built from a tuple at run time
 else:
-    Switch = Literal[SWITCHES]   # the names of Switches' fields, checked as the settings load
+    Switch = Literal[SWITCHES]  # the names of Switches' fields, checked as the settings load
 
 
 def _default_data_dir() -> Path:
@@ -57,7 +57,7 @@ class EngineSettings:
     max_batch: int
     device: str
     threads: int
-    process: str = "auto"       # "separate": the engine runs in a process of its own (hosted.py)
+    process: str = "auto"  # "separate": the engine runs in a process of its own (hosted.py)
     orpheus: OrpheusConfig = field(default_factory=OrpheusConfig)
 
 
@@ -68,16 +68,16 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=_default_data_dir)
 
     # Services. None means embedded.
-    redis_url: str | None = None        # e.g. redis://host:6379/0; then `submit` enqueues unless --wait/-o
-    database_url: str | None = None     # e.g. postgresql+psycopg://user:pw@host/synth; `synth db upgrade`
-    s3_bucket: str | None = None        # S3 or any S3-compatible store; credentials from boto3's usual chain
+    redis_url: str | None = None  # e.g. redis://host:6379/0; then `submit` enqueues unless --wait/-o
+    database_url: str | None = None  # e.g. postgresql+psycopg://user:pw@host/synth; `synth db upgrade`
+    s3_bucket: str | None = None  # S3 or any S3-compatible store; credentials from boto3's usual chain
     s3_endpoint_url: str | None = None  # an S3-compatible store's address (MinIO); None: AWS S3
     s3_region: str = "us-east-1"
-    s3_prefix: str = ""                 # prepended to every object key in the bucket
-    storage_dir: Path | None = None     # the object folder when no bucket is set; None: data_dir/objects
+    s3_prefix: str = ""  # prepended to every object key in the bucket
+    storage_dir: Path | None = None  # the object folder when no bucket is set; None: data_dir/objects
 
     # Engine.
-    engine: Literal["piper", "orpheus"] = "piper"   # piper (CPU) or orpheus (GPU; docs/orpheus.md)
+    engine: Literal["piper", "orpheus"] = "piper"  # piper (CPU) or orpheus (GPU; docs/orpheus.md)
     model: str | None = None
     codec: str | None = None
     # The voices served, e.g. tara,leah (or a JSON list); unset: the engine's own.
@@ -89,11 +89,11 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     # Orpheus weights (docs/orpheus.md#quantization).
     quantization: Literal["none", "fp8", "int8", "nf4"] = "none"
-    max_batch: int = 0          # 0: chosen from the device
+    max_batch: int = 0  # 0: chosen from the device
     # Orpheus: auto is the GPU if torch sees one, else the CPU; cuda or cuda:N (the worker pins its
     # one GPU, which the process then sees as cuda:0), cpu.
     device: str = "auto"
-    engine_threads: int = 0     # 0: one per core
+    engine_threads: int = 0  # 0: one per core
     # Where the engine runs in a worker: "separate", a process of its own, so its loop never waits
     # for the GIL behind the worker's task threads; "inline", the worker's process. "auto":
     # separate for a GPU engine (orpheus on CUDA), inline otherwise.
@@ -152,12 +152,12 @@ class Settings(BaseSettings):
     # a core in its process and a tenth of its batch throughput (docs/performance.md).
     loudness_meter: Literal["auto", "all"] = "auto"
     default_voice: str | None = None  # None: the engine's first voice
-    default_format: str = "wav"       # wav, mp3 (64 kb/s), ogg (Opus, 32 kb/s) or flac
-    max_line_chars: int = 20_000      # a corpus line or API item longer than this is refused
+    default_format: str = "wav"  # wav, mp3 (64 kb/s), ogg (Opus, 32 kb/s) or flac
+    max_line_chars: int = 20_000  # a corpus line or API item longer than this is refused
     # Long text is split at sentences (then clauses, then words) into chunks of at most this many
     # characters, rendered apart and joined with a crossfade (silence where SSML asks for a break).
     max_chunk_chars: int = 400
-    crossfade_ms: int = 30            # the crossfade between two chunks
+    crossfade_ms: int = 30  # the crossfade between two chunks
     # Emoji and pictographs are silent; true reads them out (as the engine names them).
     read_emoji: bool = False
     # Upper bounds of the batch length buckets, in estimated seconds of speech; one more bucket
@@ -167,7 +167,7 @@ class Settings(BaseSettings):
     # a batch are short ones and every GPU finishes at nearly the same time (longest processing time
     # first); "shortest": short jobs finish sooner, at the price of a long tail on one GPU.
     bucket_order: Literal["longest", "shortest"] = "longest"
-    jobs_per_task: int = 8            # jobs per queue message (realtime: always 1)
+    jobs_per_task: int = 8  # jobs per queue message (realtime: always 1)
     # A job whose audio was rendered before with the same identity (engine, model, voice, text after
     # the front end, format settings, seed) copies it instead of rendering: "key" reuses within
     # one API key's jobs (and among command-line batches), "shared" across keys, "off" never.
@@ -190,38 +190,38 @@ class Settings(BaseSettings):
     # Seconds before an unacked message is redelivered: keep it above the longest task plus
     # retry_backoff_max (a retried message waits out its countdown unacked).
     visibility_timeout: int = 3600
-    max_retries: int = 5                # retries of a retryable error (a service down)
-    retry_backoff_max: int = 600        # seconds; exponential backoff with jitter up to this
+    max_retries: int = 5  # retries of a retryable error (a service down)
+    retry_backoff_max: int = 600  # seconds; exponential backoff with jitter up to this
     # Batch tasks a worker works at once (threads). 0: derived from the engine, enough messages
     # in hand to fill its rows twice over (worker/boot.py ``batch_slots``), so nothing needs tuning
     # per GPU. Realtime jobs never take these slots: they have a consumer of their own.
     worker_concurrency: int = Field(default=0, ge=0)
 
     # Reports and operations (pipeline/reports/, worker/beat.py, worker/metrics.py).
-    report_cron: str = "0 6 * * *"      # nightly report, crontab in UTC
-    expire_cron: str = "0 * * * *"      # batch expiry (synth.expire), hourly
+    report_cron: str = "0 6 * * *"  # nightly report, crontab in UTC
+    expire_cron: str = "0 * * * *"  # batch expiry (synth.expire), hourly
     # Seconds between reconciler passes (pipeline/reconcile.py), one across the fleet: every worker
     # runs it on a timer of its own (worker/maintenance.py), with or without `synth beat`.
     reconcile_interval: int = Field(default=300, ge=1)
     # Price per busy GPU-hour by device type (as recorded in job_metrics.device_type), e.g.
     # SYNTH_GPU_PRICES='{"NVIDIA H100 80GB HBM3": 2.5}'. Types without a price have no cost line.
     gpu_prices: dict[str, float] = Field(default_factory=dict)
-    worker_metrics_port: int = 0        # Prometheus endpoint of a worker; 0 = off
+    worker_metrics_port: int = 0  # Prometheus endpoint of a worker; 0 = off
     # Recorded as job_metrics.worker_host; None: the host name. `synth worker --gpu N` defaults it
     # to <host>/gpuN so workers sharing a machine are told apart in reports.
     worker_name: str | None = None
     # The operator's token for /dashboard (and /metrics), sent as a Bearer token; None: they answer
     # loopback clients only.
     dashboard_token: str | None = None
-    metrics_token: str | None = None    # a Prometheus scraper's token for /metrics alone
+    metrics_token: str | None = None  # a Prometheus scraper's token for /metrics alone
 
     # Webhooks (pipeline/webhooks/). Hosts or CIDRs that webhook URLs may reach even though they
     # are loopback/private/link-local (an operator's own receivers), e.g. '["hooks.internal", "10.1.0.0/16"]'.
     webhook_allow_hosts: tuple[str, ...] = ()
     # Delays before each retry after the first, immediate attempt (seconds; full jitter applies).
     webhook_retry_schedule: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000)
-    webhook_timeout: float = 10.0           # seconds per delivery attempt (connect + response)
-    webhook_secret_grace: int = 86_400      # seconds the previous secret keeps signing after a rotation
+    webhook_timeout: float = 10.0  # seconds per delivery attempt (connect + response)
+    webhook_secret_grace: int = 86_400  # seconds the previous secret keeps signing after a rotation
     # Delivery attempts a `synth worker` makes at once, on threads of their own (never a render slot).
     webhook_concurrency: int = Field(default=16, ge=1)
     # Of those, at most this many to one receiver (host and port): one that never answers slows
@@ -229,14 +229,14 @@ class Settings(BaseSettings):
     webhook_host_concurrency: int = Field(default=4, ge=1)
 
     # REST API (api/). Item text is bounded by max_line_chars, like a corpus line.
-    api_max_batch_items: int = 10_000       # items in one POST /v1/batches (or lines in an upload)
+    api_max_batch_items: int = 10_000  # items in one POST /v1/batches (or lines in an upload)
     api_max_body_bytes: int = 16 * 1024 * 1024  # a larger request body gets 413
-    api_rate_limit: int = 600               # requests per key per window; 0 = unlimited
-    api_rate_window: int = 60               # seconds (fixed window in Redis)
-    result_ttl_days: float = 7.0            # API batches and their audio are deleted after this
-    presign_seconds: int = 900              # lifetime of the S3 URL GET /v1/jobs/{id}/audio redirects to
-    live_start_timeout: float = 300.0       # how long a live reader waits for a queued realtime job to start
-    live_stream_ttl: int = 900              # seconds a job's live audio stays in Redis after its last chunk
+    api_rate_limit: int = 600  # requests per key per window; 0 = unlimited
+    api_rate_window: int = 60  # seconds (fixed window in Redis)
+    result_ttl_days: float = 7.0  # API batches and their audio are deleted after this
+    presign_seconds: int = 900  # lifetime of the S3 URL GET /v1/jobs/{id}/audio redirects to
+    live_start_timeout: float = 300.0  # how long a live reader waits for a queued realtime job to start
+    live_stream_ttl: int = 900  # seconds a job's live audio stays in Redis after its last chunk
     # Live streams one API process serves at once (all read over one Redis connection); past it,
     # new ones get 503 with Retry-After.
     api_max_live_streams: int = Field(default=1024, ge=1)
@@ -273,8 +273,10 @@ class Settings(BaseSettings):
         except ValueError:
             share_ok = False
         if value not in ("auto", "all", "on", "sample", "off", "none") and not share_ok:
-            raise ValueError(f"{v!r}: give auto, all, sample (SYNTH_VERIFY_SHARE of the jobs), off, "
-                             "or a share of jobs from 0 to 1 (0.1)")
+            raise ValueError(
+                f"{v!r}: give auto, all, sample (SYNTH_VERIFY_SHARE of the jobs), off, "
+                "or a share of jobs from 0 to 1 (0.1)"
+            )
         return v
 
     @field_validator("device")
@@ -294,16 +296,16 @@ class Settings(BaseSettings):
         try:
             make_url(v).get_dialect().import_dbapi()
         except (ArgumentError, NoSuchModuleError, ImportError) as e:
-            raise ValueError(f"not a database URL synth can open ({e}); "
-                             "e.g. postgresql+psycopg://user:pw@host/synth") from e
+            raise ValueError(
+                f"not a database URL synth can open ({e}); e.g. postgresql+psycopg://user:pw@host/synth"
+            ) from e
         return v
 
-    @field_validator("realtime_batch_every", "realtime_batch_every_starting",
-                     "realtime_playing_every")
+    @field_validator("realtime_batch_every", "realtime_batch_every_starting", "realtime_playing_every")
     @classmethod
     def _zero_is_default(cls, v: int, info: ValidationInfo) -> int:
         """0, which once stood for the engine's default, still does."""
-        assert info.field_name is not None   # a field validator's
+        assert info.field_name is not None  # a field validator's
         return v or getattr(_REALTIME, info.field_name.removeprefix("realtime_"))
 
     @field_validator("orpheus_disable", "voices", mode="before")
@@ -365,11 +367,14 @@ class Settings(BaseSettings):
 
     def orpheus_config(self) -> OrpheusConfig:
         """The engine's config: each ``RealtimeConfig`` field from the setting ``realtime_<field>``."""
-        realtime = RealtimeConfig(**{f.name: getattr(self, f"realtime_{f.name}")
-                                     for f in fields(RealtimeConfig)})
-        return OrpheusConfig(context=self.orpheus_context, cuda_graphs=self.cuda_graphs,
-                             kv_dtype=self.orpheus_kv_dtype, realtime=realtime,
-                             switches=Switches.without(self.orpheus_disable))
+        realtime = RealtimeConfig(**{f.name: getattr(self, f"realtime_{f.name}") for f in fields(RealtimeConfig)})
+        return OrpheusConfig(
+            context=self.orpheus_context,
+            cuda_graphs=self.cuda_graphs,
+            kv_dtype=self.orpheus_kv_dtype,
+            realtime=realtime,
+            switches=Switches.without(self.orpheus_disable),
+        )
 
     def with_overrides(self, **overrides: Any) -> Settings:
         return self.model_copy(update={k: v for k, v in overrides.items() if v is not None})
@@ -386,6 +391,7 @@ def _config_file(settings_cls: type[BaseSettings], path: Path) -> TomlConfigSett
         raise InputError(f"config file {path} is not valid TOML: {e}") from e
     unknown = sorted(set(source.toml_data) - set(settings_cls.model_fields))
     if unknown:
-        raise InputError(f"config file {path} names unknown setting {unknown[0]!r} "
-                         "(the settings: docs/configuration.md)")
+        raise InputError(
+            f"config file {path} names unknown setting {unknown[0]!r} (the settings: docs/configuration.md)"
+        )
     return source

@@ -29,7 +29,7 @@ from pipeline.settings import Settings
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 COMMAND = "python -m pipeline.settings_doc"
-TITLE_WORDS = 3     # a group's opening sentence of at most this many words (outside brackets) is its title
+TITLE_WORDS = 3  # a group's opening sentence of at most this many words (outside brackets) is its title
 
 PREAMBLE = f"""\
 # Configuration
@@ -71,8 +71,7 @@ def render() -> str:
         if group.title:
             parts.append(f"## {group.title}\n")
         rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
-        rows += [f"| `SYNTH_{e.name.upper()}` | {e.kind} | {e.default} | {_cell(e.text)} |"
-                 for e in group.entries]
+        rows += [f"| `SYNTH_{e.name.upper()}` | {e.kind} | {e.default} | {_cell(e.text)} |" for e in group.entries]
         parts.append("\n".join(rows) + "\n")
     return "\n".join(parts)
 
@@ -80,21 +79,25 @@ def render() -> str:
 def groups() -> list[Group]:
     """The fields in the order the class declares them, grouped as its blank lines group them."""
     path = inspect.getsourcefile(Settings)
-    assert path is not None   # a module read from its .py file
+    assert path is not None  # a module read from its .py file
     source = Path(path).read_text()
     lines = source.splitlines()
-    comments = {tok.start[0]: (tok.start[1], tok.string.lstrip("#").strip())
-                for tok in tokenize.generate_tokens(io.StringIO(source).readline)
-                if tok.type == tokenize.COMMENT}
-    cls = next(n for n in ast.walk(ast.parse(source))
-               if isinstance(n, ast.ClassDef) and n.name == Settings.__name__)
+    comments = {
+        tok.start[0]: (tok.start[1], tok.string.lstrip("#").strip())
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    }
+    cls = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == Settings.__name__)
     result: list[Group] = []
-    taken: set[int] = set()     # comment lines that continue an earlier field's inline comment
+    taken: set[int] = set()  # comment lines that continue an earlier field's inline comment
     for stmt in cls.body:
-        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                and stmt.target.id in Settings.model_fields):
+        if not (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and stmt.target.id in Settings.model_fields
+        ):
             continue
-        first = stmt.lineno - 1                        # 0-based index of the field's line
+        first = stmt.lineno - 1  # 0-based index of the field's line
         while first > 0 and lines[first - 1].strip().startswith("#") and first not in taken:
             first -= 1
         above = " ".join(comments[i + 1][1] for i in range(first, stmt.lineno - 1))
@@ -119,7 +122,7 @@ def _entry(name: str, *comments: str) -> Entry:
 def _inline(stmt: ast.AnnAssign, lines: list[str], comments: dict, taken: set[int]) -> str:
     """The comment at the end of the field's lines, and the comment lines under it that start in
     the same column (their line numbers go into ``taken``)."""
-    end = stmt.end_lineno or stmt.lineno   # set on every node ast.parse makes
+    end = stmt.end_lineno or stmt.lineno  # set on every node ast.parse makes
     found = [comments[n] for n in range(stmt.lineno, end + 1) if n in comments]
     if not found:
         return ""
@@ -140,7 +143,7 @@ def _title(lead: str) -> tuple[str | None, str]:
     sentence = match.group(1)
     if len(re.sub(r"\([^)]*\)", "", sentence).split()) > TITLE_WORDS:
         return None, lead
-    return sentence, lead[match.end():].strip()
+    return sentence, lead[match.end() :].strip()
 
 
 def _sentence(text: str) -> str:
@@ -150,8 +153,7 @@ def _sentence(text: str) -> str:
 
 def _kind(annotation: Any, metadata: list) -> str:
     kind = _type(annotation)
-    bounds = [f">= {m.ge}" for m in metadata if hasattr(m, "ge")] + \
-             [f"<= {m.le}" for m in metadata if hasattr(m, "le")]
+    bounds = [f">= {m.ge}" for m in metadata if hasattr(m, "ge")] + [f"<= {m.le}" for m in metadata if hasattr(m, "le")]
     return ", ".join([kind, *bounds])
 
 

@@ -30,9 +30,9 @@ class BatchOptions:
     sample_rate: int | None = None
     priority: str = "batch"
     name: str | None = None
-    loudness: float | None = None       # LUFS every job is levelled to; None: as rendered
-    true_peak: float | None = None      # dBTP ceiling of levelled jobs; None: loudness.DEFAULT_CEILING_DBTP
-    lexicon: Pin | None = None          # the lexicon version every job renders with (lexicon/store.py pin)
+    loudness: float | None = None  # LUFS every job is levelled to; None: as rendered
+    true_peak: float | None = None  # dBTP ceiling of levelled jobs; None: loudness.DEFAULT_CEILING_DBTP
+    lexicon: Pin | None = None  # the lexicon version every job renders with (lexicon/store.py pin)
 
 
 def resolve_options(settings: Settings, options: BatchOptions) -> BatchOptions:
@@ -46,33 +46,60 @@ def resolve_options(settings: Settings, options: BatchOptions) -> BatchOptions:
     fmt = options.format or settings.default_format
     get_format(fmt)
     if options.sample_rate is not None and options.sample_rate not in SAMPLE_RATES:
-        raise InputError(f"unsupported sample rate {options.sample_rate}; choose one of "
-                         f"{', '.join(map(str, SAMPLE_RATES))}")
+        raise InputError(
+            f"unsupported sample rate {options.sample_rate}; choose one of {', '.join(map(str, SAMPLE_RATES))}"
+        )
     if options.priority not in PRIORITIES:
         raise InputError(f"unknown priority {options.priority!r}; choose one of {', '.join(PRIORITIES)}")
     loudness.check_target(options.loudness, options.true_peak)
     if options.true_peak is not None and options.loudness is None:
         raise InputError("a true-peak ceiling applies to levelled audio: give a loudness target with it")
-    true_peak = options.true_peak if options.true_peak is not None else (
-        loudness.DEFAULT_CEILING_DBTP if options.loudness is not None else None)
-    return BatchOptions(voice=voice, format=fmt, sample_rate=options.sample_rate,
-                        priority=options.priority, name=options.name, loudness=options.loudness,
-                        true_peak=true_peak, lexicon=options.lexicon)
+    true_peak = (
+        options.true_peak
+        if options.true_peak is not None
+        else (loudness.DEFAULT_CEILING_DBTP if options.loudness is not None else None)
+    )
+    return BatchOptions(
+        voice=voice,
+        format=fmt,
+        sample_rate=options.sample_rate,
+        priority=options.priority,
+        name=options.name,
+        loudness=options.loudness,
+        true_peak=true_peak,
+        lexicon=options.lexicon,
+    )
 
 
-def create_batch(session: Session, settings: Settings, corpus: Corpus, options: BatchOptions,
-                 *, source: str, **batch_columns) -> Batch:
+def create_batch(
+    session: Session, settings: Settings, corpus: Corpus, options: BatchOptions, *, source: str, **batch_columns
+) -> Batch:
     """``batch_columns``: what the API adds (owner_key_id, webhook_url, expires_at ...)."""
     opts = resolve_options(settings, options)
     jobs = [
-        db.NewJob(client_id=client_id_for(line_no), text=line, line_no=line_no,
-                  queue=queue_for(line, opts.priority, settings.bucket_seconds))
+        db.NewJob(
+            client_id=client_id_for(line_no),
+            text=line,
+            line_no=line_no,
+            queue=queue_for(line, opts.priority, settings.bucket_seconds),
+        )
         for line_no, line in corpus.lines
     ]
-    return db.create_batch(session, name=opts.name, source=source, voice=opts.voice, format=opts.format,
-                           sample_rate=opts.sample_rate, priority=opts.priority, jobs=jobs,
-                           skipped_lines=len(corpus.empty_lines), loudness_target=opts.loudness,
-                           true_peak_max=opts.true_peak, lexicon=opts.lexicon, **batch_columns)
+    return db.create_batch(
+        session,
+        name=opts.name,
+        source=source,
+        voice=opts.voice,
+        format=opts.format,
+        sample_rate=opts.sample_rate,
+        priority=opts.priority,
+        jobs=jobs,
+        skipped_lines=len(corpus.empty_lines),
+        loudness_target=opts.loudness,
+        true_peak_max=opts.true_peak,
+        lexicon=opts.lexicon,
+        **batch_columns,
+    )
 
 
 def withdraw_batch(sessions: sessionmaker[Session], store: ObjectStore, batch_id: str) -> None:
@@ -103,18 +130,26 @@ def item_client_id(index: int) -> str:
     return f"item-{index + 1:06d}"
 
 
-def create_item_batch(session: Session, settings: Settings, items: Sequence[Item], options: BatchOptions,
-                      *, source: str, **batch_columns) -> Batch:
+def create_item_batch(
+    session: Session, settings: Settings, items: Sequence[Item], options: BatchOptions, *, source: str, **batch_columns
+) -> Batch:
     """A batch from explicit items (the API). Everything is validated before anything is written:
     InputError names the first bad item."""
     return db.insert_batch(session, plan_item_batch(settings, items, options, source=source, **batch_columns))
 
 
-def plan_item_batch(settings: Settings, items: Sequence[Item], options: BatchOptions, *, source: str,
-                    queued: bool = False, **batch_columns) -> db.PlannedBatch:
+def plan_item_batch(
+    settings: Settings,
+    items: Sequence[Item],
+    options: BatchOptions,
+    *,
+    source: str,
+    queued: bool = False,
+    **batch_columns,
+) -> db.PlannedBatch:
     """``create_item_batch``'s rows, validated, without the database (``db.plan_batch``)."""
     opts = resolve_options(settings, options)
-    assert opts.voice is not None and opts.format is not None   # resolve_options fills them
+    assert opts.voice is not None and opts.format is not None  # resolve_options fills them
     seen: set[str] = set()
     jobs = []
     for index, item in enumerate(items):
@@ -125,13 +160,31 @@ def plan_item_batch(settings: Settings, items: Sequence[Item], options: BatchOpt
             raise InputError(f"{where}: client_id {client_id!r} is used twice in this batch")
         seen.add(client_id)
         own = _item_options(settings, opts, item)
-        jobs.append(db.NewJob(client_id=client_id, text=text, line_no=index + 1,
-                              queue=queue_for(text, opts.priority, settings.bucket_seconds),
-                              voice=own.voice, format=own.format, sample_rate=own.sample_rate))
-    return db.plan_batch(name=opts.name, source=source, voice=opts.voice, format=opts.format,
-                         sample_rate=opts.sample_rate, priority=opts.priority, jobs=jobs, queued=queued,
-                         loudness_target=opts.loudness, true_peak_max=opts.true_peak, lexicon=opts.lexicon,
-                         **batch_columns)
+        jobs.append(
+            db.NewJob(
+                client_id=client_id,
+                text=text,
+                line_no=index + 1,
+                queue=queue_for(text, opts.priority, settings.bucket_seconds),
+                voice=own.voice,
+                format=own.format,
+                sample_rate=own.sample_rate,
+            )
+        )
+    return db.plan_batch(
+        name=opts.name,
+        source=source,
+        voice=opts.voice,
+        format=opts.format,
+        sample_rate=opts.sample_rate,
+        priority=opts.priority,
+        jobs=jobs,
+        queued=queued,
+        loudness_target=opts.loudness,
+        true_peak_max=opts.true_peak,
+        lexicon=opts.lexicon,
+        **batch_columns,
+    )
 
 
 def _check_text(raw: str, max_chars: int, where: str) -> str:
@@ -147,7 +200,15 @@ def _check_text(raw: str, max_chars: int, where: str) -> str:
 def _item_options(settings: Settings, batch: BatchOptions, item: Item) -> BatchOptions:
     if item.voice is None and item.format is None and item.sample_rate is None:
         return batch
-    return resolve_options(settings, BatchOptions(
-        voice=item.voice or batch.voice, format=item.format or batch.format,
-        sample_rate=item.sample_rate if item.sample_rate is not None else batch.sample_rate,
-        priority=batch.priority, loudness=batch.loudness, true_peak=batch.true_peak, lexicon=batch.lexicon))
+    return resolve_options(
+        settings,
+        BatchOptions(
+            voice=item.voice or batch.voice,
+            format=item.format or batch.format,
+            sample_rate=item.sample_rate if item.sample_rate is not None else batch.sample_rate,
+            priority=batch.priority,
+            loudness=batch.loudness,
+            true_peak=batch.true_peak,
+            lexicon=batch.lexicon,
+        ),
+    )

@@ -33,7 +33,7 @@ class BatchSummary:
     wall_s: float | None
     ttfb_p50: float | None
     ttfb_p95: float | None
-    failures: list[tuple[str, str]]   # (client id, reason)
+    failures: list[tuple[str, str]]  # (client id, reason)
     # What the text front end changed, summed over the done jobs (job_metrics.extra["text"]), with
     # "jobs": how many jobs had anything changed; empty when nothing was.
     text_notes: dict[str, int] = field(default_factory=dict)
@@ -84,10 +84,21 @@ def summarize(session: Session, batch: Batch) -> BatchSummary:
             last = job.finished_at
     wall = (as_utc(last) - as_utc(batch.created_at)).total_seconds() if last else None
     return BatchSummary(
-        batch_id=batch.id, name=batch.name, total=len(rows), counts=counts,
-        skipped_lines=batch.skipped_lines, audio_s=audio_s, wall_s=wall,
-        ttfb_p50=percentile(ttfbs, 50), ttfb_p95=percentile(ttfbs, 95), failures=failures,
-        text_notes=text_notes, verdicts=verdicts, flagged=flagged, reused=reused, reused_s=reused_s,
+        batch_id=batch.id,
+        name=batch.name,
+        total=len(rows),
+        counts=counts,
+        skipped_lines=batch.skipped_lines,
+        audio_s=audio_s,
+        wall_s=wall,
+        ttfb_p50=percentile(ttfbs, 50),
+        ttfb_p95=percentile(ttfbs, 95),
+        failures=failures,
+        text_notes=text_notes,
+        verdicts=verdicts,
+        flagged=flagged,
+        reused=reused,
+        reused_s=reused_s,
     )
 
 
@@ -109,8 +120,10 @@ TEXT_NOTE_WORDS = {
     "ssml_say_as": ("SSML say-as", "SSML say-as"),
     "rate_ignored": ("prosody rate the engine cannot honour", "prosody rates the engine cannot honour"),
     "lexicon_entries": ("lexicon entry said", "lexicon entries said"),
-    "lexicon_phonemes_skipped": ("lexicon phoneme entry the voice cannot say",
-                                 "lexicon phoneme entries the voice cannot say"),
+    "lexicon_phonemes_skipped": (
+        "lexicon phoneme entry the voice cannot say",
+        "lexicon phoneme entries the voice cannot say",
+    ),
 }
 
 

@@ -66,8 +66,9 @@ def seconds_to_next_day(now: datetime | None = None) -> int:
     return max(1, int((midnight - now).total_seconds() + 0.999))
 
 
-def record_done(session: Session, *, batch_id: str, chars: int, audio_s: float | None,
-                now: datetime | None = None) -> None:
+def record_done(
+    session: Session, *, batch_id: str, chars: int, audio_s: float | None, now: datetime | None = None
+) -> None:
     """Add one done job to its key's row of the day (nothing for a batch without an owner). The
     caller's transaction is the one that marked the job done."""
     key_id = session.scalar(select(Batch.owner_key_id).where(Batch.id == batch_id))
@@ -78,8 +79,12 @@ def record_done(session: Session, *, batch_id: str, chars: int, audio_s: float |
     stmt = dialect.insert(KeyUsage).values(**values)
     stmt = stmt.on_conflict_do_update(
         index_elements=[KeyUsage.key_id, KeyUsage.day],
-        set_={"jobs": KeyUsage.jobs + 1, "chars": KeyUsage.chars + stmt.excluded.chars,
-              "audio_s": KeyUsage.audio_s + stmt.excluded.audio_s})
+        set_={
+            "jobs": KeyUsage.jobs + 1,
+            "chars": KeyUsage.chars + stmt.excluded.chars,
+            "audio_s": KeyUsage.audio_s + stmt.excluded.audio_s,
+        },
+    )
     session.execute(stmt)
 
 
@@ -88,15 +93,21 @@ def counts(session: Session, key_ids: list[str], since: date, until: date) -> di
     rows = session.execute(
         select(KeyUsage.key_id, func.sum(KeyUsage.jobs), func.sum(KeyUsage.chars), func.sum(KeyUsage.audio_s))
         .where(KeyUsage.key_id.in_(key_ids), KeyUsage.day >= since, KeyUsage.day <= until)
-        .group_by(KeyUsage.key_id))
+        .group_by(KeyUsage.key_id)
+    )
     return {k: Counts(int(j or 0), int(c or 0), float(a or 0.0)) for k, j, c, a in rows}
 
 
 def open_chars(session: Session, key_id: str) -> int:
     """Characters of the key's jobs not yet finished (pending, queued or running)."""
-    return int(session.scalar(
-        select(func.coalesce(func.sum(func.length(Job.text)), 0)).join(Batch, Batch.id == Job.batch_id)
-        .where(Batch.owner_key_id == key_id, Job.status.not_in(list(TERMINAL)))) or 0)
+    return int(
+        session.scalar(
+            select(func.coalesce(func.sum(func.length(Job.text)), 0))
+            .join(Batch, Batch.id == Job.batch_id)
+            .where(Batch.owner_key_id == key_id, Job.status.not_in(list(TERMINAL)))
+        )
+        or 0
+    )
 
 
 def summaries(session: Session, keys: list[ApiKey], now: datetime | None = None) -> list[KeyUsageSummary]:
@@ -105,9 +116,16 @@ def summaries(session: Session, keys: list[ApiKey], now: datetime | None = None)
     ids = [k.id for k in keys]
     today = counts(session, ids, day, day)
     month = counts(session, ids, day.replace(day=1), day)
-    return [KeyUsageSummary(key=k, day=day, today=today.get(k.id, Counts()), month=month.get(k.id, Counts()),
-                            open_chars=open_chars(session, k.id))
-            for k in keys]
+    return [
+        KeyUsageSummary(
+            key=k,
+            day=day,
+            today=today.get(k.id, Counts()),
+            month=month.get(k.id, Counts()),
+            open_chars=open_chars(session, k.id),
+        )
+        for k in keys
+    ]
 
 
 def has_daily_quota(key: ApiKey) -> bool:
@@ -125,7 +143,9 @@ def check_submission(session: Session, key: ApiKey, chars: int, now: datetime | 
     if key.audio_s_per_day is not None and used.audio_s >= key.audio_s_per_day:
         raise QuotaExceededError(
             f"this API key has used its quota of {key.audio_s_per_day:g} audio seconds per day "
-            f"({used.audio_s:.1f} s today); it resets at 00:00 UTC", retry_after=retry)
+            f"({used.audio_s:.1f} s today); it resets at 00:00 UTC",
+            retry_after=retry,
+        )
     if key.chars_per_day is not None:
         pending = open_chars(session, key.id)
         total = used.chars + pending + chars
@@ -133,7 +153,9 @@ def check_submission(session: Session, key: ApiKey, chars: int, now: datetime | 
             raise QuotaExceededError(
                 f"this request's {chars:,} characters would pass this API key's quota of "
                 f"{key.chars_per_day:,} characters per day ({used.chars:,} used today, {pending:,} in "
-                f"unfinished jobs); it resets at 00:00 UTC", retry_after=retry)
+                f"unfinished jobs); it resets at 00:00 UTC",
+                retry_after=retry,
+            )
 
 
 def set_quotas(session: Session, key_id: str, changes: dict[str, float | None]) -> None:
@@ -146,7 +168,8 @@ def set_quotas(session: Session, key_id: str, changes: dict[str, float | None]) 
         # number past the column overflows it: a traceback, not an answer
         if value is not None and not (0 <= value <= MAX_QUOTA[name]):
             raise InputError(f"{name} {value}: give a number from 0 to {MAX_QUOTA[name]:,}, or none for no limit")
-    moved = rows_matched(session.execute(update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
-                            .values(**changes)))
+    moved = rows_matched(
+        session.execute(update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)).values(**changes))
+    )
     if moved != 1:
         raise InputError(f"no active key with id {key_id!r} (see `synth keys list`)")

@@ -19,7 +19,8 @@ def fill(runner, rows: int, gen: torch.Generator) -> None:
     pos = torch.randint(250, 450, (rows,), generator=gen)
     runner.pos[:rows] = pos.cuda()
     runner.steps[:rows] = (pos - 120).cuda()
-    runner.tokens[:rows] = torch.randint(CUSTOM_TOKEN_BASE + 10, CUSTOM_TOKEN_BASE + 4000, (rows,),
-                                         generator=gen).cuda()
+    runner.tokens[:rows] = torch.randint(
+        CUSTOM_TOKEN_BASE + 10, CUSTOM_TOKEN_BASE + 4000, (rows,), generator=gen
+    ).cuda()
     runner.keys[:rows] = torch.randint(0, 2**40, (rows,), generator=gen).cuda()
     runner.seen.zero_()

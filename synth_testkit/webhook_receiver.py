@@ -20,13 +20,13 @@ from pipeline.webhooks.signing import WebhookVerificationError, verify
 
 @dataclass
 class Received:
-    at: float                      # time.time() when the request arrived
+    at: float  # time.time() when the request arrived
     webhook_id: str
     headers: dict[str, str]
     body: bytes
-    valid_for: list[str]           # the secrets whose signature verified
-    answered: int                  # the status code we answered
-    duplicate: bool = False        # an accepted id seen again
+    valid_for: list[str]  # the secrets whose signature verified
+    answered: int  # the status code we answered
+    duplicate: bool = False  # an accepted id seen again
 
 
 @dataclass

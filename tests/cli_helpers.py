@@ -17,11 +17,18 @@ def synth_env(**overrides: str) -> dict[str, str]:
 
 
 def synth(*args: str, env: dict[str, str], input: bytes | None = None, timeout: float = 180):
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env, input=input,
-                          capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env, input=input, capture_output=True, timeout=timeout
+    )
 
 
 def start_synth(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as f:
-        return subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env,
-                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=REPO,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Redis -------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory) -> Iterator[str]:
     """A base redis URL: the CI service, or a private embedded redis-server."""
@@ -48,6 +49,7 @@ def redis_url(redis_server) -> Iterator[str]:
 
 
 # Databases ----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
@@ -96,6 +98,7 @@ def sessions(database_url):
 
 # S3 -----------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
@@ -120,14 +123,22 @@ def s3_bucket(s3_endpoint) -> str:
 
 # Settings and the engine ------------------------------------------------------------------------
 
+
 @pytest.fixture
 def settings(tmp_path, database_url, redis_url) -> Settings:
     """verify="off": checking every Piper job against its text (the CPU default) would double the
     CPU of every test that renders; the tests of the check turn it on (tests/api/test_verify_jobs.py).
     reuse="off": a test that renders the same text twice means to render it twice (a worker killed
     mid-render, a retry); the tests of reuse turn it on (tests/test_reuse.py)."""
-    return Settings(data_dir=tmp_path / "data", database_url=database_url, redis_url=redis_url,
-                    engine_threads=2, jobs_per_task=4, verify="off", reuse="off")
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        redis_url=redis_url,
+        engine_threads=2,
+        jobs_per_task=4,
+        verify="off",
+        reuse="off",
+    )
 
 
 @pytest.fixture(scope="session")

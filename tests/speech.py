@@ -14,7 +14,10 @@ def to_pcm16k(data: bytes) -> bytes:
     """Any audio file -> raw 16 kHz mono int16, through ffmpeg."""
     return subprocess.run(
         [ffmpeg_exe(), "-v", "error", "-i", "pipe:0", "-ac", "1", "-ar", "16000", "-f", "s16le", "pipe:1"],
-        input=data, capture_output=True, check=True).stdout
+        input=data,
+        capture_output=True,
+        check=True,
+    ).stdout
 
 
 def transcribe(data: bytes) -> str:

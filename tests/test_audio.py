@@ -28,8 +28,12 @@ def test_join_skips_empty_chunks():
 
 def decode_seconds(data: bytes) -> float:
     """Decode any format with ffmpeg to wav and measure it."""
-    wav = subprocess.run([audio.ffmpeg_exe(), "-v", "error", "-i", "pipe:0", "-f", "wav", "pipe:1"],
-                         input=data, capture_output=True, check=True).stdout
+    wav = subprocess.run(
+        [audio.ffmpeg_exe(), "-v", "error", "-i", "pipe:0", "-f", "wav", "pipe:1"],
+        input=data,
+        capture_output=True,
+        check=True,
+    ).stdout
     # ffmpeg writes an unknown length into a piped wav header: count the data bytes instead.
     with wave.open(io.BytesIO(wav)) as w:
         rate, width = w.getframerate(), w.getsampwidth()
@@ -58,7 +62,7 @@ def test_a_pause_is_exact_silence_between_chunks_with_no_crossfade():
     rate = 1000
     a, b, c = (np.full(100, v, np.float32) for v in (0.5, -0.5, 0.25))
     out = audio.join([a, b, c], rate, crossfade_ms=30, pauses=[0.0, 0.25, 0.0, 0.0])
-    assert out.size == 100 + 250 + 100 + 100 - 30      # the b|c boundary is still crossfaded
+    assert out.size == 100 + 250 + 100 + 100 - 30  # the b|c boundary is still crossfaded
     assert np.all(out[:100] == 0.5) and not out[100:350].any() and np.all(out[350:420] == -0.5)
 
 
@@ -67,14 +71,18 @@ def test_pauses_before_the_first_and_after_the_last_chunk_and_of_empty_chunks():
     a, empty = np.ones(10, np.float32), np.zeros(0, np.float32)
     out = audio.join([empty, a, empty], rate, 30, pauses=[0.1, 0.2, 0.3, 0.4])
     assert out.size == 300 + 10 + 700 and not out[:300].any() and not out[310:].any()
-    assert audio.join([empty], rate, 30, pauses=[1.0, 1.0]).size == 0   # no audio: no silence
+    assert audio.join([empty], rate, 30, pauses=[1.0, 1.0]).size == 0  # no audio: no silence
     with pytest.raises(ValueError, match="2 chunks need 3 pauses"):
         audio.join([a, a], rate, 30, pauses=[0.0])
 
 
 def _ffmpeg_decode(data: bytes) -> np.ndarray:
-    out = subprocess.run([audio.ffmpeg_exe(), "-v", "error", "-i", "pipe:0", "-ac", "1", "-f", "f32le", "pipe:1"],
-                         input=data, capture_output=True, check=True).stdout
+    out = subprocess.run(
+        [audio.ffmpeg_exe(), "-v", "error", "-i", "pipe:0", "-ac", "1", "-f", "f32le", "pipe:1"],
+        input=data,
+        capture_output=True,
+        check=True,
+    ).stdout
     return np.frombuffer(out, dtype="<f4")
 
 

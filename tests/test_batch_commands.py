@@ -21,8 +21,7 @@ LINES = b"The first line.\nThe second line.\nThe third line.\n"
 
 @pytest.fixture
 def env(settings, database_url, redis_url):
-    return synth_env(SYNTH_DATA_DIR=str(settings.data_dir), SYNTH_REDIS_URL=redis_url,
-                     SYNTH_DATABASE_URL=database_url)
+    return synth_env(SYNTH_DATA_DIR=str(settings.data_dir), SYNTH_REDIS_URL=redis_url, SYNTH_DATABASE_URL=database_url)
 
 
 def submit(env, name: str, lines: bytes = LINES) -> str:
@@ -48,8 +47,7 @@ def worker(settings, redis_url, piper_engine):
         yield app
 
 
-def test_cancel_and_delete_reach_a_submitted_batch_by_name_and_prefix(env, settings, sessions, redis_url,
-                                                                       piper_engine):
+def test_cancel_and_delete_reach_a_submitted_batch_by_name_and_prefix(env, settings, sessions, redis_url, piper_engine):
     queued = submit(env, "to-cancel")
     cancelled = synth("cancel", "to-cancel", env=env, timeout=60)
     assert cancelled.returncode == 0, cancelled.stderr.decode()
@@ -61,7 +59,7 @@ def test_cancel_and_delete_reach_a_submitted_batch_by_name_and_prefix(env, setti
     with worker(settings, redis_url, piper_engine):
         eventually(lambda: closed(sessions, rendered), 120, "the batch to render")
     store = make_store(settings)
-    assert len(store.list(f"batches/{rendered}/")) == 4            # three audio files and the manifest
+    assert len(store.list(f"batches/{rendered}/")) == 4  # three audio files and the manifest
 
     declined = synth("delete", rendered[:8], env=env, input=b"n\n", timeout=60)
     assert declined.returncode == 1 and "nothing deleted" in declined.stderr.decode()
@@ -77,7 +75,8 @@ def test_cancel_and_delete_reach_a_submitted_batch_by_name_and_prefix(env, setti
 
 
 def test_retry_runs_the_failed_jobs_again_as_the_same_jobs_and_closes_the_batch_anew(
-        env, settings, sessions, redis_url, piper_engine):
+    env, settings, sessions, redis_url, piper_engine
+):
     settings = settings.with_overrides(max_retries=1, retry_backoff_max=1)
     batch_id = submit(env, "flaky")
     blocker = settings.object_dir / "batches" / batch_id / "audio"

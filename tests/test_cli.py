@@ -31,8 +31,17 @@ def batches_in(data_dir: Path) -> int:
 @pytest.mark.slow
 def test_embedded_submit_renders_the_sample_corpus(tmp_path, embedded_env):
     out = tmp_path / "out"
-    result = synth("submit", str(REPO / "examples/corpus.txt"), "--format", "mp3", "--name", "sample",
-                   "-o", str(out), env=embedded_env)
+    result = synth(
+        "submit",
+        str(REPO / "examples/corpus.txt"),
+        "--format",
+        "mp3",
+        "--name",
+        "sample",
+        "-o",
+        str(out),
+        env=embedded_env,
+    )
     stderr = result.stderr.decode()
     assert result.returncode == 0, stderr
     assert "10 jobs, 10 done, 0 failed, 1 empty line skipped" in stderr
@@ -74,12 +83,15 @@ def test_bad_corpus_is_refused_and_nothing_is_written(tmp_path, embedded_env, ca
     assert batches_in(tmp_path / "data") == 0
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--voice", "nobody"], "unknown voice 'nobody' for engine 'piper'; choose one of joe"),
-    (["--format", "aiff"], "Invalid value for '--format'"),
-    (["--sample-rate", "12345"], "unsupported sample rate 12345"),
-    (["-o", "/dev/null/out"], "cannot write to /dev/null/out: Not a directory"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--voice", "nobody"], "unknown voice 'nobody' for engine 'piper'; choose one of joe"),
+        (["--format", "aiff"], "Invalid value for '--format'"),
+        (["--sample-rate", "12345"], "unsupported sample rate 12345"),
+        (["-o", "/dev/null/out"], "cannot write to /dev/null/out: Not a directory"),
+    ],
+)
 def test_bad_options_are_refused(tmp_path, embedded_env, args, message):
     result = synth("submit", str(REPO / "examples/corpus.txt"), *args, env=embedded_env, timeout=60)
     assert result.returncode == 2 and message in result.stderr.decode()
@@ -114,8 +126,13 @@ def test_unreachable_database_is_a_clear_error(embedded_env):
 @pytest.mark.parametrize("case", ["missing bucket", "nothing listens"])
 def test_unreachable_s3_storage_is_a_clear_error_and_nothing_is_written(tmp_path, embedded_env, s3_endpoint, case):
     endpoint = s3_endpoint if case == "missing bucket" else "http://127.0.0.1:1"
-    env = {**embedded_env, "SYNTH_S3_BUCKET": "no-such-bucket", "SYNTH_S3_ENDPOINT_URL": endpoint,
-           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    env = {
+        **embedded_env,
+        "SYNTH_S3_BUCKET": "no-such-bucket",
+        "SYNTH_S3_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
     result = synth("submit", str(REPO / "examples/corpus.txt"), env=env, timeout=60)
     stderr = result.stderr.decode().strip()
     assert result.returncode == 3, stderr
@@ -133,15 +150,22 @@ def test_an_unwritable_object_folder_is_a_clear_error_and_nothing_is_written(tmp
     assert batches_in(tmp_path / "data") == 0
 
 
-@pytest.mark.parametrize("setting,value,message", [
-    ("SYNTH_DATABASE_URL", "not-a-url", "bad setting database_url: "),
-    ("SYNTH_DATABASE_URL", "postgres://synth@127.0.0.1:1/synth", "postgresql+psycopg://"),
-    ("SYNTH_DATABASE_URL", "mysql://synth@127.0.0.1:1/synth", "bad setting database_url: "),
-    ("SYNTH_ENGINE", "pipr", "bad setting engine: Input should be 'piper' or 'orpheus'"),
-    ("SYNTH_DEVICE", "gpu", "bad setting device: Value error, unknown device 'gpu'; choose auto, cuda (or cuda:N) or cpu"),
-    ("SYNTH_DTYPE", "fp16", "bad setting dtype: Input should be 'auto', 'float32', 'bfloat16' or 'float16'"),
-    ("SYNTH_QUANTIZATION", "fp4", "bad setting quantization: Input should be 'none', 'fp8', 'int8' or 'nf4'"),
-])
+@pytest.mark.parametrize(
+    "setting,value,message",
+    [
+        ("SYNTH_DATABASE_URL", "not-a-url", "bad setting database_url: "),
+        ("SYNTH_DATABASE_URL", "postgres://synth@127.0.0.1:1/synth", "postgresql+psycopg://"),
+        ("SYNTH_DATABASE_URL", "mysql://synth@127.0.0.1:1/synth", "bad setting database_url: "),
+        ("SYNTH_ENGINE", "pipr", "bad setting engine: Input should be 'piper' or 'orpheus'"),
+        (
+            "SYNTH_DEVICE",
+            "gpu",
+            "bad setting device: Value error, unknown device 'gpu'; choose auto, cuda (or cuda:N) or cpu",
+        ),
+        ("SYNTH_DTYPE", "fp16", "bad setting dtype: Input should be 'auto', 'float32', 'bfloat16' or 'float16'"),
+        ("SYNTH_QUANTIZATION", "fp4", "bad setting quantization: Input should be 'none', 'fp8', 'int8' or 'nf4'"),
+    ],
+)
 def test_a_setting_synth_cannot_use_is_refused_in_one_line(tmp_path, embedded_env, setting, value, message):
     result = synth("submit", str(REPO / "examples/corpus.txt"), env={**embedded_env, setting: value}, timeout=60)
     stderr = result.stderr.decode().strip()
@@ -161,8 +185,7 @@ def test_a_verify_worker_on_the_embedded_redis_is_refused_saying_why(embedded_en
     assert result.returncode == 2 and "serves the verify queue of a shared Redis" in result.stderr.decode()
 
 
-def test_a_model_the_embedded_worker_cannot_load_is_a_setting_error_and_the_batch_is_withdrawn(
-        tmp_path, embedded_env):
+def test_a_model_the_embedded_worker_cannot_load_is_a_setting_error_and_the_batch_is_withdrawn(tmp_path, embedded_env):
     """Kept queued, the batch would render beside the one submitted again once the setting is fixed."""
     env = {**embedded_env, "SYNTH_ENGINE": "orpheus", "SYNTH_MODEL": str(tmp_path / "no-such-model")}
     result = synth("submit", str(REPO / "examples/corpus.txt"), env=env, timeout=120)
@@ -173,11 +196,17 @@ def test_a_model_the_embedded_worker_cannot_load_is_a_setting_error_and_the_batc
     assert batches_in(tmp_path / "data") == 0
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"redis_url = \n", "is not valid TOML: Invalid value (at line 1, column 13)"),
-    (b'redis_ur = "redis://127.0.0.1:1/0"\n', "names unknown setting 'redis_ur' (the settings: docs/configuration.md)"),
-    (None, "does not exist"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"redis_url = \n", "is not valid TOML: Invalid value (at line 1, column 13)"),
+        (
+            b'redis_ur = "redis://127.0.0.1:1/0"\n',
+            "names unknown setting 'redis_ur' (the settings: docs/configuration.md)",
+        ),
+        (None, "does not exist"),
+    ],
+)
 def test_a_config_file_synth_cannot_use_is_refused_in_one_line(tmp_path, embedded_env, content, message):
     config = tmp_path / "synth.toml"
     if content is not None:
@@ -193,8 +222,7 @@ def test_a_config_file_synth_cannot_use_is_refused_in_one_line(tmp_path, embedde
 
 
 def test_stdin_and_no_wait_with_an_external_broker(tmp_path, redis_url, database_url):
-    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url,
-                    SYNTH_DATABASE_URL=database_url)
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url, SYNTH_DATABASE_URL=database_url)
     result = synth("submit", "-", "--name", "piped", env=env, input=b"Hello.\n\nWorld.\n", timeout=60)
     assert result.returncode == 0, result.stderr.decode()
     batch_id = result.stdout.decode().strip()
@@ -204,8 +232,7 @@ def test_stdin_and_no_wait_with_an_external_broker(tmp_path, redis_url, database
 
 
 def test_counts_in_what_submit_and_status_print_agree_with_their_number(tmp_path, redis_url, database_url):
-    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url,
-                    SYNTH_DATABASE_URL=database_url)
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url, SYNTH_DATABASE_URL=database_url)
     result = synth("submit", "-", "--no-wait", env=env, input=b"Hello.\n\n", timeout=60)
     assert result.returncode == 0, result.stderr.decode()
     assert ": 1 job queued, 1 empty line skipped" in result.stderr.decode()
@@ -215,11 +242,12 @@ def test_counts_in_what_submit_and_status_print_agree_with_their_number(tmp_path
 
 
 def test_a_name_several_batches_share_resolves_to_the_newest_and_says_so(tmp_path, redis_url, database_url):
-    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url,
-                    SYNTH_DATABASE_URL=database_url)
+    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url, SYNTH_DATABASE_URL=database_url)
     name = f"nightly-{tmp_path.name}"
-    ids = [synth("submit", "-", "--name", name, env=env, input=b"Hello.\n", timeout=60).stdout.decode().strip()
-           for _ in range(2)]
+    ids = [
+        synth("submit", "-", "--name", name, env=env, input=b"Hello.\n", timeout=60).stdout.decode().strip()
+        for _ in range(2)
+    ]
     shown = synth("status", name, "--json", env=env)
     assert json.loads(shown.stdout)["batch_id"] == ids[1]
     told = f"2 batches are named {name}; showing the newest, {ids[1]}; use an id for another"
@@ -237,8 +265,7 @@ def test_ctrl_c_during_an_embedded_submit_says_the_jobs_stay_queued_and_how_to_f
     # user's shell starts synth with the default, as this does.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        process = start_synth("submit", str(corpus), "--name", "stopped", env=embedded_env,
-                              log=tmp_path / "submit.log")
+        process = start_synth("submit", str(corpus), "--name", "stopped", env=embedded_env, log=tmp_path / "submit.log")
     finally:
         signal.signal(signal.SIGINT, previous)
     try:
@@ -295,8 +322,12 @@ def every_command():
 def test_every_option_of_every_command_says_what_it_does():
     import click
 
-    bare = [f"{name} {'/'.join(p.opts)}" for name, command in every_command() for p in command.params
-            if isinstance(p, click.Option) and not p.help]
+    bare = [
+        f"{name} {'/'.join(p.opts)}"
+        for name, command in every_command()
+        for p in command.params
+        if isinstance(p, click.Option) and not p.help
+    ]
     assert not bare, f"options without a help text: {bare}"
 
 

@@ -25,6 +25,7 @@ def modules() -> dict[str, Path]:
 
 # The environment -----------------------------------------------------------------------------
 
+
 def environment_reads(tree: ast.AST) -> list[int]:
     """Lines that read the environment: ``os.environ`` and ``os.getenv`` in any form, except a
     write (``os.environ[name] = value``, or ``os.environ.setdefault(...)`` as a statement)."""
@@ -39,20 +40,29 @@ def environment_reads(tree: ast.AST) -> list[int]:
                 writes.add(id(func.value))
     lines = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
-                node.value.id == "os" and node.attr in ("environ", "environb", "getenv", "getenvb"):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+            and node.attr in ("environ", "environb", "getenv", "getenvb")
+        ):
             if id(node) not in writes:
                 lines.append(node.lineno)
-        elif isinstance(node, ast.ImportFrom) and node.module == "os" and \
-                {a.name for a in node.names} & {"environ", "environb", "getenv", "getenvb"}:
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "os"
+            and {a.name for a in node.names} & {"environ", "environb", "getenv", "getenvb"}
+        ):
             lines.append(node.lineno)
     return sorted(lines)
 
 
 def test_environment_reads_are_found_and_writes_are_not():
-    tree = ast.parse("import os\nos.environ['A'] = '1'\nos.environ.setdefault('B', '2')\n"
-                     "x = os.environ.get('C')\ny = os.getenv('D')\nz = dict(os.environ)\n"
-                     "from os import getenv\n")
+    tree = ast.parse(
+        "import os\nos.environ['A'] = '1'\nos.environ.setdefault('B', '2')\n"
+        "x = os.environ.get('C')\ny = os.getenv('D')\nz = dict(os.environ)\n"
+        "from os import getenv\n"
+    )
     assert environment_reads(tree) == [4, 5, 6, 7]
 
 
@@ -70,6 +80,7 @@ def test_nothing_below_the_settings_reads_the_environment():
 
 
 # Imports -------------------------------------------------------------------------------------
+
 
 def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The product modules that ``name`` imports anywhere in its file (at the top, in functions,
@@ -102,7 +113,7 @@ def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One cycle of the graph as a path (first == last), or None."""
-    state: dict[str, int] = {}      # 1: on the current path, 2: done
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
 
     def visit(node: str) -> list[str] | None:
@@ -110,7 +121,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 cycle = visit(nxt)
                 if cycle:
@@ -173,12 +184,12 @@ def test_the_orpheus_layers_import_only_downwards():
     assert upward == [], "an Orpheus layer imports one above it: " + ", ".join(upward)
 
 
-
 def test_nothing_the_product_runs_imports_the_orpheus_reference():
     """reference.py is the tests' oracle and the benchmark's baseline, not a way to serve."""
     known = modules()
     users = [name for name, path in known.items() if f"{ORPHEUS}.reference" in imported(name, path, known)]
     assert users == [], f"the Orpheus reference is imported by {users}"
+
 
 # Sizes ---------------------------------------------------------------------------------------
 
@@ -207,8 +218,12 @@ def test_no_product_file_or_function_is_too_long_to_read():
 # receiver, the faults, a free port) is in synth_testkit/, below both and outside the product.
 # One exception, by name: a file ``test_bench_*.py`` tests a benchmark, and a unit test has to import
 # its subject (running each bench as a subprocess would leave only its printed output to assert on).
-TREES = {"tests": ("ops",), "ops": ("tests",), "synth_testkit": ("tests", "ops"),
-         **{package: ("tests", "ops", "synth_testkit") for package in PACKAGES}}
+TREES = {
+    "tests": ("ops",),
+    "ops": ("tests",),
+    "synth_testkit": ("tests", "ops"),
+    **{package: ("tests", "ops", "synth_testkit") for package in PACKAGES},
+}
 
 
 def top_level_imports(tree: ast.AST) -> set[str]:

@@ -18,15 +18,18 @@ def test_utf8_bom_is_accepted():
     assert parse("\ufeffh\u00e9llo".encode("utf-8")).lines == [(1, "h\u00e9llo")]
 
 
-@pytest.mark.parametrize("data,message", [
-    (b"", "empty"),
-    (b"\n \n\t\n", "empty"),
-    ("\u00a0".encode(), "no text: its only line is empty"),       # blank to the reader, not to bytes.strip()
-    ("\u00a0\n\u200b\n".encode(), "no text: all 2 lines are empty"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
-    (b"ok\nna\xefve caf\xe9\n", "not UTF-8 text (bad byte 0xef on line 2)"),
-    (b"A line of text.\n" * 5000 + b"nul\x00here\n", "binary file (a NUL byte on line 5001)"),  # past 64 KiB
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (b"", "empty"),
+        (b"\n \n\t\n", "empty"),
+        ("\u00a0".encode(), "no text: its only line is empty"),  # blank to the reader, not to bytes.strip()
+        ("\u00a0\n\u200b\n".encode(), "no text: all 2 lines are empty"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
+        (b"ok\nna\xefve caf\xe9\n", "not UTF-8 text (bad byte 0xef on line 2)"),
+        (b"A line of text.\n" * 5000 + b"nul\x00here\n", "binary file (a NUL byte on line 5001)"),  # past 64 KiB
+    ],
+)
 def test_bad_files_are_refused_with_a_reason(data, message):
     with pytest.raises(InputError, match="c.txt: .*" + message.split(" (")[0]) as info:
         parse(data)

@@ -38,7 +38,7 @@ def test_a_second_writer_starts_the_moment_the_first_commits(tmp_path):
     with engine.begin() as conn:
         conn.execute(text("UPDATE t SET n = n + 1"))
         first_in.set()
-        assert not second_done.wait(0.5)     # the first writer's transaction is still open
+        assert not second_done.wait(0.5)  # the first writer's transaction is still open
         order.append("first")
     assert second_done.wait(10)
     thread.join(10)
@@ -50,7 +50,7 @@ def test_a_second_writer_starts_the_moment_the_first_commits(tmp_path):
         writer.execute(text("UPDATE t SET n = 0"))
         started = time.monotonic()
         with engine.connect() as reader:
-            assert reader.execute(text("SELECT n FROM t")).scalar() == 11   # WAL: the last commit
+            assert reader.execute(text("SELECT n FROM t")).scalar() == 11  # WAL: the last commit
         assert time.monotonic() - started < 5
 
 
@@ -70,7 +70,7 @@ def test_a_writer_waits_for_another_process_lock_and_then_writes(tmp_path):
     started = time.monotonic()
     with engine.begin() as conn:
         conn.execute(text("UPDATE t SET n = n + 10"))
-    assert time.monotonic() - started >= 0.25    # it waited for the other's commit
+    assert time.monotonic() - started >= 0.25  # it waited for the other's commit
     with engine.connect() as conn:
         assert conn.execute(text("SELECT n FROM t")).scalar() == 11
     other.close()

@@ -58,32 +58,48 @@ def malformed(envelope: dict) -> dict[str, tuple[bytes, str]]:
         "a JSON list": (b"[1, 2, 3]", "JSON list"),
         "a JSON string": (b'"hello"', "JSON str"),
         "an envelope without properties": (json.dumps(no_properties).encode(), "delivery_tag"),
-        "a delivery tag that is a list": (json.dumps(dict(envelope, properties={
-            **envelope["properties"], "delivery_tag": [1]})).encode(), "delivery_tag"),
-        "no routing key to restore it to": (json.dumps(dict(envelope, properties={
-            **envelope["properties"], "delivery_info": {}})).encode(), "routing_key"),
+        "a delivery tag that is a list": (
+            json.dumps(dict(envelope, properties={**envelope["properties"], "delivery_tag": [1]})).encode(),
+            "delivery_tag",
+        ),
+        "no routing key to restore it to": (
+            json.dumps(dict(envelope, properties={**envelope["properties"], "delivery_info": {}})).encode(),
+            "routing_key",
+        ),
         "a body that is not base64": (json.dumps(dict(envelope, body="@@not base64@@")).encode(), "base64"),
         "a body that is not JSON": (with_body(envelope, b"{not json"), "does not decode"),
-        "a content encoding that is a number": (with_body(envelope, render_args(["x"]), **{"content-encoding": 5}),
-                                                "does not decode"),
+        "a content encoding that is a number": (
+            with_body(envelope, render_args(["x"]), **{"content-encoding": 5}),
+            "does not decode",
+        ),
         "a body that is not [args, kwargs, embed]": (with_body(envelope, b'{"job_ids": ["a"]}'), "[args, kwargs"),
         "a task no worker knows": (with_body(other_task, render_args(["x"])), "unknown task"),
-        "a pickled body": (with_body(envelope, pickle.dumps([[["x"]], {}, {}]),
-                                     **{"content-type": "application/x-python-serialize"}), "not accepted"),
+        "a pickled body": (
+            with_body(envelope, pickle.dumps([[["x"]], {}, {}]), **{"content-type": "application/x-python-serialize"}),
+            "not accepted",
+        ),
         "too many arguments": (with_body(envelope, render_args(["a"], ["b"])), "cannot take"),
         "job ids that are not strings": (with_body(envelope, render_args([1, 2])), "not job ids"),
         "job ids as one string": (with_body(envelope, render_args("0123abcd")), "not a non-empty list"),
-        "job ids that name no job": (with_body(envelope, render_args([uuid.uuid4().hex, uuid.uuid4().hex])),
-                                     "names no job"),
+        "job ids that name no job": (
+            with_body(envelope, render_args([uuid.uuid4().hex, uuid.uuid4().hex])),
+            "names no job",
+        ),
     }
 
 
 @pytest.mark.slow
 def test_malformed_messages_are_dead_lettered_and_the_worker_renders_the_batch_behind_them(
-        tmp_path, redis_url, database_url, sessions):
-    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
-                    SYNTH_DATABASE_URL=database_url, SYNTH_ENGINE_THREADS="1", SYNTH_JOBS_PER_TASK="2",
-                    SYNTH_WORKER_CONCURRENCY="1")  # one task at a time: dead-lettered in order
+    tmp_path, redis_url, database_url, sessions
+):
+    env = synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "data"),
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_ENGINE_THREADS="1",
+        SYNTH_JOBS_PER_TASK="2",
+        SYNTH_WORKER_CONCURRENCY="1",
+    )  # one task at a time: dead-lettered in order
     client = redis.Redis.from_url(redis_client_url(redis_url))
     shapes = malformed(real_envelope(redis_url, QUEUE))
     client.lpush(QUEUE, *[raw for raw, _ in shapes.values()])  # taken from the right: in this order
@@ -101,14 +117,17 @@ def test_malformed_messages_are_dead_lettered_and_the_worker_renders_the_batch_b
     log = tmp_path / "worker.log"
     worker = start_synth("worker", env=env, log=log)
     try:
+
         def batch_done() -> bool:
             assert worker.poll() is None, f"the worker exited with {worker.returncode}:\n{log.read_text()}"
             with sessions() as s:
                 states = s.scalars(select(Job.status).where(Job.batch_id == batch_id)).all()
             return states == [JobStatus.DONE] * 3
+
         eventually(batch_done, 180, "the batch behind the malformed messages to be done", interval=0.2)
-        eventually(lambda: deadletter.count(client) == len(shapes) + len(realtime), 30,
-                   "every malformed message dead-lettered")
+        eventually(
+            lambda: deadletter.count(client) == len(shapes) + len(realtime), 30, "every malformed message dead-lettered"
+        )
         assert worker.poll() is None
     finally:
         worker.terminate()

@@ -30,7 +30,8 @@ def variables_read_by_the_code() -> set[str]:
 
 def test_the_configuration_page_is_what_the_settings_class_writes():
     assert DOC.read_text() == render(), (
-        f"docs/configuration.md differs from pipeline/settings.py: regenerate it with `{COMMAND}`")
+        f"docs/configuration.md differs from pipeline/settings.py: regenerate it with `{COMMAND}`"
+    )
 
 
 def test_every_setting_the_pages_name_exists():
@@ -48,11 +49,13 @@ def test_every_route_the_pages_name_is_served_and_docs_api_names_every_route():
     pytest.importorskip("fastapi", reason="the API is the api extra")
     from api.app import create_app
 
-    app = create_app(Settings(), broker_url="redis://127.0.0.1:1/0")     # built, never started
-    served = {(method.upper(), re.sub(r"{[^}]*}", "{}", path))
-              for path, operations in app.openapi()["paths"].items() for method in operations}
-    named_in = {page: {(m, re.sub(r"{[^}]*}", "{}", p)) for m, p in ROUTE.findall(page.read_text())}
-                for page in PAGES}
+    app = create_app(Settings(), broker_url="redis://127.0.0.1:1/0")  # built, never started
+    served = {
+        (method.upper(), re.sub(r"{[^}]*}", "{}", path))
+        for path, operations in app.openapi()["paths"].items()
+        for method in operations
+    }
+    named_in = {page: {(m, re.sub(r"{[^}]*}", "{}", p)) for m, p in ROUTE.findall(page.read_text())} for page in PAGES}
     wrong = {page.name: sorted(named - served) for page, named in named_in.items() if named - served}
     assert not wrong, f"routes named in the docs that the API does not serve: {wrong}"
     missing = served - named_in[REPO / "docs" / "api.md"]
@@ -65,7 +68,9 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 def test_every_relative_link_of_the_pages_leads_to_a_file():
     broken = {}
     for page in [*PAGES, REPO / "ops" / "README.md"]:
-        targets = {t.split("#", 1)[0] for t in LINK.findall(page.read_text()) if "://" not in t and not t.startswith("#")}
+        targets = {
+            t.split("#", 1)[0] for t in LINK.findall(page.read_text()) if "://" not in t and not t.startswith("#")
+        }
         missing = sorted(t for t in targets if t and not (page.parent / t).exists())
         if missing:
             broken[page.relative_to(REPO).as_posix()] = missing

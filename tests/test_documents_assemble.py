@@ -24,8 +24,11 @@ def tone(seconds: float, hz: float) -> np.ndarray:
 
 
 # Chapter 1: a paragraph split in two parts, then a second paragraph; chapters 2 and 3: one each.
-PIECES = {1: [(Place(1, 1, 1), 1.0), (Place(1, 1, 2), 0.8), (Place(1, 2, 1), 1.2)],
-          2: [(Place(2, 1, 1), 1.5)], 3: [(Place(3, 1, 1), 0.9)]}
+PIECES = {
+    1: [(Place(1, 1, 1), 1.0), (Place(1, 1, 2), 0.8), (Place(1, 2, 1), 1.2)],
+    2: [(Place(2, 1, 1), 1.5)],
+    3: [(Place(3, 1, 1), 0.9)],
+}
 
 
 def pieces(n: int) -> list[Piece]:
@@ -33,34 +36,73 @@ def pieces(n: int) -> list[Piece]:
 
 
 def outline(fmt: str) -> Outline:
-    return Outline(title="Tones", author="A. Tester", chapters=["One", "Two", "Three"], format=fmt,
-                   loudness=-18.0, true_peak=-1.0, pauses=PAUSES)
+    return Outline(
+        title="Tones",
+        author="A. Tester",
+        chapters=["One", "Two", "Three"],
+        format=fmt,
+        loudness=-18.0,
+        true_peak=-1.0,
+        pauses=PAUSES,
+    )
 
 
 def samples(path) -> int:
-    done = subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "s16le", "-ac", "1", "-"],
-                          capture_output=True, check=True)
+    done = subprocess.run(
+        [ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "s16le", "-ac", "1", "-"], capture_output=True, check=True
+    )
     return len(done.stdout) // 2
 
 
 def test_pauses_sit_at_each_boundary_and_the_chapter_files_are_the_whole(tmp_path):
     done = assemble(outline("wav"), pieces, tmp_path)
     lengths = [samples(f) for f in done.chapter_files]
-    expect = [round(1.0 * RATE) + round(0.8 * RATE) + round(1.2 * RATE) + round(0.25 * RATE) + round(0.5 * RATE)
-              + round(1.5 * RATE), round(1.5 * RATE) + round(1.5 * RATE), round(0.9 * RATE)]
+    expect = [
+        round(1.0 * RATE)
+        + round(0.8 * RATE)
+        + round(1.2 * RATE)
+        + round(0.25 * RATE)
+        + round(0.5 * RATE)
+        + round(1.5 * RATE),
+        round(1.5 * RATE) + round(1.5 * RATE),
+        round(0.9 * RATE),
+    ]
     assert lengths == expect
     assert samples(done.whole) == sum(lengths)
     listed = json.loads((tmp_path / "chapters.json").read_text())
     assert [c["start"] for c in listed["chapters"]] == [0, lengths[0] / RATE, (lengths[0] + lengths[1]) / RATE]
     assert listed["file"] == "Tones.wav" and listed["author"] == "A. Tester"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["001-One.wav", "002-Two.wav", "003-Three.wav",
-                                                          "Tones.wav", "chapters.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "001-One.wav",
+        "002-Two.wav",
+        "003-Three.wav",
+        "Tones.wav",
+        "chapters.json",
+    ]
 
 
 @pytest.mark.parametrize("fmt", ["m4b", "mp3"])
 def test_the_cover_goes_into_the_whole_file(tmp_path, fmt):
-    cover = subprocess.run([ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "color=c=red:s=32x32", "-frames:v", "1",
-                            "-f", "image2", "-c:v", "png", "-"], capture_output=True, check=True).stdout
+    cover = subprocess.run(
+        [
+            ffmpeg_exe(),
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "color=c=red:s=32x32",
+            "-frames:v",
+            "1",
+            "-f",
+            "image2",
+            "-c:v",
+            "png",
+            "-",
+        ],
+        capture_output=True,
+        check=True,
+    ).stdout
     done = assemble(outline(fmt), pieces, tmp_path, cover=cover)
     probe = subprocess.run([ffmpeg_exe(), "-hide_banner", "-i", str(done.whole)], capture_output=True, text=True)
     assert "Video: png" in probe.stderr and "attached pic" in probe.stderr, probe.stderr
@@ -71,6 +113,7 @@ def long_pieces(rate: int):
     """Chapter 1 longer than a part (PART_SECONDS), so it is encoded in parts; chapter 3 quiet
     with loud blips, so levelling it lifts its peaks past the ceiling and the limiter holds them.
     Tones, not noise: AAC codes noise as noise (PNS), which each decoder draws afresh."""
+
     def sound(seconds: float, hz: float, gain: float = 0.2) -> np.ndarray:
         t = np.arange(int(seconds * rate)) / rate
         return (gain * np.sin(2 * np.pi * hz * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 2 * t))).astype(np.float32)
@@ -78,16 +121,20 @@ def long_pieces(rate: int):
     clicks = sound(6.0, 300, 0.1)
     burst = (0.6 * np.hanning(rate // 50) * np.sin(2 * np.pi * 500 * np.arange(rate // 50) / rate)).astype(np.float32)
     for at in range(rate // 10, clicks.size - burst.size, rate // 2):
-        clicks[at:at + burst.size] += burst
-    chapters = {1: [(Place(1, p, 1), sound(30.0, 200 + 30 * p)) for p in (1, 2, 3)],
-                2: [(Place(2, 1, 1), sound(4.0, 440))], 3: [(Place(3, 1, 1), clicks)]}
+        clicks[at : at + burst.size] += burst
+    chapters = {
+        1: [(Place(1, p, 1), sound(30.0, 200 + 30 * p)) for p in (1, 2, 3)],
+        2: [(Place(2, 1, 1), sound(4.0, 440))],
+        3: [(Place(3, 1, 1), clicks)],
+    }
     return lambda n: [Piece(place, encode(audio, rate, "flac")) for place, audio in chapters[n]]
 
 
 def decoded(path) -> np.ndarray:
     """What a player plays: from the file, so the decoder trims the priming and padding it declares."""
-    done = subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "f32le", "-ac", "1", "-"],
-                          capture_output=True, check=True)
+    done = subprocess.run(
+        [ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "f32le", "-ac", "1", "-"], capture_output=True, check=True
+    )
     return np.frombuffer(done.stdout, dtype="<f4")
 
 
@@ -105,11 +152,11 @@ def test_the_whole_file_is_the_chapters_packets_each_at_its_mark(tmp_path, fmt, 
     speech = 3 * int(30.0 * rate) + 2 * round(0.5 * rate)
     # Whole frames, its pause in, less the lead of silence the next chapter opens with.
     assert parts[0].size == -(-(speech + round(1.5 * rate) - JUNCTION_LEAD) // frame) * frame
-    assert not np.any(np.abs(parts[1][:JUNCTION_LEAD // 2]) > 1e-3)   # the codec spreads its onset a little
+    assert not np.any(np.abs(parts[1][: JUNCTION_LEAD // 2]) > 1e-3)  # the codec spreads its onset a little
     at = 0
     for chapter, part in zip(done.chapters, parts):
         assert chapter["start"] == at / rate
-        assert np.max(np.abs(whole[at:at + part.size] - part)) < 0.005, chapter["title"]
+        assert np.max(np.abs(whole[at : at + part.size] - part)) < 0.005, chapter["title"]
         assert measure(part, rate).lufs == pytest.approx(-18.0, abs=1.0), chapter["title"]
         at += part.size
-    assert measure(parts[2], rate).true_peak_dbtp <= -1.0 + 0.5     # held under the ceiling, the codec's rise allowed
+    assert measure(parts[2], rate).true_peak_dbtp <= -1.0 + 0.5  # held under the ceiling, the codec's rise allowed

@@ -37,8 +37,9 @@ def document(settings, sessions, store, **columns) -> str:
     doc = read_document(markdown_book().encode(), "markdown", source="voyage.md", max_bytes=10**6)
     outline = plan_outline(settings, doc, fmt="m4b", title=None, author="Ann Writer", fallback_title="voyage")
     with sessions() as session:
-        batch = create_document_batch(session, store, settings, doc, outline, BatchOptions(), source="voyage.md",
-                                      **columns)
+        batch = create_document_batch(
+            session, store, settings, doc, outline, BatchOptions(), source="voyage.md", **columns
+        )
         session.commit()
         return batch.id
 
@@ -51,8 +52,12 @@ def render(sessions, store, batch_id: str, chapters: set[int], *, hz: float = 22
             audio = tone(1.0 + 0.1 * place_of(job.client_id).paragraph, hz)
             key = audio_key(batch_id, job.id, job.client_id, "flac")
             store.put(key, encode(audio, RATE, "flac"), "audio/flac")
-            db.finish(session, job, object_key=key, metrics={"audio_s": audio.size / RATE, "renders": renders,
-                                                              "true_peak_dbtp": true_peak(audio)})
+            db.finish(
+                session,
+                job,
+                object_key=key,
+                metrics={"audio_s": audio.size / RATE, "renders": renders, "true_peak_dbtp": true_peak(audio)},
+            )
         session.commit()
 
 
@@ -65,7 +70,7 @@ def test_a_chapter_is_encoded_once_and_one_rendered_again_alone(settings, sessio
     batch_id = document(settings, sessions, store)
     render(sessions, store, batch_id, {1, 2, 3})
     with sessions() as session:
-        assert prepare_chapter(session, store, batch_id, 2)            # ahead of the assembly
+        assert prepare_chapter(session, store, batch_id, 2)  # ahead of the assembly
         first = assemble_batch(session, store, batch_id, tmp_path / "first")
         assert [prepare_chapter(session, store, batch_id, n) for n in (1, 2, 3)] == [False] * 3
     cached = sorted(store.list(chapters_prefix(batch_id)))
@@ -77,18 +82,19 @@ def test_a_chapter_is_encoded_once_and_one_rendered_again_alone(settings, sessio
         audio = tone(1.3, 330.0, gain=0.1)
         store.put(job.object_key, encode(audio, RATE, "flac"), "audio/flac")
         session.query(JobMetrics).filter_by(job_id=job.id).update(
-            {"renders": 2, "audio_s": audio.size / RATE, "true_peak_dbtp": true_peak(audio)})
+            {"renders": 2, "audio_s": audio.size / RATE, "true_peak_dbtp": true_peak(audio)}
+        )
         session.commit()
         assert [prepare_chapter(session, store, batch_id, n) for n in (1, 2, 3)] == [False, True, False]
         again = assemble_batch(session, store, batch_id, tmp_path / "again")
     before, after = digests(tmp_path / "first"), digests(tmp_path / "again")
     changed = sorted(name for name in before if before[name] != after[name])
     assert changed == ["002-The_Storm.m4a", "A_Short_Voyage.m4b", "chapters.json"]
-    assert again.chapters[2]["start"] != first.chapters[2]["start"]      # chapter 2's length changed
+    assert again.chapters[2]["start"] != first.chapters[2]["start"]  # chapter 2's length changed
     now = set(store.list(chapters_prefix(batch_id)))
     old_two = {k for k in cached if "/0002-" in k}
-    assert set(cached) - old_two <= now                       # chapters 1 and 3 kept as they were
-    assert len(now) == len(cached) and not old_two & now      # chapter 2's old objects gone, its new ones there
+    assert set(cached) - old_two <= now  # chapters 1 and 3 kept as they were
+    assert len(now) == len(cached) and not old_two & now  # chapter 2's old objects gone, its new ones there
 
 
 def test_the_workers_encode_a_chapter_of_an_api_document_once_its_jobs_are_done(settings, sessions):

@@ -23,15 +23,19 @@ from tests.test_cli import batches_in
 from tests.waiting import eventually
 
 TITLES = [t for t, _ in CHAPTERS]
-TARGET = -18.0              # SYNTH_DOCUMENT_LOUDNESS's default
+TARGET = -18.0  # SYNTH_DOCUMENT_LOUDNESS's default
 pytestmark = pytest.mark.slow
 
 
 def chapter_marks(path) -> list[tuple[str, float, float]]:
     """The chapters a player reads from the file: ffmpeg's demuxers, which ffprobe's are, written
     out as an FFMETADATA file (imageio-ffmpeg ships ffmpeg but not ffprobe)."""
-    meta = subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "ffmetadata", "-"],
-                          capture_output=True, text=True, check=True).stdout
+    meta = subprocess.run(
+        [ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "ffmetadata", "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     marks = []
     for block in meta.split("[CHAPTER]")[1:]:
         fields = dict(line.split("=", 1) for line in block.strip().splitlines() if "=" in line)
@@ -45,24 +49,29 @@ def id3_chapter_starts(path) -> list[float]:
     data = path.read_bytes()
     starts, at = [], data.find(b"CHAP")
     while at >= 0:
-        body = data[at + 10:]
+        body = data[at + 10 :]
         element_end = body.index(b"\0")
-        starts.append(struct.unpack(">I", body[element_end + 1:element_end + 5])[0] / 1000)
+        starts.append(struct.unpack(">I", body[element_end + 1 : element_end + 5])[0] / 1000)
         at = data.find(b"CHAP", at + 1)
     return starts
 
 
 def tags(path) -> dict[str, str]:
-    meta = subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "ffmetadata", "-"],
-                          capture_output=True, text=True, check=True).stdout.split("[CHAPTER]")[0]
+    meta = subprocess.run(
+        [ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "ffmetadata", "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("[CHAPTER]")[0]
     return dict(line.split("=", 1) for line in meta.splitlines() if "=" in line)
 
 
 def decoded(path) -> tuple[np.ndarray, int]:
     """What a player plays, the encoder's priming and padding taken off. From the file, not a pipe:
     ffmpeg trims an mp3's end padding only where it can read the LAME tag's totals first."""
-    done = subprocess.run([ffmpeg_exe(), "-hide_banner", "-i", str(path), "-f", "f32le", "-ac", "1", "-"],
-                          capture_output=True, check=True)
+    done = subprocess.run(
+        [ffmpeg_exe(), "-hide_banner", "-i", str(path), "-f", "f32le", "-ac", "1", "-"], capture_output=True, check=True
+    )
     rate = int(re.search(r"Audio: .*?(\d+) Hz", done.stderr.decode()).group(1))
     return np.frombuffer(done.stdout, dtype="<f4"), rate
 
@@ -81,8 +90,18 @@ def rendered(tmp_path_factory):
     (root / "voyage.epub").write_bytes(epub_book())
     out = {}
     for name, fmt in (("voyage.md", "m4b"), ("voyage.epub", "mp3")):
-        done = synth("submit", str(root / name), "--format", fmt, "--author", "Ann Writer", "-o", str(root / fmt),
-                     env=env, timeout=300)
+        done = synth(
+            "submit",
+            str(root / name),
+            "--format",
+            fmt,
+            "--author",
+            "Ann Writer",
+            "-o",
+            str(root / fmt),
+            env=env,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr.decode()
         out[fmt] = (root / fmt, done.stderr.decode())
     return root, env, out
@@ -94,8 +113,9 @@ def test_a_three_chapter_document_is_one_file_with_its_chapters_and_a_file_per_c
     folder, stderr = out[fmt]
     assert "chapter 3/3 rendered" in stderr and "3 chapters" in stderr
     whole = folder / f"A_Short_Voyage.{fmt}"
-    files = [folder / f"{n:03d}-{t.replace(' ', '_')}.{'m4a' if fmt == 'm4b' else 'mp3'}" for n, t in
-             enumerate(TITLES, 1)]
+    files = [
+        folder / f"{n:03d}-{t.replace(' ', '_')}.{'m4a' if fmt == 'm4b' else 'mp3'}" for n, t in enumerate(TITLES, 1)
+    ]
     lengths = [seconds(f) for f in files]
     marks = chapter_marks(whole)
     assert [t for t, _, _ in marks] == TITLES
@@ -147,18 +167,29 @@ def test_a_killed_assembly_leaves_no_file_and_runs_again_to_the_same_file(render
     done = synth("assemble", batch, "-o", str(target), env=env)
     assert done.returncode == 0, done.stderr.decode()
     assert not (target / ".synth-assembly").exists()
-    first, again = (hashlib.sha256(p.read_bytes()).hexdigest()
-                    for p in (out["m4b"][0] / "A_Short_Voyage.m4b", target / "A_Short_Voyage.m4b"))
+    first, again = (
+        hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in (out["m4b"][0] / "A_Short_Voyage.m4b", target / "A_Short_Voyage.m4b")
+    )
     assert first == again
 
 
 def test_the_same_text_in_another_container_and_an_edited_book_render_only_what_changed(rendered, tmp_path):
     root, env, out = rendered
-    assert "reused: 7 jobs" in out["mp3"][1]      # the EPUB says what the Markdown book said
+    assert "reused: 7 jobs" in out["mp3"][1]  # the EPUB says what the Markdown book said
     edited = [CHAPTERS[0], ("The Storm", ["By noon the sky had turned black."]), CHAPTERS[2]]
     (tmp_path / "voyage.md").write_text(markdown_book(chapters=edited))
-    done = synth("submit", str(tmp_path / "voyage.md"), "--name", "edited", "--author", "Ann Writer",
-                 "-o", str(tmp_path / "out"), env=env)
+    done = synth(
+        "submit",
+        str(tmp_path / "voyage.md"),
+        "--name",
+        "edited",
+        "--author",
+        "Ann Writer",
+        "-o",
+        str(tmp_path / "out"),
+        env=env,
+    )
     assert done.returncode == 0, done.stderr.decode()
     assert "reused: 6 jobs" in done.stderr.decode()
     status = json.loads(synth("status", "edited", "--json", env=env).stdout)
@@ -177,13 +208,24 @@ def batches_newest(root) -> str:
         return db.execute("SELECT id FROM batches WHERE source LIKE '%voyage.md'").fetchone()[0]
 
 
-@pytest.mark.parametrize("body,reason", [
-    (epub_book(extra={"META-INF/encryption.xml": '<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:'
-                      'container" xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData>'
-                      '<enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>'
-                      '</enc:EncryptedData></encryption>'}), "encrypted (DRM"),
-    (epub_book()[:-300], "malformed or truncated zip"),
-], ids=["drm", "truncated"])
+@pytest.mark.parametrize(
+    "body,reason",
+    [
+        (
+            epub_book(
+                extra={
+                    "META-INF/encryption.xml": '<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:'
+                    'container" xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData>'
+                    '<enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>'
+                    "</enc:EncryptedData></encryption>"
+                }
+            ),
+            "encrypted (DRM",
+        ),
+        (epub_book()[:-300], "malformed or truncated zip"),
+    ],
+    ids=["drm", "truncated"],
+)
 def test_a_bad_document_exits_2_and_writes_nothing(tmp_path, body, reason):
     env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"))
     (tmp_path / "book.epub").write_bytes(body)

@@ -29,15 +29,21 @@ def test_a_lone_top_level_heading_is_the_title_and_the_next_level_makes_the_chap
 
 
 def test_markdown_markup_is_read_as_text_and_code_is_not_read():
-    doc = read("# One\n\nSome *very* **bold** [link](http://x.example) and `code`.\n\n```\nprint(1)\n```\n\n"
-               "- first item\n- second item\n\n> quoted words\n\n![a picture](p.png)\n\n# Two\n\nMore.\n", "markdown")
+    doc = read(
+        "# One\n\nSome *very* **bold** [link](http://x.example) and `code`.\n\n```\nprint(1)\n```\n\n"
+        "- first item\n- second item\n\n> quoted words\n\n![a picture](p.png)\n\n# Two\n\nMore.\n",
+        "markdown",
+    )
     assert [c.title for c in doc.chapters] == ["One", "Two"] and doc.title is None
     assert doc.chapters[0].paragraphs == ["Some very bold link and code.", "first item", "second item", "quoted words"]
 
 
 def test_underlined_headings_tables_and_rules_read_as_written():
-    doc = read("My Book\n=======\n\nFirst Part\n----------\n\n| a | b |\n|---|---|\n| one | two |\n\n"
-               "Second Part\n---\n\nBye now.\n\n---\n\nAfter a rule.\n", "markdown")
+    doc = read(
+        "My Book\n=======\n\nFirst Part\n----------\n\n| a | b |\n|---|---|\n| one | two |\n\n"
+        "Second Part\n---\n\nBye now.\n\n---\n\nAfter a rule.\n",
+        "markdown",
+    )
     assert doc.title == "My Book" and [c.title for c in doc.chapters] == ["First Part", "Second Part"]
     assert doc.chapters[0].paragraphs == ["a, b", "one, two"]
     assert doc.chapters[1].paragraphs == ["Bye now.", "After a rule."]
@@ -81,8 +87,13 @@ def test_an_epub_file_its_table_of_contents_does_not_name_continues_the_chapter_
 
 
 def test_epub_html_entities_are_read_and_footnotes_and_scripts_are_not():
-    page = xhtml("Odd", ["Caf&eacute;&nbsp;au&nbsp;lait &mdash; hot.",
-                         'Text<span epub:type="pagebreak" title="4"/> goes on.<script>var x;</script>'])
+    page = xhtml(
+        "Odd",
+        [
+            "Caf&eacute;&nbsp;au&nbsp;lait &mdash; hot.",
+            'Text<span epub:type="pagebreak" title="4"/> goes on.<script>var x;</script>',
+        ],
+    )
     page = page.replace("</body>", '<aside epub:type="footnote">A note.</aside></body>')
     doc = read(epub_book(files={"ch2.xhtml": page}), "epub")
     assert doc.chapters[1].paragraphs == ["Odd", "Café au lait - hot.", "Text goes on."]
@@ -96,25 +107,39 @@ def zipped(entries: dict[str, bytes | str], compression=zipfile.ZIP_DEFLATED) ->
     return buf.getvalue()
 
 
-ENCRYPTION = ('<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
-              'xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData><enc:EncryptionMethod '
-              'Algorithm="{}"/><enc:CipherData><enc:CipherReference URI="OEBPS/ch1.xhtml"/></enc:CipherData>'
-              '</enc:EncryptedData></encryption>')
+ENCRYPTION = (
+    '<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
+    'xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData><enc:EncryptionMethod '
+    'Algorithm="{}"/><enc:CipherData><enc:CipherReference URI="OEBPS/ch1.xhtml"/></enc:CipherData>'
+    "</enc:EncryptedData></encryption>"
+)
 
 
 BAD_EPUBS = {
-    "drm": (lambda: epub_book(extra={"META-INF/encryption.xml": ENCRYPTION.format(
-        "http://www.w3.org/2001/04/xmlenc#aes128-cbc")}), "encrypted (DRM: META-INF/encryption.xml)"),
+    "drm": (
+        lambda: epub_book(
+            extra={"META-INF/encryption.xml": ENCRYPTION.format("http://www.w3.org/2001/04/xmlenc#aes128-cbc")}
+        ),
+        "encrypted (DRM: META-INF/encryption.xml)",
+    ),
     "adobe_rights": (lambda: epub_book(extra={"META-INF/rights.xml": "<rights/>"}), "DRM (META-INF/rights.xml)"),
     "truncated": (lambda: epub_book()[:-200], "malformed or truncated zip"),
     "not_a_zip": (lambda: b"PK\x03\x04 this is not really a zip file at all", "malformed or truncated zip"),
     "ratio_bomb": (lambda: epub_book(extra={"OEBPS/fill.bin": b"\0" * (8 << 20)}), "inflates 1,0"),
-    "many_entries": (lambda: zipped({f"e{i}": b"" for i in range(MAX_ENTRIES + 1)}, zipfile.ZIP_STORED),
-                     "10,001 entries"),
-    "bad_xhtml": (lambda: epub_book(files={"ch2.xhtml": xhtml("T", ["a <b>bold</p> line"])}),
-                  "OEBPS/ch2.xhtml is not well-formed XML at line 2, column"),
-    "entities_declared": (lambda: epub_book(files={"ch1.xhtml": '<?xml version="1.0"?><!DOCTYPE h [<!ENTITY a "'
-                                                   'aaaa">]><html><body>&a;</body></html>'}), "declares XML entities"),
+    "many_entries": (
+        lambda: zipped({f"e{i}": b"" for i in range(MAX_ENTRIES + 1)}, zipfile.ZIP_STORED),
+        "10,001 entries",
+    ),
+    "bad_xhtml": (
+        lambda: epub_book(files={"ch2.xhtml": xhtml("T", ["a <b>bold</p> line"])}),
+        "OEBPS/ch2.xhtml is not well-formed XML at line 2, column",
+    ),
+    "entities_declared": (
+        lambda: epub_book(
+            files={"ch1.xhtml": '<?xml version="1.0"?><!DOCTYPE h [<!ENTITY a "aaaa">]><html><body>&a;</body></html>'}
+        ),
+        "declares XML entities",
+    ),
     "no_container": (lambda: zipped({"mimetype": "application/epub+zip"}), "no META-INF/container.xml"),
 }
 
@@ -128,8 +153,9 @@ def test_a_bad_epub_is_refused_with_its_reason(case):
 
 
 def test_obfuscated_fonts_are_not_drm():
-    doc = read(epub_book(extra={"META-INF/encryption.xml": ENCRYPTION.format("http://www.idpf.org/2008/embedding")}),
-               "epub")
+    doc = read(
+        epub_book(extra={"META-INF/encryption.xml": ENCRYPTION.format("http://www.idpf.org/2008/embedding")}), "epub"
+    )
     assert len(doc.chapters) == 3
 
 
@@ -159,8 +185,9 @@ doc = read_document(data, "markdown", source="big.md", max_bytes=64 << 20)
 print(len(data), len(doc.chapters), time.process_time() - started,
       (peak() - before) * 1024)
 """
-    done = subprocess.run([sys.executable, "-c", script, str(path)], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     size, chapters, cpu_s, grown = map(float, done.stdout.split())
     assert size > 20e6 and chapters == 540

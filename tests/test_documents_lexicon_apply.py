@@ -43,25 +43,28 @@ def test_a_change_applied_to_a_document_renders_its_chapter_again_and_assembles_
     with sessions() as s:
         lexicons.create(s, CHECK, owner=LOCAL_OWNER, name="default", entries=[Entry("SQL", alias="sequel")])
         options = BatchOptions(lexicon=lexicons.pin(s, owner=LOCAL_OWNER, ref="default"))
-        batch_id = create_document_batch(s, store, settings, doc, outline, options, source="voyage.md",
-                                         kind=DOCUMENT_KIND).id
+        batch_id = create_document_batch(
+            s, store, settings, doc, outline, options, source="voyage.md", kind=DOCUMENT_KIND
+        ).id
         s.commit()
     render(sessions, store, batch_id, {1, 2, 3})
     with sessions() as s:
         for job in s.scalars(select(Job).where(Job.batch_id == batch_id)):
-            reuse.remember(sessions, "", f"identity of {job.client_id}", job_id=job.id, object_key=job.object_key,
-                           metrics={})
+            reuse.remember(
+                sessions, "", f"identity of {job.client_id}", job_id=job.id, object_key=job.object_key, metrics={}
+            )
         lexicon = lexicons.find(s, owner=LOCAL_OWNER, ref="default")
-        assert lexicons.change(s, CHECK, lexicon, added=[Entry("noon", alias="midday")])   # chapter 2's text
+        assert lexicons.change(s, CHECK, lexicon, added=[Entry("noon", alias="midday")])  # chapter 2's text
         s.commit()
-        with pytest.raises(DocumentBusyError, match="being assembled"):   # its workers have it
+        with pytest.raises(DocumentBusyError, match="being assembled"):  # its workers have it
             rerender.plan(s, store, lexicon, owner=LOCAL_OWNER, batch_id=batch_id)
         assemble_to_store(s, store, batch_id)
     before = files(store, batch_id)
 
     with sessions() as s:
-        plan = rerender.plan(s, store, lexicons.find(s, owner=LOCAL_OWNER, ref="default"), owner=LOCAL_OWNER,
-                             batch_id=batch_id)
+        plan = rerender.plan(
+            s, store, lexicons.find(s, owner=LOCAL_OWNER, ref="default"), owner=LOCAL_OWNER, batch_id=batch_id
+        )
         s.commit()
     assert (plan.rerendered, plan.untouched) == (1, 6)
     with sessions() as s:
@@ -71,7 +74,7 @@ def test_a_change_applied_to_a_document_renders_its_chapter_again_and_assembles_
         remembered = set(s.scalars(select(StoredRender.job_id)))
         assert touched.id not in remembered and len(remembered) == 6
         assert s.get(Batch, batch_id).finished_at is None
-    assert assembled(store, batch_id) is None      # not served while the chapter renders again
+    assert assembled(store, batch_id) is None  # not served while the chapter renders again
 
     render(sessions, store, batch_id, {2}, hz=330.0)
     with sessions() as s:
@@ -81,4 +84,4 @@ def test_a_change_applied_to_a_document_renders_its_chapter_again_and_assembles_
     after = files(store, batch_id)
     assert before.keys() == after.keys()
     changed = sorted(name for name in before if before[name] != after[name])
-    assert changed == ["002-The_Storm.m4a", "A_Short_Voyage.m4b"]     # the new audio, the same length
+    assert changed == ["002-The_Storm.m4a", "A_Short_Voyage.m4b"]  # the new audio, the same length

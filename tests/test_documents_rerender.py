@@ -34,8 +34,7 @@ def book(tmp_path_factory):
     root = tmp_path_factory.mktemp("rerender")
     env = synth_env(SYNTH_DATA_DIR=str(root / "data"))
     (root / "voyage.md").write_text(markdown_book())
-    done = synth("submit", str(root / "voyage.md"), "--name", "voyage", "-o", str(root / "first"), env=env,
-                 timeout=300)
+    done = synth("submit", str(root / "voyage.md"), "--name", "voyage", "-o", str(root / "first"), env=env, timeout=300)
     assert done.returncode == 0, done.stderr.decode()
     return root, env
 
@@ -66,13 +65,16 @@ def test_a_chapter_rendered_again_changes_only_its_file_and_records_its_new_seed
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args, reason", [
-    (["voyage", "--chapter", "4"], "there is no chapter 4"),
-    (["voyage", "--chapter", "0"], "there is no chapter 0"),
-    (["voyage", "--chapter", "two"], "'two' is not a valid integer"),
-    (["no-such-book", "--chapter", "1"], "no batch 'no-such-book'"),
-    (["voyage"], "Missing option '--chapter'"),
-])
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (["voyage", "--chapter", "4"], "there is no chapter 4"),
+        (["voyage", "--chapter", "0"], "there is no chapter 0"),
+        (["voyage", "--chapter", "two"], "'two' is not a valid integer"),
+        (["no-such-book", "--chapter", "1"], "no batch 'no-such-book'"),
+        (["voyage"], "Missing option '--chapter'"),
+    ],
+)
 def test_a_chapter_the_document_cannot_render_again_exits_2_and_writes_nothing(book, args, reason):
     root, env = book
     done = synth("rerender", *args, "-o", str(root / "refused"), env=env)

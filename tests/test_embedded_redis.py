@@ -47,19 +47,22 @@ def test_the_embedded_redis_of_synth_api_stops_with_it(tmp_path, stop):
     log = tmp_path / "api.log"
     server = start_synth("api", "--port", str(port), env=embedded_env(data_dir), log=log)
     try:
+
         def healthy() -> bool:
             try:
                 return httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
             except httpx.TransportError:
                 assert server.poll() is None, f"synth api exited: {log.read_text()}"
                 return False
+
         eventually(healthy, 90, "synth api to answer /healthz", interval=0.2)
         assert len(redis_servers_of(data_dir)) == 1
     finally:
         os.kill(server.pid, stop)
         server.wait(timeout=60)
-    eventually(lambda: not redis_servers_of(data_dir), 30,
-               f"the embedded redis-server to stop after {stop.name} to synth api")
+    eventually(
+        lambda: not redis_servers_of(data_dir), 30, f"the embedded redis-server to stop after {stop.name} to synth api"
+    )
 
 
 @pytest.mark.slow
@@ -103,10 +106,12 @@ def test_synth_submit_stopped_by_sigterm_leaves_neither_its_redis_nor_its_worker
     corpus.write_text("".join(f"Line {n} is read aloud, slowly and with care, to the very end.\n" for n in range(40)))
     submit = start_synth("submit", str(corpus), env=embedded_env(data_dir), log=tmp_path / "submit.log")
     try:
+
         def started() -> list[int]:
             assert submit.poll() is None, (tmp_path / "submit.log").read_text()
             workers = [pid for pid in children_of(submit.pid) if pid not in redis_servers_of(data_dir)]
             return workers if workers and redis_servers_of(data_dir) else []
+
         worker_pids = eventually(started, 60, "synth submit to start its Redis and its worker")
     finally:
         os.kill(submit.pid, signal.SIGTERM)

@@ -21,15 +21,21 @@ from tests.waiting import eventually
 def test_a_worker_waits_out_a_redis_outage_and_renders_the_next_batch(tmp_path):
     server = RedisProcess(tmp_path / "redis", free_port())
     database_url = f"sqlite:///{tmp_path / 'synth.db'}"
-    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=server.url,
-                    SYNTH_DATABASE_URL=database_url, SYNTH_ENGINE_THREADS="1", SYNTH_WORKER_CONCURRENCY="1")
+    env = synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "data"),
+        SYNTH_REDIS_URL=server.url,
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_ENGINE_THREADS="1",
+        SYNTH_WORKER_CONCURRENCY="1",
+    )
     assert synth("db", "upgrade", env=env, timeout=60).returncode == 0
     with server:
         client = redis.Redis(port=server.port)
         worker = start_synth("worker", env=env, log=tmp_path / "worker.log")
         try:
-            eventually(lambda: any(client.scan_iter(match=WORKER_PREFIX + "*")), 120, "the worker to start",
-                       interval=0.2)
+            eventually(
+                lambda: any(client.scan_iter(match=WORKER_PREFIX + "*")), 120, "the worker to start", interval=0.2
+            )
             server.kill()
             time.sleep(20)  # Celery gave up after 3 tries, about 12 s
             assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
@@ -44,8 +50,8 @@ def test_a_worker_waits_out_a_redis_outage_and_renders_the_next_batch(tmp_path):
 
             def done():
                 with sessions() as s:
-                    return s.scalars(select(Job.status).where(Job.batch_id == batch_id)).all() == [
-                        JobStatus.DONE] * 2
+                    return s.scalars(select(Job.status).where(Job.batch_id == batch_id)).all() == [JobStatus.DONE] * 2
+
             eventually(done, 120, "the batch to be rendered after the outage", interval=0.2)
         finally:
             worker.terminate()

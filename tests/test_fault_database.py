@@ -23,18 +23,21 @@ LINES = "".join(f"Sentence number {n} is short.\n" for n in range(1, 7))
 
 @pytest.mark.slow
 def test_a_database_outage_past_the_retry_budget_leaves_every_job_done_and_the_batch_closed(
-        settings, database_url, sessions, redis_url, piper_engine):
+    settings, database_url, sessions, redis_url, piper_engine
+):
     if not database_url.startswith("postgresql"):
         pytest.skip("the outage is a TCP proxy in front of PostgreSQL")
     url = make_url(database_url)
     with TcpProxy((url.host, url.port or 5432)) as proxy:
         proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
         # One retry of a second or two, so the outage below outlasts the whole budget.
-        worker_settings = settings.with_overrides(database_url=proxied, max_retries=1, retry_backoff_max=1,
-                                                  jobs_per_task=2)
+        worker_settings = settings.with_overrides(
+            database_url=proxied, max_retries=1, retry_backoff_max=1, jobs_per_task=2
+        )
         with sessions() as s:
-            batch = create_batch(s, settings, parse_corpus(LINES.encode(), source="c", max_line_chars=500),
-                                 BatchOptions(), source="c")
+            batch = create_batch(
+                s, settings, parse_corpus(LINES.encode(), source="c", max_line_chars=500), BatchOptions(), source="c"
+            )
             s.commit()
         enqueue_batch(make_app(settings, redis_url), sessions, batch.id, jobs_per_task=2)
 
@@ -46,6 +49,7 @@ def test_a_database_outage_past_the_retry_budget_leaves_every_job_done_and_the_b
             def closed():
                 with sessions() as s:
                     return s.get(Batch, batch.id).finished_at is not None
+
             eventually(closed, 90, "the batch to close after the outage", interval=0.2)
 
     with sessions() as s:

@@ -18,9 +18,15 @@ INTERVAL_S = 3
 
 @pytest.mark.slow
 def test_without_beat_a_batch_whose_messages_redis_lost_ends_done_once(tmp_path, redis_url, database_url, sessions):
-    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
-                    SYNTH_DATABASE_URL=database_url, SYNTH_RECONCILE_INTERVAL=str(INTERVAL_S),
-                    SYNTH_JOBS_PER_TASK="1", SYNTH_ENGINE_THREADS="1", SYNTH_WORKER_CONCURRENCY="1")
+    env = synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "data"),
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_RECONCILE_INTERVAL=str(INTERVAL_S),
+        SYNTH_JOBS_PER_TASK="1",
+        SYNTH_ENGINE_THREADS="1",
+        SYNTH_WORKER_CONCURRENCY="1",
+    )
     batch_id = submit_eight_long_lines(tmp_path, env)
     log = tmp_path / "worker.log"
     worker = start_synth("worker", env=env, log=log)  # and nothing else: no beat
@@ -33,9 +39,14 @@ def test_without_beat_a_batch_whose_messages_redis_lost_ends_done_once(tmp_path,
         def finished() -> bool:
             assert worker.poll() is None, f"the worker exited:\n{log.read_text()}"
             return all(j.status.terminal for j in jobs(sessions, batch_id))
+
         # A job is judged stranded once untouched for STALE_AFTER; then the next pass re-enqueues it.
-        eventually(finished, STALE_AFTER.total_seconds() + 20 * INTERVAL_S + 120,
-                   "the workers' reconciler to re-enqueue the lost jobs and the batch to finish", interval=0.5)
+        eventually(
+            finished,
+            STALE_AFTER.total_seconds() + 20 * INTERVAL_S + 120,
+            "the workers' reconciler to re-enqueue the lost jobs and the batch to finish",
+            interval=0.5,
+        )
     finally:
         worker.terminate()
         worker.wait(timeout=60)

@@ -75,7 +75,7 @@ def test_the_writer_of_a_call_starts_its_live_jobs_streams_and_ends_each_after_i
     assert streams and _kinds(client, "whole") == [(b"start", b"")]
     pieces = [_tone(2000, 220), _tone(1800, 330)]
     for i, piece in enumerate(pieces):
-        streams.put(AudioChunk(("batch", 0), _tone(500, 200), final=True))   # not live: not written
+        streams.put(AudioChunk(("batch", 0), _tone(500, 200), final=True))  # not live: not written
         streams.put(AudioChunk(("whole", i), piece, final=True))
     want = audio.to_int16(audio.join(pieces, RATE, FADE_MS))
     eventually(lambda: _kinds(client, "whole")[-1] == (b"end", b""), 5, "the stream's end")
@@ -86,8 +86,10 @@ def test_the_writer_of_a_call_starts_its_live_jobs_streams_and_ends_each_after_i
 def test_an_engine_error_ends_the_stream_with_its_reason_and_a_retryable_one_leaves_it_to_the_retry(redis_url):
     client = redis.Redis.from_url(redis_client_url(redis_url))
     live = LiveAudio(client, ttl=60)
-    requests = [SynthesisRequest((job_id, 0), "Text.", "v", realtime=True, live=LiveSpec(job_id, 1, FADE))
-                for job_id in ("failed", "shed")]
+    requests = [
+        SynthesisRequest((job_id, 0), "Text.", "v", realtime=True, live=LiveSpec(job_id, 1, FADE))
+        for job_id in ("failed", "shed")
+    ]
     streams = LiveStreams(live, requests, RATE)
     streams.put(AudioChunk(("failed", 0), _tone(1000, 220), final=False))
     streams.put(AudioChunk(("failed", 0), np.zeros(0, np.float32), True, EngineError("voice 'v' is unknown")))

@@ -25,9 +25,24 @@ LINES = [
 
 def ebur128(data: bytes, *raw_args: str) -> tuple[float, float]:
     """(integrated LUFS, true peak dBTP) of an audio file, or of raw audio described by raw_args."""
-    err = subprocess.run([ffmpeg_exe(), "-hide_banner", "-nostats", *raw_args, "-i", "pipe:0",
-                          "-af", "ebur128=peak=true:framelog=quiet", "-f", "null", "-"],
-                         input=data, capture_output=True, check=True).stderr.decode()
+    err = subprocess.run(
+        [
+            ffmpeg_exe(),
+            "-hide_banner",
+            "-nostats",
+            *raw_args,
+            "-i",
+            "pipe:0",
+            "-af",
+            "ebur128=peak=true:framelog=quiet",
+            "-f",
+            "null",
+            "-",
+        ],
+        input=data,
+        capture_output=True,
+        check=True,
+    ).stderr.decode()
     lufs = float(re.findall(r"I:\s+(-?[\d.]+) LUFS", err)[-1])
     peak = float(re.findall(r"Peak:\s+(-?[\d.]+|-inf) dBFS", err)[-1])
     return lufs, peak
@@ -63,7 +78,7 @@ def test_the_true_peak_is_the_whole_signal_oversampled(speech):
     rng = np.random.default_rng(7)
     cases = list(speech[0]) + [
         (rng.standard_normal(24_000) * 0.1).astype(np.float32),
-        np.tile(np.array([0.5, 0.5, -0.5, -0.5], np.float32), 500),       # overs between samples
+        np.tile(np.array([0.5, 0.5, -0.5, -0.5], np.float32), 500),  # overs between samples
         np.concatenate([[0.9], np.zeros(100)]).astype(np.float32),
         np.concatenate([np.zeros(100), [0.9, -0.9]]).astype(np.float32),
         np.array([0.3], np.float32),
@@ -83,10 +98,10 @@ def test_levelled_speech_meets_the_target_under_the_ceiling(speech, gain):
     clips, rate = speech
     for clip in clips:
         out, level = loudness.level(clip * np.float32(gain), rate, -16.0, -1.0)
-        assert out.size == clip.size                       # the limiter keeps length and timing
+        assert out.size == clip.size  # the limiter keeps length and timing
         lufs, peak = ebur128_f32(out, rate)
         assert lufs == pytest.approx(-16.0, abs=0.5)
-        assert peak <= -1.0 + 0.1                          # ffmpeg prints one decimal
+        assert peak <= -1.0 + 0.1  # ffmpeg prints one decimal
         assert level.lufs == pytest.approx(-16.0, abs=0.1) and level.true_peak_dbtp <= -1.0
 
 
@@ -95,7 +110,7 @@ def test_the_limited_gain_is_the_one_level_applies(speech):
     clips, rate = speech
     clip = np.concatenate(clips)
     gain = loudness.limited_gain(clip, rate, -16.0, -2.0)
-    assert gain > -16.0 - loudness.measure(clip, rate).lufs      # the limiter's cost made up
+    assert gain > -16.0 - loudness.measure(clip, rate).lufs  # the limiter's cost made up
     gained = clip * np.float32(10 ** (gain / 20))
     out = loudness._limit(gained, rate, -2.0 - loudness.LIMITER_MARGIN_DB)
     assert loudness.measure(out, rate).lufs == pytest.approx(loudness.level(clip, rate, -16.0, -2.0)[1].lufs, abs=0.01)
@@ -139,9 +154,11 @@ def test_submit_refuses_a_target_or_ceiling_out_of_range(tmp_path):
     corpus = tmp_path / "lines.txt"
     corpus.write_text("Hello.\n")
     env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"))
-    for args, said in ((["--loudness", "3"], "between -70 and -5 LUFS"),
-                       (["--loudness", "-16", "--true-peak", "2"], "between -20 and 0 dBTP"),
-                       (["--true-peak", "-2"], "give a loudness target")):
+    for args, said in (
+        (["--loudness", "3"], "between -70 and -5 LUFS"),
+        (["--loudness", "-16", "--true-peak", "2"], "between -20 and 0 dBTP"),
+        (["--true-peak", "-2"], "give a loudness target"),
+    ):
         done = synth("submit", str(corpus), *args, env=env)
         assert done.returncode == 2, (args, done.stderr.decode())
         assert said in done.stderr.decode()
@@ -153,7 +170,7 @@ def test_a_worker_that_meters_only_levelled_jobs_still_levels_them(speech):
     measured and brought to its target as on any worker, and a document's job is measured."""
     from types import SimpleNamespace
 
-    from pipeline.render import level_job
+    from pipeline.job_record import level_job
 
     audio, rate = speech[0][0], speech[1]
     plain = SimpleNamespace(loudness_target=None, true_peak_max=None, format="wav", client_id="line-000001")

@@ -38,22 +38,49 @@ def test_the_webhook_columns_keep_their_values_through_the_rename_and_back(datab
         command.downgrade(config, "0004")  # the columns under the names migration 0002 gave them
         with engine.begin() as conn:
             batches, jobs = _tables(conn)
-            conn.execute(insert(batches).values(
-                id="b1", voice="v", format="wav", priority="batch", total_jobs=1, skipped_lines=0,
-                created_at=now, kind="batch", callback_url="https://example.com/b",
-                callback_events=["batch.finished"]))
-            conn.execute(insert(jobs).values(
-                id="j1", batch_id="b1", client_id="c", text="Hi.", voice="v", format="wav", priority="batch",
-                status="pending", attempts=0, created_at=now, updated_at=now,
-                callback_url="https://example.com/j", callback_events=["job.finished"]))
+            conn.execute(
+                insert(batches).values(
+                    id="b1",
+                    voice="v",
+                    format="wav",
+                    priority="batch",
+                    total_jobs=1,
+                    skipped_lines=0,
+                    created_at=now,
+                    kind="batch",
+                    callback_url="https://example.com/b",
+                    callback_events=["batch.finished"],
+                )
+            )
+            conn.execute(
+                insert(jobs).values(
+                    id="j1",
+                    batch_id="b1",
+                    client_id="c",
+                    text="Hi.",
+                    voice="v",
+                    format="wav",
+                    priority="batch",
+                    status="pending",
+                    attempts=0,
+                    created_at=now,
+                    updated_at=now,
+                    callback_url="https://example.com/j",
+                    callback_events=["job.finished"],
+                )
+            )
 
         migrate.upgrade(engine)
         with engine.connect() as conn:
             batches, jobs = _tables(conn)
-            assert conn.execute(select(batches.c.webhook_url, batches.c.webhook_events)).one() == \
-                ("https://example.com/b", ["batch.finished"])
-            assert conn.execute(select(jobs.c.webhook_url, jobs.c.webhook_events)).one() == \
-                ("https://example.com/j", ["job.finished"])
+            assert conn.execute(select(batches.c.webhook_url, batches.c.webhook_events)).one() == (
+                "https://example.com/b",
+                ["batch.finished"],
+            )
+            assert conn.execute(select(jobs.c.webhook_url, jobs.c.webhook_events)).one() == (
+                "https://example.com/j",
+                ["job.finished"],
+            )
             assert "callback_url" not in batches.c and "callback_url" not in jobs.c
 
         command.downgrade(config, "0004")

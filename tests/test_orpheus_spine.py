@@ -38,11 +38,11 @@ def test_orpheus_batch_through_a_real_worker(settings, sessions, redis_url, tiny
     engine = load_engine(settings.engine_settings())
     app = make_app(settings, redis_url)
     boot(app, engine=engine)
-    corpus = parse_corpus(b"Hello there.\nA second, slightly longer line of text.\n", source="c",
-                          max_line_chars=1000)
+    corpus = parse_corpus(b"Hello there.\nA second, slightly longer line of text.\n", source="c", max_line_chars=1000)
     with sessions() as s:
         batch = create_batch(s, settings, corpus, BatchOptions(voice="tara"), source="c")
         s.commit()
+
     def finished():
         with sessions() as s:
             return db.batch_finished(s, batch.id)

@@ -17,20 +17,25 @@ from worker.enqueue import enqueue_batch
 from tests.waiting import eventually
 from tests.workers import app_with_worker, thread_worker
 
-CORPUS = """\
+CORPUS = (
+    """\
 The quick brown fox jumps over the lazy dog.
 
 --- ... ---
 Dr. Patel will see you in room 12 after lunch.
-""" + " ".join(f"This is sentence {i} of a long paragraph." for i in range(30)) + "\n"
+"""
+    + " ".join(f"This is sentence {i} of a long paragraph." for i in range(30))
+    + "\n"
+)
 
 
 @pytest.fixture(params=["local", "s3"])
 def store_settings(request, settings):
     if request.param == "local":
         return settings
-    return settings.with_overrides(s3_bucket=request.getfixturevalue("s3_bucket"),
-                                   s3_endpoint_url=request.getfixturevalue("s3_endpoint"))
+    return settings.with_overrides(
+        s3_bucket=request.getfixturevalue("s3_bucket"), s3_endpoint_url=request.getfixturevalue("s3_endpoint")
+    )
 
 
 @pytest.fixture
@@ -43,6 +48,7 @@ def running_worker(store_settings, redis_url, piper_engine):
 def wait_finished(sessions, batch_id, timeout=120):
     """Until the batch is closed: every job ended, then its manifest written and its key stored
     (the worker does that just after the last job, so the jobs alone can end first)."""
+
     def closed():
         with sessions() as s:
             return db.batch_finished(s, batch_id) and s.get(Batch, batch_id).manifest_key
@@ -77,7 +83,8 @@ def test_batch_renders_with_one_bad_line_failing_alone(store_settings, sessions,
     paragraph = rows["line-000005"][1]
     assert paragraph.audio_s > 30  # 30 sentences joined into one file
     assert sorted(store.list(f"batches/{batch.id}/audio/")) == sorted(
-        rows[c][0].object_key for c in ("line-000001", "line-000004", "line-000005"))
+        rows[c][0].object_key for c in ("line-000001", "line-000004", "line-000005")
+    )
     manifest = [json.loads(line) for line in store.get(manifest_key).decode().splitlines()]
     assert [m["client_id"] for m in manifest] == ["line-000001", "line-000003", "line-000004", "line-000005"]
     assert manifest[1]["status"] == "failed" and manifest[1]["error"]

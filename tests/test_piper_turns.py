@@ -30,10 +30,9 @@ def test_a_short_stream_gets_its_first_chunk_while_a_long_stream_is_still_render
     long = [SynthesisRequest(("long", i), PIECE, "joe", realtime=True, job="long") for i in range(10)]
     one_thread_piper.submit(long, sink)
     first = sink.get(timeout=60)
-    assert first.key[0] == "long" and first.error is None      # the long stream is playing
+    assert first.key[0] == "long" and first.error is None  # the long stream is playing
 
-    one_thread_piper.submit([SynthesisRequest(("short", 0), "Hello there.", "joe", realtime=True, job="short")],
-                            sink)
+    one_thread_piper.submit([SynthesisRequest(("short", 0), "Hello there.", "joe", realtime=True, job="short")], sink)
     arrivals, open_pieces = [], len(long) + 1
     while open_pieces:
         chunk = sink.get(timeout=120)

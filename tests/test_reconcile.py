@@ -16,7 +16,8 @@ from pipeline.errors import StorageError
 from pipeline.live import redis_client_url
 from pipeline.messages import job_ids_in_messages
 from pipeline.reconcile import reconcile
-from pipeline.render import Renderer, render_jobs
+from pipeline.render import render_jobs
+from pipeline.renderer import Renderer
 from pipeline.routing import all_queues
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch
@@ -33,8 +34,9 @@ LINES = "".join(f"Line {n} of the corpus.\n" for n in range(1, 7))
 
 def new_batch(settings, sessions) -> tuple[str, list[str]]:
     with sessions() as s:
-        batch = create_batch(s, settings, parse_corpus(LINES.encode(), source="c", max_line_chars=500),
-                             BatchOptions(), source="c")
+        batch = create_batch(
+            s, settings, parse_corpus(LINES.encode(), source="c", max_line_chars=500), BatchOptions(), source="c"
+        )
         s.commit()
         db.mark_batch_queued(s, batch.id)
         s.commit()
@@ -66,21 +68,34 @@ def test_open_jobs_with_no_message_are_re_enqueued_and_those_with_one_are_left(s
     age(sessions, held)
 
     sent = []
-    done = reconcile(sessions, make_store(settings), client, queues=queues, jobs_per_task=8,
-                     send=lambda q, group: (sent.append((q, group)),
-                                            app.send_task(RENDER_TASK, args=[group], queue=q, routing_key=q)))
+    done = reconcile(
+        sessions,
+        make_store(settings),
+        client,
+        queues=queues,
+        jobs_per_task=8,
+        send=lambda q, group: (
+            sent.append((q, group)),
+            app.send_task(RENDER_TASK, args=[group], queue=q, routing_key=q),
+        ),
+    )
     assert done.requeued == 2 and [sorted(g) for _, g in sent] == [sorted(lost)]
     assert set(ids[:4]) <= job_ids_in_messages(client, queues)
     assert not set(fresh) & job_ids_in_messages(client, queues)  # too young to judge
     with sessions() as s:
         assert {s.get(Job, j).status for j in lost} == {JobStatus.QUEUED}
-    again = reconcile(sessions, make_store(settings), client, queues=queues, jobs_per_task=8,
-                      send=lambda q, group: sent.append((q, group)))
+    again = reconcile(
+        sessions,
+        make_store(settings),
+        client,
+        queues=queues,
+        jobs_per_task=8,
+        send=lambda q, group: sent.append((q, group)),
+    )
     assert again.requeued == 0 and len(sent) == 1  # a re-enqueued job is not sent twice
 
 
-def test_a_finished_batch_never_closed_is_closed_and_orphans_are_removed(settings, sessions, redis_url,
-                                                                          piper_engine):
+def test_a_finished_batch_never_closed_is_closed_and_orphans_are_removed(settings, sessions, redis_url, piper_engine):
     client = redis.Redis.from_url(redis_client_url(redis_url))
     store = make_store(settings)
     batch_id, ids = new_batch(settings, sessions)
@@ -99,8 +114,15 @@ def test_a_finished_batch_never_closed_is_closed_and_orphans_are_removed(setting
     kept_audio = set(store.list(f"batches/{batch_id}/audio/"))
 
     def run(grace):
-        return reconcile(sessions, store, client, queues=all_queues(settings.bucket_seconds), jobs_per_task=8,
-                         send=lambda q, g: None, object_grace=grace)
+        return reconcile(
+            sessions,
+            store,
+            client,
+            queues=all_queues(settings.bucket_seconds),
+            jobs_per_task=8,
+            send=lambda q, g: None,
+            object_grace=grace,
+        )
 
     first = run(timedelta(hours=1))
     assert (first.closed, first.removed) == (1, 0)  # everything is younger than the grace period
@@ -116,17 +138,19 @@ def test_a_finished_batch_never_closed_is_closed_and_orphans_are_removed(setting
     assert store.exists(batch.manifest_key)
 
 
-def test_the_reconcile_task_runs_in_a_worker_and_puts_a_lost_message_back(settings, sessions, redis_url,
-                                                                           piper_engine):
+def test_the_reconcile_task_runs_in_a_worker_and_puts_a_lost_message_back(settings, sessions, redis_url, piper_engine):
     batch_id, ids = new_batch(settings, sessions)
     age(sessions, ids)  # queued long ago; the messages were lost with Redis
     with app_with_worker(settings, redis_url, piper_engine) as app:
         app.send_task(RECONCILE_TASK)
+
         def closed():
             with sessions() as s:
                 return s.get(Batch, batch_id).finished_at is not None
-        eventually(closed, 60, f"the reconciler to put the lost messages back and batch {batch_id} to close",
-                   interval=0.2)
+
+        eventually(
+            closed, 60, f"the reconciler to put the lost messages back and batch {batch_id} to close", interval=0.2
+        )
     with sessions() as s:
         statuses = {s.get(Job, j).status for j in ids}
         assert statuses == {JobStatus.DONE} and s.get(Batch, batch_id).manifest_key
@@ -138,8 +162,9 @@ def test_beat_leaves_the_reconciler_to_the_workers(settings):
     assert RECONCILE_TASK not in {entry["task"] for entry in schedule.values()}
 
 
-def test_one_pass_per_interval_across_workers_and_the_task_runs_one_at_once(settings, sessions, redis_url,
-                                                                            piper_engine):
+def test_one_pass_per_interval_across_workers_and_the_task_runs_one_at_once(
+    settings, sessions, redis_url, piper_engine
+):
     settings = settings.with_overrides(reconcile_interval=600)
     first, second = make_app(settings, redis_url), make_app(settings, redis_url)  # two workers' apps
     for app in (first, second):
@@ -151,11 +176,11 @@ def test_one_pass_per_interval_across_workers_and_the_task_runs_one_at_once(sett
     done = reconcile_pass(first, take_turn=True)
     assert done is not None and done.requeued == len(ids)
     assert 0 < client.ttl(RECONCILE_TURN) <= 600
-    assert reconcile_pass(second, take_turn=True) is None    # this interval's pass has run
+    assert reconcile_pass(second, take_turn=True) is None  # this interval's pass has run
     assert reconcile_pass(first, take_turn=True) is None
-    asked = reconcile_pass(second, take_turn=False)          # synth.reconcile, sent by hand
-    assert asked is not None and asked.requeued == 0         # every job has its message again
-    with client.lock(RECONCILE_LOCK, timeout=10):            # a pass is running elsewhere
+    asked = reconcile_pass(second, take_turn=False)  # synth.reconcile, sent by hand
+    assert asked is not None and asked.requeued == 0  # every job has its message again
+    with client.lock(RECONCILE_LOCK, timeout=10):  # a pass is running elsewhere
         client.delete(RECONCILE_TURN)
         assert reconcile_pass(second, take_turn=True) is None
         assert reconcile_pass(second, take_turn=False) is None

@@ -16,7 +16,8 @@ from pipeline.db.models import Batch, Job, JobStatus
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
 from pipeline.errors import EngineError, StorageError
 from pipeline.live import LiveAudio, redis_client_url, stream_key
-from pipeline.render import Renderer, render_jobs
+from pipeline.render import render_jobs
+from pipeline.renderer import Renderer
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch, withdraw_batch
 from tests.waiting import eventually
@@ -55,8 +56,9 @@ class FallsOverAfterFirstAudio(Engine):
 
 def make_batch(settings, sessions, lines: str, options: BatchOptions) -> tuple[str, list[str]]:
     with sessions() as s:
-        made = create_batch(s, settings, parse_corpus(lines.encode(), source="c", max_line_chars=500),
-                            options, source="c")
+        made = create_batch(
+            s, settings, parse_corpus(lines.encode(), source="c", max_line_chars=500), options, source="c"
+        )
         s.commit()
         db.mark_batch_queued(s, made.id)
         s.commit()
@@ -73,8 +75,7 @@ def renderer(settings, sessions, engine) -> Renderer:
     return Renderer(engine=engine, store=make_store(settings), sessions=sessions)
 
 
-def test_a_batch_whose_manifest_write_failed_is_closed_by_the_retried_message(settings, sessions, batch,
-                                                                               piper_engine):
+def test_a_batch_whose_manifest_write_failed_is_closed_by_the_retried_message(settings, sessions, batch, piper_engine):
     batch_id, ids = batch
     r = renderer(settings, sessions, piper_engine)
     blocked = settings.object_dir / f"batches/{batch_id}/manifest.jsonl"
@@ -94,14 +95,16 @@ def test_a_batch_whose_manifest_write_failed_is_closed_by_the_retried_message(se
     assert len(r.store.get(closed.manifest_key).decode().splitlines()) == 2
 
 
-def test_a_concurrent_duplicate_of_a_message_counts_its_jobs_as_skipped_not_failed(settings, sessions, batch,
-                                                                                    piper_engine):
+def test_a_concurrent_duplicate_of_a_message_counts_its_jobs_as_skipped_not_failed(
+    settings, sessions, batch, piper_engine
+):
     batch_id, ids = batch
     first = renderer(settings, sessions, piper_engine)
     first_outcome = []
     # The copy redelivered while this one runs finishes the jobs first.
-    duplicate = renderer(settings, sessions, BeforeAudio(piper_engine,
-                                                         lambda: first_outcome.append(render_jobs(first, ids))))
+    duplicate = renderer(
+        settings, sessions, BeforeAudio(piper_engine, lambda: first_outcome.append(render_jobs(first, ids)))
+    )
     outcome = render_jobs(duplicate, ids)
     assert sorted(first_outcome[0].done) == sorted(ids)
     assert sorted(outcome.skipped) == sorted(ids) and not outcome.failed and not outcome.done
@@ -111,8 +114,9 @@ def test_a_concurrent_duplicate_of_a_message_counts_its_jobs_as_skipped_not_fail
     assert sorted(first.store.list(f"batches/{batch_id}/audio/")) == sorted(j.object_key for j in jobs)
 
 
-def test_a_batch_withdrawn_while_its_jobs_render_leaves_no_object_and_no_manifest(settings, sessions, batch,
-                                                                                   piper_engine):
+def test_a_batch_withdrawn_while_its_jobs_render_leaves_no_object_and_no_manifest(
+    settings, sessions, batch, piper_engine
+):
     batch_id, ids = batch
     store = make_store(settings)
     # The submitter lost Redis and withdraws the batch while a worker renders two of its jobs.
@@ -128,11 +132,16 @@ def test_a_batch_withdrawn_while_its_jobs_render_leaves_no_object_and_no_manifes
 
 
 def test_a_failed_realtime_jobs_live_stream_ends_once_with_the_reason_from_its_one_writer(
-        settings, sessions, redis_url, piper_engine):
+    settings, sessions, redis_url, piper_engine
+):
     _, ids = make_batch(settings, sessions, "The engine fails this line.\n!!!\n", BatchOptions(priority="realtime"))
     client = redis.Redis.from_url(redis_client_url(redis_url))
-    r = Renderer(engine=FallsOverAfterFirstAudio(piper_engine), store=make_store(settings), sessions=sessions,
-                 live=LiveAudio(client, ttl=60))
+    r = Renderer(
+        engine=FallsOverAfterFirstAudio(piper_engine),
+        store=make_store(settings),
+        sessions=sessions,
+        live=LiveAudio(client, ttl=60),
+    )
     outcome = render_jobs(r, ids, realtime=True)
     assert sorted(outcome.failed) == sorted(ids)
     with sessions() as s:

@@ -34,8 +34,9 @@ LINE = "The library opens at nine in the morning and closes at six in the evenin
 
 def job_row(sessions, batch_id: str) -> tuple[Job, JobMetrics]:
     with sessions() as s:
-        return s.execute(select(Job, JobMetrics).outerjoin(JobMetrics, JobMetrics.job_id == Job.id)
-                         .where(Job.batch_id == batch_id)).one()
+        return s.execute(
+            select(Job, JobMetrics).outerjoin(JobMetrics, JobMetrics.job_id == Job.id).where(Job.batch_id == batch_id)
+        ).one()
 
 
 def settled(sessions, batch_id: str, renders: int):
@@ -49,19 +50,29 @@ def objects(store, batch_id: str, folder: str) -> list[str]:
 
 @pytest.mark.parametrize(("plug", "verdict", "kept"), [("DeafFirst", "clean", True), ("Deaf", "bad", False)])
 def test_a_bad_job_is_rendered_again_once_and_the_better_render_is_its_one_object(
-        settings, sessions, redis_url, piper_engine, tmp_path, monkeypatch, plug, verdict, kept):
+    settings, sessions, redis_url, piper_engine, tmp_path, monkeypatch, plug, verdict, kept
+):
     log = tmp_path / "recognizer.log"
     monkeypatch.setenv("SYNTH_TEST_RECOGNIZER_LOG", str(log))
-    settings = settings.with_overrides(verify="all", rerender_budget=1,
-                                       verify_recognizer=f"tests.verify_plugs:{plug}")
+    settings = settings.with_overrides(verify="all", rerender_budget=1, verify_recognizer=f"tests.verify_plugs:{plug}")
     with sessions() as s:
-        batch = create_batch(s, settings, parse_corpus(LINE.encode(), source="c", max_line_chars=500),
-                             BatchOptions(format="mp3"), source="c")
+        batch = create_batch(
+            s,
+            settings,
+            parse_corpus(LINE.encode(), source="c", max_line_chars=500),
+            BatchOptions(format="mp3"),
+            source="c",
+        )
         s.commit()
     queues = all_queues(settings.bucket_seconds)
-    with app_with_worker(settings, redis_url, piper_engine, queues) as app:   # renders; checks wait
+    with app_with_worker(settings, redis_url, piper_engine, queues) as app:  # renders; checks wait
         enqueue_batch(app, sessions, batch.id, jobs_per_task=1)
-        eventually(lambda: getattr(job_row(sessions, batch.id)[1], "verdict", None) == "pending", 60, "the render", interval=0.1)
+        eventually(
+            lambda: getattr(job_row(sessions, batch.id)[1], "verdict", None) == "pending",
+            60,
+            "the render",
+            interval=0.1,
+        )
     store = make_store(settings)
     job, _ = job_row(sessions, batch.id)
     first = store.get(job.object_key)
@@ -71,11 +82,12 @@ def test_a_bad_job_is_rendered_again_once_and_the_better_render_is_its_one_objec
 
     job, metrics = job_row(sessions, batch.id)
     assert metrics.verdict == verdict
-    assert metrics.extra["retakes"] == [{"render": 2, "verdict": verdict, "kept": kept,
-                                         "reasons": metrics.extra["retakes"][0]["reasons"]}]
-    assert (store.get(job.object_key) != first) is kept      # replaced by the retake, or left as it was
+    assert metrics.extra["retakes"] == [
+        {"render": 2, "verdict": verdict, "kept": kept, "reasons": metrics.extra["retakes"][0]["reasons"]}
+    ]
+    assert (store.get(job.object_key) != first) is kept  # replaced by the retake, or left as it was
     assert objects(store, batch.id, "audio") == [job.object_key] and objects(store, batch.id, "retakes") == []
-    assert log.read_text().splitlines() == ["deaf", "transcribed" if kept else "deaf"]   # one check a render
+    assert log.read_text().splitlines() == ["deaf", "transcribed" if kept else "deaf"]  # one check a render
     with sessions() as s:
         manifest = store.get(s.get(Batch, batch.id).manifest_key).decode()
     line = json.loads(manifest)
@@ -89,12 +101,20 @@ def test_a_bad_job_is_rendered_again_once_and_the_better_render_is_its_one_objec
 
 @pytest.mark.slow
 def test_a_worker_killed_during_the_retake_leaves_one_object_and_two_renders(
-        tmp_path, redis_url, database_url, sessions):
+    tmp_path, redis_url, database_url, sessions
+):
     log = tmp_path / "recognizer.log"
-    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
-                    SYNTH_DATABASE_URL=database_url, SYNTH_VISIBILITY_TIMEOUT="4", SYNTH_ENGINE_THREADS="1",
-                    SYNTH_VERIFY="all", SYNTH_RERENDER_BUDGET="1", SYNTH_TEST_RECOGNIZER_LOG=str(log),
-                    SYNTH_VERIFY_RECOGNIZER="tests.verify_plugs:DeafFirst")
+    env = synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "data"),
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_VISIBILITY_TIMEOUT="4",
+        SYNTH_ENGINE_THREADS="1",
+        SYNTH_VERIFY="all",
+        SYNTH_RERENDER_BUDGET="1",
+        SYNTH_TEST_RECOGNIZER_LOG=str(log),
+        SYNTH_VERIFY_RECOGNIZER="tests.verify_plugs:DeafFirst",
+    )
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(" ".join([LINE] * 6) + "\n")
     submitted = synth("submit", str(corpus), "--no-wait", env=env, timeout=60)
@@ -102,10 +122,10 @@ def test_a_worker_killed_during_the_retake_leaves_one_object_and_two_renders(
     batch_id = submitted.stdout.decode().strip()
     client = redis.Redis.from_url(redis_client_url(redis_url))
 
-    def retake_in_hand():   # the retake's message delivered to the worker, not yet acked
+    def retake_in_hand():  # the retake's message delivered to the worker, not yet acked
         return any(RERENDER_TASK.encode() in raw for raw in client.hvals(UNACKED))
 
-    first = start_synth("worker", env=env, log=tmp_path / "worker1.log")   # a CPU worker: renders and checks
+    first = start_synth("worker", env=env, log=tmp_path / "worker1.log")  # a CPU worker: renders and checks
     try:
         eventually(retake_in_hand, 120, "the retake to start", interval=0.05)
     finally:
@@ -120,7 +140,6 @@ def test_a_worker_killed_during_the_retake_leaves_one_object_and_two_renders(
         second.terminate()
         second.wait(timeout=30)
     job, metrics = job_row(sessions, batch_id)
-    assert [r["render"] for r in metrics.extra["retakes"]] == [2]      # settled once
+    assert [r["render"] for r in metrics.extra["retakes"]] == [2]  # settled once
     store = make_store(Settings(data_dir=tmp_path / "data"))
     assert objects(store, batch_id, "audio") == [job.object_key] and objects(store, batch_id, "retakes") == []
-

@@ -13,7 +13,8 @@ from pipeline.corpus import parse_corpus
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, utcnow
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
-from pipeline.render import Renderer, render_jobs
+from pipeline.render import render_jobs
+from pipeline.renderer import Renderer
 from pipeline.reports.compute import compute_report
 from pipeline.reports.render_md import render_md
 from pipeline.storage import make_store
@@ -41,8 +42,14 @@ def engine(piper_engine):
 
 def submit_and_render(settings, sessions, r: Renderer, owner: str | None, lines: bytes = LINES) -> str:
     with sessions() as s:
-        batch = create_batch(s, settings, parse_corpus(lines, source="c", max_line_chars=500), BatchOptions(),
-                             source="c", owner_key_id=owner)
+        batch = create_batch(
+            s,
+            settings,
+            parse_corpus(lines, source="c", max_line_chars=500),
+            BatchOptions(),
+            source="c",
+            owner_key_id=owner,
+        )
         s.commit()
         db.mark_batch_queued(s, batch.id)
         s.commit()
@@ -59,34 +66,33 @@ def keys(sessions, *names):
     return made
 
 
-def test_a_job_rendered_before_by_the_same_key_is_copied_and_another_key_renders_it_again(settings, sessions,
-                                                                                           engine):
+def test_a_job_rendered_before_by_the_same_key_is_copied_and_another_key_renders_it_again(settings, sessions, engine):
     alice, bob = keys(sessions, "alice", "bob")
     store = make_store(settings)
     r = Renderer(engine=engine, store=store, sessions=sessions, reuse="key")
     first = submit_and_render(settings, sessions, r, alice)
     assert engine.requests == 2
     again = submit_and_render(settings, sessions, r, alice, LINES + b"A new line at the end.\n")
-    assert engine.requests == 3          # the new line alone
+    assert engine.requests == 3  # the new line alone
     with sessions() as s:
         summary = summarize(s, s.get(Batch, again))
         assert summary.reused == 2 and summary.reused_s > 0 and summary.counts["done"] == 3
-        shown = batch_out(s, s.get(Batch, again))       # what GET /v1/batches/{id} answers
+        shown = batch_out(s, s.get(Batch, again))  # what GET /v1/batches/{id} answers
         assert shown.reused == 2 and shown.reused_seconds == pytest.approx(summary.reused_s, abs=1e-3)
         before = {m.client_id: store.get(m.object_key) for m in s.get(Batch, first).jobs}
         after = {m.client_id: store.get(m.object_key) for m in s.get(Batch, again).jobs}
     assert all(after[cid] == audio for cid, audio in before.items())
 
     submit_and_render(settings, sessions, r, bob)
-    assert engine.requests == 5          # another key's jobs are its own
+    assert engine.requests == 5  # another key's jobs are its own
 
-    with sessions() as s:                # the nightly report counts them too
+    with sessions() as s:  # the nightly report counts them too
         report = compute_report(s, utcnow() - timedelta(hours=1), utcnow() + timedelta(seconds=1), compare=False)
     assert report.reused == 2 and report.reused_s == pytest.approx(summary.reused_s, abs=1e-3)
     assert "Reused from earlier renders: 2 jobs" in render_md(report)
 
     shared = Renderer(engine=engine, store=store, sessions=sessions, reuse="shared")
-    submit_and_render(settings, sessions, shared, bob)   # shared: the first to record each identity
+    submit_and_render(settings, sessions, shared, bob)  # shared: the first to record each identity
     submit_and_render(settings, sessions, shared, alice)
     assert engine.requests == 7
 

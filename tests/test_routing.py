@@ -9,7 +9,7 @@ def test_queue_names():
 
 
 def test_buckets_follow_estimated_speech_length():
-    assert queue_for("x" * 150, "batch", THRESHOLDS) == "batch.le10s"      # 10 s
+    assert queue_for("x" * 150, "batch", THRESHOLDS) == "batch.le10s"  # 10 s
     assert queue_for("x" * 151, "batch", THRESHOLDS) == "batch.le30s"
     assert queue_for("x" * 1800, "batch", THRESHOLDS) == "batch.le120s"
     assert queue_for("x" * 1801, "batch", THRESHOLDS) == "batch.gt120s"

@@ -39,8 +39,7 @@ def test_an_unknown_switch_is_refused_with_the_choices():
 
 
 def test_zero_still_stands_for_the_default_realtime_periods():
-    settings = Settings(realtime_batch_every=0, realtime_batch_every_starting=0,
-                        realtime_playing_every=0)
+    settings = Settings(realtime_batch_every=0, realtime_batch_every_starting=0, realtime_playing_every=0)
     assert settings.orpheus_config().realtime == RealtimeConfig()
     assert Settings(realtime_playing_every=1).orpheus_config().realtime.playing_every == 1
 
@@ -58,9 +57,15 @@ def test_a_device_torch_names_is_taken(monkeypatch, device):
     assert Settings().device == device
 
 
-@pytest.mark.parametrize(("value", "voices"), [
-    ("tara", ("tara",)), ("tara, leah", ("tara", "leah")), ('["tara", "leah"]', ("tara", "leah")), ("", None),
-])
+@pytest.mark.parametrize(
+    ("value", "voices"),
+    [
+        ("tara", ("tara",)),
+        ("tara, leah", ("tara", "leah")),
+        ('["tara", "leah"]', ("tara", "leah")),
+        ("", None),
+    ],
+)
 def test_voices_take_a_comma_list_or_json_from_the_environment(monkeypatch, value, voices):
     monkeypatch.setenv("SYNTH_VOICES", value)
     assert Settings().voices == voices

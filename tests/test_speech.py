@@ -52,4 +52,4 @@ def test_piper_speaks_slower_at_a_lower_rate_and_says_the_same_words(piper_engin
     # phonemes last twice as long; the pauses Piper puts around a sentence stretch less
     assert piper_engine.info.rate_control and 1.4 < slow.size / normal.size < 2.4
     hyp = transcribe(audio.encode(slow, piper_engine.info.sample_rate, "flac"))
-    assert word_error_rate(sentence, hyp) <= 0.7, hyp      # measured 0.11-0.44 over 8 renders
+    assert word_error_rate(sentence, hyp) <= 0.7, hyp  # measured 0.11-0.44 over 8 renders

@@ -47,7 +47,7 @@ def test_a_failed_local_write_leaves_no_temporary_file(tmp_path):
 
 
 def test_client_ids_that_sanitize_alike_get_one_object_each():
-    """"a/b", "a_b" and "a b" all read as a_b, "." and "é" as _, and long ids share their first
+    """ "a/b", "a_b" and "a b" all read as a_b, "." and "é" as _, and long ids share their first
     characters: the job id in the key keeps every job's object its own."""
     long = "x" * 300
     ids = ["a/b", "a_b", "a b", ".", "..", "é", "ü", long + "1", long + "2"]

@@ -89,10 +89,12 @@ def test_a_full_disk_is_checked_as_full_not_as_writable(tiny_disk):
 
 
 def test_jobs_wait_while_the_object_folder_is_full_and_all_finish_once_space_is_freed(
-        tiny_disk, settings, sessions, redis_url, piper_engine):
+    tiny_disk, settings, sessions, redis_url, piper_engine
+):
     # One retry of budget, a second of backoff: a full disk outlasts the budget at once.
-    settings = settings.with_overrides(storage_dir=tiny_disk, max_retries=1, retry_backoff_max=1,
-                                       worker_name="full-disk-worker")
+    settings = settings.with_overrides(
+        storage_dir=tiny_disk, max_retries=1, retry_backoff_max=1, worker_name="full-disk-worker"
+    )
     retries = Retries()
     task_retry.connect(retries, weak=False)
     client = redis.Redis.from_url(redis_client_url(redis_url), decode_responses=True)
@@ -101,13 +103,23 @@ def test_jobs_wait_while_the_object_folder_is_full_and_all_finish_once_space_is_
             installed = install(app, redis_url, interval=0.2)
             ballast = fill(tiny_disk)
             with sessions() as s:
-                batch = create_batch(s, settings, parse_corpus(LINES.encode(), source="c", max_line_chars=500),
-                                     BatchOptions(), source="c")
+                batch = create_batch(
+                    s,
+                    settings,
+                    parse_corpus(LINES.encode(), source="c", max_line_chars=500),
+                    BatchOptions(),
+                    source="c",
+                )
                 s.commit()
             enqueue_batch(app, sessions, batch.id, settings.jobs_per_task)
 
-            eventually(lambda: any(n > settings.max_retries and "No space left on device" in reason
-                                   for n, reason in retries.seen), 60, "a message retried past its budget")
+            eventually(
+                lambda: any(
+                    n > settings.max_retries and "No space left on device" in reason for n, reason in retries.seen
+                ),
+                60,
+                "a message retried past its budget",
+            )
             heartbeat = {w["name"]: w for w in fleet.workers(client)}["full-disk-worker"]
             assert heartbeat["storage"] == "storage full"
             with serve(settings, redis_url) as server:
@@ -124,9 +136,13 @@ def test_jobs_wait_while_the_object_folder_is_full_and_all_finish_once_space_is_
             def closed():
                 with sessions() as s:
                     return s.get(Batch, batch.id).finished_at is not None
+
             eventually(closed, 120, "the batch to close at its last job")
-            eventually(lambda: {w["name"]: w for w in fleet.workers(client)}["full-disk-worker"]["storage"] == "ok",
-                       10, "the heartbeat to say the storage is fine again")
+            eventually(
+                lambda: {w["name"]: w for w in fleet.workers(client)}["full-disk-worker"]["storage"] == "ok",
+                10,
+                "the heartbeat to say the storage is fine again",
+            )
             installed.uninstall()
     finally:
         task_retry.disconnect(retries)

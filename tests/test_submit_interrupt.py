@@ -28,8 +28,12 @@ LINES = 50_000
 @pytest.fixture
 def env(tmp_path, database_url, redis_url):
     # One job per message: 50,000 messages take long enough to interrupt on any machine.
-    return synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url,
-                     SYNTH_DATABASE_URL=database_url, SYNTH_JOBS_PER_TASK="1")
+    return synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "d"),
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_JOBS_PER_TASK="1",
+    )
 
 
 @pytest.fixture
@@ -86,7 +90,8 @@ def interrupted_submit(env, corpus: Path, log: Path, presses: int) -> str:
 
 @pytest.mark.slow
 def test_ctrl_c_once_while_enqueueing_finishes_the_enqueue_and_says_how_to_stop_the_batch(
-        tmp_path, env, corpus, database_url, redis_url):
+    tmp_path, env, corpus, database_url, redis_url
+):
     out = interrupted_submit(env, corpus, tmp_path / "submit.log", presses=1)
     batch_id = re.search(r"batch ([0-9a-f]{32}): enqueuing", out).group(1)
     assert "finishing the enqueue of batch " + batch_id in out
@@ -104,11 +109,12 @@ def test_ctrl_c_twice_while_enqueueing_withdraws_the_batch(tmp_path, env, corpus
     assert f"interrupted: batch {batch_id} withdrawn" in out
     assert jobs_in_database(database_url) == {}
     queued = queued_job_ids(redis_url)
-    assert 0 < len(queued) < LINES   # sent before the withdrawal: they name no job, and are dropped
+    assert 0 < len(queued) < LINES  # sent before the withdrawal: they name no job, and are dropped
 
 
 def test_two_submits_of_one_file_under_one_name_at_once_make_two_batches_with_nothing_mixed(
-        tmp_path, database_url, redis_url):
+    tmp_path, database_url, redis_url
+):
     env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "d"), SYNTH_REDIS_URL=redis_url, SYNTH_DATABASE_URL=database_url)
     corpus = tmp_path / "c.txt"
     corpus.write_text("".join(f"Line {n}.\n" for n in range(500)))
@@ -127,4 +133,3 @@ def test_two_submits_of_one_file_under_one_name_at_once_make_two_batches_with_no
     assert lines[ids[0]] == lines[ids[1]] == list(range(1, 501))
     queued = queued_job_ids(redis_url)
     assert len(queued) == 1000 and set(queued) == set().union(*jobs_in_database(database_url).values())
-

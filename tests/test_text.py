@@ -4,7 +4,7 @@ from pipeline.text import estimate_seconds, has_speakable_content, normalize, sp
 
 
 def test_normalize_folds_typography_and_space():
-    assert normalize("  \u201cHi\u201d \u2014 it\u2019s\tfine\u2026 \x07 ") == "\"Hi\" - it's fine..."
+    assert normalize("  \u201cHi\u201d \u2014 it\u2019s\tfine\u2026 \x07 ") == '"Hi" - it\'s fine...'
 
 
 def test_short_text_is_one_chunk():

@@ -40,11 +40,11 @@ def longest_silence(wav: bytes) -> float:
 
 
 def test_a_batch_honours_breaks_records_what_was_dropped_and_fails_unspeakable_lines(
-        settings, sessions, redis_url, piper_engine, database_url):
+    settings, sessions, redis_url, piper_engine, database_url
+):
     corpus = parse_corpus("\n".join(LINES).encode(), source="c.txt", max_line_chars=5000)
     with sessions() as s:
-        batch = create_batch(s, settings, corpus, BatchOptions(format="wav", name="front"),
-                             source="c.txt")
+        batch = create_batch(s, settings, corpus, BatchOptions(format="wav", name="front"), source="c.txt")
         s.commit()
     with app_with_worker(settings, redis_url, piper_engine) as app:
         enqueue_batch(app, sessions, batch.id, settings.jobs_per_task)
@@ -56,30 +56,26 @@ def test_a_batch_honours_breaks_records_what_was_dropped_and_fails_unspeakable_l
     ssml, emoji, foreign, broken = (rows[f"line-00000{i}"] for i in range(1, 5))
     assert ssml[0].status == emoji[0].status == JobStatus.DONE
     wav = make_store(settings).get(ssml[0].object_key)
-    assert 1.5 <= longest_silence(wav) < 1.6           # the break, not a crossfade over it
+    assert 1.5 <= longest_silence(wav) < 1.6  # the break, not a crossfade over it
     assert ssml[1].extra["text"] == {"ssml_breaks": 1}
     assert emoji[1].extra["text"] == {"emoji_dropped": 3}
 
     assert foreign[0].status == JobStatus.FAILED
-    assert "voice 'joe' speaks en_US, and 16 characters of other scripts were dropped" in \
-        foreign[0].error
+    assert "voice 'joe' speaks en_US, and 16 characters of other scripts were dropped" in foreign[0].error
     assert broken[0].status == JobStatus.FAILED
-    assert broken[0].error.startswith("malformed SSML at line 1, column 25: mismatched tag; "
-                                      "expected </s>")
+    assert broken[0].error.startswith("malformed SSML at line 1, column 25: mismatched tag; expected </s>")
 
     assert summary.text_notes == {"jobs": 2, "ssml_breaks": 1, "emoji_dropped": 3}
     line = "text: 3 emoji silent, 1 SSML break (in 2 jobs)"
     assert describe_text_notes(summary.text_notes) == line
-    env = synth_env(SYNTH_DATABASE_URL=database_url, SYNTH_DATA_DIR=str(settings.data_dir),
-                    SYNTH_REDIS_URL=redis_url)
+    env = synth_env(SYNTH_DATABASE_URL=database_url, SYNTH_DATA_DIR=str(settings.data_dir), SYNTH_REDIS_URL=redis_url)
     shown = synth("status", batch.id, env=env)
     assert line in shown.stderr.decode()
     as_json = json.loads(synth("status", batch.id, "--json", env=env).stdout)
     assert as_json["text_notes"] == summary.text_notes
 
 
-def test_a_batch_with_nothing_changed_shows_no_text_line(settings, sessions, redis_url,
-                                                         piper_engine):
+def test_a_batch_with_nothing_changed_shows_no_text_line(settings, sessions, redis_url, piper_engine):
     corpus = parse_corpus(b"Plain words, nothing to change.", source="c.txt", max_line_chars=500)
     with sessions() as s:
         batch = create_batch(s, settings, corpus, BatchOptions(format="wav"), source="c.txt")
@@ -88,7 +84,7 @@ def test_a_batch_with_nothing_changed_shows_no_text_line(settings, sessions, red
         enqueue_batch(app, sessions, batch.id, settings.jobs_per_task)
         wait_finished(sessions, batch.id)
     with sessions() as s:
-        (job, m), = db.jobs_with_metrics(s, batch.id)
+        ((job, m),) = db.jobs_with_metrics(s, batch.id)
         summary = summarize(s, s.get(Batch, batch.id))
     assert job.status == JobStatus.DONE and "text" not in (m.extra or {})
     assert summary.text_notes == {} and describe_text_notes(summary.text_notes) == ""
@@ -104,5 +100,5 @@ def test_a_worker_set_to_read_emoji_keeps_them(settings, sessions, redis_url, pi
         enqueue_batch(app, sessions, batch.id, settings.jobs_per_task)
         wait_finished(sessions, batch.id)
     with sessions() as s:
-        (job, m), = db.jobs_with_metrics(s, batch.id)
+        ((job, m),) = db.jobs_with_metrics(s, batch.id)
     assert job.status == JobStatus.DONE and "text" not in (m.extra or {})

@@ -24,23 +24,29 @@ def today(sessions, key_id: str) -> usage.Counts:
 def test_a_job_is_counted_once_however_often_its_finish_is_tried(sessions, settings):
     with sessions() as s:
         key_id = api_keys.create_key(s, name="t").key.id
-        batch = create_item_batch(s, settings, [Item(text="Four words here."), Item(text="Two.")], BatchOptions(),
-                                  source="api", owner_key_id=key_id)
+        batch = create_item_batch(
+            s,
+            settings,
+            [Item(text="Four words here."), Item(text="Two.")],
+            BatchOptions(),
+            source="api",
+            owner_key_id=key_id,
+        )
         s.commit()
         job_ids = list(s.scalars(select(Job.id).where(Job.batch_id == batch.id).order_by(Job.client_id)))
     with sessions() as s:
         first, second = db.claim(s, job_ids)
         db.finish(s, first, object_key="a.wav", metrics=METRICS)
-        s.rollback()                                       # the worker died before its commit
+        s.rollback()  # the worker died before its commit
     assert today(sessions, key_id) == usage.Counts()
     with sessions() as s:
-        first, second = db.claim(s, job_ids)               # redelivered: both run again
+        first, second = db.claim(s, job_ids)  # redelivered: both run again
         db.finish(s, first, object_key="a.wav", metrics=METRICS)
         s.commit()
         db.finish(s, second, object_key="b.wav", metrics=METRICS)
         s.commit()
     with sessions() as s:
-        assert db.claim(s, job_ids) == []                  # a late redelivery claims nothing
+        assert db.claim(s, job_ids) == []  # a late redelivery claims nothing
         done = s.get(Job, job_ids[0])
         with pytest.raises(IllegalTransitionError):
             db.finish(s, done, object_key="a.wav", metrics=METRICS)
@@ -48,8 +54,15 @@ def test_a_job_is_counted_once_however_often_its_finish_is_tried(sessions, setti
     assert today(sessions, key_id) == usage.Counts(jobs=2, chars=len("Four words here.") + len("Two."), audio_s=3.0)
 
 
-@pytest.mark.parametrize("name, value", [("chars_per_day", 10**23), ("audio_s_per_day", float("nan")),
-                                         ("audio_s_per_day", float("inf")), ("live_streams", 2**31)])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("chars_per_day", 10**23),
+        ("audio_s_per_day", float("nan")),
+        ("audio_s_per_day", float("inf")),
+        ("live_streams", 2**31),
+    ],
+)
 def test_a_quota_the_column_cannot_hold_is_refused(sessions, name, value):
     with sessions() as s:
         key_id = api_keys.create_key(s, name="q").key.id

@@ -27,8 +27,10 @@ pytest.importorskip("pocketsphinx")
 
 TEXT = "The library opens at nine in the morning and closes at six in the evening, every day of the week."
 OTHER = "Our next departure leaves from platform four in about ten minutes, so please hurry along."
-CORPUS = [json.loads(line)["text"] for line in
-          (Path(__file__).parent / "normalization" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+CORPUS = [
+    json.loads(line)["text"]
+    for line in (Path(__file__).parent / "normalization" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+]
 # The first 20 lines of the benchmark corpus (shared/corpus/bench.txt): long lines of several
 # sentences, as a batch has them.
 BENCH_LINES = (Path(__file__).parent / "verify_bench_lines.txt").read_text(encoding="utf-8").splitlines()
@@ -52,8 +54,9 @@ def render(engine, text: str, lexicon: Compiled | None = None) -> np.ndarray:
     requests = [SynthesisRequest(("j", i), c.text, info.voices[0]) for i, c in enumerate(chunks)]
     for chunk in engine.synthesize(requests):
         pieces[chunk.key[1]].append(chunk.audio)
-    return audio.join([np.concatenate(p) if p else np.zeros(0, np.float32) for p in pieces],
-                      info.sample_rate, 30, pauses)
+    return audio.join(
+        [np.concatenate(p) if p else np.zeros(0, np.float32) for p in pieces], info.sample_rate, 30, pauses
+    )
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +87,17 @@ def _planted(speech: np.ndarray, other: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-@pytest.mark.parametrize("case", ["silence", "white noise", "another line's audio", "its last 40% cut",
-                                  "a chunk repeated three times", "a clipped copy"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "silence",
+        "white noise",
+        "another line's audio",
+        "its last 40% cut",
+        "a chunk repeated three times",
+        "a clipped copy",
+    ],
+)
 def test_planted_faults_are_bad(rendered, voice, recognizer, case):
     speech, other, rate = rendered
     result = verdict.check(_planted(speech, other)[case], rate, TEXT, voice, recognizer)
@@ -112,8 +124,9 @@ def test_clean_renders_of_benchmark_lines_are_not_called_bad(piper_engine, voice
     the 20 rendered again for nothing."""
     results = _checked(piper_engine, BENCH_LINES, voice, recognizer)
     fine = [r.status != verdict.BAD for r in results]
-    assert sum(fine) >= math.ceil(0.95 * len(BENCH_LINES)), \
-        [(t[:60], r.status, r.reasons) for t, r in zip(BENCH_LINES, results) if r.status != verdict.CLEAN]
+    assert sum(fine) >= math.ceil(0.95 * len(BENCH_LINES)), [
+        (t[:60], r.status, r.reasons) for t, r in zip(BENCH_LINES, results) if r.status != verdict.CLEAN
+    ]
 
 
 @pytest.mark.slow
@@ -126,7 +139,7 @@ def test_word_starts_land_within_60_ms_of_where_the_words_are(piper_engine, voic
         clip = render(piper_engine, word)
         report = signal.analyse(clip, rate)
         start = int(report.leading_silence_s * rate)
-        clip = clip[start: start + int(report.speech_seconds * rate)]
+        clip = clip[start : start + int(report.speech_seconds * rate)]
         gap = np.zeros(int((0.15 + 0.1 * (i % 3)) * rate), np.float32)
         at += gap.size / rate
         truth.append(at)
@@ -145,15 +158,21 @@ def test_captions_parse_with_real_srt_and_vtt_parsers():
     import srt
     import webvtt
 
-    words = [Word(w, i * 0.4, i * 0.4 + 0.35, 0.9) for i, w in enumerate(
-        "one two three four five six seven eight nine ten eleven twelve thirteen".split())]
+    words = [
+        Word(w, i * 0.4, i * 0.4 + 0.35, 0.9)
+        for i, w in enumerate("one two three four five six seven eight nine ten eleven twelve thirteen".split())
+    ]
     subs = list(srt.parse(captions.render(words, "srt")))
     assert [s.content for s in subs] == ["one two three four five six seven", "eight nine ten eleven twelve thirteen"]
     assert subs[1].start.total_seconds() == pytest.approx(2.8) and subs[1].end.total_seconds() == pytest.approx(5.15)
     cues = webvtt.from_buffer(io.StringIO(captions.render(words, "vtt")))
     assert [c.text for c in cues] == [s.content for s in subs] and cues[0].start == "00:00:00.000"
-    assert json.loads(captions.render(words, "json"))["words"][2] == {"word": "three", "start": 0.8, "end": 1.15,
-                                                                      "confidence": 0.9}
+    assert json.loads(captions.render(words, "json"))["words"][2] == {
+        "word": "three",
+        "start": 0.8,
+        "end": 1.15,
+        "confidence": 0.9,
+    }
 
 
 def test_no_recognizer_for_the_language_or_a_failing_one_leaves_the_job_unchecked(rendered, recognizer):
@@ -174,8 +193,12 @@ def test_no_recognizer_for_the_language_or_a_failing_one_leaves_the_job_unchecke
 @pytest.mark.slow
 def test_synth_check_as_a_user_runs_it(tmp_path, rendered):
     speech, other, rate = rendered
-    good, bad, empty, text_file = (tmp_path / "good.mp3", tmp_path / "bad.wav", tmp_path / "empty.wav",
-                                   tmp_path / "script.txt")
+    good, bad, empty, text_file = (
+        tmp_path / "good.mp3",
+        tmp_path / "bad.wav",
+        tmp_path / "empty.wav",
+        tmp_path / "script.txt",
+    )
     good.write_bytes(audio.encode(speech, rate, "mp3"))
     bad.write_bytes(audio.encode(other, rate, "wav"))
     empty.write_bytes(b"")
@@ -211,9 +234,9 @@ def test_captions_show_a_rewritten_amount_as_written_over_the_time_it_is_spoken(
     amount = written[3]
     said = amount.spoken.split()
     assert amount.spoken == "one thousand two hundred fifty dollars and fifty cents"
-    assert [w.word for w in spoken[3:3 + len(said)]] == said
+    assert [w.word for w in spoken[3 : 3 + len(said)]] == said
     assert (amount.start, amount.end) == (spoken[3].start, spoken[2 + len(said)].end)
-    assert written[0].spoken is None and written[-1].spoken is None       # "today." is not a rewrite
+    assert written[0].spoken is None and written[-1].spoken is None  # "today." is not a rewrite
     cues = list(srt.parse(captions.render(result.caption_words, "srt")))
     assert "$1,250.50" in " ".join(c.content for c in cues)
     entry = json.loads(captions.render(result.caption_words, "json"))["words"][3]
@@ -222,8 +245,10 @@ def test_captions_show_a_rewritten_amount_as_written_over_the_time_it_is_spoken(
 
 def test_numbers_are_compared_as_the_engines_read_them():
     # a digit group's comma and a decimal point are read, not split into separate numbers
-    assert " ".join(verdict.words_of("1,000,000 or 3.14, not 12,34, on the 21st, up 10%")) == \
-        "one million or three point one four not twelve thirty four on the twenty first up ten percent"
+    assert (
+        " ".join(verdict.words_of("1,000,000 or 3.14, not 12,34, on the 21st, up 10%"))
+        == "one million or three point one four not twelve thirty four on the twenty first up ten percent"
+    )
 
 
 def test_an_ampersand_is_compared_as_the_engines_read_it():
@@ -240,8 +265,9 @@ def test_words_a_recognizer_cannot_be_held_to_are_not_compared(recognizer):
     assert verdict.error_rates(said, heard) == (0.0, 0.0)
     _, cer = verdict.error_rates(said, heard[:-1] + ["cake"])
     assert 0 < cer < 0.1
-    mostly_foreign = verdict.mark_unknown(spoken.said_for("Déjà vu in São Paulo.", VoiceProfile("v", ("en_US",))),
-                                          recognizer)
+    mostly_foreign = verdict.mark_unknown(
+        spoken.said_for("Déjà vu in São Paulo.", VoiceProfile("v", ("en_US",))), recognizer
+    )
     report = signal.SignalReport(3.0, 1.5, 0.1, 0.1, 0.2, 0.0, True)
     assert verdict.judge(mostly_foreign, "day job in south pole".split(), report).status == verdict.CLEAN
 
@@ -255,8 +281,10 @@ def test_a_reading_is_expected_to_pause_at_sentence_ends_commas_and_breaks():
 
 
 def test_last_words_not_heard_are_bad_only_where_the_audio_has_no_time_for_them():
-    said = spoken.said_for("one two three four five six seven eight nine ten eleven twelve thirteen "
-                           "fourteen fifteen sixteen seventeen", VoiceProfile("v", ("en_US",)))
+    said = spoken.said_for(
+        "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen",
+        VoiceProfile("v", ("en_US",)),
+    )
     heard = said.words[:-5]
     full = signal.SignalReport(said.expected_s() + 0.3, said.expected_s(), 0.1, 0.2, 0.3, 0.0, True)
     misheard = verdict.judge(said, heard, full)
@@ -270,6 +298,6 @@ def test_a_job_is_checked_against_its_text_as_its_lexicon_had_it_said(piper_engi
     lexicon = Compiled([Entry("ICU", alias="intensive care unit")])
     speech, rate = render(piper_engine, text, lexicon), piper_engine.info.sample_rate
     read_with = verdict.check(speech, rate, text, voice, recognizer, lexicon)
-    read_without = verdict.check(speech, rate, text, voice, recognizer)     # expects "i c u"
+    read_without = verdict.check(speech, rate, text, voice, recognizer)  # expects "i c u"
     assert read_with.status == "clean" and read_with.scores["cer"] < read_without.scores["cer"]
     assert next(w for w in read_with.written if w.word == "ICU").spoken == "intensive care unit"

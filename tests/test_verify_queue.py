@@ -33,15 +33,22 @@ from worker.verify import check_later
 
 pytest.importorskip("pocketsphinx")
 
-LINES = ("The library opens at nine in the morning and closes at six in the evening.\n"
-         "Please remember to bring your ticket and a form of identification.\n")
+LINES = (
+    "The library opens at nine in the morning and closes at six in the evening.\n"
+    "Please remember to bring your ticket and a form of identification.\n"
+)
 
 
 def render_pending(settings, sessions, redis_url, engine) -> str:
     """A batch of two jobs rendered by a render worker that checks nothing itself; its id."""
     with sessions() as s:
-        batch = create_batch(s, settings, parse_corpus(LINES.encode(), source="c", max_line_chars=500),
-                             BatchOptions(format="mp3"), source="c")
+        batch = create_batch(
+            s,
+            settings,
+            parse_corpus(LINES.encode(), source="c", max_line_chars=500),
+            BatchOptions(format="mp3"),
+            source="c",
+        )
         s.commit()
     with app_with_worker(settings, redis_url, engine, all_queues(settings.bucket_seconds)) as app:
         enqueue_batch(app, sessions, batch.id, jobs_per_task=2)
@@ -49,14 +56,20 @@ def render_pending(settings, sessions, redis_url, engine) -> str:
         def closed():
             with sessions() as s:
                 return s.get(Batch, batch.id).finished_at is not None
+
         eventually(closed, 120, "the batch to render", interval=0.1)
     return batch.id
 
 
 def verdicts(sessions, batch_id: str) -> dict[str, str | None]:
     with sessions() as s:
-        return dict(s.execute(select(Job.id, JobMetrics.verdict).join(JobMetrics, JobMetrics.job_id == Job.id)
-                              .where(Job.batch_id == batch_id)).all())
+        return dict(
+            s.execute(
+                select(Job.id, JobMetrics.verdict)
+                .join(JobMetrics, JobMetrics.job_id == Job.id)
+                .where(Job.batch_id == batch_id)
+            ).all()
+        )
 
 
 def manifest_verdicts(sessions, settings, batch_id: str) -> list[str]:
@@ -70,30 +83,35 @@ def checked(sessions, batch_id: str) -> bool:
 
 
 def test_a_verify_worker_checks_each_queued_job_once_and_the_manifest_gets_the_verdicts(
-        settings, sessions, redis_url, piper_engine, tmp_path, monkeypatch):
+    settings, sessions, redis_url, piper_engine, tmp_path, monkeypatch
+):
     log = tmp_path / "recognizer.log"
     monkeypatch.setenv("SYNTH_TEST_RECOGNIZER_LOG", str(log))
     settings = settings.with_overrides(verify="all", verify_recognizer="tests.verify_plugs:Counted")
     batch_id = render_pending(settings, sessions, redis_url, piper_engine)
     assert set(verdicts(sessions, batch_id).values()) == {"pending"}
     assert manifest_verdicts(sessions, settings, batch_id) == ["pending", "pending"]
-    assert not log.exists()                     # the render worker checked nothing itself
+    assert not log.exists()  # the render worker checked nothing itself
 
     app = make_app(settings, redis_url)
     client = redis.Redis.from_url(redis_client_url(redis_url))
-    client.delete(VERIFY_QUEUE)                 # the messages are lost: the reconciler sends them again
+    client.delete(VERIFY_QUEUE)  # the messages are lost: the reconciler sends them again
     later = utcnow() + timedelta(minutes=5)
     assert stranded(sessions, client, send=check_later(app), before=later) == 2
-    assert stranded(sessions, client, send=check_later(app), before=later) == 0   # named by a message now
+    assert stranded(sessions, client, send=check_later(app), before=later) == 0  # named by a message now
     with thread_worker(app, [VERIFY_QUEUE]):
         eventually(lambda: checked(sessions, batch_id), 120, "every job to be checked", interval=0.1)
         assert log.read_text().splitlines() == ["transcribed"] * 2
-        for job_id in verdicts(sessions, batch_id):   # a second message per job: a redelivery, the reconciler's
+        for job_id in verdicts(sessions, batch_id):  # a second message per job: a redelivery, the reconciler's
             app.send_task(VERIFY_TASK, args=[[job_id]], queue=VERIFY_QUEUE, routing_key=VERIFY_QUEUE)
-        eventually(lambda: client.llen(VERIFY_QUEUE) == 0 and client.hlen(UNACKED) == 0, 60,
-                   "the second messages to be worked", interval=0.1)
+        eventually(
+            lambda: client.llen(VERIFY_QUEUE) == 0 and client.hlen(UNACKED) == 0,
+            60,
+            "the second messages to be worked",
+            interval=0.1,
+        )
 
-    assert log.read_text().splitlines() == ["transcribed"] * 2   # the second copies found them checked
+    assert log.read_text().splitlines() == ["transcribed"] * 2  # the second copies found them checked
     assert set(verdicts(sessions, batch_id).values()) == {"clean"}
     assert manifest_verdicts(sessions, settings, batch_id) == ["clean", "clean"]
     store = make_store(settings)
@@ -104,19 +122,25 @@ def test_a_verify_worker_checks_each_queued_job_once_and_the_manifest_gets_the_v
 
 @pytest.mark.slow
 def test_a_verify_worker_killed_mid_check_leaves_each_job_checked_once_by_the_next(
-        settings, database_url, sessions, redis_url, piper_engine, tmp_path):
+    settings, database_url, sessions, redis_url, piper_engine, tmp_path
+):
     log = tmp_path / "recognizer.log"
     settings = settings.with_overrides(verify="all")
     batch_id = render_pending(settings, sessions, redis_url, piper_engine)
-    env = synth_env(SYNTH_DATA_DIR=str(settings.data_dir), SYNTH_REDIS_URL=redis_url,
-                    SYNTH_DATABASE_URL=database_url, SYNTH_VISIBILITY_TIMEOUT="4",
-                    SYNTH_TEST_RECOGNIZER_LOG=str(log), SYNTH_VERIFY_RECOGNIZER="tests.verify_plugs:Stuck")
+    env = synth_env(
+        SYNTH_DATA_DIR=str(settings.data_dir),
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_VISIBILITY_TIMEOUT="4",
+        SYNTH_TEST_RECOGNIZER_LOG=str(log),
+        SYNTH_VERIFY_RECOGNIZER="tests.verify_plugs:Stuck",
+    )
 
     first = start_synth("worker", "--verify", "-c", "1", env=env, log=tmp_path / "verify1.log")
     try:
         eventually(lambda: log.exists() and "started" in log.read_text(), 60, "a check to start", interval=0.1)
     finally:
-        os.killpg(first.pid, signal.SIGKILL)    # the worker and its pool's process, as a lost machine
+        os.killpg(first.pid, signal.SIGKILL)  # the worker and its pool's process, as a lost machine
         first.wait()
     assert set(verdicts(sessions, batch_id).values()) == {"pending"}
 
@@ -124,7 +148,7 @@ def test_a_verify_worker_killed_mid_check_leaves_each_job_checked_once_by_the_ne
     second = start_synth("worker", "--verify", "-c", "1", env=env, log=tmp_path / "verify2.log")
     try:
         eventually(lambda: checked(sessions, batch_id), 120, "the next worker to check every job", interval=0.2)
-        time.sleep(2)   # a copy of a message checked twice would show in the log meanwhile
+        time.sleep(2)  # a copy of a message checked twice would show in the log meanwhile
     finally:
         second.terminate()
         second.wait(timeout=30)

@@ -38,14 +38,16 @@ def wait_mid_batch(sessions, batch_id) -> None:
     def mid_job():
         states = [j.status for j in jobs(sessions, batch_id)]
         return JobStatus.DONE in states and JobStatus.RUNNING in states
+
     eventually(mid_job, 120, "the first worker to be mid-batch", interval=0.1)
 
 
 def finish_with_a_second_worker(tmp_path, env, sessions, batch_id) -> None:
     second = start_synth("worker", env=env, log=tmp_path / "worker2.log")
     try:
-        eventually(lambda: all(j.status.terminal for j in jobs(sessions, batch_id)), 180, "the batch to finish",
-                   interval=0.1)
+        eventually(
+            lambda: all(j.status.terminal for j in jobs(sessions, batch_id)), 180, "the batch to finish", interval=0.1
+        )
     finally:
         second.terminate()
         second.wait(timeout=30)
@@ -62,9 +64,15 @@ def assert_each_job_done_once(tmp_path, sessions, batch_id) -> list[Job]:
 
 @pytest.mark.slow
 def test_kill_9_mid_job_then_a_new_worker_finishes_each_job_once(tmp_path, redis_url, database_url, sessions):
-    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
-                    SYNTH_DATABASE_URL=database_url, SYNTH_VISIBILITY_TIMEOUT="4",
-                    SYNTH_JOBS_PER_TASK="2", SYNTH_ENGINE_THREADS="1", SYNTH_WORKER_CONCURRENCY="1")
+    env = synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "data"),
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_VISIBILITY_TIMEOUT="4",
+        SYNTH_JOBS_PER_TASK="2",
+        SYNTH_ENGINE_THREADS="1",
+        SYNTH_WORKER_CONCURRENCY="1",
+    )
     batch_id = submit_eight_long_lines(tmp_path, env)
 
     first = start_synth("worker", env=env, log=tmp_path / "worker1.log")
@@ -77,10 +85,8 @@ def test_kill_9_mid_job_then_a_new_worker_finishes_each_job_once(tmp_path, redis
     assert JobStatus.RUNNING in before.values()
     # The worst case of a kill: the worker died inside its sweep for expired messages, holding the
     # sweep's Redis lock (kombu's ``unacked_mutex``) for as long as the app lets it live.
-    expire = make_app(Settings(visibility_timeout=4), redis_url).conf.broker_transport_options[
-        "unacked_mutex_expire"]
-    redis.Redis.from_url(redis_client_url(redis_url)).lock("unacked_mutex", timeout=expire).acquire(
-        blocking=False)
+    expire = make_app(Settings(visibility_timeout=4), redis_url).conf.broker_transport_options["unacked_mutex_expire"]
+    redis.Redis.from_url(redis_client_url(redis_url)).lock("unacked_mutex", timeout=expire).acquire(blocking=False)
 
     finish_with_a_second_worker(tmp_path, env, sessions, batch_id)
 
@@ -101,10 +107,17 @@ def engine_process(worker_pid: int) -> int | None:
 
 @pytest.mark.slow
 def test_an_engine_process_killed_mid_job_stops_its_worker_and_every_job_ends_done_once(
-        tmp_path, redis_url, database_url, sessions):
-    env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
-                    SYNTH_DATABASE_URL=database_url, SYNTH_ENGINE_PROCESS="separate",
-                    SYNTH_JOBS_PER_TASK="2", SYNTH_ENGINE_THREADS="1", SYNTH_WORKER_CONCURRENCY="1")
+    tmp_path, redis_url, database_url, sessions
+):
+    env = synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "data"),
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_ENGINE_PROCESS="separate",
+        SYNTH_JOBS_PER_TASK="2",
+        SYNTH_ENGINE_THREADS="1",
+        SYNTH_WORKER_CONCURRENCY="1",
+    )
     batch_id = submit_eight_long_lines(tmp_path, env)
 
     first = start_synth("worker", env=env, log=tmp_path / "worker1.log")

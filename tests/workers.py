@@ -9,8 +9,14 @@ from celery.contrib.testing.worker import start_worker
 
 def thread_worker(app, queues: list[str], concurrency: int = 2, shutdown_timeout: float = 30):
     """``start_worker`` with the thread pool, consuming ``queues`` in that order; use with ``with``."""
-    return start_worker(app, pool="threads", concurrency=concurrency, perform_ping_check=False,
-                        queues=queues, shutdown_timeout=shutdown_timeout)
+    return start_worker(
+        app,
+        pool="threads",
+        concurrency=concurrency,
+        perform_ping_check=False,
+        queues=queues,
+        shutdown_timeout=shutdown_timeout,
+    )
 
 
 @contextlib.contextmanager

@@ -47,12 +47,12 @@ def make_app(settings: Settings, broker_url: str) -> Celery:
     from worker import beat, deadletter, documents, tasks, verify, webhooks
 
     app = make_producer(settings, broker_url)
-    deadletter.install(app)         # a message it cannot act on goes to synth.deadletter, not the worker
-    tasks.register(app)             # the render task, and batch expiry (maintenance.py)
-    verify.register(app)            # checks of finished jobs on the verify queue
-    beat.register(app)              # the nightly report task and the beat schedule
-    webhooks.register(app)          # after beat: it adds the webhook sweep to the beat schedule
-    documents.register(app)         # after beat: a document's assembly, on the verify queue, and its sweep
+    deadletter.install(app)  # a message it cannot act on goes to synth.deadletter, not the worker
+    tasks.register(app)  # the render task, and batch expiry (maintenance.py)
+    verify.register(app)  # checks of finished jobs on the verify queue
+    beat.register(app)  # the nightly report task and the beat schedule
+    webhooks.register(app)  # after beat: it adds the webhook sweep to the beat schedule
+    documents.register(app)  # after beat: a document's assembly, on the verify queue, and its sweep
     return app
 
 
@@ -61,8 +61,9 @@ def make_producer(settings: Settings, broker_url: str) -> Celery:
     app = Celery("synth", broker=broker_url, set_as_current=False)
     queues = all_queues(settings.bucket_seconds)
     app.conf.update(
-        task_queues=[Queue(name, routing_key=name)
-                     for name in [*queues, WEBHOOK_QUEUE, FORMER_WEBHOOK_QUEUE, VERIFY_QUEUE]],
+        task_queues=[
+            Queue(name, routing_key=name) for name in [*queues, WEBHOOK_QUEUE, FORMER_WEBHOOK_QUEUE, VERIFY_QUEUE]
+        ],
         task_default_queue=queues[1],
         task_serializer="json",
         accept_content=["json"],

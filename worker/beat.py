@@ -31,8 +31,9 @@ def parse_cron(expr: str) -> crontab:
     if len(fields) != 5:
         raise InputError(f"cron expression {expr!r} must have 5 fields: minute hour day month weekday")
     minute, hour, day_of_month, month_of_year, day_of_week = fields
-    return crontab(minute=minute, hour=hour, day_of_month=day_of_month, month_of_year=month_of_year,
-                   day_of_week=day_of_week)
+    return crontab(
+        minute=minute, hour=hour, day_of_month=day_of_month, month_of_year=month_of_year, day_of_week=day_of_week
+    )
 
 
 def beat_schedule(settings: Settings) -> dict:
@@ -60,8 +61,9 @@ def register(app: Celery) -> None:
         since, end = report_period(now, hours)
         engine = make_engine(settings.sqlalchemy_url)
         try:
-            row = publish_report(make_sessionmaker(engine), make_store(settings), since, end,
-                                 gpu_prices=settings.gpu_prices)
+            row = publish_report(
+                make_sessionmaker(engine), make_store(settings), since, end, gpu_prices=settings.gpu_prices
+            )
         finally:
             engine.dispose()
         log.info("report %s for %s .. %s written to %s", row.id, since, end, row.html_key)

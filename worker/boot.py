@@ -17,7 +17,8 @@ from pipeline.engines.registry import load_engine
 from pipeline.errors import StorageFullError
 from pipeline.hostinfo import cpu_name
 from pipeline.live import LiveAudio
-from pipeline.render import Renderer, warm
+from pipeline.render import warm
+from pipeline.renderer import Renderer
 from pipeline.settings import Settings
 from pipeline.storage import make_store
 from pipeline.verify.jobs import plan_checks
@@ -35,34 +36,55 @@ class Runtime:
     renderer: Renderer
 
 
-def build_runtime(settings: Settings, engine: Engine | None = None, broker_url: str | None = None,
-                  check_later: Callable[[str], None] | None = None) -> Runtime:
+def build_runtime(
+    settings: Settings,
+    engine: Engine | None = None,
+    broker_url: str | None = None,
+    check_later: Callable[[str], None] | None = None,
+) -> Runtime:
     """``check_later``: how finished jobs' checks go to the verify queue; None checks them inline."""
     if engine is None:
         started = time.monotonic()
         engine = load_engine(settings.engine_settings())
         engine.warmup()
-        log.info("engine %s (%s, %s) ready on %s in %.1f s", engine.info.name, engine.info.model,
-                 engine.info.quantization, engine.info.device_type, time.monotonic() - started)
+        log.info(
+            "engine %s (%s, %s) ready on %s in %.1f s",
+            engine.info.name,
+            engine.info.model,
+            engine.info.quantization,
+            engine.info.device_type,
+            time.monotonic() - started,
+        )
     store = make_store(settings)
     fault = None
     try:
         store.check()
-    except StorageFullError as e:   # an outage: the worker starts, and its jobs wait it out
+    except StorageFullError as e:  # an outage: the worker starts, and its jobs wait it out
         log.warning("%s: jobs wait until it takes writes again: %s", e.state, e)
         fault = e
     live = LiveAudio.from_url(broker_url, settings.live_stream_ttl) if broker_url else None
-    if live is not None and broker_url:   # (a live publisher is made with a broker only)
+    if live is not None and broker_url:  # (a live publisher is made with a broker only)
         engine.publish_live(broker_url, settings.live_stream_ttl, live.owner)
-    renderer = Renderer(engine=engine, store=store,
-                        sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),
-                        max_chunk_chars=settings.max_chunk_chars, crossfade_ms=settings.crossfade_ms,
-                        worker_host=settings.worker_name, read_emoji=settings.read_emoji, live=live,
-                        storage_fault=fault, reuse=settings.reuse,
-                        meter_every_job=settings.loudness_meter == "all" or engine.info.device_type == cpu_name(),
-                        verifier=plan_checks(settings.verify, settings.verify_recognizer,
-                                             on_cpu=engine.info.device_type == cpu_name(),
-                                             sample=settings.verify_share, later=check_later))
+    renderer = Renderer(
+        engine=engine,
+        store=store,
+        sessions=make_sessionmaker(make_engine(settings.sqlalchemy_url)),
+        max_chunk_chars=settings.max_chunk_chars,
+        crossfade_ms=settings.crossfade_ms,
+        worker_host=settings.worker_name,
+        read_emoji=settings.read_emoji,
+        live=live,
+        storage_fault=fault,
+        reuse=settings.reuse,
+        meter_every_job=settings.loudness_meter == "all" or engine.info.device_type == cpu_name(),
+        verifier=plan_checks(
+            settings.verify,
+            settings.verify_recognizer,
+            on_cpu=engine.info.device_type == cpu_name(),
+            sample=settings.verify_share,
+            later=check_later,
+        ),
+    )
     warm(renderer)
     return Runtime(settings=settings, engine=engine, renderer=renderer)
 
@@ -74,7 +96,8 @@ def boot(app: Celery, engine: Engine | None = None) -> Runtime:
         if runtime is None:
             settings, broker_url = app.synth_settings, app.conf.broker_url
             runtime = app.synth_runtime = build_runtime(
-                settings, engine, broker_url, None if on_embedded_redis(settings, broker_url) else check_later(app))
+                settings, engine, broker_url, None if on_embedded_redis(settings, broker_url) else check_later(app)
+            )
             runtime.renderer.retakes = retakes_for(app)
         return runtime
 

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 # The transport -----------------------------------------------------------------------------------
 
+
 class Channel(kombu_redis.Channel):
     def dead_letter(self, raw: bytes | str, queue: str | None, reason: str) -> None:
         with self.conn_or_acquire() as client:
@@ -86,8 +87,11 @@ class Channel(kombu_redis.Channel):
         if not isinstance(properties, dict) or not isinstance(properties.get("delivery_tag"), str):
             return None, "the envelope has no properties with a delivery_tag"
         info = properties.get("delivery_info")  # where the unacked hash files it, and restores it to
-        if not (isinstance(info, dict) and isinstance(info.get("exchange"), str)
-                and isinstance(info.get("routing_key"), str)):
+        if not (
+            isinstance(info, dict)
+            and isinstance(info.get("exchange"), str)
+            and isinstance(info.get("routing_key"), str)
+        ):
             return None, "the envelope's properties have no delivery_info with exchange and routing_key"
         if not isinstance(payload.get("headers") or {}, dict):
             return None, "the envelope's headers are not an object"
@@ -118,6 +122,7 @@ class WorkerAMQP(AMQP):
 
 # Celery's consumer ---------------------------------------------------------------------------------
 
+
 class Consumer(CeleryConsumer):
     """Celery's consumer, dead-lettering what it would die of or drop."""
 
@@ -134,6 +139,7 @@ class Consumer(CeleryConsumer):
             except Exception as e:  # noqa: BLE001 - anything Celery did not catch would end the worker
                 problem = f"could not be taken as a task: {type(e).__name__}: {e}"
             return self._dead_letter(message, problem)
+
         return on_task_received
 
     def _dead_letter(self, message, reason: str) -> None:
@@ -169,8 +175,13 @@ def message_problem(app: Celery, message) -> str | None:
         body = message.decode()
     except Exception as e:  # noqa: BLE001 - JSON only (above): any error is a body that does not decode
         return f"the body does not decode ({type(e).__name__}: {e})"
-    if not (isinstance(body, list | tuple) and len(body) == 3 and isinstance(body[0], list | tuple)
-            and isinstance(body[1], dict) and isinstance(body[2], dict | None)):
+    if not (
+        isinstance(body, list | tuple)
+        and len(body) == 3
+        and isinstance(body[0], list | tuple)
+        and isinstance(body[1], dict)
+        and isinstance(body[2], dict | None)
+    ):
         return "the body is not [args, kwargs, embed]"
     try:
         task.__header__(*body[0], **body[1])
@@ -193,13 +204,15 @@ def dead_letter_message(message, reason: str) -> None:
 
 # The task ------------------------------------------------------------------------------------------
 
+
 def dead_letter_task(app: Celery, task, reason: str) -> None:
     """The running task's message goes to the dead-letter list: its arguments are meaningless. The
     message is acked as the task returns; the entry keeps its task name, id and arguments."""
     request = task.request
     queue = (request.delivery_info or {}).get("routing_key")
-    message = json.dumps({"task": task.name, "id": request.id, "args": request.args, "kwargs": request.kwargs},
-                         default=repr)
+    message = json.dumps(
+        {"task": task.name, "id": request.id, "args": request.args, "kwargs": request.kwargs}, default=repr
+    )
     client = redis.Redis.from_url(redis_client_url(app.conf.broker_url))
     try:
         deadletter.record(client, queue=queue, reason=reason, message=message)

@@ -42,7 +42,9 @@ from worker.webhooks import DELIVER_TASK, HostGate, attempt, receiver_of
 log = logging.getLogger(__name__)
 
 WEBHOOK_QUEUES = (WEBHOOK_QUEUE, FORMER_WEBHOOK_QUEUE)
-_POLL_S = 1.0          # how often the consumer thread looks at its stop flag and its timers
+_POLL_S = 1.0  # how often the consumer thread looks at its stop flag and its timers
+
+
 class DeliveryConsumer:
     """Consumes the webhook queues on a thread of its own; ``start()`` after the app is built."""
 
@@ -57,14 +59,18 @@ class DeliveryConsumer:
         self._thread: threading.Thread | None = None
         self._in_flight = threading.Semaphore(self.slots)
         self._qos: QoS | None = None
-        self._held: list = []              # (due, order, body, message): retries waiting out their ETA
+        self._held: list = []  # (due, order, body, message): retries waiting out their ETA
         self._order = itertools.count()
 
     def start(self) -> DeliveryConsumer:
         self._thread = threading.Thread(target=self._run, name="synth-webhook-consumer", daemon=True)
         self._thread.start()
-        log.info("webhook consumer on %s: %d deliveries at once, %d per receiver",
-                 ", ".join(q.name for q in self.queues), self.slots, self.gate.limit)
+        log.info(
+            "webhook consumer on %s: %d deliveries at once, %d per receiver",
+            ", ".join(q.name for q in self.queues),
+            self.slots,
+            self.gate.limit,
+        )
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -90,12 +96,13 @@ class DeliveryConsumer:
 
     def _consume(self) -> None:
         with self.app.connection_for_read() as conn:
-            consumer = conn.Consumer(self.queues, callbacks=[self._on_message], accept=["json"],
-                                     prefetch_count=self.slots)
+            consumer = conn.Consumer(
+                self.queues, callbacks=[self._on_message], accept=["json"], prefetch_count=self.slots
+            )
             # Messages held for their ETA, or waiting in a receiver's line, are unacked: each one
             # raises the prefetch count, so they never keep due messages from being fetched.
             self._qos = QoS(consumer.qos, self.slots)
-            self._held.clear()   # a new connection: the broker redelivers what the old one held
+            self._held.clear()  # a new connection: the broker redelivers what the old one held
             with consumer:
                 while not self._stop.is_set():
                     self._qos.update()
@@ -114,7 +121,7 @@ class DeliveryConsumer:
         due = _eta(message)
         if due is not None and due > time.time():
             heapq.heappush(self._held, (due, next(self._order), body, message))
-            assert self._qos is not None   # made before consuming starts (_consume)
+            assert self._qos is not None  # made before consuming starts (_consume)
             self._qos.increment_eventually()
             return
         self._dispatch(body, message)
@@ -123,7 +130,7 @@ class DeliveryConsumer:
         now = time.time()
         while self._held and self._held[0][0] <= now:
             _, _, body, message = heapq.heappop(self._held)
-            assert self._qos is not None   # made before consuming starts (_consume)
+            assert self._qos is not None  # made before consuming starts (_consume)
             self._qos.decrement_eventually()
             self._dispatch(body, message)
 
@@ -148,12 +155,12 @@ class DeliveryConsumer:
             except OperationalError:
                 log.exception("webhook message %s left for redelivery", _message_id(message))
                 return
-            assert self._qos is not None   # made before consuming starts (_consume)
+            assert self._qos is not None  # made before consuming starts (_consume)
             if not self.gate.enter(receiver, (args, kwargs, message)):
-                self._qos.increment_eventually()    # in its receiver's line, off the prefetch count
+                self._qos.increment_eventually()  # in its receiver's line, off the prefetch count
                 return
             next_up: tuple | None = (args, kwargs, message)
-            while next_up is not None:              # this receiver's line, on this thread
+            while next_up is not None:  # this receiver's line, on this thread
                 self._deliver(*next_up)
                 # Stopping: what is still in line is redelivered, not worked through one timeout each.
                 next_up = None if self._stop.is_set() else self.gate.leave(receiver)
@@ -183,10 +190,14 @@ class DeliveryConsumer:
             if result.failed():
                 log.error("task %s on the webhook queues failed: %s", name, result.result)
         _ack(message)
+
+
 def _task_of(body, message) -> tuple[str | None, list, dict]:
     name = (message.headers or {}).get("task")
     args, kwargs = (body[0], body[1]) if isinstance(body, list | tuple) and len(body) >= 2 else ([], {})
     return name, list(args), dict(kwargs)
+
+
 def _eta(message) -> float | None:
     """The message's ETA (Celery's countdown) as a Unix time; None: due now."""
     eta = (message.headers or {}).get("eta")

@@ -32,8 +32,7 @@ from sqlalchemy.exc import OperationalError
 from pipeline.db.models import Batch, Job, utcnow
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.documents.batch import prepare_chapter
-from pipeline.documents.stored import (assemble_to_store, chapters_done, ready_to_assemble, record_failure,
-                                       unassembled)
+from pipeline.documents.stored import assemble_to_store, chapters_done, ready_to_assemble, record_failure, unassembled
 from pipeline.errors import PermanentError, RetryableError, SynthError
 from pipeline.messages import ASSEMBLE_TASK, CHAPTER_TASK, RENDER_TASK
 from pipeline.routing import VERIFY_QUEUE
@@ -55,7 +54,7 @@ def register(app: Celery) -> None:
         batch_id = str(batch_id)
         try:
             with sessions() as session:
-                if not ready_to_assemble(session, [batch_id]):    # cancelled, reopened or deleted since
+                if not ready_to_assemble(session, [batch_id]):  # cancelled, reopened or deleted since
                     return {"assembled": False}
                 chapters, wrote = assemble_to_store(session, store, batch_id)
                 batch = session.get(Batch, batch_id)
@@ -63,7 +62,7 @@ def register(app: Celery) -> None:
                 session.commit()
         except (RetryableError, OperationalError) as e:
             raise self.retry(exc=e, countdown=backoff(self.request.retries, settings.retry_backoff_max)) from e
-        except PermanentError as e:     # the same input fails the same way: said, not retried
+        except PermanentError as e:  # the same input fails the same way: said, not retried
             log.warning("document %s not assembled: %s", batch_id, e)
             record_failure(store, batch_id, str(e))
             return {"assembled": False, "error": str(e)}
@@ -139,5 +138,7 @@ def _services(app: Celery):
         if services is None:
             settings = app.synth_settings
             services = app.synth_document_services = (
-                make_sessionmaker(make_engine(settings.sqlalchemy_url)), make_store(settings))
+                make_sessionmaker(make_engine(settings.sqlalchemy_url)),
+                make_store(settings),
+            )
         return services

@@ -52,6 +52,7 @@ def die_with_parent():
         prctl(set_parent_death_signal, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:  # the owner died before the request took hold
             os._exit(1)
+
     return preexec
 
 
@@ -86,10 +87,28 @@ class EmbeddedRedis:
         self.socket.unlink(missing_ok=True)
         log_file = self.data_dir / "redis.log"
         self.process = subprocess.Popen(
-            [executable, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", "everysec",
-             "--save", "", "--logfile", str(log_file)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            [
+                executable,
+                "--port",
+                "0",
+                "--unixsocket",
+                str(self.socket),
+                "--unixsocketperm",
+                "700",
+                "--dir",
+                str(self.data_dir),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--logfile",
+                str(log_file),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
             preexec_fn=die_with_parent(),
         )
         deadline = time.monotonic() + 10

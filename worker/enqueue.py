@@ -22,8 +22,13 @@ def check_broker(app: Celery) -> None:
         raise ServiceUnavailableError(f"Redis at {app.conf.broker_url} is unreachable: {e}") from e
 
 
-def enqueue_batch(app: Celery, sessions: sessionmaker[Session], batch_id: str, jobs_per_task: int,
-                  progress: Callable[[int], None] | None = None) -> int:
+def enqueue_batch(
+    app: Celery,
+    sessions: sessionmaker[Session],
+    batch_id: str,
+    jobs_per_task: int,
+    progress: Callable[[int], None] | None = None,
+) -> int:
     """Mark a committed batch's jobs QUEUED and send their messages (``send_messages``). Returns
     the number of messages."""
     with sessions() as session:
@@ -43,8 +48,9 @@ def mark_queued(session: Session, batch_id: str) -> dict[str, list[str]]:
     return by_queue
 
 
-def send_messages(app: Celery, by_queue: dict[str, list[str]], jobs_per_task: int,
-                  progress: Callable[[int], None] | None = None) -> int:
+def send_messages(
+    app: Celery, by_queue: dict[str, list[str]], jobs_per_task: int, progress: Callable[[int], None] | None = None
+) -> int:
     """One message per group of ``jobs_per_task`` jobs of one queue (length bucket), over one
     connection; a realtime job gets a message of its own."""
     sent = 0
@@ -53,9 +59,8 @@ def send_messages(app: Celery, by_queue: dict[str, list[str]], jobs_per_task: in
             for queue, ids in by_queue.items():
                 size = 1 if queue == REALTIME_QUEUE else jobs_per_task  # realtime jobs never wait on others
                 for start in range(0, len(ids), size):
-                    group = ids[start:start + size]
-                    app.send_task(RENDER_TASK, args=[group], queue=queue, routing_key=queue,
-                                  producer=producer)
+                    group = ids[start : start + size]
+                    app.send_task(RENDER_TASK, args=[group], queue=queue, routing_key=queue, producer=producer)
                     sent += 1
                     if progress:
                         progress(len(group))

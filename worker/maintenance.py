@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 
 EXPIRE_TASK = "synth.expire"
 RECONCILE_TASK = "synth.reconcile"
-RECONCILE_LOCK = "synth:reconcile"   # one pass at a time across the fleet
-RECONCILE_TURN = "synth:reconcile:turn"   # who ran the interval's pass; expires with the interval
-MIN_LOCK_S = 60                      # a pass outliving its lock could overlap the next one
+RECONCILE_LOCK = "synth:reconcile"  # one pass at a time across the fleet
+RECONCILE_TURN = "synth:reconcile:turn"  # who ran the interval's pass; expires with the interval
+MIN_LOCK_S = 60  # a pass outliving its lock could overlap the next one
 
 # Sent after each pass with its Reconciled (worker/metrics.py counts the actions).
 reconciled = Signal(name="synth.reconciled", providing_args={"result"})
@@ -43,8 +43,7 @@ def register(app: Celery) -> None:
     @app.task(name=EXPIRE_TASK, shared=False)
     def expire(now: str | None = None) -> dict:
         renderer = runtime_for(app).renderer
-        deleted = expire_batches(renderer.sessions, renderer.store,
-                                 datetime.fromisoformat(now) if now else None)
+        deleted = expire_batches(renderer.sessions, renderer.store, datetime.fromisoformat(now) if now else None)
         log.info("expired %d batches", deleted)
         return {"deleted": deleted}
 
@@ -69,11 +68,19 @@ def reconcile_pass(app: Celery, *, take_turn: bool) -> Reconciled | None:
             app.send_task(RENDER_TASK, args=[job_ids], queue=queue, routing_key=queue)
 
         try:
-            if take_turn and not client.set(RECONCILE_TURN, settings.worker_name or hostname(), nx=True,
-                                            ex=settings.reconcile_interval):
+            if take_turn and not client.set(
+                RECONCILE_TURN, settings.worker_name or hostname(), nx=True, ex=settings.reconcile_interval
+            ):
                 return None
-            done = reconcile(renderer.sessions, renderer.store, client, queues=all_queues(settings.bucket_seconds),
-                             send=send, send_check=check_later(app), jobs_per_task=settings.jobs_per_task)
+            done = reconcile(
+                renderer.sessions,
+                renderer.store,
+                client,
+                queues=all_queues(settings.bucket_seconds),
+                send=send,
+                send_check=check_later(app),
+                jobs_per_task=settings.jobs_per_task,
+            )
         finally:
             with contextlib.suppress(redis.exceptions.LockError):  # outlived its timeout: nothing to free
                 lock.release()

@@ -41,9 +41,9 @@ from worker.tasks import RENDER_TASK, fail_all, give_up
 
 log = logging.getLogger(__name__)
 
-MIN_SLOTS = 8          # realtime messages rendered at once, at least
-RECONNECT_S = 1.0      # wait before reconnecting to a broker that went away
-_POLL_S = 1.0          # how often the consumer thread looks at its stop flag
+MIN_SLOTS = 8  # realtime messages rendered at once, at least
+RECONNECT_S = 1.0  # wait before reconnecting to a broker that went away
+_POLL_S = 1.0  # how often the consumer thread looks at its stop flag
 
 
 def realtime_slots(engine_max_batch: int) -> int:
@@ -92,8 +92,13 @@ class RealtimeConsumer:
 
     def _consume(self) -> None:
         with self.app.connection_for_read() as conn:
-            consumer = conn.Consumer([self.queue], callbacks=[self._on_message], accept=["json"],
-                                     prefetch_count=self.slots, on_decode_error=self._undecodable)
+            consumer = conn.Consumer(
+                [self.queue],
+                callbacks=[self._on_message],
+                accept=["json"],
+                prefetch_count=self.slots,
+                on_decode_error=self._undecodable,
+            )
             with consumer:
                 while not self._stop.is_set():
                     try:
@@ -159,8 +164,15 @@ class RealtimeConsumer:
             fail_all(runtime_for(self.app), job_ids, f"internal error: {type(e).__name__}: {e}")
             raise
         finally:
-            task_postrun.send(sender=task, task_id=task_id, task=task, args=[job_ids], kwargs={},
-                              retval=retval, state="SUCCESS" if retval is not None else "FAILURE")
+            task_postrun.send(
+                sender=task,
+                task_id=task_id,
+                task=task,
+                args=[job_ids],
+                kwargs={},
+                retval=retval,
+                state="SUCCESS" if retval is not None else "FAILURE",
+            )
 
     def _render_with_retries(self, job_ids: list[str], max_retries: int) -> dict:
         runtime = runtime_for(self.app)
@@ -196,8 +208,9 @@ class RealtimeConsumer:
         started = time.monotonic()
         result = task.apply(args=args, kwargs=kwargs)
         if result.failed():
-            log.error("task %s on the realtime queue failed after %.1f s: %s", name,
-                      time.monotonic() - started, result.result)
+            log.error(
+                "task %s on the realtime queue failed after %.1f s: %s", name, time.monotonic() - started, result.result
+            )
 
 
 def _message_id(message) -> str | None:

@@ -58,12 +58,12 @@ def register(app: Celery) -> None:
             again = render_again(runtime.renderer, str(job_id), int(render))
         except (RetryableError, OperationalError) as e:
             raise self.retry(exc=e, countdown=backoff(self.request.retries, settings.retry_backoff_max)) from e
-        except PermanentError as e:   # the job keeps the render it has
+        except PermanentError as e:  # the job keeps the render it has
             log.warning("job %s was not rendered again: %s", job_id, e)
             return {"rendered": 0}
         return {"rendered": int(again)}
 
-    maintenance.register(app)       # synth.expire (batch expiry) on the same app
+    maintenance.register(app)  # synth.expire (batch expiry) on the same app
 
 
 def _names_no_job(runtime, job_ids: list[str]) -> bool:
@@ -72,8 +72,9 @@ def _names_no_job(runtime, job_ids: list[str]) -> bool:
         return deadletter.names_no_job(session, job_ids)
 
 
-def _retry_or_fail(task, runtime, job_ids: list[str], error: Exception,
-                   errors: Mapping[str, Exception] | None = None) -> Exception:
+def _retry_or_fail(
+    task, runtime, job_ids: list[str], error: Exception, errors: Mapping[str, Exception] | None = None
+) -> Exception:
     """The exception the task raises: a Retry, or ``error`` once retries are used up (jobs failed,
     each with its own reason from ``errors`` where given).
 
@@ -94,12 +95,18 @@ def _retry(task, runtime, job_ids: list[str], error: Exception) -> Exception:
     retries = task.request.retries
     if retries >= task.max_retries:
         log.warning("outage (%s): the %d jobs of this message stay open; retrying it", error, len(job_ids))
-    return task.retry(args=[job_ids], exc=error, countdown=backoff(retries, runtime.settings.retry_backoff_max),
-                      max_retries=max(task.max_retries, retries + 1), throw=False)
+    return task.retry(
+        args=[job_ids],
+        exc=error,
+        countdown=backoff(retries, runtime.settings.retry_backoff_max),
+        max_retries=max(task.max_retries, retries + 1),
+        throw=False,
+    )
 
 
-def give_up(runtime, job_ids: list[str], retries: int, error: Exception,
-            errors: Mapping[str, Exception] | None = None) -> None:
+def give_up(
+    runtime, job_ids: list[str], retries: int, error: Exception, errors: Mapping[str, Exception] | None = None
+) -> None:
     """Record the jobs failed once their retries are spent, each with its own reason from ``errors``
     where given (the render task's and the realtime consumer's). A database error propagates."""
     gave_up = f"gave up after {counted(retries, 'retry', 'retries')}: "

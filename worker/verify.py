@@ -58,8 +58,12 @@ def checker_for(app: Celery) -> Checker:
             except InputError as e:
                 log.warning("jobs checked here end not_checked: %s", e)
                 recognizer = None
-            checker = app.synth_checker = Checker(make_sessionmaker(make_engine(settings.sqlalchemy_url)),
-                                                  make_store(settings), recognizer, retakes_for(app))
+            checker = app.synth_checker = Checker(
+                make_sessionmaker(make_engine(settings.sqlalchemy_url)),
+                make_store(settings),
+                recognizer,
+                retakes_for(app),
+            )
         return checker
 
 
@@ -75,15 +79,18 @@ def retakes_for(app: Celery) -> Retakes | None:
             app.send_task(RERENDER_TASK, args=[job_id, render], queue=queue, routing_key=queue)
         except (KombuOperationalError, OSError) as e:
             log.warning("job %s keeps its bad render: its retake was not queued (%s)", job_id, e)
+
     return Retakes(budget, send)
 
 
 def check_later(app: Celery) -> Callable[[str], None]:
     """How a render worker sends a finished job's check. A send that fails (Redis away) is logged,
     not raised: the job is recorded, and the reconciler sends its check once Redis is back."""
+
     def send(job_id: str) -> None:
         try:
             app.send_task(VERIFY_TASK, args=[[job_id]], queue=VERIFY_QUEUE, routing_key=VERIFY_QUEUE)
         except (KombuOperationalError, OSError) as e:
             log.warning("the check of job %s was not queued (%s); the reconciler queues it", job_id, e)
+
     return send

@@ -39,10 +39,10 @@ log = logging.getLogger(__name__)
 
 DELIVER_TASK = "synth.deliver_webhook"
 SWEEP_TASK = "synth.sweep_webhooks"
-DEFER_S = (1.0, 3.0)    # a delivery whose receiver is at its limit tries again after this (uniform)
+DEFER_S = (1.0, 3.0)  # a delivery whose receiver is at its limit tries again after this (uniform)
 _lock = threading.Lock()
 
-Receiver = tuple[str, int]   # a URL's host and port
+Receiver = tuple[str, int]  # a URL's host and port
 
 
 class HostGate:
@@ -57,7 +57,7 @@ class HostGate:
         self._lock = threading.Lock()
 
     def enter(self, receiver: Receiver | None, item=None) -> bool:
-        if receiver is None:        # the delivery is gone: its attempt only closes it
+        if receiver is None:  # the delivery is gone: its attempt only closes it
             return True
         with self._lock:
             busy = self._busy.get(receiver, 0)

@@ -23,8 +23,16 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import State
 from api.limits import check_rate
-from api.operator import (OPERATOR_RESPONSES, DashboardAccess, check_operator, dashboard_tokens, end_session,
-                          refuse_query_token, start_session, token_matches)
+from api.operator import (
+    OPERATOR_RESPONSES,
+    DashboardAccess,
+    check_operator,
+    dashboard_tokens,
+    end_session,
+    refuse_query_token,
+    start_session,
+    token_matches,
+)
 from pipeline import deadletter
 from pipeline.reports.fmt import HEADLINE_LABELS, num, pct
 
@@ -35,27 +43,35 @@ TEMPLATE = Template((API_DIR / "templates" / "dashboard.html").read_text())
 LOGIN = Template((API_DIR / "templates" / "login.html").read_text())
 # What /dashboard/static/ serves, by name: the console's own script and style, and uPlot (MIT,
 # vendored: deployments may have no internet, and no page of ours loads code from elsewhere).
-STATIC = {"console.js": API_DIR / "static" / "console.js", "console.css": API_DIR / "static" / "console.css",
-          "uPlot.iife.min.js": API_DIR / "static" / "uplot" / "uPlot.iife.min.js",
-          "uPlot.min.css": API_DIR / "static" / "uplot" / "uPlot.min.css",
-          "uPlot.LICENSE": API_DIR / "static" / "uplot" / "LICENSE"}
+STATIC = {
+    "console.js": API_DIR / "static" / "console.js",
+    "console.css": API_DIR / "static" / "console.css",
+    "uPlot.iife.min.js": API_DIR / "static" / "uplot" / "uPlot.iife.min.js",
+    "uPlot.min.css": API_DIR / "static" / "uplot" / "uPlot.min.css",
+    "uPlot.LICENSE": API_DIR / "static" / "uplot" / "LICENSE",
+}
 # Scripts and styles from this origin only; the page's data rides in a JSON block no browser runs.
-SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
-                                               "form-action 'self'; base-uri 'none'",
-                    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+    "form-action 'self'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
 
 
 @router.get("/dashboard/data.json", responses=OPERATOR_RESPONSES)
 async def dashboard_data(state: State, _: DashboardAccess) -> dict:
     """The console's numbers: batches in progress, the last 24 h per time bucket, workers, latest
     failures, latest report headline, queue depths, dead letters."""
-    assert state.console is not None   # set as the app starts (api/app.py)
+    assert state.console is not None  # set as the app starts (api/app.py)
     return await run_in_threadpool(state.console)
 
 
 @router.get("/dashboard", response_class=HTMLResponse, responses=OPERATOR_RESPONSES)
-async def dashboard(request: Request, state: State,
-                    authorization: Annotated[str | None, Header()] = None) -> HTMLResponse:
+async def dashboard(
+    request: Request, state: State, authorization: Annotated[str | None, Header()] = None
+) -> HTMLResponse:
     """The console; without access, the login form (401)."""
     try:
         check_operator(request, dashboard_tokens(state.settings), authorization, "SYNTH_DASHBOARD_TOKEN", cookie=True)
@@ -63,21 +79,26 @@ async def dashboard(request: Request, state: State,
         if e.status_code != 401:
             raise
         return login_page(e.headers)
-    assert state.console is not None   # set as the app starts (api/app.py)
+    assert state.console is not None  # set as the app starts (api/app.py)
     data = await run_in_threadpool(state.console)
     return HTMLResponse(render(data), headers=SECURITY_HEADERS)
 
 
-@router.post("/dashboard/login", response_class=HTMLResponse,
-             responses={303: {"description": "logged in: to /dashboard, with the session cookie"},
-                        401: {"description": "not the token of SYNTH_DASHBOARD_TOKEN"},
-                        429: {"description": "too many tries from this address (Retry-After)"},
-                        400: {"description": "a token in the query string"}})
+@router.post(
+    "/dashboard/login",
+    response_class=HTMLResponse,
+    responses={
+        303: {"description": "logged in: to /dashboard, with the session cookie"},
+        401: {"description": "not the token of SYNTH_DASHBOARD_TOKEN"},
+        429: {"description": "too many tries from this address (Retry-After)"},
+        400: {"description": "a token in the query string"},
+    },
+)
 async def login(request: Request, state: State, token: Annotated[str, Form(min_length=1, max_length=1000)]) -> Response:
     """Log a browser in with the operator token, sent in the form's body (never in the URL)."""
     refuse_query_token(request)
     tokens = dashboard_tokens(state.settings)
-    if not tokens:   # nothing to log in to: loopback clients are let in, others told why not
+    if not tokens:  # nothing to log in to: loopback clients are let in, others told why not
         check_operator(request, (), None, "SYNTH_DASHBOARD_TOKEN")
     # guesses are slowed per client address, so a short token cannot be tried through at speed
     client = request.client.host if request.client else "unknown"
@@ -103,8 +124,9 @@ async def static(name: str, _: DashboardAccess) -> FileResponse:
     if path is None:
         raise HTTPException(404, detail=f"no file {name!r} here")
     media = "text/plain" if name.endswith("LICENSE") else None
-    return FileResponse(path, media_type=media, headers={"Cache-Control": "private, max-age=300",
-                                                         "X-Content-Type-Options": "nosniff"})
+    return FileResponse(
+        path, media_type=media, headers={"Cache-Control": "private, max-age=300", "X-Content-Type-Options": "nosniff"}
+    )
 
 
 def login_page(headers: Mapping[str, str] | None, message: str = "") -> HTMLResponse:
@@ -125,19 +147,32 @@ def render(data: dict) -> str:
             f'<div class="card"><div class="label">{escape(HEADLINE_LABELS.get(k, k))}</div>'
             f'<div class="value" id="h-{escape(k)}">{escape(num(v))}</div>'
             f'<div class="change">{escape(pct(changes.get(k)))} vs previous period</div></div>'
-            for k, v in report["headline"].items())
+            for k, v in report["headline"].items()
+        )
     queues = "".join(f'<tr><td>{escape(q)}</td><td class="depth">{n}</td></tr>' for q, n in data["queues"].items())
-    queues += (f'<tr><td>{deadletter.DEADLETTER} (could not be worked; docs/operations.md)</td>'
-               f'<td class="depth" id="deadletter">{data["deadletter"]}</td></tr>')
-    workers = "".join(
-        f'<tr class="{"stale" if w["stale"] else ""}"><td>{escape(w["name"])}</td><td>{escape(w.get("device", ""))}</td>'
-        f"<td>{escape(w.get('engine', ''))}</td><td>{escape(w.get('model', ''))}</td>"
-        f"<td>{escape(w.get('quantization', ''))}</td><td>{escape(w.get('rows_in_use', '?'))}</td>"
-        f'<td class="inflight">{escape(w.get("jobs_in_flight", "?"))}</td>'
-        f'<td class="storage">{escape(w.get("storage", "?"))}</td>'
-        f"<td>{w['age_s']:.0f} s ago{' (stale)' if w['stale'] else ''}</td></tr>"
-        for w in data["workers"]) or '<tr><td colspan="9">No live workers.</td></tr>'
+    queues += (
+        f"<tr><td>{deadletter.DEADLETTER} (could not be worked; docs/operations.md)</td>"
+        f'<td class="depth" id="deadletter">{data["deadletter"]}</td></tr>'
+    )
+    workers = (
+        "".join(
+            f'<tr class="{"stale" if w["stale"] else ""}"><td>{escape(w["name"])}</td><td>{escape(w.get("device", ""))}</td>'
+            f"<td>{escape(w.get('engine', ''))}</td><td>{escape(w.get('model', ''))}</td>"
+            f"<td>{escape(w.get('quantization', ''))}</td><td>{escape(w.get('rows_in_use', '?'))}</td>"
+            f'<td class="inflight">{escape(w.get("jobs_in_flight", "?"))}</td>'
+            f'<td class="storage">{escape(w.get("storage", "?"))}</td>'
+            f"<td>{w['age_s']:.0f} s ago{' (stale)' if w['stale'] else ''}</td></tr>"
+            for w in data["workers"]
+        )
+        or '<tr><td colspan="9">No live workers.</td></tr>'
+    )
     # "</" would end the script element early whatever the JSON says
     initial = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
-    return TEMPLATE.substitute(now=escape(data["now"]), report_period=escape(period), report_cards=cards,
-                               queue_rows=queues, worker_rows=workers, initial=initial)
+    return TEMPLATE.substitute(
+        now=escape(data["now"]),
+        report_period=escape(period),
+        report_cards=cards,
+        queue_rows=queues,
+        worker_rows=workers,
+        initial=initial,
+    )

@@ -7,21 +7,31 @@ the batch's, so /v1/batches/{id}, its items, retry and the batch webhooks serve 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import PurePath
 from urllib.parse import quote
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, File, Form, HTTPException, UploadFile
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BeforeValidator
 
 from api import creating, idempotency
 from api.deps import CurrentKey, KeyFirstRoute, Responses, Session, State
 from api.ids import could_exist
-from api.routes.batches import IdempotencyKey, _digits, one_file
-from api.schemas import (EVENTS_WITHOUT_URL, URL_PATTERN, CancelOut, ChapterOut, DeleteOut, DocumentOut, Priority,
-                         RerenderedChapter, RerenderIn, RerenderOut, WebhookEvent)
+from api.routes.batches import IdempotencyKey, _digits, check_form, one_file
+from api.schemas import (
+    URL_PATTERN,
+    CancelOut,
+    ChapterOut,
+    DeleteOut,
+    DocumentOut,
+    Priority,
+    RerenderedChapter,
+    RerenderIn,
+    RerenderOut,
+    WebhookEvent,
+)
 from api.views import batch_out
 from pipeline import lifecycle, usage
 from pipeline.db import owned
@@ -29,8 +39,16 @@ from pipeline.db.models import Batch
 from pipeline.documents import DOCUMENT_KINDS, kind_for, read_document, rerender
 from pipeline.documents.batch import create_document_batch, load_outline, plan_outline
 from pipeline.documents.plan import document_jobs
-from pipeline.documents.stored import (CHAPTERS_FILE, DOCUMENT_KIND, assembled, chapter_progress, content_type,
-                                       failure, file_key, ready_to_assemble)
+from pipeline.documents.stored import (
+    CHAPTERS_FILE,
+    DOCUMENT_KIND,
+    assembled,
+    chapter_progress,
+    content_type,
+    failure,
+    file_key,
+    ready_to_assemble,
+)
 from pipeline.submit import BatchOptions
 from worker.documents import send_assembly
 from worker.enqueue import send_messages
@@ -53,69 +71,103 @@ def _kind(filename: str, kind: str | None) -> str:
     suffix = PurePath(filename).suffix.lower()
     found = kind_for(filename) or ("text" if suffix == ".txt" else None)
     if found is None:
-        raise HTTPException(400, detail=f"{filename!r}: name a .md, .txt or .epub file, or say its kind "
-                                        f"({', '.join(DOCUMENT_KINDS)})")
+        raise HTTPException(
+            400, detail=f"{filename!r}: name a .md, .txt or .epub file, or say its kind ({', '.join(DOCUMENT_KINDS)})"
+        )
     return found
 
 
-@router.post("", status_code=201, response_model=DocumentOut, dependencies=[Depends(one_file)],
-             responses={409: {"description": "Idempotency-Key reused"}})
-def create_document(key: CurrentKey, state: State, session: Session,
-                    file: Annotated[UploadFile, File(description="Markdown (.md), plain text (.txt) or EPUB")],
-                    kind: Annotated[Literal["markdown", "text", "epub"] | None, Form(
-                        description="Default: from the file's extension")] = None,
-                    title: Annotated[str | None, Form(min_length=1, max_length=200)] = None,
-                    author: Annotated[str | None, Form(min_length=1, max_length=200)] = None,
-                    format: Annotated[Literal["m4b", "mp3", "wav", "flac"], Form()] = "m4b",
-                    cover: Annotated[UploadFile | None, File(description="A JPEG or PNG for m4b and mp3")] = None,
-                    voice: Annotated[str | None, Form(max_length=64)] = None,
-                    sample_rate: Annotated[int | None, Form(), BeforeValidator(_digits)] = None,
-                    priority: Annotated[Priority, Form()] = "batch",
-                    name: Annotated[str | None, Form(max_length=200)] = None,
-                    webhook_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN)] = None,
-                    webhook_events: Annotated[list[WebhookEvent] | None, Form()] = None,
-                    idempotency_key: IdempotencyKey = None) -> JSONResponse:
+@router.post(
+    "",
+    status_code=201,
+    response_model=DocumentOut,
+    dependencies=[Depends(one_file)],
+    responses={409: {"description": "Idempotency-Key reused"}},
+)
+def create_document(
+    key: CurrentKey,
+    state: State,
+    session: Session,
+    file: Annotated[UploadFile, File(description="Markdown (.md), plain text (.txt) or EPUB")],
+    kind: Annotated[
+        Literal["markdown", "text", "epub"] | None, Form(description="Default: from the file's extension")
+    ] = None,
+    title: Annotated[str | None, Form(min_length=1, max_length=200)] = None,
+    author: Annotated[str | None, Form(min_length=1, max_length=200)] = None,
+    format: Annotated[Literal["m4b", "mp3", "wav", "flac"], Form()] = "m4b",
+    cover: Annotated[UploadFile | None, File(description="A JPEG or PNG for m4b and mp3")] = None,
+    voice: Annotated[str | None, Form(max_length=64)] = None,
+    sample_rate: Annotated[int | None, Form(), BeforeValidator(_digits)] = None,
+    priority: Annotated[Priority, Form()] = "batch",
+    name: Annotated[str | None, Form(max_length=200)] = None,
+    webhook_url: Annotated[str | None, Form(max_length=2000, pattern=URL_PATTERN)] = None,
+    webhook_events: Annotated[list[WebhookEvent] | None, Form()] = None,
+    idempotency_key: IdempotencyKey = None,
+) -> JSONResponse:
     """A document as one batch of paragraphs, assembled as ``format`` once its jobs are done."""
-    if webhook_events is not None and webhook_url is None:
-        raise RequestValidationError([{"type": "value_error", "loc": ("body", "webhook_events"),
-                                       "msg": EVENTS_WITHOUT_URL, "input": webhook_events}])
     source = (file.filename or "upload")[:200]
-    if any("\x00" in v for v in (source, title, author, voice, name, webhook_url) if v):
-        raise HTTPException(400, detail="form fields and the file name must not contain NUL characters")
+    check_form(webhook_url, webhook_events, source, title, author, voice, name)
     doc_kind = _kind(source, kind)
-    data = file.file.read()
-    cover_data = cover.file.read(MAX_COVER_BYTES + 1) if cover is not None else None
-    if cover_data is not None and len(cover_data) > MAX_COVER_BYTES:
-        raise HTTPException(400, detail=f"the cover is over {MAX_COVER_BYTES:,} bytes")
+    data, cover_data = file.file.read(), _cover(cover)
     settings = state.settings
     doc = read_document(data, doc_kind, source=source, max_bytes=settings.max_document_bytes)
-    outline = plan_outline(settings, doc, fmt=format, title=title, author=author,
-                           fallback_title=PurePath(source).stem or "document")
+    outline = plan_outline(
+        settings, doc, fmt=format, title=title, author=author, fallback_title=PurePath(source).stem or "document"
+    )
     jobs = document_jobs(doc, settings.max_line_chars)
     if len(jobs) > settings.api_max_batch_items:
         raise HTTPException(400, detail=f"{len(jobs):,} jobs; the limit per batch is {settings.api_max_batch_items:,}")
-    form = idempotency.canonical(kind=doc_kind, title=title, author=author, format=format, voice=voice,
-                                 sample_rate=sample_rate, priority=priority, name=name, webhook_url=webhook_url,
-                                 webhook_events=webhook_events)
+    book = dict(kind=doc_kind, title=title, author=author, format=format)
+    form = idempotency.canonical(
+        **book,
+        voice=voice,
+        sample_rate=sample_rate,
+        priority=priority,
+        name=name,
+        webhook_url=webhook_url,
+        webhook_events=webhook_events,
+    )
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/documents", form, data, cover_data or b"")
     options = BatchOptions(voice=voice, sample_rate=sample_rate, priority=priority, name=name or outline.title)
-    columns = creating.owner_columns(state, key, kind=DOCUMENT_KIND, webhook_url=webhook_url,
-                                     webhook_events=webhook_events)
+    columns = creating.owner_columns(
+        state, key, kind=DOCUMENT_KIND, webhook_url=webhook_url, webhook_events=webhook_events
+    )
+    batch_id, created = _create(
+        state,
+        session,
+        claim,
+        key,
+        sum(len(text) for _, text in jobs),
+        lambda s: create_document_batch(
+            s, state.store, settings, doc, outline, options, source=source, cover=cover_data, **columns
+        ),
+    )
+    body = _document(state, session, session.get_one(Batch, batch_id)).model_dump(mode="json")
+    return JSONResponse(body, status_code=201, headers={"Idempotent-Replayed": "false" if created else "true"})
+
+
+def _cover(cover: UploadFile | None) -> bytes | None:
+    data = cover.file.read(MAX_COVER_BYTES + 1) if cover is not None else None
+    if data is not None and len(data) > MAX_COVER_BYTES:
+        raise HTTPException(400, detail=f"the cover is over {MAX_COVER_BYTES:,} bytes")
+    return data
+
+
+def _create(state, session, claim, key, chars: int, build: Callable[[Any], Batch]) -> tuple[str, bool]:
+    """``creating.create`` for a document: the stored files of one whose rows did not commit (the
+    request failed after ``build`` wrote them) are withdrawn."""
     made: list[str] = []
 
-    def build(s):
-        batch = create_document_batch(s, state.store, settings, doc, outline, options, source=source,
-                                      cover=cover_data, **columns)
+    def noted(s) -> Batch:
+        batch = build(s)
         made.append(batch.id)
         return batch
+
     try:
-        batch_id, created = creating.create(state, session, claim, "batch", build, key=key,
-                                            chars=sum(len(text) for _, text in jobs))
+        return creating.create(state, session, claim, "batch", noted, key=key, chars=chars)
     except BaseException:
         _withdraw(state, made)
         raise
-    body = _document(state, session, session.get_one(Batch, batch_id)).model_dump(mode="json")
-    return JSONResponse(body, status_code=201, headers={"Idempotent-Replayed": "false" if created else "true"})
 
 
 @router.get("/{document_id}", response_model=DocumentOut, responses=NOT_FOUND)
@@ -125,15 +177,17 @@ def get_document(document_id: str, key: CurrentKey, session: Session, state: Sta
 
 
 @router.get("/{document_id}/files/{name}", responses={**NOT_FOUND, 307: {"description": "to a presigned URL"}})
-def get_file(document_id: str, name: str, key: CurrentKey, session: Session, state: State,
-             redirect: bool = True) -> Response:
+def get_file(
+    document_id: str, name: str, key: CurrentKey, session: Session, state: State, redirect: bool = True
+) -> Response:
     """One file of the assembled document: a 307 to a short-lived presigned URL on S3, else (or
     with redirect=false) the bytes."""
     batch = _own(session, key, document_id)
     found = assembled(state.store, batch.id)
     if found is None or name not in found["files"]:
-        raise HTTPException(404, detail=f"document {batch.id} has no file {name!r}"
-                                        + ("" if found else " (it is not assembled yet)"))
+        raise HTTPException(
+            404, detail=f"document {batch.id} has no file {name!r}" + ("" if found else " (it is not assembled yet)")
+        )
     if redirect:
         url = state.store.presigned_url(file_key(batch.id, name), state.settings.presign_seconds)
         if url:
@@ -141,8 +195,11 @@ def get_file(document_id: str, name: str, key: CurrentKey, session: Session, sta
     return Response(state.store.get(file_key(batch.id, name)), media_type=content_type(name))
 
 
-@router.post("/{document_id}/assemble", status_code=202, responses={
-    **NOT_FOUND, 409: {"description": "jobs not all done, or already assembled"}})
+@router.post(
+    "/{document_id}/assemble",
+    status_code=202,
+    responses={**NOT_FOUND, 409: {"description": "jobs not all done, or already assembled"}},
+)
 def assemble_document(document_id: str, key: CurrentKey, session: Session, state: State) -> dict:
     """Send the document's assembly to the workers again: for one whose message was lost (the
     broker was away when its last job finished). Assembly is idempotent."""
@@ -155,11 +212,19 @@ def assemble_document(document_id: str, key: CurrentKey, session: Session, state
     return {"queued": True}
 
 
-@router.post("/{document_id}/rerender", status_code=202, response_model=RerenderOut, responses={
-    **NOT_FOUND, 400: {"description": "a chapter the document does not have"},
-    409: {"description": "the document is still rendering or being assembled, or was cancelled"}})
-def rerender_document(document_id: str, body: RerenderIn, key: CurrentKey, session: Session,
-                      state: State) -> RerenderOut:
+@router.post(
+    "/{document_id}/rerender",
+    status_code=202,
+    response_model=RerenderOut,
+    responses={
+        **NOT_FOUND,
+        400: {"description": "a chapter the document does not have"},
+        409: {"description": "the document is still rendering or being assembled, or was cancelled"},
+    },
+)
+def rerender_document(
+    document_id: str, body: RerenderIn, key: CurrentKey, session: Session, state: State
+) -> RerenderOut:
     """Render chapters again, each with a new seed, through the queue as any job; once they are
     done the document is assembled again (its other chapters' files the same bytes) and
     document.finished goes out again. The chapters' characters count against the key's quota."""
@@ -172,9 +237,14 @@ def rerender_document(document_id: str, body: RerenderIn, key: CurrentKey, sessi
         raise HTTPException(409, detail=str(e)) from e
     session.commit()
     send_messages(state.celery, planned.by_queue(), state.settings.jobs_per_task)
-    return RerenderOut(id=batch.id, queued=queued, chapters=[
-        RerenderedChapter(number=n, title=planned.titles[n], jobs=len(ids), seed=planned.seeds[n])
-        for n, ids in sorted(planned.jobs.items())])
+    return RerenderOut(
+        id=batch.id,
+        queued=queued,
+        chapters=[
+            RerenderedChapter(number=n, title=planned.titles[n], jobs=len(ids), seed=planned.seeds[n])
+            for n, ids in sorted(planned.jobs.items())
+        ],
+    )
 
 
 @router.post("/{document_id}/cancel", response_model=CancelOut, responses=NOT_FOUND)
@@ -186,7 +256,9 @@ def cancel_document(document_id: str, key: CurrentKey, session: Session, state: 
     return CancelOut(cancelled=cancelled)
 
 
-@router.delete("/{document_id}", response_model=DeleteOut, responses={**NOT_FOUND, 409: {"description": "jobs still running"}})
+@router.delete(
+    "/{document_id}", response_model=DeleteOut, responses={**NOT_FOUND, 409: {"description": "jobs still running"}}
+)
 def delete_document(document_id: str, key: CurrentKey, session: Session, state: State) -> DeleteOut:
     """Remove the document's audio, assembled files, outline and rows. Refused (409) while a job runs."""
     batch = _own(session, key, document_id)
@@ -226,11 +298,26 @@ def _document(state, session, batch: Batch) -> DocumentOut:
     chapters = []
     for c in chapter_progress(session, batch.id, outline.chapters):
         mark = marks.get(c["title"] + str(c["number"]))
-        chapters.append(ChapterOut(**c, file_url=base + quote(mark["file"]) if mark else None,
-                                   start_s=round(mark["start"], 3) if mark else None))
-    return DocumentOut(id=batch.id, status=status, title=outline.title, author=outline.author, format=outline.format,
-                       progress=out.progress, chapters=chapters, skipped_chapters=outline.skipped,
-                       duration_s=round(found["duration_s"], 3) if found else None,
-                       file_url=base + quote(found["file"]) if found else None,
-                       chapters_url=base + CHAPTERS_FILE if found else None,
-                       files=found["files"] if found else [], error=error, batch=out)
+        chapters.append(
+            ChapterOut(
+                **c,
+                file_url=base + quote(mark["file"]) if mark else None,
+                start_s=round(mark["start"], 3) if mark else None,
+            )
+        )
+    return DocumentOut(
+        id=batch.id,
+        status=status,
+        title=outline.title,
+        author=outline.author,
+        format=outline.format,
+        progress=out.progress,
+        chapters=chapters,
+        skipped_chapters=outline.skipped,
+        duration_s=round(found["duration_s"], 3) if found else None,
+        file_url=base + quote(found["file"]) if found else None,
+        chapters_url=base + CHAPTERS_FILE if found else None,
+        files=found["files"] if found else [],
+        error=error,
+        batch=out,
+    )

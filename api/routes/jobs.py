@@ -42,22 +42,46 @@ def job_body(session, job_id: str) -> dict:
     return job_out(job, owned.job_metrics(session, job.id)).model_dump(mode="json")
 
 
-@router.post("", status_code=201, response_model=JobOut,
-             responses={409: {"description": "Idempotency-Key reused"}, 404: {"description": "no such lexicon for this key"}})
-def create_job(body: JobCreate, key: CurrentKey, state: State, session: Session,
-               idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None) -> JSONResponse:
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobOut,
+    responses={409: {"description": "Idempotency-Key reused"}, 404: {"description": "no such lexicon for this key"}},
+)
+def create_job(
+    body: JobCreate,
+    key: CurrentKey,
+    state: State,
+    session: Session,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> JSONResponse:
     """One text. priority=realtime goes ahead of batch work and streams live (GET .../stream)."""
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/jobs", body.fingerprinted())
     item = Item(text=body.text, client_id=body.client_id or "job")
-    options = BatchOptions(voice=body.voice, format=body.format, sample_rate=body.sample_rate,
-                           priority=body.priority, loudness=body.loudness_target, true_peak=body.true_peak_max,
-                           lexicon=lexicons.pin(session, owner=key.id, ref=body.lexicon, version=body.lexicon_version))
-    columns = creating.owner_columns(state, key, kind="job", webhook_url=body.webhook_url,
-                                     webhook_events=body.webhook_events)
-    job_id, created = creating.create(state, session, claim, "job", lambda s: create_item_batch(
-        s, state.settings, [item], options, source="api", **columns), key=key, chars=len(item.text))
-    return JSONResponse(job_body(session, job_id), status_code=201,
-                        headers={"Idempotent-Replayed": "false" if created else "true"})
+    options = BatchOptions(
+        voice=body.voice,
+        format=body.format,
+        sample_rate=body.sample_rate,
+        priority=body.priority,
+        loudness=body.loudness_target,
+        true_peak=body.true_peak_max,
+        lexicon=lexicons.pin(session, owner=key.id, ref=body.lexicon, version=body.lexicon_version),
+    )
+    columns = creating.owner_columns(
+        state, key, kind="job", webhook_url=body.webhook_url, webhook_events=body.webhook_events
+    )
+    job_id, created = creating.create(
+        state,
+        session,
+        claim,
+        "job",
+        lambda s: create_item_batch(s, state.settings, [item], options, source="api", **columns),
+        key=key,
+        chars=len(item.text),
+    )
+    return JSONResponse(
+        job_body(session, job_id), status_code=201, headers={"Idempotent-Replayed": "false" if created else "true"}
+    )
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=NOT_FOUND)
@@ -75,8 +99,10 @@ def cancel_job(job_id: str, key: CurrentKey, session: Session, state: State) -> 
     return JSONResponse(job_body(session, job.id))
 
 
-@router.get("/{job_id}/audio", responses={**NOT_FOUND, 307: {"description": "to a presigned URL"},
-                                          409: {"description": "not done yet"}})
+@router.get(
+    "/{job_id}/audio",
+    responses={**NOT_FOUND, 307: {"description": "to a presigned URL"}, 409: {"description": "not done yet"}},
+)
 def get_audio(job_id: str, key: CurrentKey, session: Session, state: State, redirect: bool = True) -> Response:
     """The finished audio: a 307 to a short-lived presigned URL on S3, else (or with
     redirect=false) the bytes."""
@@ -91,42 +117,52 @@ def get_audio(job_id: str, key: CurrentKey, session: Session, state: State, redi
 
 
 @router.get("/{job_id}/captions", responses={**NOT_FOUND, 409: {"description": "no word times for this job"}})
-def get_captions(job_id: str, key: CurrentKey, session: Session, state: State,
-                 format: Literal["srt", "vtt", "json"] = "srt") -> Response:
+def get_captions(
+    job_id: str, key: CurrentKey, session: Session, state: State, format: Literal["srt", "vtt", "json"] = "srt"
+) -> Response:
     """The job's word times, from the check of its audio against its text: SubRip, WebVTT, or
     JSON (word, start, end, confidence)."""
     job = own_job(session, key, job_id)
     metrics = session.get(JobMetrics, job.id)
     found = ((metrics.extra or {}).get("verify") or {}) if metrics is not None else {}
     if metrics is not None and metrics.verdict == "pending":
-        raise HTTPException(409, detail=f"job {job.id} waits for its check on the verify queue (synth worker "
-                                        "--verify); its word times come with it")
+        raise HTTPException(
+            409,
+            detail=f"job {job.id} waits for its check on the verify queue (synth worker "
+            "--verify); its word times come with it",
+        )
     if job.status != JobStatus.DONE or not job.object_key or not found.get("captions"):
-        raise HTTPException(409, detail=f"job {job.id} has no word times: they come with a check of a done "
-                                        "job's audio against its text (SYNTH_VERIFY)")
+        raise HTTPException(
+            409,
+            detail=f"job {job.id} has no word times: they come with a check of a done "
+            "job's audio against its text (SYNTH_VERIFY)",
+        )
     data = state.store.get(caption_key(job.object_key, format))
     return Response(data, media_type=CAPTION_TYPES[format] + ("; charset=utf-8" if format != "json" else ""))
 
 
 @router.get("/{job_id}/stream", responses={**NOT_FOUND, 409: {"description": "a batch job still queued"}})
-async def stream_job(job_id: str, key: CurrentKey, state: State,
-                     format: Literal["wav", "pcm"] = "wav") -> Response:
+async def stream_job(job_id: str, key: CurrentKey, state: State, format: Literal["wav", "pcm"] = "wav") -> Response:
     """Live audio while a realtime job renders (WAV with an open-ended header, or raw PCM16 with
     X-Sample-Rate); a late joiner gets it from the start. A finished job is answered whole: WAV with
     its real sizes or PCM from its live copy, else (expired, or a batch job) its stored file, or
     that file's PCM with format=pcm."""
     job = await run_in_threadpool(_load, state, key, job_id)
     if job.priority != "realtime" and not job.status.terminal:
-        raise HTTPException(409, detail=f"job {job.id} is a batch job ({job.status.value}); live audio is "
-                                        f"for realtime jobs; its file is at /v1/jobs/{job.id}/audio once done")
+        raise HTTPException(
+            409,
+            detail=f"job {job.id} is a batch job ({job.status.value}); live audio is "
+            f"for realtime jobs; its file is at /v1/jobs/{job.id}/audio once done",
+        )
     live = await open_live_or_fail(state, job.id, owner=key)
     if live is None:
         return await run_in_threadpool(stored_audio, state, job.id, format == "pcm")
     headers = {"X-Sample-Rate": str(live.sample_rate), "Cache-Control": "no-store"}
     if await run_in_threadpool(job_finished, state, job.id):
         return await whole(live.pcm, live.sample_rate, format, job_id=job.id, headers=headers)
-    return StreamingResponse(encode(live.pcm, live.sample_rate, format), media_type=CONTENT_TYPES[format],
-                             headers=headers)
+    return StreamingResponse(
+        encode(live.pcm, live.sample_rate, format), media_type=CONTENT_TYPES[format], headers=headers
+    )
 
 
 def _load(state, key: ApiKey, job_id: str) -> Job:
@@ -137,11 +173,14 @@ def _load(state, key: ApiKey, job_id: str) -> Job:
 async def open_live_or_fail(state, job_id: str, failed_status: int = 409, *, owner: ApiKey):
     """The job's live stream; None if it finished without one; HTTP ``failed_status`` if it failed,
     503 if no worker started it in time, 429 if ``owner`` (the API key) holds its share of streams."""
+
     async def finished() -> bool:
         return await run_in_threadpool(job_finished, state, job_id)
+
     try:
-        return await open_live(state.live, state.aredis, job_id, finished, state.settings.live_start_timeout,
-                               owner.id, owner.live_streams)
+        return await open_live(
+            state.live, state.aredis, job_id, finished, state.settings.live_start_timeout, owner.id, owner.live_streams
+        )
     except OwnerLimitError as e:
         raise owner_limit(state, owner) from e
     except KeyRevokedError as e:
@@ -155,13 +194,20 @@ async def open_live_or_fail(state, job_id: str, failed_status: int = 409, *, own
 def owner_limit(state, key: ApiKey) -> HTTPException:
     """429 for a key at its share of live streams: its own streams free it as they end."""
     limit = state.live.owner_limit(key.live_streams)
-    source = ("its quota, `synth keys quota --live-streams`" if limit != state.live.max_per_owner
-              else "SYNTH_API_MAX_LIVE_STREAMS_PER_KEY")
-    if limit == 0:   # no stream will end to make room: "try again" would have a client retry forever
-        return HTTPException(429, detail=f"this API key may open no live streams ({source} is 0)",
-                             headers={"Retry-After": "1"})
-    return HTTPException(429, detail=f"this API key has {limit} live streams open already ({source}); "
-                                     f"try again when one ends", headers={"Retry-After": "1"})
+    source = (
+        "its quota, `synth keys quota --live-streams`"
+        if limit != state.live.max_per_owner
+        else "SYNTH_API_MAX_LIVE_STREAMS_PER_KEY"
+    )
+    if limit == 0:  # no stream will end to make room: "try again" would have a client retry forever
+        return HTTPException(
+            429, detail=f"this API key may open no live streams ({source} is 0)", headers={"Retry-After": "1"}
+        )
+    return HTTPException(
+        429,
+        detail=f"this API key has {limit} live streams open already ({source}); try again when one ends",
+        headers={"Retry-After": "1"},
+    )
 
 
 def job_finished(state, job_id: str) -> bool:

@@ -24,7 +24,10 @@ from worker.enqueue import send_messages
 
 router = APIRouter(prefix="/v1/lexicons", tags=["lexicons"], route_class=KeyFirstRoute)
 NOT_FOUND: Responses = {404: {"description": "no such lexicon (or batch) for this key"}}
-REFUSED: Responses = {**NOT_FOUND, 400: {"description": "an entry, file, name or version that is refused, with the reason"}}
+REFUSED: Responses = {
+    **NOT_FOUND,
+    400: {"description": "an entry, file, name or version that is refused, with the reason"},
+}
 # Checked by the entry rules (pipeline/lexicon/entries.py) with a clear 400; these bounds only keep
 # a request from carrying megabytes into them.
 _WRITTEN = Field(max_length=MAX_WRITTEN_CHARS * 50)
@@ -42,8 +45,11 @@ class StrictIn(BaseModel):
 class EntryIn(StrictIn):
     written: str = _WRITTEN
     alias: str | None = _SAYS
-    phoneme: str | None = Field(None, max_length=MAX_SAYS_CHARS * 20,
-                                description="IPA; for engines that take phonemes (Piper), refused on others")
+    phoneme: str | None = Field(
+        None,
+        max_length=MAX_SAYS_CHARS * 20,
+        description="IPA; for engines that take phonemes (Piper), refused on others",
+    )
     case_sensitive: bool = False
     pattern: bool = Field(False, description="`written` is a pattern: * any letters, ? one letter")
 
@@ -85,13 +91,21 @@ class ApplyIn(StrictIn):
 
 class ApplyOut(BaseModel):
     lexicon_version: int
-    rerendered: int = Field(description="jobs queued again: those whose text an entry changed since their version touches")
+    rerendered: int = Field(
+        description="jobs queued again: those whose text an entry changed since their version touches"
+    )
     untouched: int
 
 
 def _out(lexicon: Lexicon) -> LexiconOut:
-    return LexiconOut(id=lexicon.id, name=lexicon.name, version=lexicon.version, entry_count=lexicon.entry_count,
-                      created_at=as_utc(lexicon.created_at), updated_at=as_utc(lexicon.updated_at))
+    return LexiconOut(
+        id=lexicon.id,
+        name=lexicon.name,
+        version=lexicon.version,
+        entry_count=lexicon.entry_count,
+        created_at=as_utc(lexicon.created_at),
+        updated_at=as_utc(lexicon.updated_at),
+    )
 
 
 def _entries_in(entries: list[Entry]) -> list[EntryIn]:
@@ -101,8 +115,13 @@ def _entries_in(entries: list[Entry]) -> list[EntryIn]:
 @router.post("", status_code=201, response_model=LexiconOut, responses=REFUSED)
 def create_lexicon(body: LexiconCreate, key: CurrentKey, state: State, session: Session) -> LexiconOut:
     """A new lexicon at version 1 (400 for a name in use, or any bad entry: nothing is written)."""
-    lexicon = lexicons.create(session, lexicons.checker_for(state.settings.engine_settings()), owner=key.id,
-                              name=body.name, entries=[e.entry() for e in body.entries])
+    lexicon = lexicons.create(
+        session,
+        lexicons.checker_for(state.settings.engine_settings()),
+        owner=key.id,
+        name=body.name,
+        entries=[e.entry() for e in body.entries],
+    )
     session.commit()
     return _out(lexicon)
 
@@ -113,8 +132,9 @@ def list_lexicons(key: CurrentKey, session: Session) -> LexiconList:
 
 
 @router.get("/{ref}", response_model=LexiconDetail, responses=REFUSED)
-def get_lexicon(ref: str, key: CurrentKey, session: Session,
-                version: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None) -> LexiconDetail:
+def get_lexicon(
+    ref: str, key: CurrentKey, session: Session, version: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None
+) -> LexiconDetail:
     """The lexicon (by id or name) with its entries at ``version`` (default: the latest)."""
     lexicon = lexicons.find(session, owner=key.id, ref=ref)
     pin = lexicons.pin(session, owner=key.id, ref=lexicon.id, version=version)
@@ -127,31 +147,47 @@ def change_entries(ref: str, body: EntriesChange, key: CurrentKey, state: State,
     """Add entries (an entry with the same written form and case rule is replaced) and remove
     others, as one new version; all checked first, nothing half-applied. No change, no version."""
     lexicon = lexicons.find(session, owner=key.id, ref=ref)
-    lexicons.change(session, lexicons.checker_for(state.settings.engine_settings()), lexicon,
-                    added=[e.entry() for e in body.add], removed=body.remove)
+    lexicons.change(
+        session,
+        lexicons.checker_for(state.settings.engine_settings()),
+        lexicon,
+        added=[e.entry() for e in body.add],
+        removed=body.remove,
+    )
     session.commit()
     return _out(lexicon)
 
 
-@router.post("/{ref}/import", response_model=LexiconOut, responses=REFUSED,
-             openapi_extra={"requestBody": {"content": {
-                 "application/pls+xml": {"schema": {"type": "string"}},
-                 "text/plain": {"schema": {"type": "string"}}}}})
-async def import_entries(ref: str, request: Request, key: CurrentKey, state: State, session: Session,
-                         replace: bool = False) -> LexiconOut:
+@router.post(
+    "/{ref}/import",
+    response_model=LexiconOut,
+    responses=REFUSED,
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "application/pls+xml": {"schema": {"type": "string"}},
+                "text/plain": {"schema": {"type": "string"}},
+            }
+        }
+    },
+)
+async def import_entries(
+    ref: str, request: Request, key: CurrentKey, state: State, session: Session, replace: bool = False
+) -> LexiconOut:
     """A PLS document or ``word = says`` lines as the body: its entries are added (``replace``:
     they become the whole lexicon) as one new version. The lexicon is created if it does not exist."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         # a form upload would be read as text and fail on its boundary line, naming no cause
-        raise InputError("send the lexicon file as the request body (curl --data-binary @names.pls), "
-                         "not as a multipart form")
+        raise InputError(
+            "send the lexicon file as the request body (curl --data-binary @names.pls), not as a multipart form"
+        )
     data = await request.body()
     # parsing a file and writing a version is blocking work: off the event loop
     return await run_in_threadpool(_import, data, ref, key.id, state, session, replace)
 
 
 def _import(data: bytes, ref: str, owner: str, state, session, replace: bool) -> LexiconOut:
-    lexicon = lexicons.find_or_new(session, owner=owner, ref=ref)   # another key's id: 404 before the body
+    lexicon = lexicons.find_or_new(session, owner=owner, ref=ref)  # another key's id: 404 before the body
     entries = formats.parse(data)
     checker = lexicons.checker_for(state.settings.engine_settings())
     if lexicon is None:
@@ -162,10 +198,14 @@ def _import(data: bytes, ref: str, owner: str, state, session, replace: bool) ->
     return _out(lexicon)
 
 
-@router.get("/{ref}/export", responses={**REFUSED, 200: {"content": {"application/pls+xml": {},
-                                                                        "text/plain": {}}}})
-def export_entries(ref: str, key: CurrentKey, session: Session, format: Literal["pls", "text"] = "pls",
-                   version: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None) -> Response:
+@router.get("/{ref}/export", responses={**REFUSED, 200: {"content": {"application/pls+xml": {}, "text/plain": {}}}})
+def export_entries(
+    ref: str,
+    key: CurrentKey,
+    session: Session,
+    format: Literal["pls", "text"] = "pls",
+    version: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None,
+) -> Response:
     lexicon = lexicons.find(session, owner=key.id, ref=ref)
     pin = lexicons.pin(session, owner=key.id, ref=lexicon.id, version=version)
     entries = lexicons.entries_at(session, lexicon.id, pin.version)

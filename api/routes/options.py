@@ -29,9 +29,13 @@ _PARAM = re.compile(r"\{[^}]+\}")
 
 @router.options("/{path:path}", include_in_schema=False, status_code=204)
 def options(path: str, request: Request) -> Response:
-    matches = [(template.count("{"), methods) for template, methods in request.app.openapi()["paths"].items()
-               if re.fullmatch(_PARAM.sub("[^/]+", re.escape(template).replace(r"\{", "{").replace(r"\}", "}")),
-                               request.url.path)]
+    matches = [
+        (template.count("{"), methods)
+        for template, methods in request.app.openapi()["paths"].items()
+        if re.fullmatch(
+            _PARAM.sub("[^/]+", re.escape(template).replace(r"\{", "{").replace(r"\}", "}")), request.url.path
+        )
+    ]
     if not matches:
         raise HTTPException(404, detail="Not Found")
     _, methods = min(matches, key=lambda m: m[0])

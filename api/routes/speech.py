@@ -32,8 +32,9 @@ from pipeline.submit import BatchOptions, Item, plan_item_batch
 router = APIRouter(prefix="/v1/audio", tags=["openai"], route_class=KeyFirstRoute)
 
 # OpenAI's voice names. With api_map_openai_voices they speak with synth's default voice.
-OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova",
-                           "onyx", "sage", "shimmer", "verse"})
+OPENAI_VOICES = frozenset(
+    {"alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage", "shimmer", "verse"}
+)
 
 # A speech job that failed has failed for good (its worker already retried what could pass): 400,
 # OpenAI's own status for a request it cannot serve as sent, which its clients do not retry, where
@@ -61,26 +62,83 @@ def pick_voice(settings: Settings, voice: str) -> str | None:
     raise OpenAIError(400, f"unknown voice {voice!r}; choose one of {', '.join(voices)}{extra}", "voice")
 
 
-@router.post("/speech", response_class=StreamingResponse,
-             responses={200: {"content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))},
-                              "description": "audio, streamed as it is synthesized"},
-                        404: {"description": "no such lexicon (X-Synth-Lexicon) for this key"},
-                        FAILED: {"description": "unknown voice or format, or a text its job could not "
-                                                "render (nothing speakable ...)"},
-                        429: {"description": "this key holds its share of live streams (Retry-After)"},
-                        503: {"description": "the API serves as many live streams as it may (Retry-After)"}})
-async def speech(body: SpeechCreate, key: CurrentKey, state: State, request: Request,
-                 idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-                 lexicon: Annotated[str | None, Header(
-                     alias="X-Synth-Lexicon", max_length=100,
-                     description="A lexicon of yours (name or id) to read the input with; `none` for no "
-                                 "lexicon; default: your lexicon named `default`, if any")] = None) -> Response:
+@router.post(
+    "/speech",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {t: {} for t in sorted(set(CONTENT_TYPES.values()))},
+            "description": "audio, streamed as it is synthesized",
+        },
+        404: {"description": "no such lexicon (X-Synth-Lexicon) for this key"},
+        FAILED: {"description": "unknown voice or format, or a text its job could not render (nothing speakable ...)"},
+        429: {"description": "this key holds its share of live streams (Retry-After)"},
+        503: {"description": "the API serves as many live streams as it may (Retry-After)"},
+    },
+)
+async def speech(
+    body: SpeechCreate,
+    key: CurrentKey,
+    state: State,
+    request: Request,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    lexicon: Annotated[
+        str | None,
+        Header(
+            alias="X-Synth-Lexicon",
+            max_length=100,
+            description="A lexicon of yours (name or id) to read the input with; `none` for no "
+            "lexicon; default: your lexicon named `default`, if any",
+        ),
+    ] = None,
+) -> Response:
     """Streamed as the job renders; when its audio is already complete (an Idempotency-Key replay),
     or the client reads the body whole before using it, it is answered whole, a WAV with its real
     sizes."""
+    job_id = await _new_job(state, key, body, lexicon, idempotency_key)
+    headers = {"X-Job-Id": job_id, "Cache-Control": "no-store"}
+    live = await open_live_or_fail(state, job_id, FAILED, owner=key)
+    if live is None:  # a replay after the live copy expired: the stored WAV
+        rate, pcm = wav_pcm(await run_in_threadpool(_stored_wav, state, job_id))
+        return await whole(
+            once(pcm),
+            rate,
+            body.response_format,
+            job_id=job_id,
+            speed=body.speed,
+            pcm_rate=OPENAI_PCM_RATE,
+            headers=headers,
+        )
+    # pcm has no header to size, and a stream's first bytes must not wait for a database read
+    if (body.response_format == "wav" and reads_whole(request)) or (
+        body.response_format != "pcm" and await run_in_threadpool(job_finished, state, job_id)
+    ):
+        return await whole(
+            live.pcm,
+            live.sample_rate,
+            body.response_format,
+            job_id=job_id,
+            speed=body.speed,
+            pcm_rate=OPENAI_PCM_RATE,
+            headers=headers,
+            failed_status=FAILED,
+        )
+    return StreamingResponse(
+        encode(live.pcm, live.sample_rate, body.response_format, body.speed, OPENAI_PCM_RATE),
+        media_type=CONTENT_TYPES[body.response_format],
+        headers=headers,
+    )
+
+
+async def _new_job(state, key: ApiKey, body: SpeechCreate, lexicon: str | None, idempotency_key: str | None) -> str:
+    """The request's job, once its format, the live streams' limits, its lexicon and the key's
+    quota allow it; a replay's existing job for a known Idempotency-Key."""
     if body.response_format not in SPEECH_FORMATS:
-        raise OpenAIError(400, f"unsupported response_format {body.response_format!r}; "
-                               f"choose one of {', '.join(SPEECH_FORMATS)}", "response_format")
+        raise OpenAIError(
+            400,
+            f"unsupported response_format {body.response_format!r}; choose one of {', '.join(SPEECH_FORMATS)}",
+            "response_format",
+        )
     voice = pick_voice(state.settings, body.voice)
     if not state.live.has_room():  # refused before a job is made that nobody would hear
         raise LiveCapacityError(f"this API process serves {state.live.max_streams} live streams already")
@@ -88,25 +146,13 @@ async def speech(body: SpeechCreate, key: CurrentKey, state: State, request: Req
         raise owner_limit(state, key)
     pin = await run_in_threadpool(_lexicon, state, key, lexicon)
     if idempotency_key is None:
-        if usage.has_daily_quota(key):   # a read only for a key with a quota: the first byte waits on it
+        if usage.has_daily_quota(key):  # a read only for a key with a quota: the first byte waits on it
             await run_in_threadpool(_check_quota, state, key, len(body.input))
-        assert state.create_speech is not None   # set as the app starts (api/app.py)
+        assert state.create_speech is not None  # set as the app starts (api/app.py)
         job_id = await state.create_speech(partial(_plan, state, key, body, voice, pin))
-    else:   # a replay may answer with an existing job: the request's own transaction
+    else:  # a replay may answer with an existing job: the request's own transaction
         job_id = await run_in_threadpool(_create, state, key, body, voice, pin, idempotency_key)
-    headers = {"X-Job-Id": job_id, "Cache-Control": "no-store"}
-    live = await open_live_or_fail(state, job_id, FAILED, owner=key)
-    if live is None:  # a replay after the live copy expired: the stored WAV
-        rate, pcm = wav_pcm(await run_in_threadpool(_stored_wav, state, job_id))
-        return await whole(once(pcm), rate, body.response_format, job_id=job_id, speed=body.speed,
-                           pcm_rate=OPENAI_PCM_RATE, headers=headers)
-    # pcm has no header to size, and a stream's first bytes must not wait for a database read
-    if (body.response_format == "wav" and reads_whole(request)) or (
-            body.response_format != "pcm" and await run_in_threadpool(job_finished, state, job_id)):
-        return await whole(live.pcm, live.sample_rate, body.response_format, job_id=job_id, speed=body.speed,
-                           pcm_rate=OPENAI_PCM_RATE, headers=headers, failed_status=FAILED)
-    return StreamingResponse(encode(live.pcm, live.sample_rate, body.response_format, body.speed, OPENAI_PCM_RATE),
-                             media_type=CONTENT_TYPES[body.response_format], headers=headers)
+    return job_id
 
 
 def reads_whole(request: Request) -> bool:
@@ -115,8 +161,10 @@ def reads_whole(request: Request) -> bool:
     OpenAI's Python SDK says so: its ``create()`` reads the body whole, and a streamed read
     (``with_streaming_response``) marks its request ``X-Stainless-Raw-Response: stream``. Other
     clients, which may play the audio as it arrives, get it streamed."""
-    return (request.headers.get("x-stainless-lang") == "python"
-            and request.headers.get("x-stainless-raw-response") != "stream")
+    return (
+        request.headers.get("x-stainless-lang") == "python"
+        and request.headers.get("x-stainless-raw-response") != "stream"
+    )
 
 
 def _lexicon(state, key: ApiKey, ref: str | None) -> Pin | None:
@@ -127,25 +175,31 @@ def _lexicon(state, key: ApiKey, ref: str | None) -> Pin | None:
         return lexicons.pin(session, owner=key.id, ref=ref)
 
 
-def _plan(state, key: ApiKey, body: SpeechCreate, voice: str | None, pin: Pin | None, *,
-          queued: bool = True) -> PlannedBatch:
+def _plan(
+    state, key: ApiKey, body: SpeechCreate, voice: str | None, pin: Pin | None, *, queued: bool = True
+) -> PlannedBatch:
     """The speech request's batch of one job, validated (InputError), not yet written."""
     options = BatchOptions(voice=voice, format="wav", priority="realtime", lexicon=pin)  # stored copy: WAV
-    return plan_item_batch(state.settings, [Item(text=body.input, client_id="speech")], options,
-                           source="api:speech", queued=queued, **creating.owner_columns(state, key, kind="job"))
+    return plan_item_batch(
+        state.settings,
+        [Item(text=body.input, client_id="speech")],
+        options,
+        source="api:speech",
+        queued=queued,
+        **creating.owner_columns(state, key, kind="job"),
+    )
 
 
-def _build(state, key: ApiKey, body: SpeechCreate, voice: str | None, pin: Pin | None,
-           session: OrmSession) -> Batch:
+def _build(state, key: ApiKey, body: SpeechCreate, voice: str | None, pin: Pin | None, session: OrmSession) -> Batch:
     return insert_batch(session, _plan(state, key, body, voice, pin, queued=False))
 
 
-def _create(state, key: ApiKey, body: SpeechCreate, voice: str | None, pin: Pin | None,
-            idempotency_key: str) -> str:
+def _create(state, key: ApiKey, body: SpeechCreate, voice: str | None, pin: Pin | None, idempotency_key: str) -> str:
     claim = idempotency.make_claim(key.id, idempotency_key, "POST /v1/audio/speech", body.model_dump_json().encode())
     with state.sessions() as session:
-        job_id, _ = creating.create(state, session, claim, "job", partial(_build, state, key, body, voice, pin),
-                                    key=key, chars=len(body.input))
+        job_id, _ = creating.create(
+            state, session, claim, "job", partial(_build, state, key, body, voice, pin), key=key, chars=len(body.input)
+        )
     return job_id
 
 

@@ -15,9 +15,16 @@ router = APIRouter(prefix="/v1", tags=["usage"], route_class=KeyFirstRoute)
 def get_usage(key: CurrentKey, session: Session, state: State) -> UsageOut:
     (summary,) = usage.summaries(session, [key])
     return UsageOut(
-        key_id=key.id, name=key.name, day=summary.day.isoformat(),
-        today=UsageCounts(**summary.today.as_dict()), month=UsageCounts(**summary.month.as_dict()),
+        key_id=key.id,
+        name=key.name,
+        day=summary.day.isoformat(),
+        today=UsageCounts(**summary.today.as_dict()),
+        month=UsageCounts(**summary.month.as_dict()),
         unfinished_chars=summary.open_chars,
-        quotas=Quotas(chars_per_day=key.chars_per_day, audio_s_per_day=key.audio_s_per_day,
-                      live_streams=state.live.owner_limit(key.live_streams)),
-        resets_in_s=usage.seconds_to_next_day())
+        quotas=Quotas(
+            chars_per_day=key.chars_per_day,
+            audio_s_per_day=key.audio_s_per_day,
+            live_streams=state.live.owner_limit(key.live_streams),
+        ),
+        resets_in_s=usage.seconds_to_next_day(),
+    )

@@ -23,7 +23,8 @@ DeliveryState = Literal["pending", "delivering", "retrying", "succeeded", "faile
 class SecretOut(BaseModel):
     secret: str = Field(description="whsec_<base64>: verify webhook-signature with it (Standard Webhooks)")
     previous_secret_valid_until: datetime | None = Field(
-        None, description="until then webhooks also carry a signature made with the previous secret")
+        None, description="until then webhooks also carry a signature made with the previous secret"
+    )
     rotated_at: datetime | None = None
 
 
@@ -59,9 +60,11 @@ class DeliveryPage(BaseModel):
 
 def _secret_out(row: WebhookSecret) -> SecretOut:
     live = len(secrets.signing_secrets(row)) > 1
-    return SecretOut(secret=row.secret, rotated_at=row.rotated_at and as_utc(row.rotated_at),
-                     previous_secret_valid_until=as_utc(row.previous_until)
-                     if live and row.previous_until is not None else None)
+    return SecretOut(
+        secret=row.secret,
+        rotated_at=row.rotated_at and as_utc(row.rotated_at),
+        previous_secret_valid_until=as_utc(row.previous_until) if live and row.previous_until is not None else None,
+    )
 
 
 @router.get("/secret", response_model=SecretOut)
@@ -82,12 +85,23 @@ def rotate_secret(key: CurrentKey, session: Session, settings: Settings) -> Secr
 
 
 @router.get("/deliveries", response_model=DeliveryPage)
-def list_deliveries(key: CurrentKey, session: Session, status: DeliveryState | None = None,
-                    event_type: EventType | None = None, cursor: str | None = None,
-                    limit: Annotated[int, Query(ge=1, le=200)] = 50) -> DeliveryPage:
+def list_deliveries(
+    key: CurrentKey,
+    session: Session,
+    status: DeliveryState | None = None,
+    event_type: EventType | None = None,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> DeliveryPage:
     """Your webhooks, newest first, each with every attempt to deliver it."""
-    rows = deliveries.list_for_key(session, key.id, limit=limit + 1, status=status, event_type=event_type,
-                                   after=pagination.decode_batch_cursor(cursor))
+    rows = deliveries.list_for_key(
+        session,
+        key.id,
+        limit=limit + 1,
+        status=status,
+        event_type=event_type,
+        after=pagination.decode_batch_cursor(cursor),
+    )
     page = rows[:limit]
     log = deliveries.attempts_of(session, [d.id for d in page])
     nxt = pagination.encode(as_utc(page[-1].created_at), page[-1].id) if len(rows) > limit else None
@@ -99,10 +113,27 @@ def _delivery_out(d: WebhookDelivery, attempts: list[WebhookAttempt]) -> Deliver
         return value and as_utc(value)
 
     return DeliveryOut(
-        id=d.id, event_type=d.event_type, resource_id=d.resource_id, batch_id=d.batch_id, url=d.url,
-        status=d.status, attempts=d.attempts, next_attempt_at=ts(d.next_attempt_at),
-        last_status_code=d.last_status_code, last_error=d.last_error, created_at=as_utc(d.created_at),
+        id=d.id,
+        event_type=d.event_type,
+        resource_id=d.resource_id,
+        batch_id=d.batch_id,
+        url=d.url,
+        status=d.status,
+        attempts=d.attempts,
+        next_attempt_at=ts(d.next_attempt_at),
+        last_status_code=d.last_status_code,
+        last_error=d.last_error,
+        created_at=as_utc(d.created_at),
         finished_at=ts(d.finished_at),
-        attempt_log=[AttemptOut(attempt_no=a.attempt_no, started_at=as_utc(a.started_at),
-                                duration_ms=a.duration_ms, status_code=a.status_code, error=a.error,
-                                next_attempt_at=ts(a.next_attempt_at)) for a in attempts])
+        attempt_log=[
+            AttemptOut(
+                attempt_no=a.attempt_no,
+                started_at=as_utc(a.started_at),
+                duration_ms=a.duration_ms,
+                status_code=a.status_code,
+                error=a.error,
+                next_attempt_at=ts(a.next_attempt_at),
+            )
+            for a in attempts
+        ],
+    )

@@ -5,21 +5,22 @@ Revises: 0008
 
 recreate="never": a plain ALTER TABLE on both databases, as 0005 explains.
 """
+
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0009'
-down_revision = '0008'
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('job_metrics', recreate='never') as t:
-        t.add_column(sa.Column('renders', sa.Integer(), nullable=True))
+    with op.batch_alter_table("job_metrics", recreate="never") as t:
+        t.add_column(sa.Column("renders", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('job_metrics', recreate='never') as t:
-        t.drop_column('renders')
+    with op.batch_alter_table("job_metrics", recreate="never") as t:
+        t.drop_column("renders")

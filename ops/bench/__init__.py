@@ -16,7 +16,11 @@ SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 def git_commit() -> str:
     """The checkout's short commit, or "unknown" outside git."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                              text=True, check=True).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

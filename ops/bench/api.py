@@ -45,16 +45,27 @@ BOOT_TIMEOUT_S = 120
 
 def _env(database_url: str, redis_url: str, data_dir: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
-    env.update(SYNTH_DATABASE_URL=database_url, SYNTH_REDIS_URL=redis_url, SYNTH_DATA_DIR=data_dir,
-               SYNTH_API_RATE_LIMIT="0", SYNTH_ENGINE_THREADS="2",
-               SYNTH_REUSE="off")   # a benchmark measures rendering: the same text again renders again
+    env.update(
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_DATA_DIR=data_dir,
+        SYNTH_API_RATE_LIMIT="0",
+        SYNTH_ENGINE_THREADS="2",
+        SYNTH_REUSE="off",
+    )  # a benchmark measures rendering: the same text again renders again
     return env
 
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as f:
-        return subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env, stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=REPO,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -97,8 +108,11 @@ def _rate(client_factory, n: int, threads: int, body) -> tuple[float, int]:
 
 def _first_byte(client: httpx.Client) -> float:
     started = time.perf_counter()
-    with client.stream("POST", "/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": SENTENCE,
-                                                          "response_format": "wav"}) as r:
+    with client.stream(
+        "POST",
+        "/v1/audio/speech",
+        json={"model": "tts-1", "voice": "alloy", "input": SENTENCE, "response_format": "wav"},
+    ) as r:
         r.raise_for_status()
         body = r.iter_raw()
         for chunk in body:
@@ -137,8 +151,9 @@ def main(database_url, redis_url, jobs, batches, threads, speech_runs, markdown)
             factory = lambda: httpx.Client(base_url=url, headers=headers, timeout=120)  # noqa: E731
             job_rps, job_fail = _rate(factory, jobs, threads, lambda i: ("/v1/jobs", {"text": f"{SENTENCE} {i}"}))
             items = [{"text": f"{SENTENCE} {i}"} for i in range(1000)]
-            batch_rps, batch_fail = _rate(factory, batches, min(threads, 2),
-                                          lambda i: ("/v1/batches", {"items": items}))
+            batch_rps, batch_fail = _rate(
+                factory, batches, min(threads, 2), lambda i: ("/v1/batches", {"items": items})
+            )
             flush()  # drop the benchmark's queued jobs before the worker starts
             worker = _start(["worker", "--cpu", "-c", "2"], env, log)
             try:
@@ -150,16 +165,18 @@ def main(database_url, redis_url, jobs, batches, threads, speech_runs, markdown)
         finally:
             _stop(api)
     ttfb.sort()
-    report = _markdown(database_url, jobs, job_rps, job_fail, batches, batch_rps, batch_fail, threads, ttfb,
-                       load_before)
+    report = _markdown(
+        database_url, jobs, job_rps, job_fail, batches, batch_rps, batch_fail, threads, ttfb, load_before
+    )
     click.echo(report)
     if markdown:
         markdown.write_text(report, encoding="utf-8")
 
 
 def _markdown(database_url, jobs, job_rps, job_fail, batches, batch_rps, batch_fail, threads, ttfb, load) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     db = make_engine(database_url).url.get_backend_name()
     p90 = ttfb[min(len(ttfb) - 1, int(round(0.9 * (len(ttfb) - 1))))]
     return f"""# API benchmark

@@ -54,20 +54,22 @@ from pipeline.manifest import manifest_lines
 from pipeline.storage.s3 import S3Store
 
 FAULTS = ("kill-worker", "term-worker", "redis", "database", "db-backends", "s3")
-WORDS = ("the committee reviewed every proposal carefully before the final vote was taken and then "
-         "adjourned for lunch while the rain kept falling on the quiet harbour town").split()
+WORDS = (
+    "the committee reviewed every proposal carefully before the final vote was taken and then "
+    "adjourned for lunch while the rain kept falling on the quiet harbour town"
+).split()
 
 
 @dataclass
 class Options:
-    database_url: str                  # a PostgreSQL server to make the run's database on
+    database_url: str  # a PostgreSQL server to make the run's database on
     jobs: int = 300
     workers: int = 2
     faults: tuple[str, ...] = FAULTS
     fault_seconds: float = 60
     kills: int = 5
     visibility_timeout: int = 60
-    settle_timeout: float = 900        # seconds a batch may take to close after its fault
+    settle_timeout: float = 900  # seconds a batch may take to close after its fault
     seed: int = 0
 
 
@@ -78,7 +80,7 @@ class Round:
     done: int = 0
     failed: int = 0
     objects: int = 0
-    recovered_s: float = 0.0           # fault over -> batch closed
+    recovered_s: float = 0.0  # fault over -> batch closed
     problems: list[str] = field(default_factory=list)
 
 
@@ -88,8 +90,9 @@ def check(sessions, store, batch_id: str) -> list[str]:
     with sessions() as s:
         batch = s.get(Batch, batch_id)
         jobs = s.scalars(select(Job).where(Job.batch_id == batch_id)).all()
-        expected = [(line["client_id"], line["status"], line["object_key"])
-                    for line in manifest_lines(s, store, batch_id)]
+        expected = [
+            (line["client_id"], line["status"], line["object_key"]) for line in manifest_lines(s, store, batch_id)
+        ]
     open_jobs = [j.client_id for j in jobs if not j.status.terminal]
     if open_jobs:
         problems.append(f"{len(open_jobs)} jobs stranded open: {', '.join(open_jobs[:5])}")
@@ -99,13 +102,17 @@ def check(sessions, store, batch_id: str) -> list[str]:
     objects = sorted(store.list(f"batches/{batch_id}/audio/"))
     if objects != done_keys:
         extra, missing = set(objects) - set(done_keys), set(done_keys) - set(objects)
-        problems.append(f"objects differ from done jobs: {len(extra)} extra, {len(missing)} missing, "
-                        f"{len(done_keys)} done jobs for {len(objects)} objects")
+        problems.append(
+            f"objects differ from done jobs: {len(extra)} extra, {len(missing)} missing, "
+            f"{len(done_keys)} done jobs for {len(objects)} objects"
+        )
     if batch.finished_at is None or not batch.manifest_key:
         problems.append("the batch never closed")
     else:
-        written = [tuple(_json(line)[k] for k in ("client_id", "status", "object_key"))
-                   for line in store.get(batch.manifest_key).decode().splitlines()]
+        written = [
+            tuple(_json(line)[k] for k in ("client_id", "status", "object_key"))
+            for line in store.get(batch.manifest_key).decode().splitlines()
+        ]
         if written != expected:
             problems.append("the manifest differs from the database")
     return problems
@@ -118,8 +125,9 @@ def _json(line: str) -> dict:
 
 
 def corpus(n: int, rng: random.Random) -> str:
-    return "".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 14))).capitalize() + ".\n"
-                   for _ in range(n))
+    return "".join(
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 14))).capitalize() + ".\n" for _ in range(n)
+    )
 
 
 class Rig:
@@ -138,24 +146,39 @@ class Rig:
         bucket = f"chaos-{uuid.uuid4().hex[:8]}"
         self.store = S3Store(bucket=bucket, endpoint_url=s3_endpoint)
         self.store.client.create_bucket(Bucket=bucket)
-        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")},
-                    "AWS_ACCESS_KEY_ID": "chaos", "AWS_SECRET_ACCESS_KEY": "chaos",
-                    "SYNTH_DATA_DIR": str(root / "data"), "SYNTH_REDIS_URL": self.redis.url,
-                    "SYNTH_DATABASE_URL": url.set(host="127.0.0.1", port=self.db_proxy.port)
-                    .render_as_string(hide_password=False),
-                    "SYNTH_S3_BUCKET": bucket, "SYNTH_S3_ENDPOINT_URL": f"http://127.0.0.1:{self.s3_proxy.port}",
-                    "SYNTH_VISIBILITY_TIMEOUT": str(opts.visibility_timeout), "SYNTH_RETRY_BACKOFF_MAX": "8",
-                    "SYNTH_RECONCILE_INTERVAL": "15", "SYNTH_ENGINE_THREADS": "1",
-                    "SYNTH_WORKER_CONCURRENCY": "1", "SYNTH_JOBS_PER_TASK": "4",
-                    "SYNTH_REUSE": "off"}   # faults must meet jobs that render, not copies
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")},
+            "AWS_ACCESS_KEY_ID": "chaos",
+            "AWS_SECRET_ACCESS_KEY": "chaos",
+            "SYNTH_DATA_DIR": str(root / "data"),
+            "SYNTH_REDIS_URL": self.redis.url,
+            "SYNTH_DATABASE_URL": url.set(host="127.0.0.1", port=self.db_proxy.port).render_as_string(
+                hide_password=False
+            ),
+            "SYNTH_S3_BUCKET": bucket,
+            "SYNTH_S3_ENDPOINT_URL": f"http://127.0.0.1:{self.s3_proxy.port}",
+            "SYNTH_VISIBILITY_TIMEOUT": str(opts.visibility_timeout),
+            "SYNTH_RETRY_BACKOFF_MAX": "8",
+            "SYNTH_RECONCILE_INTERVAL": "15",
+            "SYNTH_ENGINE_THREADS": "1",
+            "SYNTH_WORKER_CONCURRENCY": "1",
+            "SYNTH_JOBS_PER_TASK": "4",
+            "SYNTH_REUSE": "off",
+        }  # faults must meet jobs that render, not copies
         self.procs: list[subprocess.Popen] = []
         stack.callback(self.stop_all)
         self.workers = [self.start("worker") for _ in range(opts.workers)]
 
     def start(self, *args: str) -> subprocess.Popen:
         log = open(self.root / f"{args[0]}-{len(self.procs)}.log", "ab")  # the child owns it
-        proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=self.env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=REPO,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs.append(proc)
         return proc
 
@@ -175,19 +198,25 @@ class Rig:
                 victim = rng.choice(self.workers)
                 os.kill(victim.pid, signal.SIGKILL if fault == "kill-worker" else signal.SIGTERM)
                 self.workers[self.workers.index(victim)] = self.start("worker")
-                victim.wait()       # a warm shutdown finishes the tasks in hand first
+                victim.wait()  # a warm shutdown finishes the tasks in hand first
                 time.sleep(seconds / self.opts.kills)
             return
         if fault == "db-backends":
             for _ in range(self.opts.kills):
                 with self.db_admin.connect() as conn:
-                    conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                      "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+                    conn.execute(
+                        text(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        )
+                    )
                 time.sleep(seconds / self.opts.kills)
             return
-        cut, restore = {"redis": (self.redis.kill, self.redis.start),
-                        "database": (self.db_proxy.cut, self.db_proxy.restore),
-                        "s3": (self.s3_proxy.cut, self.s3_proxy.restore)}[fault]
+        cut, restore = {
+            "redis": (self.redis.kill, self.redis.start),
+            "database": (self.db_proxy.cut, self.db_proxy.restore),
+            "s3": (self.s3_proxy.cut, self.s3_proxy.restore),
+        }[fault]
         cut()
         time.sleep(seconds)
         restore()
@@ -195,8 +224,13 @@ class Rig:
     def submit(self, name: str, text_: str) -> str:
         path = self.root / f"{name}.txt"
         path.write_text(text_)
-        done = subprocess.run([sys.executable, "-m", "cli.main", "submit", str(path), "--no-wait", "--name", name],
-                              cwd=REPO, env=self.env, capture_output=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "cli.main", "submit", str(path), "--no-wait", "--name", name],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            timeout=300,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"submit failed: {done.stderr.decode()[-2000:]}")
         return done.stdout.decode().strip()
@@ -278,10 +312,15 @@ def _moto():
 
 
 def table(rounds: list[Round]) -> str:
-    lines = ["| fault | jobs | done | failed | objects | closed after fault (s) | invariants |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r.fault} | {r.jobs} | {r.done} | {r.failed} | {r.objects} | {r.recovered_s:.1f} | "
-              f"{'hold' if not r.problems else '; '.join(r.problems)} |" for r in rounds]
+    lines = [
+        "| fault | jobs | done | failed | objects | closed after fault (s) | invariants |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r.fault} | {r.jobs} | {r.done} | {r.failed} | {r.objects} | {r.recovered_s:.1f} | "
+        f"{'hold' if not r.problems else '; '.join(r.problems)} |"
+        for r in rounds
+    ]
     return "\n".join(lines)
 
 
@@ -300,9 +339,18 @@ def main(argv: list[str] | None = None) -> int:
     faults = tuple(f for f in a.faults.split(",") if f)
     if unknown := set(faults) - set(FAULTS):
         p.error(f"unknown faults: {', '.join(sorted(unknown))}")
-    rounds = run(Options(database_url=a.database_url, jobs=a.jobs, workers=a.workers, faults=faults,
-                         fault_seconds=a.fault_seconds, kills=a.kills,
-                         visibility_timeout=a.visibility_timeout, seed=a.seed))
+    rounds = run(
+        Options(
+            database_url=a.database_url,
+            jobs=a.jobs,
+            workers=a.workers,
+            faults=faults,
+            fault_seconds=a.fault_seconds,
+            kills=a.kills,
+            visibility_timeout=a.visibility_timeout,
+            seed=a.seed,
+        )
+    )
     print(table(rounds))
     return 1 if any(r.problems for r in rounds) else 0
 

@@ -62,8 +62,11 @@ FILL = [
 def build(sessions) -> dict:
     now = datetime.now(UTC)
     with sessions() as session:
-        return {"batches": progress.open_batches(session, now), "failures": progress.latest_failures(session),
-                "day": series.last_day(session, now)}
+        return {
+            "batches": progress.open_batches(session, now),
+            "failures": progress.latest_failures(session),
+            "day": series.last_day(session, now),
+        }
 
 
 def timed(fn, reps: int) -> tuple[float, float]:
@@ -86,8 +89,9 @@ def timed(fn, reps: int) -> tuple[float, float]:
 @click.option("--reps", default=20, show_default=True)
 @click.option("--viewers", default=20, show_default=True, help="Consoles asking at once.")
 @click.option("--keep", is_flag=True, help="Keep the scratch database.")
-def main(database_url: str, jobs: int, days: int, batch_size: int, open_: int, reps: int, viewers: int,
-         keep: bool) -> None:
+def main(
+    database_url: str, jobs: int, days: int, batch_size: int, open_: int, reps: int, viewers: int, keep: bool
+) -> None:
     """Time the console's queries over a large jobs table (PostgreSQL)."""
     name = f"synth_bench_console_{uuid.uuid4().hex[:8]}"
     admin = create_engine(database_url, isolation_level="AUTOCOMMIT")
@@ -97,8 +101,13 @@ def main(database_url: str, jobs: int, days: int, batch_size: int, open_: int, r
     engine = make_engine(url)
     try:
         migrate.upgrade(engine)
-        params = {"jobs": jobs, "batches": -(-jobs // batch_size), "size": batch_size, "open": open_,
-                  "span": days * 86400.0}
+        params = {
+            "jobs": jobs,
+            "batches": -(-jobs // batch_size),
+            "size": batch_size,
+            "open": open_,
+            "span": days * 86400.0,
+        }
         with stopwatch() as filled, engine.begin() as conn:
             for sql in FILL[:-1]:
                 conn.execute(text(sql), params)
@@ -121,12 +130,15 @@ def _report(sessions, reps: int, viewers: int) -> None:
         def run():
             with sessions() as session:
                 fn(session)
+
         return run
 
-    rows = [("batches in progress", part(lambda s: progress.open_batches(s, now))),
-            ("latest failures", part(progress.latest_failures)),
-            ("last 24 h aggregates", part(lambda s: series.last_day(s, now))),
-            ("all (one build)", lambda: build(sessions))]
+    rows = [
+        ("batches in progress", part(lambda s: progress.open_batches(s, now))),
+        ("latest failures", part(progress.latest_failures)),
+        ("last 24 h aggregates", part(lambda s: series.last_day(s, now))),
+        ("all (one build)", lambda: build(sessions)),
+    ]
     click.echo("| query | median ms | p95 ms |\n|---|---|---|")
     for label, fn in rows:
         median, p95 = timed(fn, reps)

@@ -67,7 +67,7 @@ def paragraphs(corpus: Path, *, lines: int = 0, words: int = 0) -> list[str]:
         if (lines and len(out) >= lines) or (words and count >= words):
             return out
         text = line
-        while text in used or (text != line and text in own):   # a lead may make a line the corpus has
+        while text in used or (text != line and text in own):  # a lead may make a line the corpus has
             appeared[line] = appeared.get(line, 0) + 1
             text = distinct_copies([line], 1, first=appeared[line])[0]
         used.add(text)
@@ -80,7 +80,7 @@ def book(text: list[str], chapters: int) -> str:
     per = -(-len(text) // chapters)
     parts = ["# Bench Book\n"]
     for n in range(chapters):
-        parts += [f"## Chapter {n + 1}\n", *text[n * per:(n + 1) * per]]
+        parts += [f"## Chapter {n + 1}\n", *text[n * per : (n + 1) * per]]
     return "\n\n".join(parts) + "\n"
 
 
@@ -95,19 +95,26 @@ def times(data_dir: Path) -> dict:
         jobs = session.scalar(select(func.count(Job.id)))
         devices = sorted(d for d in session.scalars(select(JobMetrics.device_type).distinct()) if d)
     utc = lambda t: t if t.tzinfo else t.replace(tzinfo=UTC)  # noqa: E731 (sqlite keeps no zone)
-    return {"created": utc(created), "first_start": utc(first), "last_end": utc(last), "audio_s": audio_s,
-            "jobs": jobs, "devices": devices}
+    return {
+        "created": utc(created),
+        "first_start": utc(first),
+        "last_end": utc(last),
+        "audio_s": audio_s,
+        "jobs": jobs,
+        "devices": devices,
+    }
 
 
 def synth_env(args, data_dir: Path) -> dict[str, str]:
     """What the synth processes run with: none of the caller's SYNTH_* settings, the engine and
     model asked for, and --env last, so it can set anything."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
-    env.update(SYNTH_DATA_DIR=str(data_dir), PYTHONPATH=str(REPO), SYNTH_ENGINE=args.engine,
-               SYNTH_REUSE="off")   # every run renders: none copies the last
+    env.update(
+        SYNTH_DATA_DIR=str(data_dir), PYTHONPATH=str(REPO), SYNTH_ENGINE=args.engine, SYNTH_REUSE="off"
+    )  # every run renders: none copies the last
     if args.model:
         env["SYNTH_MODEL"] = str(args.model)
-    if args.gpu is not None:   # what `synth worker --gpu N` sets (worker/gpu.py), for the worker submit starts
+    if args.gpu is not None:  # what `synth worker --gpu N` sets (worker/gpu.py), for the worker submit starts
         env["CUDA_VISIBLE_DEVICES"] = str(args.gpu)
         env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         # A GPU torch cannot see fails the run at the worker's boot, rather than the engine's
@@ -123,15 +130,30 @@ def run(args) -> dict:
         root = Path(tmp)
         (root / "book.md").write_text(book(text, args.chapters), encoding="utf-8")
         started = datetime.now(UTC)
-        done = subprocess.run([sys.executable, "-m", "cli.main", "submit", str(root / "book.md"), "--format",
-                               args.format, "-o", str(root / "out")], cwd=REPO, env=synth_env(args, root / "data"),
-                              capture_output=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "submit",
+                str(root / "book.md"),
+                "--format",
+                args.format,
+                "-o",
+                str(root / "out"),
+            ],
+            cwd=REPO,
+            env=synth_env(args, root / "data"),
+            capture_output=True,
+        )
         ended = datetime.now(UTC)
         if done.returncode != 0:
             worker_log = root / "data" / "worker.log"
             tail = worker_log.read_text(errors="replace")[-2000:] if worker_log.exists() else ""
-            sys.exit(f"synth submit failed ({done.returncode}):\n{done.stderr.decode(errors='replace')[-2000:]}"
-                     + (f"\nthe embedded worker's log ends:\n{tail}" if tail else ""))
+            sys.exit(
+                f"synth submit failed ({done.returncode}):\n{done.stderr.decode(errors='replace')[-2000:]}"
+                + (f"\nthe embedded worker's log ends:\n{tail}" if tail else "")
+            )
         t = times(root / "data")
         listed = json.loads((root / "out" / "chapters.json").read_text(encoding="utf-8"))
         written = datetime.fromtimestamp((root / "out" / listed["file"]).stat().st_mtime, UTC)
@@ -139,17 +161,31 @@ def run(args) -> dict:
     assembly_s = (written - t["last_end"]).total_seconds()
     command_s = (ended - started).total_seconds()
     return {
-        "date": ended.date().isoformat(), "commit": git_commit(), "cpu": cpu_name(), "cores": os.cpu_count(),
-        "python": platform.python_version(), "engine": args.engine, "model": str(args.model or ""),
-        "gpu": args.gpu, "env": dict(args.env), "devices": t["devices"], "format": args.format,
-        "lines": len(text), "words": sum(len(line.split()) for line in text), "chapters": len(listed["chapters"]),
-        "jobs": t["jobs"], "audio_s": round(listed["duration_s"], 1),
-        "render_s": round(render_s, 2), "x_real_time": round(listed["duration_s"] / render_s, 1),
+        "date": ended.date().isoformat(),
+        "commit": git_commit(),
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "engine": args.engine,
+        "model": str(args.model or ""),
+        "gpu": args.gpu,
+        "env": dict(args.env),
+        "devices": t["devices"],
+        "format": args.format,
+        "lines": len(text),
+        "words": sum(len(line.split()) for line in text),
+        "chapters": len(listed["chapters"]),
+        "jobs": t["jobs"],
+        "audio_s": round(listed["duration_s"], 1),
+        "render_s": round(render_s, 2),
+        "x_real_time": round(listed["duration_s"] / render_s, 1),
         "first_start_s": round((t["first_start"] - t["created"]).total_seconds(), 2),
-        "assembly_s": round(assembly_s, 2), "assembly_share": round(assembly_s / render_s, 4),
+        "assembly_s": round(assembly_s, 2),
+        "assembly_share": round(assembly_s / render_s, 4),
         "exit_after_last_job_s": round((ended - t["last_end"]).total_seconds(), 2),
         "start_s": round((t["created"] - started).total_seconds(), 2),
-        "command_s": round(command_s, 2), "command_x_real_time": round(listed["duration_s"] / command_s, 1),
+        "command_s": round(command_s, 2),
+        "command_x_real_time": round(listed["duration_s"] / command_s, 1),
     }
 
 
@@ -161,26 +197,52 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def parse(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m ops.bench.documents", description=__doc__,
-                                 formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=SHARED_CORPUS,
-                    help="one paragraph a line [default: shared/corpus/bench.txt beside the checkout]")
+    ap = argparse.ArgumentParser(
+        prog="python -m ops.bench.documents", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument(
+        "--corpus",
+        type=Path,
+        default=SHARED_CORPUS,
+        help="one paragraph a line [default: shared/corpus/bench.txt beside the checkout]",
+    )
     size = ap.add_mutually_exclusive_group()
-    size.add_argument("--lines", type=int, help="paragraphs, a corpus line each, the corpus repeated past its "
-                                                f"end [default: {DEFAULT_LINES}]")
-    size.add_argument("--words", type=int, help="paragraphs until the book has this many words, the corpus "
-                                                "repeated past its end")
+    size.add_argument(
+        "--lines",
+        type=int,
+        help=f"paragraphs, a corpus line each, the corpus repeated past its end [default: {DEFAULT_LINES}]",
+    )
+    size.add_argument(
+        "--words", type=int, help="paragraphs until the book has this many words, the corpus repeated past its end"
+    )
     ap.add_argument("--chapters", type=int, default=10)
     ap.add_argument("--format", default="m4b", choices=("m4b", "mp3", "wav", "flac"))
-    ap.add_argument("--engine", choices=("piper", "orpheus"), default="piper",
-                    help="SYNTH_ENGINE: piper (the default, the CPU) or orpheus (a GPU; needs --model)")
-    ap.add_argument("--model", type=Path, help="SYNTH_MODEL: an Orpheus checkpoint folder, or a Piper voice's "
-                                               ".onnx [default: Piper's own voice]")
-    ap.add_argument("--gpu", type=int, metavar="N",
-                    help="render on GPU N alone: CUDA_VISIBLE_DEVICES=N and SYNTH_DEVICE=cuda\n"
-                         "[default: the engine's auto: the first GPU torch sees, else the CPU]")
-    ap.add_argument("--env", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                    help="set for every synth process, after the settings above (repeatable)")
+    ap.add_argument(
+        "--engine",
+        choices=("piper", "orpheus"),
+        default="piper",
+        help="SYNTH_ENGINE: piper (the default, the CPU) or orpheus (a GPU; needs --model)",
+    )
+    ap.add_argument(
+        "--model",
+        type=Path,
+        help="SYNTH_MODEL: an Orpheus checkpoint folder, or a Piper voice's .onnx [default: Piper's own voice]",
+    )
+    ap.add_argument(
+        "--gpu",
+        type=int,
+        metavar="N",
+        help="render on GPU N alone: CUDA_VISIBLE_DEVICES=N and SYNTH_DEVICE=cuda\n"
+        "[default: the engine's auto: the first GPU torch sees, else the CPU]",
+    )
+    ap.add_argument(
+        "--env",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set for every synth process, after the settings above (repeatable)",
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     if args.engine == "orpheus" and args.model is None:
@@ -200,15 +262,23 @@ def main(argv=None) -> None:
     started = time.monotonic()
     out = run(args)
     where = ", ".join(out["devices"]) or out["cpu"]
-    print(f"{out['words']:,} words in {out['lines']:,} paragraphs, {out['chapters']} chapters ({out['jobs']:,} jobs): "
-          f"{out['audio_s']:,} s of audio as {out['format']} by {out['engine']} on {where} "
-          f"({out['cores']} cores, commit {out['commit']})")
-    print(f"render: {out['render_s']:,} s ({out['x_real_time']}x real time), the first job started "
-          f"{out['first_start_s']:,} s after the batch was written")
-    print(f"assembly after the last job: {out['assembly_s']:,} s, {100 * out['assembly_share']:.1f}% of the render; "
-          f"the command exits {out['exit_after_last_job_s']:,} s after it")
-    print(f"the command: {out['command_s']:,} s wall ({out['command_x_real_time']}x real time), its start to the "
-          f"batch written {out['start_s']} s (bench wall {time.monotonic() - started:,.0f} s)")
+    print(
+        f"{out['words']:,} words in {out['lines']:,} paragraphs, {out['chapters']} chapters ({out['jobs']:,} jobs): "
+        f"{out['audio_s']:,} s of audio as {out['format']} by {out['engine']} on {where} "
+        f"({out['cores']} cores, commit {out['commit']})"
+    )
+    print(
+        f"render: {out['render_s']:,} s ({out['x_real_time']}x real time), the first job started "
+        f"{out['first_start_s']:,} s after the batch was written"
+    )
+    print(
+        f"assembly after the last job: {out['assembly_s']:,} s, {100 * out['assembly_share']:.1f}% of the render; "
+        f"the command exits {out['exit_after_last_job_s']:,} s after it"
+    )
+    print(
+        f"the command: {out['command_s']:,} s wall ({out['command_x_real_time']}x real time), its start to the "
+        f"batch written {out['start_s']} s (bench wall {time.monotonic() - started:,.0f} s)"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=1) + "\n")

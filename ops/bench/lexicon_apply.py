@@ -31,8 +31,11 @@ def lexicon(n: int, rng: random.Random) -> list[Entry]:
 def line(entries: list[Entry], chars: int, rng: random.Random) -> str:
     words: list[str] = []
     while sum(map(len, words)) + len(words) < chars:
-        words.append(rng.choice(entries).written if rng.random() < 0.2 else rng.choice(
-            ["the", "quick", "brown", "fox,", "jumps", "over", "a", "lazy", "dog.", "Synth", "reads"]))
+        words.append(
+            rng.choice(entries).written
+            if rng.random() < 0.2
+            else rng.choice(["the", "quick", "brown", "fox,", "jumps", "over", "a", "lazy", "dog.", "Synth", "reads"])
+        )
     return " ".join(words)[:chars]
 
 
@@ -53,9 +56,11 @@ def main() -> None:
         t0 = time.perf_counter()
         applied = compiled.apply(text, takes_phonemes=True)
         times.append((time.perf_counter() - t0) * 1000)
-    print(f"{len(entries):,} entries, {len(text):,} characters, {applied.replaced:,} replaced: "
-          f"apply median {statistics.median(times):.2f} ms, slowest {max(times):.2f} ms "
-          f"(compile {compile_ms:.1f} ms, once per lexicon version)")
+    print(
+        f"{len(entries):,} entries, {len(text):,} characters, {applied.replaced:,} replaced: "
+        f"apply median {statistics.median(times):.2f} ms, slowest {max(times):.2f} ms "
+        f"(compile {compile_ms:.1f} ms, once per lexicon version)"
+    )
 
 
 if __name__ == "__main__":

@@ -59,12 +59,17 @@ def read_lines(path: Path, lines: int | None) -> bytes:
     return ("\n".join(rows[:lines] if lines else rows) + "\n").encode()
 
 
-def worker_env(slot: str, broker: str, database: str, workdir: Path, cpu: bool, index: int,
-               base: dict[str, str] | None = None) -> dict[str, str]:
+def worker_env(
+    slot: str, broker: str, database: str, workdir: Path, cpu: bool, index: int, base: dict[str, str] | None = None
+) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
-    env.update(SYNTH_REDIS_URL=broker, SYNTH_DATABASE_URL=database, SYNTH_DATA_DIR=str(workdir),
-               SYNTH_STORAGE_DIR=str(workdir / "objects"),
-               SYNTH_REUSE="off")   # each run renders the corpus: none copies the one before
+    env.update(
+        SYNTH_REDIS_URL=broker,
+        SYNTH_DATABASE_URL=database,
+        SYNTH_DATA_DIR=str(workdir),
+        SYNTH_STORAGE_DIR=str(workdir / "objects"),
+        SYNTH_REUSE="off",
+    )  # each run renders the corpus: none copies the one before
     env.pop("SYNTH_WORKER_NAME", None)  # `--gpu N` names a worker host/gpuN itself
     if cpu:  # CPU workers on one host need a name each
         env["SYNTH_WORKER_NAME"] = f"{platform.node()}/cpu{index}"
@@ -72,8 +77,9 @@ def worker_env(slot: str, broker: str, database: str, workdir: Path, cpu: bool, 
 
 
 @contextlib.contextmanager
-def worker_processes(slots: list[str], cpu: bool, broker: str, database: str, workdir: Path,
-                     base_env: dict[str, str] | None = None) -> Iterator[list[tuple[subprocess.Popen, Path]]]:
+def worker_processes(
+    slots: list[str], cpu: bool, broker: str, database: str, workdir: Path, base_env: dict[str, str] | None = None
+) -> Iterator[list[tuple[subprocess.Popen, Path]]]:
     """Start one `synth worker` per slot (``base_env``: the environment to start from, by default
     this process's); yield each process with its log, and stop them on the way out."""
     procs: list[tuple[subprocess.Popen, Path]] = []
@@ -82,10 +88,19 @@ def worker_processes(slots: list[str], cpu: bool, broker: str, database: str, wo
             log = workdir / f"worker-{i}.log"
             args = ["--cpu"] if cpu else ["--gpu", slot]
             with open(log, "wb") as f:
-                procs.append((subprocess.Popen(
-                    [sys.executable, "-m", "cli.main", "worker", *args, "--loglevel", "WARNING"], cwd=REPO,
-                    env=worker_env(slot, broker, database, workdir, cpu, i, base_env), stdout=f,
-                    stderr=subprocess.STDOUT, start_new_session=True), log))
+                procs.append(
+                    (
+                        subprocess.Popen(
+                            [sys.executable, "-m", "cli.main", "worker", *args, "--loglevel", "WARNING"],
+                            cwd=REPO,
+                            env=worker_env(slot, broker, database, workdir, cpu, i, base_env),
+                            stdout=f,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True,
+                        ),
+                        log,
+                    )
+                )
         yield procs
     finally:
         for proc, _ in procs:
@@ -147,18 +162,20 @@ def per_worker_truth(sessions, batch_id: str) -> dict[str, dict]:
     with sessions() as session:
         rows = session.execute(
             select(JobMetrics.worker_host, func.count(), func.sum(JobMetrics.audio_s))
-            .join(Job, Job.id == JobMetrics.job_id).where(Job.batch_id == batch_id)
-            .group_by(JobMetrics.worker_host))
+            .join(Job, Job.id == JobMetrics.job_id)
+            .where(Job.batch_id == batch_id)
+            .group_by(JobMetrics.worker_host)
+        )
         return {host: {"jobs": n, "audio_s": float(audio or 0)} for host, n, audio in rows}
 
 
-def run(slots: list[str], cpu: bool, data: bytes, warm: bytes, redis_url: str | None,
-        database_url: str | None) -> dict:
-    with tempfile.TemporaryDirectory(prefix="synth-scale-") as tmp, \
-            services(redis_url, database_url, Path(tmp)) as (broker, database):
+def run(slots: list[str], cpu: bool, data: bytes, warm: bytes, redis_url: str | None, database_url: str | None) -> dict:
+    with (
+        tempfile.TemporaryDirectory(prefix="synth-scale-") as tmp,
+        services(redis_url, database_url, Path(tmp)) as (broker, database),
+    ):
         workdir = Path(tmp)
-        settings = Settings(data_dir=workdir, redis_url=broker, database_url=database,
-                            storage_dir=workdir / "objects")
+        settings = Settings(data_dir=workdir, redis_url=broker, database_url=database, storage_dir=workdir / "objects")
         app = make_app(settings, broker)
         engine = make_engine(database)
         sessions = make_sessionmaker(engine)
@@ -173,45 +190,81 @@ def run(slots: list[str], cpu: bool, data: bytes, warm: bytes, redis_url: str | 
             ended = datetime.now(UTC) + timedelta(seconds=1)
         truth = per_worker_truth(sessions, batch_id)
         with sessions() as session:
-            errors = [e for (e,) in session.execute(
-                select(Job.error).where(Job.batch_id == batch_id, Job.error.is_not(None)).limit(3))]
+            errors = [
+                e
+                for (e,) in session.execute(
+                    select(Job.error).where(Job.batch_id == batch_id, Job.error.is_not(None)).limit(3)
+                )
+            ]
         with sessions() as session:
             report = compute_report(session, started, ended, compare=False)
         engine.dispose()
     rows = {r.key: r for r in report.throughput["worker_host"]}
     checks = [_check(name, truth.get(name), rows.get(name)) for name in names]
     audio = sum(t["audio_s"] for t in truth.values())
-    return {"workers": names, "wall_s": wall, "audio_s": audio, "jobs": sum(t["jobs"] for t in truth.values()),
-            "failed": report.jobs_failed, "x_realtime_wall": audio / wall,
-            "per_worker": [{"name": n, **(truth.get(n) or {"jobs": 0, "audio_s": 0.0}),
-                            "busy_s": rows[n].busy_s if n in rows else 0.0,
-                            "x_realtime_busy": rows[n].x_realtime if n in rows else None,
-                            "device": ", ".join(rows[n].device_types) if n in rows else ""} for n in names],
-            "report_matches": all(c["ok"] for c in checks), "checks": checks, "errors": errors}
+    return {
+        "workers": names,
+        "wall_s": wall,
+        "audio_s": audio,
+        "jobs": sum(t["jobs"] for t in truth.values()),
+        "failed": report.jobs_failed,
+        "x_realtime_wall": audio / wall,
+        "per_worker": [
+            {
+                "name": n,
+                **(truth.get(n) or {"jobs": 0, "audio_s": 0.0}),
+                "busy_s": rows[n].busy_s if n in rows else 0.0,
+                "x_realtime_busy": rows[n].x_realtime if n in rows else None,
+                "device": ", ".join(rows[n].device_types) if n in rows else "",
+            }
+            for n in names
+        ],
+        "report_matches": all(c["ok"] for c in checks),
+        "checks": checks,
+        "errors": errors,
+    }
 
 
 def _check(name: str, truth: dict | None, row) -> dict:
     if truth is None or row is None:
         return {"worker": name, "ok": False, "why": "the worker did no job" if truth is None else "no report row"}
     ok = row.jobs == truth["jobs"] and abs(row.audio_s - truth["audio_s"]) <= 1e-6 * max(1.0, truth["audio_s"])
-    return {"worker": name, "ok": ok, "report_jobs": row.jobs, "db_jobs": truth["jobs"],
-            "report_audio_s": row.audio_s, "db_audio_s": truth["audio_s"]}
+    return {
+        "worker": name,
+        "ok": ok,
+        "report_jobs": row.jobs,
+        "db_jobs": truth["jobs"],
+        "report_audio_s": row.audio_s,
+        "db_audio_s": truth["audio_s"],
+    }
 
 
 def markdown(result: dict) -> str:
-    out = [f"# Scaling: {result['engine']} on {result['machine']['host']} ({result['date']}, {result['commit']})", "",
-           f"Corpus {result['corpus']} ({result['lines']} lines). Throughput = audio s / wall s.", "",
-           "| run | workers | jobs | failed | audio s | wall s | x real time | report matches DB |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"# Scaling: {result['engine']} on {result['machine']['host']} ({result['date']}, {result['commit']})",
+        "",
+        f"Corpus {result['corpus']} ({result['lines']} lines). Throughput = audio s / wall s.",
+        "",
+        "| run | workers | jobs | failed | audio s | wall s | x real time | report matches DB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for label, r in result["runs"].items():
-        out.append(f"| {label} | {len(r['workers'])} | {r['jobs']} | {r['failed']} | {r['audio_s']:.1f} | "
-                   f"{r['wall_s']:.1f} | {r['x_realtime_wall']:.2f} | {'yes' if r['report_matches'] else 'NO'} |")
-    out += ["", "| run | worker | device | jobs | audio s | busy s | x real time (busy) |", "|---|---|---|---|---|---|---|"]
+        out.append(
+            f"| {label} | {len(r['workers'])} | {r['jobs']} | {r['failed']} | {r['audio_s']:.1f} | "
+            f"{r['wall_s']:.1f} | {r['x_realtime_wall']:.2f} | {'yes' if r['report_matches'] else 'NO'} |"
+        )
+    out += [
+        "",
+        "| run | worker | device | jobs | audio s | busy s | x real time (busy) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for label, r in result["runs"].items():
         for w in r["per_worker"]:
             xrt = f"{w['x_realtime_busy']:.2f}" if w["x_realtime_busy"] else "–"
-            out.append(f"| {label} | {w['name']} | {w['device']} | {w['jobs']} | {w['audio_s']:.1f} | "
-                       f"{w['busy_s']:.1f} | {xrt} |")
+            out.append(
+                f"| {label} | {w['name']} | {w['device']} | {w['jobs']} | {w['audio_s']:.1f} | "
+                f"{w['busy_s']:.1f} | {xrt} |"
+            )
     if result.get("speedup") is not None:
         verdict = "meets" if result["speedup"] >= result["goal"] else "is BELOW"
         out += ["", f"Speedup {result['speedup']:.2f}x over one worker: {verdict} the {result['goal']}x goal."]
@@ -220,8 +273,12 @@ def markdown(result: dict) -> str:
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                              text=True, timeout=10).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
     except OSError:
         return "unknown"
 
@@ -240,8 +297,9 @@ def _commit() -> str:
 @click.option("--database-url", help="Use this database instead of a fresh SQLite file per run.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--markdown", "md_path", type=click.Path(dir_okay=False, path_type=Path))
-def main(corpus, engine, gpus, cpu, n_workers, lines, warm_lines, baseline, goal, redis_url, database_url,
-         json_path, md_path) -> None:
+def main(
+    corpus, engine, gpus, cpu, n_workers, lines, warm_lines, baseline, goal, redis_url, database_url, json_path, md_path
+) -> None:
     if engine:
         os.environ["SYNTH_ENGINE"] = engine
     slots = [str(i) for i in range(n_workers or 2)] if cpu else [g.strip() for g in gpus.split(",") if g.strip()]
@@ -250,12 +308,17 @@ def main(corpus, engine, gpus, cpu, n_workers, lines, warm_lines, baseline, goal
     if baseline and len(slots) > 1:
         runs["1 worker"] = run(slots[:1], cpu, data, warm, redis_url, database_url)
     many, one = runs[f"{len(slots)} workers"], runs.get("1 worker")
-    result = {"engine": os.environ.get("SYNTH_ENGINE", "piper"), "corpus": str(corpus),
-              "lines": data.count(b"\n"), "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-              "commit": _commit(), "machine": {"host": platform.node(), "python": platform.python_version()},
-              "goal": goal, "runs": runs,
-              "speedup": many["x_realtime_wall"] / one["x_realtime_wall"]
-              if one and one["x_realtime_wall"] else None}
+    result = {
+        "engine": os.environ.get("SYNTH_ENGINE", "piper"),
+        "corpus": str(corpus),
+        "lines": data.count(b"\n"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": _commit(),
+        "machine": {"host": platform.node(), "python": platform.python_version()},
+        "goal": goal,
+        "runs": runs,
+        "speedup": many["x_realtime_wall"] / one["x_realtime_wall"] if one and one["x_realtime_wall"] else None,
+    }
     text = markdown(result)
     click.echo(text)
     if md_path:

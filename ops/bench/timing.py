@@ -14,7 +14,7 @@ from dataclasses import dataclass
 @dataclass
 class Stopwatch:
     start: float = 0.0
-    s: float = 0.0          # elapsed seconds once the block has ended
+    s: float = 0.0  # elapsed seconds once the block has ended
 
 
 @contextlib.contextmanager

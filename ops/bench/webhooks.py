@@ -49,15 +49,27 @@ from worker.boot import boot
 from worker.embedded import EmbeddedRedis
 from worker.enqueue import enqueue_batch
 
-SENTENCES = ["Your order has shipped.", "The meeting starts at noon.", "Please call us back tomorrow.",
-             "The report is ready for review.", "Thank you for waiting."]
+SENTENCES = [
+    "Your order has shipped.",
+    "The meeting starts at noon.",
+    "Please call us back tomorrow.",
+    "The report is ready for review.",
+    "Thank you for waiting.",
+]
 
 
 def _batch(sessions, settings, key_id, url, texts) -> str:
     with sessions() as s:
-        batch = create_item_batch(s, settings, [Item(text=t) for t in texts], BatchOptions(name="bench"),
-                                  source="bench", owner_key_id=key_id, webhook_url=url,
-                                  webhook_events=["job.finished"])
+        batch = create_item_batch(
+            s,
+            settings,
+            [Item(text=t) for t in texts],
+            BatchOptions(name="bench"),
+            source="bench",
+            owner_key_id=key_id,
+            webhook_url=url,
+            webhook_events=["job.finished"],
+        )
         s.commit()
         return batch.id
 
@@ -66,9 +78,11 @@ def _delays(sessions, receiver: Receiver) -> dict:
     """Per accepted event: emitted -> received, and job finished -> received (seconds)."""
     got = {r.webhook_id: r.at for r in receiver.accepted()}
     with sessions() as s:
-        rows = s.execute(select(WebhookDelivery.id, WebhookDelivery.created_at, Job.finished_at)
-                         .join(Job, Job.id == WebhookDelivery.resource_id)
-                         .where(WebhookDelivery.id.in_(list(got)))).all()
+        rows = s.execute(
+            select(WebhookDelivery.id, WebhookDelivery.created_at, Job.finished_at)
+            .join(Job, Job.id == WebhookDelivery.resource_id)
+            .where(WebhookDelivery.id.in_(list(got)))
+        ).all()
     emitted = [got[i] - as_utc(c).timestamp() for i, c, _ in rows]
     finished = [got[i] - as_utc(f).timestamp() for i, _, f in rows]
     return {"events": len(rows), "emitted_to_received_s": _stats(emitted), "finished_to_received_s": _stats(finished)}
@@ -76,8 +90,12 @@ def _delays(sessions, receiver: Receiver) -> dict:
 
 def _stats(values: list[float]) -> dict:
     values = sorted(values)
-    return {"p50": round(percentile(values, 50), 4), "p95": round(percentile(values, 95), 4),
-            "min": round(values[0], 4), "max": round(values[-1], 4)}
+    return {
+        "p50": round(percentile(values, 50), 4),
+        "p95": round(percentile(values, 95), 4),
+        "min": round(values[0], 4),
+        "max": round(values[-1], 4),
+    }
 
 
 def run(settings: Settings, redis_url: str, events: int) -> dict:
@@ -92,8 +110,16 @@ def run(settings: Settings, redis_url: str, events: int) -> dict:
     boot(app)
     out = {}
     with ExitStack() as stack:
-        stack.enter_context(start_worker(app, pool="threads", concurrency=2, perform_ping_check=False,
-                                         queues=default_queues(settings), shutdown_timeout=30))
+        stack.enter_context(
+            start_worker(
+                app,
+                pool="threads",
+                concurrency=2,
+                perform_ping_check=False,
+                queues=default_queues(settings),
+                shutdown_timeout=30,
+            )
+        )
         idle = stack.enter_context(Receiver(secrets=[secret]))
         for i in range(events):
             batch_id = _batch(sessions, settings, key_id, idle.url, [SENTENCES[i % len(SENTENCES)]])
@@ -101,8 +127,7 @@ def run(settings: Settings, redis_url: str, events: int) -> dict:
             idle.wait_for(i + 1, timeout=120)
         out["idle"] = _delays(sessions, idle)
         busy = stack.enter_context(Receiver(secrets=[secret]))
-        batch_id = _batch(sessions, settings, key_id, busy.url,
-                          [SENTENCES[i % len(SENTENCES)] for i in range(events)])
+        batch_id = _batch(sessions, settings, key_id, busy.url, [SENTENCES[i % len(SENTENCES)] for i in range(events)])
         enqueue_batch(app, sessions, batch_id, settings.jobs_per_task)
         busy.wait_for(events, timeout=600)
         out["busy"] = _delays(sessions, busy)
@@ -115,21 +140,26 @@ def run(settings: Settings, redis_url: str, events: int) -> dict:
 def _markdown(report: dict) -> str:
     m = report["machine"]
     lines = [
-        "# Webhook delivery delay", "",
+        "# Webhook delivery delay",
+        "",
         f"{m['date']}, commit {m['commit']}, {m['cpu']} ({m['cores']} cores), {m['database']}, Redis {m['redis']}.",
-        "", "Measured by `python -m ops.bench.webhooks` (see its docstring): a real Celery worker thread (2 slots, "
+        "",
+        "Measured by `python -m ops.bench.webhooks` (see its docstring): a real Celery worker thread (2 slots, "
         "Piper on the CPU) renders single-sentence jobs; the render hook writes each `job.finished` event "
         "to `webhook_deliveries` and enqueues `synth.deliver_webhook` on the `webhooks` queue; a receiver "
         "on a loopback port verifies the Standard Webhooks signature and answers 200. Delay = receiver's "
-        "arrival time minus the event row's `created_at` (emitted); also minus the job's `finished_at`.", "",
+        "arrival time minus the event row's `created_at` (emitted); also minus the job's `finished_at`.",
+        "",
         "| scenario | events | emitted -> received p50 | p95 | max | job finished -> received p50 | p95 |",
         "|---|---|---|---|---|---|---|",
     ]
     for name in ("idle", "busy"):
         r = report[name]
         e, f = r["emitted_to_received_s"], r["finished_to_received_s"]
-        lines.append(f"| {name} | {r['events']} | {e['p50'] * 1000:.1f} ms | {e['p95'] * 1000:.1f} ms | "
-                     f"{e['max'] * 1000:.1f} ms | {f['p50'] * 1000:.1f} ms | {f['p95'] * 1000:.1f} ms |")
+        lines.append(
+            f"| {name} | {r['events']} | {e['p50'] * 1000:.1f} ms | {e['p95'] * 1000:.1f} ms | "
+            f"{e['max'] * 1000:.1f} ms | {f['p50'] * 1000:.1f} ms | {f['p95'] * 1000:.1f} ms |"
+        )
     lines += ["", f"Requests whose signature did not verify: {report['unverified_requests']}.", ""]
     return "\n".join(lines)
 
@@ -144,16 +174,25 @@ def main(events, redis_url, database_url, json_path, md_path) -> None:
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         if not redis_url:
             redis_url = stack.enter_context(EmbeddedRedis(Path(tmp) / "redis")).url
-        settings = Settings(data_dir=Path(tmp) / "data", redis_url=redis_url,
-                            database_url=database_url or f"sqlite:///{tmp}/bench.db",
-                            webhook_allow_hosts=("127.0.0.0/8",))
+        settings = Settings(
+            data_dir=Path(tmp) / "data",
+            redis_url=redis_url,
+            database_url=database_url or f"sqlite:///{tmp}/bench.db",
+            webhook_allow_hosts=("127.0.0.0/8",),
+        )
         report = run(settings, redis_url, events)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
-    report["machine"] = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit,
-                         "cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
-                         "database": (database_url or "sqlite").split("://")[0].split("+")[0],
-                         "redis": "embedded" if "socket" in redis_url else "service"}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    report["machine"] = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "database": (database_url or "sqlite").split("://")[0].split("+")[0],
+        "redis": "embedded" if "socket" in redis_url else "service",
+    }
     md = _markdown(report)
     print(md)
     if json_path:

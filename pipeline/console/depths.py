@@ -16,7 +16,7 @@ from pipeline.reports import fleet
 HISTORY = "synth:console:depths"
 CLAIM = "synth:console:depths:minute:"
 SAMPLE_S = 60
-KEEP = 24 * 60 + 5          # a day of minutes, and a few over so the plot's left edge is filled
+KEEP = 24 * 60 + 5  # a day of minutes, and a few over so the plot's left edge is filled
 
 
 def sample(client: redis.Redis, queues: Sequence[str], now: float | None = None) -> bool:
@@ -39,8 +39,8 @@ def history(client: redis.Redis, since: float) -> list[dict]:
     for raw in client.lrange(HISTORY, 0, -1):
         try:
             row = json.loads(raw)
-        except ValueError:   # not ours: skipped rather than failing the page
+        except ValueError:  # not ours: skipped rather than failing the page
             continue
         if isinstance(row, dict) and isinstance(row.get("t"), int) and row["t"] >= since:
             out.append(row)
-    return sorted(out, key=lambda row: row["t"])   # workers' clocks differ: appended nearly in order
+    return sorted(out, key=lambda row: row["t"])  # workers' clocks differ: appended nearly in order

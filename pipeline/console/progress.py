@@ -32,8 +32,8 @@ class BatchProgress:
     done: int
     failed: int
     running: int
-    waiting: int             # pending or queued
-    progress: float          # (done + failed) / total
+    waiting: int  # pending or queued
+    progress: float  # (done + failed) / total
     audio_s: float
     x_realtime: float | None
     eta_s: float | None
@@ -47,31 +47,50 @@ def open_batches(session: Session, now: datetime) -> list[dict]:
         select(Batch.id, Batch.name, Batch.total_jobs, Batch.created_at, ApiKey.name)
         .outerjoin(ApiKey, ApiKey.id == Batch.owner_key_id)
         .where(Batch.finished_at.is_(None), Batch.cancelled_at.is_(None), Batch.kind == "batch")
-        .order_by(Batch.created_at).limit(SHOWN_BATCHES)).all()
+        .order_by(Batch.created_at)
+        .limit(SHOWN_BATCHES)
+    ).all()
     ids = [b[0] for b in batches]
     if not ids:
         return []
     counts: dict[str, dict[JobStatus, int]] = {i: {} for i in ids}
     started: dict[str, datetime] = {}
     for batch_id, status, n, first in session.execute(
-            select(Job.batch_id, Job.status, func.count(), func.min(Job.started_at))
-            .where(Job.batch_id.in_(ids)).group_by(Job.batch_id, Job.status)):
+        select(Job.batch_id, Job.status, func.count(), func.min(Job.started_at))
+        .where(Job.batch_id.in_(ids))
+        .group_by(Job.batch_id, Job.status)
+    ):
         counts[batch_id][JobStatus(status)] = n
         if first is not None:
             started[batch_id] = min(as_utc(first), started.get(batch_id, as_utc(first)))
-    audio = dict(session.execute(
-        select(Job.batch_id, func.sum(JobMetrics.audio_s)).join(JobMetrics, JobMetrics.job_id == Job.id)
-        .where(Job.batch_id.in_(ids), Job.status == JobStatus.DONE).group_by(Job.batch_id)).all())
-    recent = dict(session.execute(
-        select(Job.batch_id, func.count())
-        .where(Job.batch_id.in_(ids), Job.status.in_([JobStatus.DONE, JobStatus.FAILED]),
-               Job.finished_at >= now - RECENT).group_by(Job.batch_id)).all())
-    return [asdict(_progress(b, counts[b[0]], started.get(b[0]), float(audio.get(b[0]) or 0),
-                             recent.get(b[0], 0), now)) for b in batches]
+    audio = dict(
+        session.execute(
+            select(Job.batch_id, func.sum(JobMetrics.audio_s))
+            .join(JobMetrics, JobMetrics.job_id == Job.id)
+            .where(Job.batch_id.in_(ids), Job.status == JobStatus.DONE)
+            .group_by(Job.batch_id)
+        ).all()
+    )
+    recent = dict(
+        session.execute(
+            select(Job.batch_id, func.count())
+            .where(
+                Job.batch_id.in_(ids),
+                Job.status.in_([JobStatus.DONE, JobStatus.FAILED]),
+                Job.finished_at >= now - RECENT,
+            )
+            .group_by(Job.batch_id)
+        ).all()
+    )
+    return [
+        asdict(_progress(b, counts[b[0]], started.get(b[0]), float(audio.get(b[0]) or 0), recent.get(b[0], 0), now))
+        for b in batches
+    ]
 
 
-def _progress(batch, counts: dict[JobStatus, int], started: datetime | None, audio_s: float, recent: int,
-              now: datetime) -> BatchProgress:
+def _progress(
+    batch, counts: dict[JobStatus, int], started: datetime | None, audio_s: float, recent: int, now: datetime
+) -> BatchProgress:
     batch_id, name, total, created, owner = batch
     done, failed = counts.get(JobStatus.DONE, 0), counts.get(JobStatus.FAILED, 0)
     total = max(total, sum(counts.values()))
@@ -79,27 +98,46 @@ def _progress(batch, counts: dict[JobStatus, int], started: datetime | None, aud
     elapsed = (now - started).total_seconds() if started else 0.0
     rate = recent / RECENT.total_seconds() if recent else ((done + failed) / elapsed if elapsed > 0 else 0.0)
     return BatchProgress(
-        id=batch_id, name=name, owner=owner or CLI_OWNER, total=total, done=done, failed=failed,
+        id=batch_id,
+        name=name,
+        owner=owner or CLI_OWNER,
+        total=total,
+        done=done,
+        failed=failed,
         running=counts.get(JobStatus.RUNNING, 0),
         waiting=counts.get(JobStatus.PENDING, 0) + counts.get(JobStatus.QUEUED, 0),
-        progress=(done + failed) / total if total else 0.0, audio_s=round(audio_s, 2),
+        progress=(done + failed) / total if total else 0.0,
+        audio_s=round(audio_s, 2),
         x_realtime=round(audio_s / elapsed, 2) if elapsed > 0 and audio_s else None,
-        eta_s=round(left / rate) if rate > 0 else None, created_at=as_utc(created).isoformat(timespec="seconds"))
+        eta_s=round(left / rate) if rate > 0 else None,
+        created_at=as_utc(created).isoformat(timespec="seconds"),
+    )
 
 
 def latest_failures(session: Session) -> list[dict]:
     """The SHOWN_FAILURES jobs that failed last (``ix_jobs_status_finished_at``), newest first."""
     rows = session.execute(
         select(Job.id, Job.batch_id, Job.client_id, Job.error, Job.finished_at, ApiKey.name, Batch.owner_key_id)
-        .join(Batch, Batch.id == Job.batch_id).outerjoin(ApiKey, ApiKey.id == Batch.owner_key_id)
+        .join(Batch, Batch.id == Job.batch_id)
+        .outerjoin(ApiKey, ApiKey.id == Batch.owner_key_id)
         .where(Job.status == JobStatus.FAILED, Job.finished_at.is_not(None))
-        .order_by(Job.finished_at.desc()).limit(SHOWN_FAILURES))
+        .order_by(Job.finished_at.desc())
+        .limit(SHOWN_FAILURES)
+    )
     failures = []
     for job_id, batch_id, client_id, error, finished, owner, key_id in rows:
-        assert finished is not None   # selected where it is set
-        failures.append({"job_id": job_id, "batch_id": batch_id, "client_id": client_id, "reason": reason(error),
-                         "error": (error or "")[:500], "finished_at": as_utc(finished).isoformat(timespec="seconds"),
-                         "owner": owner or CLI_OWNER,
-                         # the job's resource: its owner's key reads it there; CLI jobs have `synth status`
-                         "link": f"/v1/jobs/{job_id}" if key_id else None})
+        assert finished is not None  # selected where it is set
+        failures.append(
+            {
+                "job_id": job_id,
+                "batch_id": batch_id,
+                "client_id": client_id,
+                "reason": reason(error),
+                "error": (error or "")[:500],
+                "finished_at": as_utc(finished).isoformat(timespec="seconds"),
+                "owner": owner or CLI_OWNER,
+                # the job's resource: its owner's key reads it there; CLI jobs have `synth status`
+                "link": f"/v1/jobs/{job_id}" if key_id else None,
+            }
+        )
     return failures

@@ -27,7 +27,7 @@ WINDOW = timedelta(hours=24)
 MINUTE_S = 60
 HOUR_S = 3600
 JOIN_SLACK = timedelta(minutes=1)
-TOP_REASONS = 6             # failure reasons plotted by name; the rest are summed as "other"
+TOP_REASONS = 6  # failure reasons plotted by name; the rest are summed as "other"
 
 
 def bucket_of(session: Session, column, size_s: int):
@@ -47,7 +47,10 @@ def audio_by_device(session: Session, start: datetime, first: int) -> dict[str, 
     b = bucket_of(session, JobMetrics.recorded_at, MINUTE_S)
     rows = session.execute(
         select(b, JobMetrics.device_type, func.sum(JobMetrics.audio_s))
-        .where(JobMetrics.recorded_at >= start).group_by(b, JobMetrics.device_type).order_by(b))
+        .where(JobMetrics.recorded_at >= start)
+        .group_by(b, JobMetrics.device_type)
+        .order_by(b)
+    )
     out: dict[str, list[list[float]]] = defaultdict(list)
     for bucket, device, audio in rows:
         out[device or "unknown"].append([int(bucket) - first, round(float(audio or 0), 3)])
@@ -60,25 +63,38 @@ def ttfb(session: Session, start: datetime, first: int) -> dict[str, dict[str, l
     # The job's side is narrowed through its own index too: its priority is all that is read from
     # it, and joined on the id alone PostgreSQL reads the whole jobs table to hash it. A job is
     # marked done a moment before its metrics are written, so a minute's slack loses none.
-    where = (JobMetrics.recorded_at >= start, JobMetrics.ttfb_s.is_not(None), Job.status == JobStatus.DONE,
-             Job.finished_at >= start - JOIN_SLACK)
+    where = (
+        JobMetrics.recorded_at >= start,
+        JobMetrics.ttfb_s.is_not(None),
+        Job.status == JobStatus.DONE,
+        Job.finished_at >= start - JOIN_SLACK,
+    )
     out: dict[str, dict[str, list[list[float]]]] = defaultdict(lambda: {"p50": [], "p95": []})
     if session.get_bind().dialect.name == "postgresql":
         rows = session.execute(
-            select(b, Job.priority, func.percentile_cont(0.5).within_group(JobMetrics.ttfb_s),
-                   func.percentile_cont(0.95).within_group(JobMetrics.ttfb_s))
-            .join(Job, Job.id == JobMetrics.job_id).where(*where).group_by(b, Job.priority).order_by(b))
+            select(
+                b,
+                Job.priority,
+                func.percentile_cont(0.5).within_group(JobMetrics.ttfb_s),
+                func.percentile_cont(0.95).within_group(JobMetrics.ttfb_s),
+            )
+            .join(Job, Job.id == JobMetrics.job_id)
+            .where(*where)
+            .group_by(b, Job.priority)
+            .order_by(b)
+        )
         for bucket, priority, p50, p95 in rows:
             out[priority]["p50"].append([int(bucket) - first, round(p50, 4)])
             out[priority]["p95"].append([int(bucket) - first, round(p95, 4)])
         return dict(out)
     values: dict[tuple[int, str], list[float]] = defaultdict(list)
     for bucket, priority, seconds in session.execute(
-            select(b, Job.priority, JobMetrics.ttfb_s).join(Job, Job.id == JobMetrics.job_id).where(*where)):
+        select(b, Job.priority, JobMetrics.ttfb_s).join(Job, Job.id == JobMetrics.job_id).where(*where)
+    ):
         values[(int(bucket), priority)].append(seconds)
     for (bucket, priority), seconds in sorted(values.items()):
         p50, p95 = percentile(seconds, 50), percentile(seconds, 95)
-        assert p50 is not None and p95 is not None   # a bucket has a value at least
+        assert p50 is not None and p95 is not None  # a bucket has a value at least
         out[priority]["p50"].append([bucket - first, round(p50, 4)])
         out[priority]["p95"].append([bucket - first, round(p95, 4)])
     return dict(out)
@@ -90,8 +106,10 @@ def failures(session: Session, start: datetime) -> dict[str, list[list[int]]]:
     first_hour = int(start.timestamp()) // HOUR_S
     b = bucket_of(session, Job.finished_at, HOUR_S)
     rows = session.execute(
-        select(b, Job.error, func.count()).where(Job.status == JobStatus.FAILED, Job.finished_at >= start)
-        .group_by(b, Job.error))
+        select(b, Job.error, func.count())
+        .where(Job.status == JobStatus.FAILED, Job.finished_at >= start)
+        .group_by(b, Job.error)
+    )
     per: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for bucket, error, n in rows:
         per[reason(error)][int(bucket) - first_hour] += n
@@ -108,7 +126,11 @@ def failures(session: Session, start: datetime) -> dict[str, list[list[int]]]:
 
 def last_day(session: Session, now: datetime) -> dict:
     start, first = window(now)
-    return {"start": int(start.timestamp()), "minute_buckets": int(WINDOW.total_seconds()) // MINUTE_S,
-            "hour_buckets": int(WINDOW.total_seconds()) // HOUR_S + 1,
-            "audio_s_by_device": audio_by_device(session, start, first), "ttfb_s": ttfb(session, start, first),
-            "failures_by_reason": failures(session, start)}
+    return {
+        "start": int(start.timestamp()),
+        "minute_buckets": int(WINDOW.total_seconds()) // MINUTE_S,
+        "hour_buckets": int(WINDOW.total_seconds()) // HOUR_S + 1,
+        "audio_s_by_device": audio_by_device(session, start, first),
+        "ttfb_s": ttfb(session, start, first),
+        "failures_by_reason": failures(session, start),
+    }

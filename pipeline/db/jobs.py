@@ -25,7 +25,7 @@ class NewJob:
     line_no: int | None
     queue: str
     idempotency_key: str | None = None
-    voice: str | None = None          # per-job overrides of the batch's defaults (API items)
+    voice: str | None = None  # per-job overrides of the batch's defaults (API items)
     format: str | None = None
     sample_rate: int | None = None
 
@@ -49,29 +49,74 @@ class PlannedBatch:
         return out
 
 
-def plan_batch(*, name: str | None, source: str | None, voice: str, format: str, sample_rate: int | None,
-               priority: str, jobs: Sequence[NewJob], skipped_lines: int = 0, queued: bool = False,
-               loudness_target: float | None = None, true_peak_max: float | None = None,
-               lexicon: Pin | None = None, **batch_columns) -> PlannedBatch:
+def plan_batch(
+    *,
+    name: str | None,
+    source: str | None,
+    voice: str,
+    format: str,
+    sample_rate: int | None,
+    priority: str,
+    jobs: Sequence[NewJob],
+    skipped_lines: int = 0,
+    queued: bool = False,
+    loudness_target: float | None = None,
+    true_peak_max: float | None = None,
+    lexicon: Pin | None = None,
+    **batch_columns,
+) -> PlannedBatch:
     """The rows of a batch and its jobs, PENDING, or QUEUED with ``queued`` (their messages are
     sent once the rows are committed). ``batch_columns``: the API's owner_key_id, kind,
     webhook_url/events and expires_at."""
     now = utcnow()
     # always both keys: batches planned apart are inserted in one statement (insert_batches)
-    pinned = dict(lexicon_id=lexicon.lexicon_id if lexicon else None,
-                  lexicon_version=lexicon.version if lexicon else None)
-    batch = dict(id=new_id(), name=name, source=source, voice=voice, format=format, sample_rate=sample_rate,
-                 priority=priority, total_jobs=len(jobs), skipped_lines=skipped_lines, created_at=now,
-                 loudness_target=loudness_target, true_peak_max=true_peak_max, **pinned, **batch_columns)
-    rows = [
-        dict(id=new_id(), batch_id=batch["id"], client_id=j.client_id, text=j.text, line_no=j.line_no,
-             idempotency_key=j.idempotency_key, voice=j.voice or voice, format=j.format or format,
-             sample_rate=j.sample_rate if j.sample_rate is not None else sample_rate,
-             loudness_target=loudness_target, true_peak_max=true_peak_max, priority=priority, queue=j.queue, status=JobStatus.QUEUED if queued else JobStatus.PENDING,
-             attempts=0, created_at=now, updated_at=now, queued_at=now if queued else None, **pinned)
-        for j in jobs
-    ]
-    return PlannedBatch(batch, rows)
+    pinned = dict(
+        lexicon_id=lexicon.lexicon_id if lexicon else None, lexicon_version=lexicon.version if lexicon else None
+    )
+    batch = dict(
+        id=new_id(),
+        name=name,
+        source=source,
+        voice=voice,
+        format=format,
+        sample_rate=sample_rate,
+        priority=priority,
+        total_jobs=len(jobs),
+        skipped_lines=skipped_lines,
+        created_at=now,
+        loudness_target=loudness_target,
+        true_peak_max=true_peak_max,
+        **pinned,
+        **batch_columns,
+    )
+    return PlannedBatch(batch, [_job_row(j, batch, queued) for j in jobs])
+
+
+def _job_row(j: NewJob, batch: dict, queued: bool) -> dict:
+    """The row of ``batch``'s job ``j``: the batch's voice, format and rate where it has none."""
+    now = batch["created_at"]
+    return dict(
+        id=new_id(),
+        batch_id=batch["id"],
+        client_id=j.client_id,
+        text=j.text,
+        line_no=j.line_no,
+        idempotency_key=j.idempotency_key,
+        voice=j.voice or batch["voice"],
+        format=j.format or batch["format"],
+        sample_rate=j.sample_rate if j.sample_rate is not None else batch["sample_rate"],
+        loudness_target=batch["loudness_target"],
+        true_peak_max=batch["true_peak_max"],
+        priority=batch["priority"],
+        queue=j.queue,
+        status=JobStatus.QUEUED if queued else JobStatus.PENDING,
+        attempts=0,
+        created_at=now,
+        updated_at=now,
+        queued_at=now if queued else None,
+        lexicon_id=batch["lexicon_id"],
+        lexicon_version=batch["lexicon_version"],
+    )
 
 
 def insert_batches(session: Session, planned: Sequence[PlannedBatch]) -> None:
@@ -83,7 +128,7 @@ def insert_batches(session: Session, planned: Sequence[PlannedBatch]) -> None:
         session.execute(insert(Batch), rows)
     jobs = [row for p in planned for row in p.jobs]
     for start in range(0, len(jobs), 5000):
-        session.execute(insert(Job), jobs[start:start + 5000])
+        session.execute(insert(Job), jobs[start : start + 5000])
 
 
 def insert_batch(session: Session, planned: PlannedBatch) -> Batch:
@@ -124,12 +169,14 @@ def transition(session: Session, job_ids: Iterable[str], to: JobStatus, **values
 
 def mark_batch_queued(session: Session, batch_id: str) -> int:
     now = utcnow()
-    return rows_matched(session.execute(
-        update(Job)
-        .where(Job.batch_id == batch_id, Job.status == JobStatus.PENDING)
-        .values(status=JobStatus.QUEUED, queued_at=now, updated_at=now)
-        .execution_options(synchronize_session=False)
-    ))
+    return rows_matched(
+        session.execute(
+            update(Job)
+            .where(Job.batch_id == batch_id, Job.status == JobStatus.PENDING)
+            .values(status=JobStatus.QUEUED, queued_at=now, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+    )
 
 
 def claim(session: Session, job_ids: Sequence[str]) -> list[Job]:
@@ -138,15 +185,16 @@ def claim(session: Session, job_ids: Sequence[str]) -> list[Job]:
     harmless. A job whose API key was revoked is not rendered: it is cancelled here (revocation
     cancels the key's open jobs, this catches one created in the moment before it)."""
     now = utcnow()
-    claimed = rows_matched(session.execute(
-        update(Job)
-        .where(Job.id.in_(job_ids), Job.status.in_(sources_of(JobStatus.RUNNING)), ~_revoked_owner())
-        .values(status=JobStatus.RUNNING, attempts=Job.attempts + 1, started_at=now, updated_at=now,
-                error=None)
-        .execution_options(synchronize_session=False)
-    ))
-    if claimed < len(set(job_ids)):   # a finished or cancelled job, or a revoked key's
-        for target in (JobStatus.CANCELLED, JobStatus.FAILED):   # open; or running (a redelivery)
+    claimed = rows_matched(
+        session.execute(
+            update(Job)
+            .where(Job.id.in_(job_ids), Job.status.in_(sources_of(JobStatus.RUNNING)), ~_revoked_owner())
+            .values(status=JobStatus.RUNNING, attempts=Job.attempts + 1, started_at=now, updated_at=now, error=None)
+            .execution_options(synchronize_session=False)
+        )
+    )
+    if claimed < len(set(job_ids)):  # a finished or cancelled job, or a revoked key's
+        for target in (JobStatus.CANCELLED, JobStatus.FAILED):  # open; or running (a redelivery)
             session.execute(
                 update(Job)
                 .where(Job.id.in_(job_ids), Job.status.in_(sources_of(target)), _revoked_owner())
@@ -154,9 +202,7 @@ def claim(session: Session, job_ids: Sequence[str]) -> list[Job]:
                 .execution_options(synchronize_session=False)
             )
     session.commit()
-    jobs = session.scalars(
-        select(Job).where(Job.id.in_(job_ids), Job.status == JobStatus.RUNNING)
-    ).all()
+    jobs = session.scalars(select(Job).where(Job.id.in_(job_ids), Job.status == JobStatus.RUNNING)).all()
     order = {jid: i for i, jid in enumerate(job_ids)}
     return sorted(jobs, key=lambda j: order[j.id])
 
@@ -166,13 +212,16 @@ REVOKED = "the API key was revoked"
 
 def _revoked_owner():
     """True for a job whose batch belongs to a revoked API key (one index lookup per job)."""
-    return (select(Batch.id).join(ApiKey, ApiKey.id == Batch.owner_key_id)
-            .where(Batch.id == Job.batch_id, ApiKey.revoked_at.is_not(None)).exists())
+    return (
+        select(Batch.id)
+        .join(ApiKey, ApiKey.id == Batch.owner_key_id)
+        .where(Batch.id == Job.batch_id, ApiKey.revoked_at.is_not(None))
+        .exists()
+    )
 
 
 def finish(session: Session, job: Job, *, object_key: str, metrics: dict) -> None:
-    moved = transition(session, [job.id], JobStatus.DONE, object_key=object_key, finished_at=utcnow(),
-                       error=None)
+    moved = transition(session, [job.id], JobStatus.DONE, object_key=object_key, finished_at=utcnow(), error=None)
     if not moved:
         raise IllegalTransitionError(f"job {job.id} is no longer running; result not recorded")
     session.merge(JobMetrics(job_id=job.id, **metrics))
@@ -193,20 +242,24 @@ def requeue_stale(session: Session, job_ids: Sequence[str], *, before: datetime,
     reconciler's re-enqueue. A job a worker claimed or finished meanwhile is left alone. Returns
     the ids moved."""
     now = utcnow()
-    where = (Job.id.in_(list(job_ids)), Job.updated_at < before,
-             Job.status.in_([JobStatus.PENDING, JobStatus.QUEUED, JobStatus.RUNNING]))
+    where = (
+        Job.id.in_(list(job_ids)),
+        Job.updated_at < before,
+        Job.status.in_([JobStatus.PENDING, JobStatus.QUEUED, JobStatus.RUNNING]),
+    )
     moved = list(session.scalars(select(Job.id).where(*where).with_for_update()))
     if moved:
-        session.execute(update(Job).where(Job.id.in_(moved), *where[1:])
-                        .values(status=JobStatus.QUEUED, error=error[:2000], queued_at=now, updated_at=now)
-                        .execution_options(synchronize_session=False))
+        session.execute(
+            update(Job)
+            .where(Job.id.in_(moved), *where[1:])
+            .values(status=JobStatus.QUEUED, error=error[:2000], queued_at=now, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
     return moved
 
 
 def status_counts(session: Session, batch_id: str) -> dict[JobStatus, int]:
-    rows = session.execute(
-        select(Job.status, func.count()).where(Job.batch_id == batch_id).group_by(Job.status)
-    )
+    rows = session.execute(select(Job.status, func.count()).where(Job.batch_id == batch_id).group_by(Job.status))
     counts = {s: 0 for s in JobStatus}
     counts.update({JobStatus(s): n for s, n in rows})
     return counts
@@ -214,9 +267,7 @@ def status_counts(session: Session, batch_id: str) -> dict[JobStatus, int]:
 
 def batch_finished(session: Session, batch_id: str) -> bool:
     open_states = [s for s in JobStatus if not s.terminal]
-    remaining = session.scalar(
-        select(func.count()).where(Job.batch_id == batch_id, Job.status.in_(open_states))
-    )
+    remaining = session.scalar(select(func.count()).where(Job.batch_id == batch_id, Job.status.in_(open_states)))
     return remaining == 0
 
 
@@ -227,7 +278,8 @@ def batches_of(session: Session, job_ids: Sequence[str]) -> set[str]:
 
 def close_batch(session: Session, batch_id: str, manifest_key: str) -> None:
     session.execute(
-        update(Batch).where(Batch.id == batch_id)
+        update(Batch)
+        .where(Batch.id == batch_id)
         .values(finished_at=func.coalesce(Batch.finished_at, utcnow()), manifest_key=manifest_key)
     )
 
@@ -241,9 +293,7 @@ def find_batch(session: Session, ref: str) -> Batch | None:
         found = session.scalars(select(Batch).where(Batch.id.startswith(ref)).limit(2)).all()
         if len(found) == 1:
             return found[0]
-    return session.scalars(
-        select(Batch).where(Batch.name == ref).order_by(Batch.created_at.desc()).limit(1)
-    ).first()
+    return session.scalars(select(Batch).where(Batch.name == ref).order_by(Batch.created_at.desc()).limit(1)).first()
 
 
 def count_batches_named(session: Session, name: str) -> int:
@@ -252,7 +302,9 @@ def count_batches_named(session: Session, name: str) -> int:
 
 def jobs_with_metrics(session: Session, batch_id: str) -> list[tuple[Job, JobMetrics | None]]:
     rows = session.execute(
-        select(Job, JobMetrics).outerjoin(JobMetrics, JobMetrics.job_id == Job.id)
-        .where(Job.batch_id == batch_id).order_by(Job.line_no, Job.client_id)
+        select(Job, JobMetrics)
+        .outerjoin(JobMetrics, JobMetrics.job_id == Job.id)
+        .where(Job.batch_id == batch_id)
+        .order_by(Job.line_no, Job.client_id)
     )
     return [(job, m) for job, m in rows]

@@ -39,8 +39,10 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     try:
         command.upgrade(alembic_config(engine), revision)
     except CommandError as e:  # alembic's word for a revision it cannot find, or a downgrade asked of upgrade
-        raise InputError(f"cannot upgrade to revision {revision!r}: {e}; the revisions are the file prefixes "
-                         f"in migrations/versions (the newest: {head_revision()}), or head") from e
+        raise InputError(
+            f"cannot upgrade to revision {revision!r}: {e}; the revisions are the file prefixes "
+            f"in migrations/versions (the newest: {head_revision()}), or head"
+        ) from e
 
 
 def head_revision() -> str:

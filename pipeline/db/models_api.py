@@ -18,14 +18,14 @@ class ApiKey(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(200))
-    prefix: Mapped[str] = mapped_column(String(32))            # shown in listings: "sk_synth_Ab12"
+    prefix: Mapped[str] = mapped_column(String(32))  # shown in listings: "sk_synth_Ab12"
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex (pipeline/api_keys.py)
     created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(_ts)
     # Quotas (migration 0008); None: no limit. Days are UTC days (pipeline/usage.py).
     chars_per_day: Mapped[int | None] = mapped_column(BigInteger)
     audio_s_per_day: Mapped[float | None] = mapped_column(Float)
-    live_streams: Mapped[int | None] = mapped_column(Integer)   # under SYNTH_API_MAX_LIVE_STREAMS_PER_KEY
+    live_streams: Mapped[int | None] = mapped_column(Integer)  # under SYNTH_API_MAX_LIVE_STREAMS_PER_KEY
 
 
 class KeyUsage(Base):
@@ -50,7 +50,7 @@ class IdempotencyRecord(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"))
     idempotency_key: Mapped[str] = mapped_column(String(200))
-    fingerprint: Mapped[str] = mapped_column(String(64))       # sha256 of method, route and body
-    resource_type: Mapped[str] = mapped_column(String(16))     # "batch" | "job"
+    fingerprint: Mapped[str] = mapped_column(String(64))  # sha256 of method, route and body
+    resource_type: Mapped[str] = mapped_column(String(16))  # "batch" | "job"
     resource_id: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from pipeline.db.base import Base, new_id, utcnow
 
 _ts = DateTime(timezone=True)
-LOCAL_OWNER = "local"   # the owner in embedded mode, where there are no API keys
+LOCAL_OWNER = "local"  # the owner in embedded mode, where there are no API keys
 
 
 class Lexicon(Base):
@@ -23,8 +23,8 @@ class Lexicon(Base):
     # An API key's id, or LOCAL_OWNER: not a foreign key, since the local owner has no key row.
     owner: Mapped[str] = mapped_column(String(32), index=True)
     name: Mapped[str] = mapped_column(String(100))
-    version: Mapped[int] = mapped_column(Integer)            # the latest
-    entry_count: Mapped[int] = mapped_column(Integer)        # of the latest version
+    version: Mapped[int] = mapped_column(Integer)  # the latest
+    entry_count: Mapped[int] = mapped_column(Integer)  # of the latest version
     created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
 
@@ -34,5 +34,5 @@ class LexiconVersion(Base):
 
     lexicon_id: Mapped[str] = mapped_column(ForeignKey("lexicons.id", ondelete="CASCADE"), primary_key=True)
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
-    entries: Mapped[list] = mapped_column(JSON)              # [Entry.to_dict(), ...]
+    entries: Mapped[list] = mapped_column(JSON)  # [Entry.to_dict(), ...]
     created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)

@@ -22,4 +22,4 @@ class Report(Base):
     created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
     html_key: Mapped[str | None] = mapped_column(String(500))
     json_key: Mapped[str | None] = mapped_column(String(500))
-    summary: Mapped[dict | None] = mapped_column(JSON)   # the key numbers (pipeline/reports/model.py)
+    summary: Mapped[dict | None] = mapped_column(JSON)  # the key numbers (pipeline/reports/model.py)

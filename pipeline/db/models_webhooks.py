@@ -15,11 +15,11 @@ _ts = DateTime(timezone=True)
 
 
 class DeliveryStatus(str, enum.Enum):
-    PENDING = "pending"          # emitted, first attempt not yet made
-    DELIVERING = "delivering"    # an attempt is in flight
-    RETRYING = "retrying"        # an attempt failed; next_attempt_at says when the next one goes
-    SUCCEEDED = "succeeded"      # a 2xx answer
-    FAILED = "failed"            # the retry schedule ran out, the URL was refused, or 410 Gone
+    PENDING = "pending"  # emitted, first attempt not yet made
+    DELIVERING = "delivering"  # an attempt is in flight
+    RETRYING = "retrying"  # an attempt failed; next_attempt_at says when the next one goes
+    SUCCEEDED = "succeeded"  # a 2xx answer
+    FAILED = "failed"  # the retry schedule ran out, the URL was refused, or 410 Gone
 
 
 class WebhookSecret(Base):
@@ -30,7 +30,7 @@ class WebhookSecret(Base):
     key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), primary_key=True)
     secret: Mapped[str] = mapped_column(String(128))
     previous_secret: Mapped[str | None] = mapped_column(String(128))
-    previous_until: Mapped[datetime | None] = mapped_column(_ts)     # end of the rotation grace period
+    previous_until: Mapped[datetime | None] = mapped_column(_ts)  # end of the rotation grace period
     created_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
     rotated_at: Mapped[datetime | None] = mapped_column(_ts)
 
@@ -48,10 +48,10 @@ class WebhookDelivery(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     event_type: Mapped[str] = mapped_column(String(32))
     resource_id: Mapped[str] = mapped_column(String(64))
-    key_id: Mapped[str | None] = mapped_column(String(32))   # the owner's key (listing); not a FK: history stays
+    key_id: Mapped[str | None] = mapped_column(String(32))  # the owner's key (listing); not a FK: history stays
     batch_id: Mapped[str] = mapped_column(ForeignKey("batches.id", ondelete="CASCADE"), index=True)
     url: Mapped[str] = mapped_column(Text)
-    body: Mapped[str] = mapped_column(Text)                 # the exact bytes sent (and signed) each time
+    body: Mapped[str] = mapped_column(Text)  # the exact bytes sent (and signed) each time
     status: Mapped[str] = mapped_column(String(16), default=DeliveryStatus.PENDING.value)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime | None] = mapped_column(_ts)
@@ -70,9 +70,9 @@ class WebhookAttempt(Base):
     delivery_id: Mapped[str] = mapped_column(ForeignKey("webhook_deliveries.id", ondelete="CASCADE"))
     attempt_no: Mapped[int] = mapped_column(Integer)
     url: Mapped[str] = mapped_column(Text)
-    address: Mapped[str | None] = mapped_column(String(64))   # the IP actually connected to
+    address: Mapped[str | None] = mapped_column(String(64))  # the IP actually connected to
     started_at: Mapped[datetime] = mapped_column(_ts, default=utcnow)
     duration_ms: Mapped[float | None] = mapped_column(Float)
     status_code: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
-    next_attempt_at: Mapped[datetime | None] = mapped_column(_ts)   # None: no further attempt
+    next_attempt_at: Mapped[datetime | None] = mapped_column(_ts)  # None: no further attempt

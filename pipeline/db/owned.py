@@ -16,9 +16,9 @@ from pipeline.db.models import Batch, Job, JobMetrics, JobStatus
 class BatchStats:
     counts: dict[JobStatus, int]
     audio_seconds: float
-    billable_characters: int   # characters of the jobs that produced audio
-    reused: int = 0            # done jobs whose audio is a stored render's (pipeline/reuse.py)
-    reused_seconds: float = 0.0    # the engine seconds those renders took, not spent again
+    billable_characters: int  # characters of the jobs that produced audio
+    reused: int = 0  # done jobs whose audio is a stored render's (pipeline/reuse.py)
+    reused_seconds: float = 0.0  # the engine seconds those renders took, not spent again
 
     @property
     def total(self) -> int:
@@ -35,8 +35,7 @@ def get_batch(session: Session, *, owner: str, batch_id: str) -> Batch | None:
 
 def get_job(session: Session, *, owner: str, job_id: str) -> Job | None:
     return session.scalars(
-        select(Job).join(Batch, Batch.id == Job.batch_id)
-        .where(Job.id == job_id, Batch.owner_key_id == owner)
+        select(Job).join(Batch, Batch.id == Job.batch_id).where(Job.id == job_id, Batch.owner_key_id == owner)
     ).first()
 
 
@@ -51,31 +50,39 @@ def batch_stats(session: Session, batch_id: str) -> BatchStats:
     ):
         counts[JobStatus(status)] = n
     audio_s, chars, reused, reused_s = session.execute(
-        select(func.coalesce(func.sum(JobMetrics.audio_s), 0.0), func.coalesce(func.sum(func.length(Job.text)), 0),
-               func.count(JobMetrics.reused_s), func.coalesce(func.sum(JobMetrics.reused_s), 0.0))
-        .select_from(Job).outerjoin(JobMetrics, JobMetrics.job_id == Job.id)
+        select(
+            func.coalesce(func.sum(JobMetrics.audio_s), 0.0),
+            func.coalesce(func.sum(func.length(Job.text)), 0),
+            func.count(JobMetrics.reused_s),
+            func.coalesce(func.sum(JobMetrics.reused_s), 0.0),
+        )
+        .select_from(Job)
+        .outerjoin(JobMetrics, JobMetrics.job_id == Job.id)
         .where(Job.batch_id == batch_id, Job.status == JobStatus.DONE)
     ).one()
-    return BatchStats(counts=counts, audio_seconds=float(audio_s), billable_characters=int(chars),
-                      reused=int(reused), reused_seconds=float(reused_s))
+    return BatchStats(
+        counts=counts,
+        audio_seconds=float(audio_s),
+        billable_characters=int(chars),
+        reused=int(reused),
+        reused_seconds=float(reused_s),
+    )
 
 
-def list_batches(session: Session, *, owner: str, limit: int,
-                 after: tuple[datetime, str] | None = None) -> list[Batch]:
+def list_batches(session: Session, *, owner: str, limit: int, after: tuple[datetime, str] | None = None) -> list[Batch]:
     """The key's batches (not single-job wrappers), newest first."""
     query = select(Batch).where(Batch.owner_key_id == owner, Batch.kind == "batch")
     if after is not None:
         created, batch_id = after
-        query = query.where(or_(Batch.created_at < created,
-                                and_(Batch.created_at == created, Batch.id < batch_id)))
+        query = query.where(or_(Batch.created_at < created, and_(Batch.created_at == created, Batch.id < batch_id)))
     return list(session.scalars(query.order_by(Batch.created_at.desc(), Batch.id.desc()).limit(limit)))
 
 
-def list_items(session: Session, *, batch_id: str, limit: int, state: JobStatus | None = None,
-               after: tuple[int, str] | None = None) -> list[tuple[Job, JobMetrics | None]]:
+def list_items(
+    session: Session, *, batch_id: str, limit: int, state: JobStatus | None = None, after: tuple[int, str] | None = None
+) -> list[tuple[Job, JobMetrics | None]]:
     """A batch's jobs in item (line) order."""
-    query = (select(Job, JobMetrics).outerjoin(JobMetrics, JobMetrics.job_id == Job.id)
-             .where(Job.batch_id == batch_id))
+    query = select(Job, JobMetrics).outerjoin(JobMetrics, JobMetrics.job_id == Job.id).where(Job.batch_id == batch_id)
     if state is not None:
         query = query.where(Job.status == state)
     if after is not None:

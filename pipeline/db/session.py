@@ -25,8 +25,7 @@ def make_engine(url: str) -> Engine:
         # A file's connections are cheap, and a worker has hundreds of threads claiming and
         # finishing jobs: room for them all to wait on the writer lock rather than for a connection.
         pool = {} if in_memory else {"pool_size": 16, "max_overflow": 48}
-        engine = create_engine(url, connect_args={"timeout": _HANDLER_TIMEOUT_S, "factory": _GatedConnection},
-                               **pool)
+        engine = create_engine(url, connect_args={"timeout": _HANDLER_TIMEOUT_S, "factory": _GatedConnection}, **pool)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
@@ -51,7 +50,7 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
-BUSY_TIMEOUT_S = 30          # longest wait for the file's write lock before "database is locked"
+BUSY_TIMEOUT_S = 30  # longest wait for the file's write lock before "database is locked"
 # SQLite's own busy handler sleeps 1, 2, 5, 10 ... 25, 50 and 100 ms between tries however soon
 # the lock frees, and the thread sleeping there holds this process's gate: every writer of the
 # process waited out the sleep of one that met another process's transaction, and at 256 live
@@ -100,7 +99,7 @@ class _GatedConnection(sqlite3.Connection):
 
     def commit(self):
         try:
-            _busy_retry(super().commit)   # a commit outside WAL mode waits for readers to finish
+            _busy_retry(super().commit)  # a commit outside WAL mode waits for readers to finish
         finally:
             self._end_write()
 
@@ -152,8 +151,7 @@ def _busy_retry(run, *args):
 
 
 def _gate_for(database: str) -> threading.Lock:
-    key = database if database.startswith(":") or database.startswith("file:") else \
-        str(Path(database).resolve())
+    key = database if database.startswith(":") or database.startswith("file:") else str(Path(database).resolve())
     with _gates_lock:
         return _gates.setdefault(key, threading.Lock())
 

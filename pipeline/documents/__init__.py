@@ -25,8 +25,9 @@ def read_document(data: bytes, kind: str, *, source: str, max_bytes: int) -> Doc
     if kind not in DOCUMENT_KINDS:
         raise InputError(f"unknown document kind {kind!r}; choose one of {', '.join(DOCUMENT_KINDS)}")
     if len(data) > max_bytes:
-        raise InputError(f"{source}: {len(data):,} bytes; the limit for a document is {max_bytes:,} "
-                         "(SYNTH_MAX_DOCUMENT_BYTES)")
+        raise InputError(
+            f"{source}: {len(data):,} bytes; the limit for a document is {max_bytes:,} (SYNTH_MAX_DOCUMENT_BYTES)"
+        )
     if not data.strip():
         raise InputError(f"{source}: the document is empty")
     if kind == "epub":

@@ -47,8 +47,9 @@ class DocumentAhead:
         if self.sessions is None or self.chapters is None:
             self.sessions = sessionmaker(bind=session.get_bind(), expire_on_commit=False)
             self.chapters = _chapters(session.scalars(select(Job.client_id).where(Job.batch_id == batch_id)))
-        open_ = _chapters(session.scalars(select(Job.client_id).where(Job.batch_id == batch_id,
-                                                                      Job.status != JobStatus.DONE)))
+        open_ = _chapters(
+            session.scalars(select(Job.client_id).where(Job.batch_id == batch_id, Job.status != JobStatus.DONE))
+        )
         for n in sorted(self.chapters - open_ - self.started.keys()):
             self.started[n] = self.chapters_pool.submit(self._prepare, self.sessions, batch_id, n)
         if not open_:
@@ -62,7 +63,7 @@ class DocumentAhead:
             log.warning("chapter %d of document %s was not encoded ahead: %s", n, batch_id, e)
 
     def _assemble(self, sessions: sessionmaker[Session], batch_id: str) -> tuple[Assembled, float]:
-        wait(list(self.started.values()))       # each chapter once: the assembly finds them cached
+        wait(list(self.started.values()))  # each chapter once: the assembly finds them cached
         started = time.monotonic()
         with sessions() as session:
             return assemble_batch(session, self.store, batch_id, self.output), time.monotonic() - started

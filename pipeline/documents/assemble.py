@@ -40,19 +40,25 @@ PARTIAL_DIR = ".synth-assembly"
 # interpreter, with its audio in memory.
 CHAPTERS_AT_ONCE = max(1, min(4, os.cpu_count() or 1))
 
-ChapterSource = Callable[[int, Path], ChapterAudio]     # chapter n's audio, its files put in the folder
+ChapterSource = Callable[[int, Path], ChapterAudio]  # chapter n's audio, its files put in the folder
 
 
 @dataclass(frozen=True)
 class Assembled:
     whole: Path
     chapter_files: list[Path]
-    chapters: list[dict]           # title, start, end (seconds), file
+    chapters: list[dict]  # title, start, end (seconds), file
     duration_s: float
 
 
-def assemble(outline: Outline, pieces: Callable[[int], list[Piece]], output: Path, *, cover: bytes | None = None,
-             chapters: ChapterSource | None = None) -> Assembled:
+def assemble(
+    outline: Outline,
+    pieces: Callable[[int], list[Piece]],
+    output: Path,
+    *,
+    cover: bytes | None = None,
+    chapters: ChapterSource | None = None,
+) -> Assembled:
     """``pieces(n)``: chapter ``n``'s jobs (1-based), in any order; called from several threads.
     ``chapters``: where the encoded chapters come from, if not encoded here from ``pieces``."""
     fmt = outline.format
@@ -60,34 +66,31 @@ def assemble(outline: Outline, pieces: Callable[[int], list[Piece]], output: Pat
         raise InputError(f"unknown document format {fmt!r}; choose one of {', '.join(CODECS)}")
     output.mkdir(parents=True, exist_ok=True)
     work = output / PARTIAL_DIR
-    shutil.rmtree(work, ignore_errors=True)      # what a killed run left
+    shutil.rmtree(work, ignore_errors=True)  # what a killed run left
     work.mkdir()
     source = chapters or (lambda n, folder: encode_chapter(outline, n, pieces(n), folder))
     base = safe_name(outline.title, 100)
-    rate = None
-    marks: list[dict] = []
-    words: list[dict] = []
-    parts: list[ChapterAudio] = []
-    start = 0
-    with ThreadPoolExecutor(CHAPTERS_AT_ONCE) as pool:
-        for n, chapter in enumerate(_in_order(pool, lambda n: source(n, work), len(outline.chapters)), start=1):
-            if rate is not None and chapter.rate != rate:
-                raise PermanentError(f"chapter {n} was rendered at {chapter.rate} Hz, the ones before at {rate}")
-            rate = chapter.rate
-            parts.append(chapter)
-            marks.append({"title": outline.chapters[n - 1], "start": start / rate,
-                          "end": (start + chapter.samples) / rate, "file": chapter.name})
-            words.extend({**w, "start": w["start"] + (start + offset) / rate, "end": w["end"] + (start + offset) / rate}
-                         for offset, job_words in chapter.spans for w in job_words)
-            start += chapter.samples
-    assert rate is not None   # a document has a chapter (pipeline/documents/plan.py)
+    rate, parts, marks, words = _gather(outline, lambda n: source(n, work))
+    start = sum(chapter.samples for chapter in parts)
     whole_name = f"{base}.{fmt}"
     meta = work / "whole.ffmeta"
     meta.write_text(_ffmetadata(outline, marks), encoding="utf-8")
     _join(outline, parts, rate, work, work / whole_name, meta, _cover(work, cover) if fmt in PIECE_FORMAT else None)
-    (work / "chapters.json").write_text(json.dumps(
-        {"title": outline.title, "author": outline.author, "file": whole_name, "duration_s": start / rate,
-         "chapters": marks, "skipped_chapters": outline.skipped}, ensure_ascii=False, indent=1) + "\n")
+    (work / "chapters.json").write_text(
+        json.dumps(
+            {
+                "title": outline.title,
+                "author": outline.author,
+                "file": whole_name,
+                "duration_s": start / rate,
+                "chapters": marks,
+                "skipped_chapters": outline.skipped,
+            },
+            ensure_ascii=False,
+            indent=1,
+        )
+        + "\n"
+    )
     if words:
         _write_captions(work, base, words)
     for chapter in parts:
@@ -95,12 +98,44 @@ def assemble(outline: Outline, pieces: Callable[[int], list[Piece]], output: Pat
             chapter.segment.unlink(missing_ok=True)
     for leftover in [*work.glob("cover.*"), meta]:
         leftover.unlink(missing_ok=True)
-    for f in sorted(work.iterdir()):       # the whole file last: its presence means all is there
+    for f in sorted(work.iterdir()):  # the whole file last: its presence means all is there
         if f.name != whole_name:
             os.replace(f, output / f.name)
     os.replace(work / whole_name, output / whole_name)
     work.rmdir()
     return Assembled(output / whole_name, [output / m["file"] for m in marks], marks, start / rate)
+
+
+def _gather(outline: Outline, source: Callable[[int], ChapterAudio]) -> tuple[int, list, list[dict], list[dict]]:
+    """Every chapter's audio from ``source(n)``, a few at once, in order: (their sample rate, the
+    chapters, their marks, their words with times from the document's start)."""
+    rate = None
+    marks: list[dict] = []
+    words: list[dict] = []
+    parts: list[ChapterAudio] = []
+    start = 0
+    with ThreadPoolExecutor(CHAPTERS_AT_ONCE) as pool:
+        for n, chapter in enumerate(_in_order(pool, source, len(outline.chapters)), start=1):
+            if rate is not None and chapter.rate != rate:
+                raise PermanentError(f"chapter {n} was rendered at {chapter.rate} Hz, the ones before at {rate}")
+            rate = chapter.rate
+            parts.append(chapter)
+            marks.append(
+                {
+                    "title": outline.chapters[n - 1],
+                    "start": start / rate,
+                    "end": (start + chapter.samples) / rate,
+                    "file": chapter.name,
+                }
+            )
+            words.extend(
+                {**w, "start": w["start"] + (start + offset) / rate, "end": w["end"] + (start + offset) / rate}
+                for offset, job_words in chapter.spans
+                for w in job_words
+            )
+            start += chapter.samples
+    assert rate is not None  # a document has a chapter (pipeline/documents/plan.py)
+    return rate, parts, marks, words
 
 
 def _in_order(pool: ThreadPoolExecutor, work: Callable, count: int) -> Iterator:
@@ -115,15 +150,16 @@ def _in_order(pool: ThreadPoolExecutor, work: Callable, count: int) -> Iterator:
         yield ahead.popleft().result()
 
 
-def _join(outline: Outline, parts: list[ChapterAudio], rate: int, work: Path, out: Path, meta: Path,
-          cover: Path | None) -> None:
+def _join(
+    outline: Outline, parts: list[ChapterAudio], rate: int, work: Path, out: Path, meta: Path, cover: Path | None
+) -> None:
     """The whole file from the chapters by stream copy (join.py), with the marks and tags of
     ``meta`` and the cover. wav and flac join the chapter files through the concat demuxer."""
     fmt = outline.format
     scratch = work / "whole.join"
     if fmt in PIECE_FORMAT:
         segments = [c.segment for c in parts if c.segment is not None]
-        assert len(segments) == len(parts)   # encode_chapter writes one for each format joined by copy
+        assert len(segments) == len(parts)  # encode_chapter writes one for each format joined by copy
         inputs = joined_input(fmt, segments, rate, scratch)
     else:
         inputs = concat_input([c.file for c in parts], scratch)
@@ -142,13 +178,17 @@ def _join(outline: Outline, parts: list[ChapterAudio], rate: int, work: Path, ou
 
 def _ffmetadata(outline: Outline, marks: list[dict]) -> str:
     """ffmpeg's metadata file: the document's tags and one [CHAPTER] per chapter, in ms."""
-    lines = [";FFMETADATA1", f"title={_escape(outline.title)}", f"album={_escape(outline.title)}",
-             "genre=Audiobook"]
+    lines = [";FFMETADATA1", f"title={_escape(outline.title)}", f"album={_escape(outline.title)}", "genre=Audiobook"]
     if outline.author:
         lines += [f"artist={_escape(outline.author)}", f"album_artist={_escape(outline.author)}"]
     for mark in marks:
-        lines += ["[CHAPTER]", "TIMEBASE=1/1000", f"START={round(mark['start'] * 1000)}",
-                  f"END={round(mark['end'] * 1000)}", f"title={_escape(mark['title'])}"]
+        lines += [
+            "[CHAPTER]",
+            "TIMEBASE=1/1000",
+            f"START={round(mark['start'] * 1000)}",
+            f"END={round(mark['end'] * 1000)}",
+            f"title={_escape(mark['title'])}",
+        ]
     return "\n".join(lines) + "\n"
 
 

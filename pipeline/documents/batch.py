@@ -17,8 +17,17 @@ from pipeline.documents import cache
 from pipeline.documents.assemble import Assembled, assemble
 from pipeline.documents.chapter import ChapterAudio, Piece, encode_chapter
 from pipeline.documents.model import Document
-from pipeline.documents.plan import (ASSEMBLED_FORMATS, JOB_FORMAT, Outline, Pauses, client_id_for, cover_key,
-                                     document_jobs, outline_key, place_of)
+from pipeline.documents.plan import (
+    ASSEMBLED_FORMATS,
+    JOB_FORMAT,
+    Outline,
+    Pauses,
+    client_id_for,
+    cover_key,
+    document_jobs,
+    outline_key,
+    place_of,
+)
 from pipeline.errors import InputError, PermanentError
 from pipeline.manifest import manifest_lines
 from pipeline.settings import Settings
@@ -27,31 +36,60 @@ from pipeline.submit import BatchOptions, Item, plan_item_batch
 from pipeline.verify.jobs import caption_key
 
 
-def plan_outline(settings: Settings, doc: Document, *, fmt: str, title: str | None, author: str | None,
-                 fallback_title: str, loudness_target: float | None = None,
-                 true_peak: float | None = None) -> Outline:
+def plan_outline(
+    settings: Settings,
+    doc: Document,
+    *,
+    fmt: str,
+    title: str | None,
+    author: str | None,
+    fallback_title: str,
+    loudness_target: float | None = None,
+    true_peak: float | None = None,
+) -> Outline:
     """The outline to store: what the command line (or request) says over what the document says."""
     if fmt not in ASSEMBLED_FORMATS:
         raise InputError(f"a document is assembled as {', '.join(ASSEMBLED_FORMATS)}, not {fmt!r}")
     target = settings.document_loudness if loudness_target is None else loudness_target
     loudness.check_target(target, true_peak)
-    return Outline(title=title or doc.title or fallback_title, author=author or doc.author,
-                   chapters=[c.title for c in doc.chapters], format=fmt, loudness=target,
-                   true_peak=loudness.DEFAULT_CEILING_DBTP if true_peak is None else true_peak,
-                   pauses=Pauses(settings.pause_sentence, settings.pause_paragraph, settings.pause_chapter),
-                   skipped=list(doc.skipped))
+    return Outline(
+        title=title or doc.title or fallback_title,
+        author=author or doc.author,
+        chapters=[c.title for c in doc.chapters],
+        format=fmt,
+        loudness=target,
+        true_peak=loudness.DEFAULT_CEILING_DBTP if true_peak is None else true_peak,
+        pauses=Pauses(settings.pause_sentence, settings.pause_paragraph, settings.pause_chapter),
+        skipped=list(doc.skipped),
+    )
 
 
-def create_document_batch(session: Session, store: ObjectStore, settings: Settings, doc: Document,
-                          outline: Outline, options: BatchOptions, *, source: str, cover: bytes | None = None,
-                          **batch_columns) -> Batch:
+def create_document_batch(
+    session: Session,
+    store: ObjectStore,
+    settings: Settings,
+    doc: Document,
+    outline: Outline,
+    options: BatchOptions,
+    *,
+    source: str,
+    cover: bytes | None = None,
+    **batch_columns,
+) -> Batch:
     """The batch of a document's jobs, rendered lossless (JOB_FORMAT), with its outline stored
     beside it. Validated before anything is written; the caller commits (and withdraws the batch,
     objects included, if what follows fails)."""
-    items = [Item(text=text, client_id=client_id_for(place))
-             for place, text in document_jobs(doc, settings.max_line_chars)]
-    opts = BatchOptions(voice=options.voice, format=JOB_FORMAT, sample_rate=options.sample_rate,
-                        priority=options.priority, name=options.name, lexicon=options.lexicon)
+    items = [
+        Item(text=text, client_id=client_id_for(place)) for place, text in document_jobs(doc, settings.max_line_chars)
+    ]
+    opts = BatchOptions(
+        voice=options.voice,
+        format=JOB_FORMAT,
+        sample_rate=options.sample_rate,
+        priority=options.priority,
+        name=options.name,
+        lexicon=options.lexicon,
+    )
     planned = plan_item_batch(settings, items, opts, source=source, **batch_columns)
     if cover is not None and not cover.startswith((b"\x89PNG", b"\xff\xd8")):
         raise InputError("the cover must be a JPEG or PNG image")
@@ -71,8 +109,9 @@ def load_outline(store: ObjectStore, batch_id: str) -> Outline:
     return Outline.from_json(store.get(key))
 
 
-def assemble_batch(session: Session, store: ObjectStore, batch_id: str, output: Path,
-                   *, fmt: str | None = None) -> Assembled:
+def assemble_batch(
+    session: Session, store: ObjectStore, batch_id: str, output: Path, *, fmt: str | None = None
+) -> Assembled:
     """Assemble a finished document batch into ``output``. Refused while any job is not done:
     a document with a hole in it is no document. Chapters cached under their digest are taken
     as they are; the others are encoded and cached (pipeline/documents/cache.py)."""
@@ -82,8 +121,10 @@ def assemble_batch(session: Session, store: ObjectStore, batch_id: str, output: 
     lines = manifest_lines(session, store, batch_id)
     missing = [line["client_id"] for line in lines if line["status"] != "done" or not line["object_key"]]
     if missing:
-        raise PermanentError(f"batch {batch_id}: {len(missing)} of {len(lines)} jobs are not done "
-                             f"(first: {missing[0]}); `synth retry` them, then assemble")
+        raise PermanentError(
+            f"batch {batch_id}: {len(missing)} of {len(lines)} jobs are not done "
+            f"(first: {missing[0]}); `synth retry` them, then assemble"
+        )
     by_chapter = _by_chapter(batch_id, lines)
     digests = {n: cache.chapter_digest(outline, n, by_chapter.get(n, [])) for n in range(1, len(outline.chapters) + 1)}
 

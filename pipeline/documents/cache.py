@@ -28,8 +28,19 @@ from pipeline.storage import ObjectStore
 # encoded the old way is found.
 ENCODING_VERSION = 1
 # The manifest's record of a job's audio: a new render, a retake kept or a new seed changes one.
-_AUDIO_FIELDS = ("client_id", "object_key", "attempts", "renders", "duration_s", "loudness_lufs",
-                 "true_peak_dbtp", "seed", "lexicon_id", "lexicon_version", "captions")
+_AUDIO_FIELDS = (
+    "client_id",
+    "object_key",
+    "attempts",
+    "renders",
+    "duration_s",
+    "loudness_lufs",
+    "true_peak_dbtp",
+    "seed",
+    "lexicon_id",
+    "lexicon_version",
+    "captions",
+)
 
 
 def chapters_prefix(batch_id: str) -> str:
@@ -38,11 +49,19 @@ def chapters_prefix(batch_id: str) -> str:
 
 def chapter_digest(outline: Outline, n: int, lines: list[dict]) -> str:
     """The digest of chapter ``n`` from the outline and its jobs' manifest lines."""
-    body = {"version": ENCODING_VERSION, "format": outline.format, "loudness": outline.loudness,
-            "true_peak": outline.true_peak, "pauses": asdict(outline.pauses), "title": outline.title,
-            "author": outline.author, "chapter": n, "chapters": len(outline.chapters),
-            "chapter_title": outline.chapters[n - 1],
-            "jobs": [[line.get(k) for k in _AUDIO_FIELDS] for line in sorted(lines, key=lambda line: line["client_id"])]}
+    body = {
+        "version": ENCODING_VERSION,
+        "format": outline.format,
+        "loudness": outline.loudness,
+        "true_peak": outline.true_peak,
+        "pauses": asdict(outline.pauses),
+        "title": outline.title,
+        "author": outline.author,
+        "chapter": n,
+        "chapters": len(outline.chapters),
+        "chapter_title": outline.chapters[n - 1],
+        "jobs": [[line.get(k) for k in _AUDIO_FIELDS] for line in sorted(lines, key=lambda line: line["client_id"])],
+    }
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -66,8 +85,17 @@ def load(store: ObjectStore, batch_id: str, n: int, digest: str, folder: Path) -
     if meta["segment"]:
         segment = folder / f"{n:04d}.segment.{meta['segment']}"
         segment.write_bytes(store.get(_key(batch_id, n, digest, f"segment.{meta['segment']}")))
-    return ChapterAudio(n, meta["name"], meta["rate"], meta["samples"], meta["gain_db"], meta["limited"], file,
-                        segment, [(offset, words) for offset, words in meta["spans"]])
+    return ChapterAudio(
+        n,
+        meta["name"],
+        meta["rate"],
+        meta["samples"],
+        meta["gain_db"],
+        meta["limited"],
+        file,
+        segment,
+        [(offset, words) for offset, words in meta["spans"]],
+    )
 
 
 def save(store: ObjectStore, batch_id: str, outline: Outline, digest: str, chapter: ChapterAudio) -> None:
@@ -76,11 +104,19 @@ def save(store: ObjectStore, batch_id: str, outline: Outline, digest: str, chapt
     piece = None
     if chapter.segment is not None:
         piece = PIECE_FORMAT[outline.format]
-        store.put(_key(batch_id, n, digest, f"segment.{piece}"), chapter.segment.read_bytes(),
-                  "application/octet-stream")
-    meta = {"name": chapter.name, "extension": codec.extension, "segment": piece,
-            "rate": chapter.rate, "samples": chapter.samples, "gain_db": chapter.gain_db, "limited": chapter.limited,
-            "spans": chapter.spans}
+        store.put(
+            _key(batch_id, n, digest, f"segment.{piece}"), chapter.segment.read_bytes(), "application/octet-stream"
+        )
+    meta = {
+        "name": chapter.name,
+        "extension": codec.extension,
+        "segment": piece,
+        "rate": chapter.rate,
+        "samples": chapter.samples,
+        "gain_db": chapter.gain_db,
+        "limited": chapter.limited,
+        "spans": chapter.spans,
+    }
     store.put(_key(batch_id, n, digest, "json"), json.dumps(meta, ensure_ascii=False).encode(), "application/json")
 
 
@@ -89,8 +125,11 @@ def prune(store: ObjectStore, batch_id: str, outline: Outline, by_chapter: dict[
     chapter -> its jobs' manifest lines), in every format: an assembly in another format (`synth
     assemble --format`) leaves this one's chapters to be found again."""
     prefix = chapters_prefix(batch_id)
-    wanted = {f"{n:04d}-{chapter_digest(replace(outline, format=fmt), n, by_chapter.get(n, []))}"
-              for n in range(1, len(outline.chapters) + 1) for fmt in CODECS}
+    wanted = {
+        f"{n:04d}-{chapter_digest(replace(outline, format=fmt), n, by_chapter.get(n, []))}"
+        for n in range(1, len(outline.chapters) + 1)
+        for fmt in CODECS
+    }
     for key in store.list(prefix):
-        if key[len(prefix):].split(".", 1)[0] not in wanted:
+        if key[len(prefix) :].split(".", 1)[0] not in wanted:
             store.delete(key)

@@ -25,8 +25,17 @@ import numpy as np
 
 from pipeline import loudness
 from pipeline.audio import decode
-from pipeline.documents.join import (JUNCTION_LEAD, JUNCTION_SILENCE, PIECE_FORMAT, ffmpeg, frame_samples, join_pieces,
-                                     joined_input, piece_output, truncated)
+from pipeline.documents.join import (
+    JUNCTION_LEAD,
+    JUNCTION_SILENCE,
+    PIECE_FORMAT,
+    ffmpeg,
+    frame_samples,
+    join_pieces,
+    joined_input,
+    piece_output,
+    truncated,
+)
 from pipeline.documents.plan import Outline, Place
 from pipeline.errors import InputError, PermanentError
 from pipeline.storage.base import safe_name
@@ -34,10 +43,10 @@ from pipeline.storage.base import safe_name
 
 @dataclass(frozen=True)
 class Codec:
-    container: str              # ffmpeg's muxer
+    container: str  # ffmpeg's muxer
     encoder: tuple[str, ...]
-    muxer: tuple[str, ...]      # the container's options
-    extension: str              # a chapter file's
+    muxer: tuple[str, ...]  # the container's options
+    extension: str  # a chapter file's
 
 
 # 64 kb/s mono is the usual spoken-word rate. An MP4's index goes first (faststart), so a player or
@@ -52,7 +61,7 @@ CODECS = {
 SAMPLE_SECONDS = 30.0
 # A chapter longer than this is encoded in parts, one ffmpeg process each, cut between jobs.
 PART_SECONDS = 60.0
-WORKERS = max(1, min(16, os.cpu_count() or 1))     # decodes and parts of a chapter at once
+WORKERS = max(1, min(16, os.cpu_count() or 1))  # decodes and parts of a chapter at once
 
 
 @dataclass(frozen=True)
@@ -71,14 +80,14 @@ class ChapterAudio:
     """An encoded chapter: its file and segment in a folder, and what the whole needs of it."""
 
     number: int
-    name: str                   # the chapter file's name
+    name: str  # the chapter file's name
     rate: int
-    samples: int                # its length, its chapter pause included
+    samples: int  # its length, its chapter pause included
     gain_db: float
     limited: bool
     file: Path
     segment: Path | None
-    spans: list[tuple[int, list[dict]]] = field(default_factory=list)   # each job's offset and words
+    spans: list[tuple[int, list[dict]]] = field(default_factory=list)  # each job's offset and words
 
 
 def chapter_name(outline: Outline, n: int) -> str:
@@ -93,7 +102,7 @@ def encode_chapter(outline: Outline, n: int, pieces: list[Piece], folder: Path) 
     if not pieces:
         raise PermanentError(f"chapter {n} ({outline.chapters[n - 1]}) has no rendered audio")
     pieces = sorted(pieces, key=lambda p: (p.place.paragraph, p.place.part))
-    with ThreadPoolExecutor(WORKERS) as pool:      # each decode is an ffmpeg process
+    with ThreadPoolExecutor(WORKERS) as pool:  # each decode is an ffmpeg process
         decoded = list(pool.map(lambda p: decode(p.audio), pieces))
     rates = {rate for _, rate in decoded}
     if len(rates) > 1:
@@ -101,11 +110,10 @@ def encode_chapter(outline: Outline, n: int, pieces: list[Piece], folder: Path) 
     rate = rates.pop()
     audio = [a for a, _ in decoded]
     layout = _layout(outline, n, pieces, audio, rate)
-    peaks = [p.true_peak_dbtp if p.true_peak_dbtp is not None else loudness.true_peak(a)
-             for p, a in zip(pieces, audio)]
+    peaks = [p.true_peak_dbtp if p.true_peak_dbtp is not None else loudness.true_peak(a) for p, a in zip(pieces, audio)]
     pcm = np.zeros(layout.samples, np.float32)
     for offset, samples in zip(layout.offsets, audio):
-        pcm[offset:offset + samples.size] = samples
+        pcm[offset : offset + samples.size] = samples
     gain, limited = _gain(outline, pcm, audio, peaks, rate)
     pcm *= np.float32(10 ** (gain / 20))
     del audio, decoded
@@ -113,8 +121,13 @@ def encode_chapter(outline: Outline, n: int, pieces: list[Piece], folder: Path) 
     spans = [(offset, p.words) for offset, p in zip(layout.offsets, pieces) if p.words]
     limiter = loudness.limiter_filter(rate, _ceiling(outline) - loudness.LIMITER_MARGIN_DB) if limited else None
     if outline.format not in PIECE_FORMAT:
-        _encode(outline, pcm, rate, limiter, [*_tags(outline, n), "-f", CODECS[outline.format].container,
-                                              str(folder / name)])
+        _encode(
+            outline,
+            pcm,
+            rate,
+            limiter,
+            [*_tags(outline, n), "-f", CODECS[outline.format].container, str(folder / name)],
+        )
         return ChapterAudio(n, name, rate, pcm.size, gain, limited, folder / name, None, spans)
     segment = _encode_in_parts(outline, n, pcm, rate, limiter, layout.cuts, folder, name)
     return ChapterAudio(n, name, rate, pcm.size, gain, limited, folder / name, segment, spans)
@@ -122,9 +135,9 @@ def encode_chapter(outline: Outline, n: int, pieces: list[Piece], folder: Path) 
 
 @dataclass(frozen=True)
 class _Layout:
-    offsets: list[int]          # each job's first sample
-    samples: int                # the chapter's length
-    cuts: list[int]             # where its parts meet
+    offsets: list[int]  # each job's first sample
+    samples: int  # the chapter's length
+    cuts: list[int]  # where its parts meet
 
 
 def _layout(outline: Outline, n: int, pieces: list[Piece], audio: list[np.ndarray], rate: int) -> _Layout:
@@ -141,8 +154,10 @@ def _layout(outline: Outline, n: int, pieces: list[Piece], audio: list[np.ndarra
     for piece, samples in zip(pieces, audio):
         if previous is not None:
             gap_from = at
-            at += round((outline.pauses.sentence if piece.place.paragraph == previous.paragraph
-                         else outline.pauses.paragraph) * rate)
+            at += round(
+                (outline.pauses.sentence if piece.place.paragraph == previous.paragraph else outline.pauses.paragraph)
+                * rate
+            )
             cut = _whole_frames(gap_from + JUNCTION_SILENCE, frame) if frame is not None else None
             if cut is not None and cut <= at - lead and cut - part_from >= PART_SECONDS * rate:
                 cuts.append(cut)
@@ -154,7 +169,7 @@ def _layout(outline: Outline, n: int, pieces: list[Piece], audio: list[np.ndarra
     total = at + (0 if last else round(outline.pauses.chapter * rate) - lead)
     if frame is not None and not last:
         total = _whole_frames(max(total, at + JUNCTION_SILENCE), frame)
-    elif frame is not None and outline.format == "m4b":    # joined ADTS ends where its last packet does
+    elif frame is not None and outline.format == "m4b":  # joined ADTS ends where its last packet does
         total = _whole_frames(total, frame)
     return _Layout(offsets, total, cuts)
 
@@ -163,36 +178,81 @@ def _encode(outline: Outline, pcm: np.ndarray, rate: int, limiter: str | None, o
     """``pcm`` (gain applied) through the limiter, where it has one, and the encoder; ``output``:
     ffmpeg's output arguments, the file last."""
     chain = f"{limiter},apad=whole_len={pcm.size},atrim=end_sample={pcm.size}" if limiter else None
-    ffmpeg(["-f", "f32le", "-ar", str(rate), "-ac", "1", "-i", "pipe:0", *(["-af", chain] if chain else []),
-            "-map", "0:a", *CODECS[outline.format].encoder, *output], what=Path(output[-1]).name, stdin=pcm.tobytes())
+    ffmpeg(
+        [
+            "-f",
+            "f32le",
+            "-ar",
+            str(rate),
+            "-ac",
+            "1",
+            "-i",
+            "pipe:0",
+            *(["-af", chain] if chain else []),
+            "-map",
+            "0:a",
+            *CODECS[outline.format].encoder,
+            *output,
+        ],
+        what=Path(output[-1]).name,
+        stdin=pcm.tobytes(),
+    )
 
 
-def _encode_in_parts(outline: Outline, n: int, pcm: np.ndarray, rate: int, limiter: str | None, cuts: list[int],
-                     folder: Path, name: str) -> Path:
+def _encode_in_parts(
+    outline: Outline, n: int, pcm: np.ndarray, rate: int, limiter: str | None, cuts: list[int], folder: Path, name: str
+) -> Path:
     """The chapter's parts encoded at once, joined into its file; returns its segment: the
     parts as the whole takes them, the last cut to its whole frames unless it ends the document."""
     fmt = outline.format
     bounds = list(zip([0, *cuts], [*cuts, pcm.size]))
     parts = [folder / f"{n:04d}.part{i:03d}.{PIECE_FORMAT[fmt]}" for i in range(len(bounds))]
     with ThreadPoolExecutor(WORKERS) as pool:
-        list(pool.map(lambda i: _encode(outline, pcm[bounds[i][0]:bounds[i][1]], rate, limiter,
-                                        piece_output(fmt, parts[i])), range(len(bounds))))
-        cut = list(pool.map(lambda i: truncated(fmt, parts[i], bounds[i][1] - bounds[i][0], rate,
-                                                parts[i].with_suffix(".cut")), range(len(bounds) - 1)))
+        list(
+            pool.map(
+                lambda i: _encode(
+                    outline, pcm[bounds[i][0] : bounds[i][1]], rate, limiter, piece_output(fmt, parts[i])
+                ),
+                range(len(bounds)),
+            )
+        )
+        cut = list(
+            pool.map(
+                lambda i: truncated(fmt, parts[i], bounds[i][1] - bounds[i][0], rate, parts[i].with_suffix(".cut")),
+                range(len(bounds) - 1),
+            )
+        )
     scratch = folder / f"{n:04d}.join"
-    ffmpeg([*joined_input(fmt, [*cut, parts[-1]], rate, scratch), "-map", "0:a", "-c:a", "copy",
-            *CODECS[fmt].muxer, *_tags(outline, n), "-f", CODECS[fmt].container, str(folder / name)], what=name)
+    ffmpeg(
+        [
+            *joined_input(fmt, [*cut, parts[-1]], rate, scratch),
+            "-map",
+            "0:a",
+            "-c:a",
+            "copy",
+            *CODECS[fmt].muxer,
+            *_tags(outline, n),
+            "-f",
+            CODECS[fmt].container,
+            str(folder / name),
+        ],
+        what=name,
+    )
     ends = n == len(outline.chapters)
-    tail = parts[-1] if ends else truncated(fmt, parts[-1], bounds[-1][1] - bounds[-1][0], rate,
-                                            parts[-1].with_suffix(".cut"))
+    tail = (
+        parts[-1]
+        if ends
+        else truncated(fmt, parts[-1], bounds[-1][1] - bounds[-1][0], rate, parts[-1].with_suffix(".cut"))
+    )
     segment = join_pieces(fmt, [*cut, tail], rate, folder / f"{n:04d}.segment.{PIECE_FORMAT[fmt]}", scratch)
     for leftover in [*parts, *cut, tail, scratch]:
         leftover.unlink(missing_ok=True)
     return segment
 
 
-def _gain(outline: Outline, pcm: np.ndarray, audio: list[np.ndarray], peaks: list[float | None], rate: int
-          ) -> tuple[float, bool]:
+def _gain(
+    outline: Outline, pcm: np.ndarray, audio: list[np.ndarray], peaks: list[float | None], rate: int
+) -> tuple[float, bool]:
     """The chapter's gain in dB, and whether the limiter must hold its peaks. Its true peak is the
     highest of its jobs'; its loudness is metered, gated as BS.1770 gates it, on the chapter as
     joined: a few hundredths of the cost of the true peak, and exact where an average of the
@@ -202,7 +262,7 @@ def _gain(outline: Outline, pcm: np.ndarray, audio: list[np.ndarray], peaks: lis
     ceiling = _ceiling(outline)
     lufs = loudness.integrated(pcm, rate)
     known = [p for p in peaks if p is not None]
-    if lufs is None or not known:          # nothing measurable: left as rendered
+    if lufs is None or not known:  # nothing measurable: left as rendered
         return 0.0, False
     plain = outline.loudness - lufs
     if max(known) + plain <= ceiling:
@@ -229,6 +289,10 @@ def _ceiling(outline: Outline) -> float:
 
 
 def _tags(outline: Outline, n: int) -> list[str]:
-    tags = {"title": outline.chapters[n - 1], "album": outline.title, "artist": outline.author,
-            "track": f"{n}/{len(outline.chapters)}"}
+    tags = {
+        "title": outline.chapters[n - 1],
+        "album": outline.title,
+        "artist": outline.author,
+        "track": f"{n}/{len(outline.chapters)}",
+    }
     return [arg for k, v in tags.items() if v for arg in ("-metadata", f"{k}={v}")]

@@ -29,10 +29,10 @@ from pipeline.errors import InputError
 # Zip bomb limits. A novel is a few hundred entries and a few MB; an illustrated textbook a few
 # thousand entries and a few hundred MB of images, of which only the XHTML is ever inflated here.
 MAX_ENTRIES = 10_000
-MAX_TOTAL_BYTES = 1 << 30           # declared uncompressed size of all entries together
-MAX_ENTRY_BYTES = 64 << 20          # one XHTML, OPF or NCX file, inflated
-MAX_RATIO = 200                     # inflated / compressed, for an entry over RATIO_FROM bytes
-RATIO_FROM = 1 << 20                # text compresses 3-10x; a bomb 1000x and more
+MAX_TOTAL_BYTES = 1 << 30  # declared uncompressed size of all entries together
+MAX_ENTRY_BYTES = 64 << 20  # one XHTML, OPF or NCX file, inflated
+MAX_RATIO = 200  # inflated / compressed, for an entry over RATIO_FROM bytes
+RATIO_FROM = 1 << 20  # text compresses 3-10x; a bomb 1000x and more
 
 # Encryption that only obfuscates embedded fonts (IDPF and Adobe's): no text is hidden by it.
 _FONT_OBFUSCATION = {"http://www.idpf.org/2008/embedding", "http://ns.adobe.com/pdf/enc#RC"}
@@ -45,9 +45,38 @@ _NS = {
     "epub": "http://www.idpf.org/2007/ops",
 }
 _XHTML = "{http://www.w3.org/1999/xhtml}"
-_BLOCKS = {"p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "li", "blockquote", "dd", "dt", "td", "th",
-           "pre", "section", "article", "header", "footer", "figcaption", "tr", "br", "hr", "table",
-           "ul", "ol", "dl", "body", "aside", "nav"}
+_BLOCKS = {
+    "p",
+    "div",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "li",
+    "blockquote",
+    "dd",
+    "dt",
+    "td",
+    "th",
+    "pre",
+    "section",
+    "article",
+    "header",
+    "footer",
+    "figcaption",
+    "tr",
+    "br",
+    "hr",
+    "table",
+    "ul",
+    "ol",
+    "dl",
+    "body",
+    "aside",
+    "nav",
+}
 _HEADINGS = {"h1", "h2", "h3"}
 _SILENT = {"head", "script", "style", "rt", "rp", "svg", "math", "img", "audio", "video", "object"}
 _SILENT_TYPES = {"footnote", "endnote", "rearnote", "pagebreak", "noteref"}
@@ -84,8 +113,10 @@ class _Book:
             raise InputError(f"{self.source}: the EPUB inflates to {total:,} bytes; the limit is {MAX_TOTAL_BYTES:,}")
         for info in infos:
             if info.file_size > RATIO_FROM and info.file_size > MAX_RATIO * max(info.compress_size, 1):
-                raise InputError(f"{self.source}: {info.filename} inflates {info.file_size // max(info.compress_size, 1):,}"
-                                 f" times over; the limit is {MAX_RATIO} (a zip bomb?)")
+                raise InputError(
+                    f"{self.source}: {info.filename} inflates {info.file_size // max(info.compress_size, 1):,}"
+                    f" times over; the limit is {MAX_RATIO} (a zip bomb?)"
+                )
 
     def read(self, name: str) -> bytes:
         """One entry, inflated no further than its limit whatever its header says."""
@@ -114,19 +145,25 @@ class _Book:
         except ET.ParseError as e:
             line, column = e.position
             reason = str(e).split(":")[0]
-            raise InputError(f"{self.source}: {name} is not well-formed XML at line {line}, column {column + 1}:"
-                             f" {reason}") from e
+            raise InputError(
+                f"{self.source}: {name} is not well-formed XML at line {line}, column {column + 1}: {reason}"
+            ) from e
 
     def refuse_encryption(self) -> None:
         if "META-INF/rights.xml" in self.names:
-            raise InputError(f"{self.source}: the EPUB carries DRM (META-INF/rights.xml); synth reads only "
-                             "unprotected EPUBs")
+            raise InputError(
+                f"{self.source}: the EPUB carries DRM (META-INF/rights.xml); synth reads only unprotected EPUBs"
+            )
         if "META-INF/encryption.xml" not in self.names:
             return
-        methods = {m.get("Algorithm") for m in self.xml("META-INF/encryption.xml").iter(f"{{{_NS['enc']}}}EncryptionMethod")}
+        methods = {
+            m.get("Algorithm") for m in self.xml("META-INF/encryption.xml").iter(f"{{{_NS['enc']}}}EncryptionMethod")
+        }
         if methods - _FONT_OBFUSCATION:
-            raise InputError(f"{self.source}: the EPUB is encrypted (DRM: META-INF/encryption.xml); synth reads "
-                             "only unprotected EPUBs")
+            raise InputError(
+                f"{self.source}: the EPUB is encrypted (DRM: META-INF/encryption.xml); synth reads "
+                "only unprotected EPUBs"
+            )
 
     def rootfile(self) -> str:
         if "META-INF/container.xml" not in self.names:
@@ -152,11 +189,14 @@ class _Book:
             except RecursionError:
                 raise InputError(f"{self.source}: {path} nests its elements too deeply to read") from None
             title = titles.get(path)
-            if title is None and chapters and titles:        # a chapter split over two files
+            if title is None and chapters and titles:  # a chapter split over two files
                 chapters[-1].paragraphs.extend(paragraphs)
                 continue
-            chapters.append(Chapter(title=(title or heading or f"Chapter {len(chapters) + 1}")[:MAX_TITLE_CHARS],
-                                    paragraphs=paragraphs))
+            chapters.append(
+                Chapter(
+                    title=(title or heading or f"Chapter {len(chapters) + 1}")[:MAX_TITLE_CHARS], paragraphs=paragraphs
+                )
+            )
         if not chapters:
             raise InputError(f"{self.source}: the EPUB's spine names no XHTML document")
         return finish(_meta(opf, "title"), _meta(opf, "creator"), chapters, self.source)
@@ -185,8 +225,10 @@ def _nav_entries(root: ET.Element) -> Iterable[tuple[str, str]]:
 def _ncx_entries(root: ET.Element) -> Iterable[tuple[str, str]]:
     for point in root.iter(f"{{{_NS['ncx']}}}navPoint"):
         label, content = point.find("ncx:navLabel", _NS), point.find("ncx:content", _NS)
-        yield (" ".join("".join(label.itertext()).split()) if label is not None else "",
-               (content.get("src") or "") if content is not None else "")
+        yield (
+            " ".join("".join(label.itertext()).split()) if label is not None else "",
+            (content.get("src") or "") if content is not None else "",
+        )
 
 
 def _first_titles(toc_path: str, entries: Iterable[tuple[str, str]]) -> dict[str, str]:

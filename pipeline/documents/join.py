@@ -58,9 +58,23 @@ def truncated(fmt: str, piece: Path, samples: int, rate: int, out: Path) -> Path
     """``piece`` cut to the packets of its first ``samples`` (whole frames): what a join takes of a
     piece that another follows."""
     frame = frame_samples(fmt, rate)
-    assert frame is not None   # a format joined by copy
-    ffmpeg(["-f", _PIECE_DEMUXER[fmt], "-i", str(piece), "-map", "0:a", "-c", "copy", "-frames:a",
-            str(samples // frame), *piece_output(fmt, out)], what=out.name)
+    assert frame is not None  # a format joined by copy
+    ffmpeg(
+        [
+            "-f",
+            _PIECE_DEMUXER[fmt],
+            "-i",
+            str(piece),
+            "-map",
+            "0:a",
+            "-c",
+            "copy",
+            "-frames:a",
+            str(samples // frame),
+            *piece_output(fmt, out),
+        ],
+        what=out.name,
+    )
     return out
 
 
@@ -91,8 +105,9 @@ def join_pieces(fmt: str, pieces: list[Path], rate: int, out: Path, scratch: Pat
                 with open(piece, "rb") as src:
                     shutil.copyfileobj(src, f, 1 << 20)
         return out
-    ffmpeg([*joined_input(fmt, pieces, rate, scratch), "-map", "0:a", "-c", "copy", *piece_output(fmt, out)],
-           what=out.name)
+    ffmpeg(
+        [*joined_input(fmt, pieces, rate, scratch), "-map", "0:a", "-c", "copy", *piece_output(fmt, out)], what=out.name
+    )
     scratch.unlink(missing_ok=True)
     return out
 
@@ -104,8 +119,18 @@ def _quoted(path: Path) -> str:
 def ffmpeg(args: list[str], *, what: str, stdin: bytes | None = None) -> None:
     """Run ffmpeg (bit-exact output, so the same input writes the same bytes); PermanentError
     naming ``what`` where it fails."""
-    cmd = [ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-y", *([] if stdin is not None else ["-nostdin"]),
-           *args[:-1], "-fflags", "+bitexact", args[-1]]
+    cmd = [
+        ffmpeg_exe(),
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-y",
+        *([] if stdin is not None else ["-nostdin"]),
+        *args[:-1],
+        "-fflags",
+        "+bitexact",
+        args[-1],
+    ]
     done = subprocess.run(cmd, input=stdin, capture_output=True, check=False)
     if done.returncode != 0:
         raise PermanentError(f"ffmpeg could not write {what}: {done.stderr.decode(errors='replace').strip()[-400:]}")

@@ -30,7 +30,7 @@ _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 _ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!>~|])")
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 
-Block = tuple[int, str]     # (heading level, or 0 for a paragraph; its text)
+Block = tuple[int, str]  # (heading level, or 0 for a paragraph; its text)
 
 
 def read_markdown(text: str, *, source: str) -> Document:
@@ -39,7 +39,7 @@ def read_markdown(text: str, *, source: str) -> Document:
     top = min(levels, default=0)
     title = None
     if top and levels.count(top) == 1 and blocks[0][0] == top and len(set(levels)) > 1:
-        title = blocks[0][1]                  # a lone top-level heading, first: the title
+        title = blocks[0][1]  # a lone top-level heading, first: the title
         blocks = blocks[1:]
         top = min(level for level, _ in blocks if level)
     chapters: list[Chapter] = []
@@ -47,7 +47,7 @@ def read_markdown(text: str, *, source: str) -> Document:
         if level == top:
             chapters.append(Chapter(title=body or f"Chapter {len(chapters) + 1}", read_title=bool(body)))
             continue
-        if not chapters:                      # text before the first chapter: an opening of its own
+        if not chapters:  # text before the first chapter: an opening of its own
             chapters.append(Chapter(title=title or "Opening"))
         if (said := paragraph(body)) is not None:
             chapters[-1].paragraphs.append(said)
@@ -66,7 +66,7 @@ def _blocks(lines: Iterable[str]) -> Iterable[Block]:
             buffer.clear()
 
     for line in lines:
-        if fence is not None:                  # a code block is not read aloud
+        if fence is not None:  # a code block is not read aloud
             if line.strip().startswith(fence):
                 fence = None
             continue
@@ -81,8 +81,12 @@ def _blocks(lines: Iterable[str]) -> Iterable[Block]:
             yield from flush()
             fence = m.group(1)[0] * 3
             continue
-        if (not line.strip() or (_RULE.match(line) and not buffer) or _REF_DEF.match(line)
-                or ("|" in line and _TABLE_RULE.match(line))):
+        if (
+            not line.strip()
+            or (_RULE.match(line) and not buffer)
+            or _REF_DEF.match(line)
+            or ("|" in line and _TABLE_RULE.match(line))
+        ):
             yield from flush()
             continue
         if m := _ATX.match(line):
@@ -95,7 +99,7 @@ def _blocks(lines: Iterable[str]) -> Iterable[Block]:
         if _RULE.match(line):
             yield from flush()
             continue
-        if _LIST_ITEM.match(line) or line.lstrip().startswith("|"):   # an item or table row: a paragraph
+        if _LIST_ITEM.match(line) or line.lstrip().startswith("|"):  # an item or table row: a paragraph
             yield from flush()
             line = _LIST_ITEM.sub("", line, count=1)
         buffer.append(_QUOTE.sub("", line).strip().strip("|"))
@@ -108,7 +112,7 @@ def _inline(text: str) -> str:
     text = _IMAGE.sub("", text)
     text = _LINK.sub(r"\1", text)
     text = _AUTOLINK.sub(r"\1", text)
-    for _ in range(3):                         # nested emphasis: ***a** b*
+    for _ in range(3):  # nested emphasis: ***a** b*
         text = _EMPHASIS.sub(r"\2", text)
-    text = text.replace(" | ", ", ")           # a table row reads as a list
+    text = text.replace(" | ", ", ")  # a table row reads as a list
     return _ESCAPE.sub(r"\1", text).strip()

@@ -13,7 +13,7 @@ MAX_TITLE_CHARS = 200
 @dataclass
 class Chapter:
     title: str
-    paragraphs: list[str] = field(default_factory=list)     # as written, whitespace folded
+    paragraphs: list[str] = field(default_factory=list)  # as written, whitespace folded
     # Whether the title is read aloud before the paragraphs: a Markdown or plain-text heading is
     # (the listener hears where a chapter starts); an EPUB's heading is in its XHTML already.
     read_title: bool = False
@@ -51,6 +51,8 @@ def finish(title: str | None, author: str | None, chapters: list[Chapter], sourc
     kept = [c for c in chapters if c.paragraphs]
     skipped = [c.title for c in chapters if not c.paragraphs]
     if not kept:
-        raise InputError(f"{source}: no speakable text in the document"
-                         + (f" ({len(skipped)} chapters, all empty)" if skipped else ""))
+        raise InputError(
+            f"{source}: no speakable text in the document"
+            + (f" ({len(skipped)} chapters, all empty)" if skipped else "")
+        )
     return Document(title=title, author=author, chapters=kept, skipped=skipped)

@@ -19,14 +19,28 @@ from collections.abc import Iterable, Iterator
 
 from pipeline.documents.model import MAX_TITLE_CHARS, Chapter, Document, finish, paragraph
 
-HEADING_WORDS = ("chapter", "part", "book", "prologue", "epilogue", "preface", "foreword",
-                 "introduction", "interlude", "afterword")
+HEADING_WORDS = (
+    "chapter",
+    "part",
+    "book",
+    "prologue",
+    "epilogue",
+    "preface",
+    "foreword",
+    "introduction",
+    "interlude",
+    "afterword",
+)
 _HEADING = re.compile(r"^(?:%s)\b" % "|".join(HEADING_WORDS), re.I)
 
 
 def is_heading(block: list[str]) -> bool:
-    return (len(block) == 1 and len(block[0]) <= MAX_TITLE_CHARS and _HEADING.match(block[0]) is not None
-            and not block[0].rstrip().endswith(("?", "!", ",", ";")))
+    return (
+        len(block) == 1
+        and len(block[0]) <= MAX_TITLE_CHARS
+        and _HEADING.match(block[0]) is not None
+        and not block[0].rstrip().endswith(("?", "!", ",", ";"))
+    )
 
 
 def read_plain_text(text: str, *, source: str) -> Document:
@@ -34,8 +48,14 @@ def read_plain_text(text: str, *, source: str) -> Document:
     title = None
     first, second = next(blocks, None), next(blocks, None)
     pending = [b for b in (first, second) if b is not None]
-    if (first and second and len(first) == 1 and len(first[0]) <= MAX_TITLE_CHARS
-            and not is_heading(first) and is_heading(second)):
+    if (
+        first
+        and second
+        and len(first) == 1
+        and len(first[0]) <= MAX_TITLE_CHARS
+        and not is_heading(first)
+        and is_heading(second)
+    ):
         title = first[0]
         pending = [second]
     chapters: list[Chapter] = []

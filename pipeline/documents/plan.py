@@ -21,9 +21,9 @@ _CLIENT_ID = re.compile(r"^c(\d{4})-p(\d{5})-s(\d{3})$")
 
 @dataclass(frozen=True)
 class Place:
-    chapter: int        # 1-based, over the chapters kept
-    paragraph: int      # 1-based within the chapter (a read heading is paragraph 1)
-    part: int           # 1-based within the paragraph: a long paragraph's sentences, packed
+    chapter: int  # 1-based, over the chapters kept
+    paragraph: int  # 1-based within the chapter (a read heading is paragraph 1)
+    part: int  # 1-based within the paragraph: a long paragraph's sentences, packed
 
 
 def client_id_for(place: Place) -> str:
@@ -71,12 +71,12 @@ class Outline:
 
     title: str
     author: str | None
-    chapters: list[str]                             # titles, in order
-    format: str                                     # one of ASSEMBLED_FORMATS
-    loudness: float                                 # LUFS every chapter is levelled to
-    true_peak: float                                # dBTP ceiling
+    chapters: list[str]  # titles, in order
+    format: str  # one of ASSEMBLED_FORMATS
+    loudness: float  # LUFS every chapter is levelled to
+    true_peak: float  # dBTP ceiling
     pauses: Pauses
-    cover_key: str | None = None                    # an image in the store
+    cover_key: str | None = None  # an image in the store
     skipped: list[str] = field(default_factory=list)
 
     def to_json(self) -> bytes:

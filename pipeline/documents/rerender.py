@@ -29,8 +29,15 @@ from pipeline.db.models import Batch, Job, JobMetrics, JobStatus, utcnow
 from pipeline.db.session import rows_matched
 from pipeline.documents.batch import load_outline
 from pipeline.documents.plan import place_of
-from pipeline.documents.stored import (CHAPTERS_FILE, DOCUMENT_KIND, assembled, error_key, failure, file_key,
-                                       ready_to_assemble)
+from pipeline.documents.stored import (
+    CHAPTERS_FILE,
+    DOCUMENT_KIND,
+    assembled,
+    error_key,
+    failure,
+    file_key,
+    ready_to_assemble,
+)
 from pipeline.errors import InputError
 from pipeline.plural import counted
 from pipeline.storage import ObjectStore
@@ -53,8 +60,8 @@ class Rerender:
     titles: dict[int, str]
     seeds: dict[int, int]
     jobs: dict[int, list[str]] = field(default_factory=dict)
-    queues: dict[str, str] = field(default_factory=dict)       # job id -> its queue
-    chars: dict[str, int] = field(default_factory=dict)        # client id -> its text's length
+    queues: dict[str, str] = field(default_factory=dict)  # job id -> its queue
+    chars: dict[str, int] = field(default_factory=dict)  # client id -> its text's length
 
     @property
     def total(self) -> int:
@@ -69,8 +76,9 @@ class Rerender:
         return out
 
 
-def plan(session: Session, store: ObjectStore, batch_id: str, chapters: Iterable[int],
-         *, rng: random.Random | None = None) -> Rerender:
+def plan(
+    session: Session, store: ObjectStore, batch_id: str, chapters: Iterable[int], *, rng: random.Random | None = None
+) -> Rerender:
     """Check that ``chapters`` (1-based, as progress and chapters.json count them) can be rendered
     again, and draw their seeds; nothing is written. InputError for a batch that is no document or
     a chapter it does not have; DocumentBusyError while it renders, is assembled, or was cancelled."""
@@ -81,15 +89,19 @@ def plan(session: Session, store: ObjectStore, batch_id: str, chapters: Iterable
         raise InputError("name a chapter to render again")
     bad = [n for n in wanted if not 1 <= n <= count]
     if bad:
-        raise InputError(f"document {batch_id} has {counted(count, 'chapter')}, numbered 1 to {count}: "
-                         f"there is no chapter {bad[0]}")
+        raise InputError(
+            f"document {batch_id} has {counted(count, 'chapter')}, numbered 1 to {count}: there is no chapter {bad[0]}"
+        )
     batch = session.get(Batch, batch_id)
     if batch is None:
         raise InputError(f"document {batch_id} not found")
     if batch.cancelled_at is not None:
         raise DocumentBusyError(f"document {batch_id} was cancelled; submit it again instead")
-    rows = session.execute(select(Job.id, Job.client_id, Job.status, Job.queue, Job.seed, func.length(Job.text))
-                           .where(Job.batch_id == batch_id).order_by(Job.client_id)).all()
+    rows = session.execute(
+        select(Job.id, Job.client_id, Job.status, Job.queue, Job.seed, func.length(Job.text))
+        .where(Job.batch_id == batch_id)
+        .order_by(Job.client_id)
+    ).all()
     _check_idle(session, store, batch, rows)
     rng = rng or random.SystemRandom()
     out = Rerender(batch_id, {n: outline.chapters[n - 1] for n in wanted}, {})
@@ -99,8 +111,10 @@ def plan(session: Session, store: ObjectStore, batch_id: str, chapters: Iterable
         if place is None or place.chapter not in old_seeds:
             continue
         if status == JobStatus.CANCELLED:
-            raise DocumentBusyError(f"chapter {place.chapter} of document {batch_id} has a cancelled job "
-                                    f"({client_id}); submit the document again instead")
+            raise DocumentBusyError(
+                f"chapter {place.chapter} of document {batch_id} has a cancelled job "
+                f"({client_id}); submit the document again instead"
+            )
         out.jobs.setdefault(place.chapter, []).append(job_id)
         out.queues[job_id] = queue
         out.chars[client_id] = chars or 0
@@ -116,8 +130,10 @@ def _check_idle(session: Session, store: ObjectStore, batch: Batch, rows) -> Non
     """DocumentBusyError while a job is open, or while the workers assemble an API document."""
     still_open = sum(not status.terminal for _, _, status, *_ in rows)
     if still_open:
-        raise DocumentBusyError(f"document {batch.id} is still rendering ({counted(still_open, 'job')} not "
-                                "finished); render a chapter again once it is done")
+        raise DocumentBusyError(
+            f"document {batch.id} is still rendering ({counted(still_open, 'job')} not "
+            "finished); render a chapter again once it is done"
+        )
     check_not_assembling(session, store, batch)
 
 
@@ -125,8 +141,12 @@ def check_not_assembling(session: Session, store: ObjectStore, batch: Batch) -> 
     """DocumentBusyError while the workers assemble an API document (all its jobs done, neither
     chapters.json nor a failure there yet): an assembly that read the old audio could otherwise
     land after ``reopen`` removed chapters.json, and stand for the new audio."""
-    if (batch.kind == DOCUMENT_KIND and assembled(store, batch.id) is None and failure(store, batch.id) is None
-            and ready_to_assemble(session, [batch.id])):
+    if (
+        batch.kind == DOCUMENT_KIND
+        and assembled(store, batch.id) is None
+        and failure(store, batch.id) is None
+        and ready_to_assemble(session, [batch.id])
+    ):
         raise DocumentBusyError(f"document {batch.id} is being assembled; try again once it is")
 
 
@@ -146,14 +166,23 @@ def queue(session: Session, store: ObjectStore, planned: Rerender) -> int:
     moved = 0
     for n, ids in planned.jobs.items():
         for start in range(0, len(ids), _ROWS_PER_UPDATE):
-            moved += rows_matched(session.execute(
-                update(Job).where(Job.id.in_(ids[start:start + _ROWS_PER_UPDATE]), Job.status.in_(_FINISHED))
-                .values(status=JobStatus.QUEUED, seed=planned.seeds[n], queued_at=now, finished_at=None,
-                        error=None, updated_at=now)
-                .execution_options(synchronize_session=False)))
+            moved += rows_matched(
+                session.execute(
+                    update(Job)
+                    .where(Job.id.in_(ids[start : start + _ROWS_PER_UPDATE]), Job.status.in_(_FINISHED))
+                    .values(
+                        status=JobStatus.QUEUED,
+                        seed=planned.seeds[n],
+                        queued_at=now,
+                        finished_at=None,
+                        error=None,
+                        updated_at=now,
+                    )
+                    .execution_options(synchronize_session=False)
+                )
+            )
     if moved != planned.total:
-        raise DocumentBusyError(f"document {planned.batch_id} changed while its chapters were queued again; "
-                                "try again")
+        raise DocumentBusyError(f"document {planned.batch_id} changed while its chapters were queued again; try again")
     reopen(session, store, planned.batch_id, [job_id for chapter in planned.jobs.values() for job_id in chapter])
     return moved
 
@@ -166,8 +195,11 @@ def reopen(session: Session, store: ObjectStore, batch_id: str, job_ids: list[st
     are done; its chapters cached under the old audio's digests are found by no assembly
     (cache.py). The caller commits."""
     for start in range(0, len(job_ids), _ROWS_PER_UPDATE):
-        session.execute(delete(JobMetrics).where(JobMetrics.job_id.in_(job_ids[start:start + _ROWS_PER_UPDATE]))
-                        .execution_options(synchronize_session=False))
+        session.execute(
+            delete(JobMetrics)
+            .where(JobMetrics.job_id.in_(job_ids[start : start + _ROWS_PER_UPDATE]))
+            .execution_options(synchronize_session=False)
+        )
     reuse.forget(session, job_ids)
     session.execute(update(Batch).where(Batch.id == batch_id).values(finished_at=None))
     # Before the commit: a commit that fails leaves a finished document without chapters.json,

@@ -26,11 +26,18 @@ from pipeline.documents.batch import assemble_batch
 from pipeline.documents.plan import place_of
 from pipeline.storage import ObjectStore
 
-DOCUMENT_KIND = "document"          # Batch.kind of a document submitted through the API
+DOCUMENT_KIND = "document"  # Batch.kind of a document submitted through the API
 CHAPTERS_FILE = "chapters.json"
-_TYPES = {".m4b": "audio/mp4", ".m4a": "audio/mp4", ".mp3": "audio/mpeg", ".wav": "audio/wav",
-          ".flac": "audio/flac", ".json": "application/json", ".srt": "application/x-subrip",
-          ".vtt": "text/vtt"}
+_TYPES = {
+    ".m4b": "audio/mp4",
+    ".m4a": "audio/mp4",
+    ".mp3": "audio/mpeg",
+    ".wav": "audio/wav",
+    ".flac": "audio/flac",
+    ".json": "application/json",
+    ".srt": "application/x-subrip",
+    ".vtt": "text/vtt",
+}
 
 
 def files_prefix(batch_id: str) -> str:
@@ -84,8 +91,9 @@ def assemble_to_store(session: Session, store: ObjectStore, batch_id: str) -> tu
             store.put(file_key(batch_id, name), (output / name).read_bytes(), content_type(name))
         body = json.loads((output / CHAPTERS_FILE).read_text(encoding="utf-8"))
     body["files"] = [*names, CHAPTERS_FILE]
-    store.put(file_key(batch_id, CHAPTERS_FILE), json.dumps(body, ensure_ascii=False, indent=1).encode(),
-              "application/json")
+    store.put(
+        file_key(batch_id, CHAPTERS_FILE), json.dumps(body, ensure_ascii=False, indent=1).encode(), "application/json"
+    )
     if store.exists(error_key(batch_id)):
         store.delete(error_key(batch_id))
     return body, True
@@ -97,12 +105,12 @@ def ready_to_assemble(session: Session, batch_ids: list[str]) -> list[str]:
     its retry (POST /v1/batches/{id}/retry), which brings it back here once it is done."""
     if not batch_ids:
         return []
-    documents = session.scalars(select(Batch.id).where(Batch.id.in_(batch_ids), Batch.kind == DOCUMENT_KIND,
-                                                       Batch.cancelled_at.is_(None))).all()
+    documents = session.scalars(
+        select(Batch.id).where(Batch.id.in_(batch_ids), Batch.kind == DOCUMENT_KIND, Batch.cancelled_at.is_(None))
+    ).all()
     ready = []
     for batch_id in documents:
-        not_done = session.scalar(select(Job.id).where(Job.batch_id == batch_id, Job.status != JobStatus.DONE)
-                                  .limit(1))
+        not_done = session.scalar(select(Job.id).where(Job.batch_id == batch_id, Job.status != JobStatus.DONE).limit(1))
         if not_done is None:
             ready.append(batch_id)
     return ready
@@ -115,15 +123,22 @@ def chapters_done(session: Session, jobs: list[tuple[str, str]]) -> list[tuple[s
     placed = {(batch_id, place.chapter) for batch_id, place in ((b, place_of(c)) for b, c in jobs) if place}
     if not placed:
         return []
-    documents = set(session.scalars(select(Batch.id).where(Batch.id.in_({b for b, _ in placed}),
-                                                           Batch.kind == DOCUMENT_KIND,
-                                                           Batch.cancelled_at.is_(None))))
+    documents = set(
+        session.scalars(
+            select(Batch.id).where(
+                Batch.id.in_({b for b, _ in placed}), Batch.kind == DOCUMENT_KIND, Batch.cancelled_at.is_(None)
+            )
+        )
+    )
     done = []
     for batch_id, n in sorted(placed):
         if batch_id not in documents:
             continue
-        open_job = session.scalar(select(Job.id).where(Job.batch_id == batch_id, Job.client_id.like(f"c{n:04d}-%"),
-                                                       Job.status != JobStatus.DONE).limit(1))
+        open_job = session.scalar(
+            select(Job.id)
+            .where(Job.batch_id == batch_id, Job.client_id.like(f"c{n:04d}-%"), Job.status != JobStatus.DONE)
+            .limit(1)
+        )
         if open_job is None:
             done.append((batch_id, n))
     return done
@@ -132,10 +147,14 @@ def chapters_done(session: Session, jobs: list[tuple[str, str]]) -> list[tuple[s
 def unassembled(session: Session, store: ObjectStore, *, since: datetime) -> list[str]:
     """Documents whose batch closed since ``since``, all done, yet neither assembled nor failed:
     their assembly's message was lost (the broker away when their last job finished)."""
-    closed = session.scalars(select(Batch.id).where(Batch.kind == DOCUMENT_KIND, Batch.finished_at >= since,
-                                                    Batch.cancelled_at.is_(None))).all()
-    return [batch_id for batch_id in ready_to_assemble(session, list(closed))
-            if assembled(store, batch_id) is None and failure(store, batch_id) is None]
+    closed = session.scalars(
+        select(Batch.id).where(Batch.kind == DOCUMENT_KIND, Batch.finished_at >= since, Batch.cancelled_at.is_(None))
+    ).all()
+    return [
+        batch_id
+        for batch_id in ready_to_assemble(session, list(closed))
+        if assembled(store, batch_id) is None and failure(store, batch_id) is None
+    ]
 
 
 def chapter_progress(session: Session, batch_id: str, titles: list[str]) -> list[dict]:
@@ -150,5 +169,7 @@ def chapter_progress(session: Session, batch_id: str, titles: list[str]) -> list
         total[place.chapter] += 1
         done[place.chapter] += status == JobStatus.DONE
         failed[place.chapter] += status == JobStatus.FAILED
-    return [{"number": n, "title": title, "jobs": total[n], "done": done[n], "failed": failed[n]}
-            for n, title in enumerate(titles, start=1)]
+    return [
+        {"number": n, "title": title, "jobs": total[n], "done": done[n], "failed": failed[n]}
+        for n, title in enumerate(titles, start=1)
+    ]

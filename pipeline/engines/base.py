@@ -23,19 +23,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SynthesisRequest:
-    key: Hashable          # the caller's name for this request; chunks come back with it
+    key: Hashable  # the caller's name for this request; chunks come back with it
     text: str
     voice: str
     seed: int | None = None
     realtime: bool = False  # admitted ahead of batch work where the engine schedules
-    rate: float = 1.0       # speaking rate (SSML prosody); honoured where EngineInfo.rate_control
+    rate: float = 1.0  # speaking rate (SSML prosody); honoured where EngineInfo.rate_control
     # The job this request is a piece of (None: a job of its own). Engines share realtime turns
     # between jobs, not pieces, so a long job's many pieces do not queue a short job behind them.
     job: Hashable | None = None
     # A realtime job's: this request is piece ``key[1]`` of job ``live.job_id``'s live stream,
     # written, start to end, beside the engine's output (pipeline/live.py ``LiveStreams``).
     live: LiveSpec | None = None
-
 
     @property
     def group(self) -> Hashable:
@@ -46,16 +45,16 @@ class SynthesisRequest:
 @dataclass(frozen=True)
 class LiveSpec:
     job_id: str
-    pieces: int             # the job's pieces: the stream ends after the last one
-    fade: int               # crossfade samples between pieces, as in the stored file
+    pieces: int  # the job's pieces: the stream ends after the last one
+    fade: int  # crossfade samples between pieces, as in the stored file
 
 
 @dataclass
 class AudioChunk:
     key: Hashable
-    audio: np.ndarray       # float32 mono in [-1, 1] at EngineInfo.sample_rate; may be empty on error
-    final: bool             # the last chunk of this request
-    error: EngineError | RetryableError | None = None   # retryable: run the job again later
+    audio: np.ndarray  # float32 mono in [-1, 1] at EngineInfo.sample_rate; may be empty on error
+    final: bool  # the last chunk of this request
+    error: EngineError | RetryableError | None = None  # retryable: run the job again later
     # On the final chunk, the engine's counters for this request (tokens, slot steps ...);
     # the renderer sums them over a job's pieces into job_metrics.extra for the reports.
     stats: dict = field(default_factory=dict)
@@ -63,14 +62,14 @@ class AudioChunk:
 
 @dataclass(frozen=True)
 class EngineInfo:
-    name: str               # "piper", "orpheus"
-    model: str              # model id or folder name
-    quantization: str       # "none", "int8", "nf4", ...
-    device_type: str        # GPU name or CPU model, recorded per job
+    name: str  # "piper", "orpheus"
+    model: str  # model id or folder name
+    quantization: str  # "none", "int8", "nf4", ...
+    device_type: str  # GPU name or CPU model, recorded per job
     sample_rate: int
     voices: tuple[str, ...]
     max_batch: int = 1
-    max_text_chars: int | None = None   # longest text one request may carry; callers split longer
+    max_text_chars: int | None = None  # longest text one request may carry; callers split longer
     extra: dict = field(default_factory=dict)
     # What the text front end (pipeline/textfront) needs to know: each voice's languages (their
     # scripts are kept, others dropped; a voice not listed keeps every script), the inline tags
@@ -79,11 +78,12 @@ class EngineInfo:
     languages: dict[str, tuple[str, ...]] = field(default_factory=dict)
     inline_tags: tuple[str, ...] = ()
     rate_control: bool = False
-    phoneme_input: bool = False     # IPA in [[ ... ]] blocks is spoken as those phonemes (Piper)
+    phoneme_input: bool = False  # IPA in [[ ... ]] blocks is spoken as those phonemes (Piper)
 
     def profile(self, voice: str) -> VoiceProfile:
-        return VoiceProfile(voice, self.languages.get(voice, ()), frozenset(self.inline_tags),
-                            self.rate_control, self.phoneme_input)
+        return VoiceProfile(
+            voice, self.languages.get(voice, ()), frozenset(self.inline_tags), self.rate_control, self.phoneme_input
+        )
 
 
 class Engine(abc.ABC):
@@ -114,6 +114,7 @@ class Engine(abc.ABC):
         """Start the requests and return; their chunks go to ``sink.put`` from the engine's threads,
         in the order ``synthesize`` would yield them. An engine with a loop of its own hands the
         requests to it; this default runs ``synthesize`` on a thread of the call's own."""
+
         def run() -> None:
             open_keys = {req.key for req in requests}
             try:

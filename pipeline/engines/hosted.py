@@ -57,25 +57,32 @@ class _Lost:
 
 
 class HostedEngine(Engine):
-    def __init__(self, settings: EngineSettings, load: Callable[[EngineSettings], Engine],
-                 on_lost: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        settings: EngineSettings,
+        load: Callable[[EngineSettings], Engine],
+        on_lost: Callable[[], None] | None = None,
+    ):
         """``load``: builds the engine in the engine process (registry.load_inline); a function
         of a module, so that the spawned process can import it."""
         self.on_lost = on_lost
-        ctx = multiprocessing.get_context("spawn")   # CUDA cannot be forked; spawn starts clean
+        ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked; spawn starts clean
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=serve, args=(load, replace(settings, process="inline"),
-                                                     child, logging.getLogger().getEffectiveLevel()),
-                                 name=f"synth-engine-{settings.engine}", daemon=True)
+        self._proc = ctx.Process(
+            target=serve,
+            args=(load, replace(settings, process="inline"), child, logging.getLogger().getEffectiveLevel()),
+            name=f"synth-engine-{settings.engine}",
+            daemon=True,
+        )
         self._proc.start()
         child.close()
         try:
-            kind, payload = self._conn.recv()     # the engine loads and warms up first: minutes, maybe
+            kind, payload = self._conn.recv()  # the engine loads and warms up first: minutes, maybe
         except (EOFError, OSError):
             self._proc.join(5)
             raise EngineUnavailableError(
-                f"the engine process exited with code {self._proc.exitcode} while loading; "
-                "its log above says why") from None
+                f"the engine process exited with code {self._proc.exitcode} while loading; its log above says why"
+            ) from None
         if kind == "error":
             self._proc.join(10)
             raise EngineUnavailableError(payload)
@@ -142,7 +149,7 @@ class HostedEngine(Engine):
         try:
             with self._send_lock:
                 self._conn.send(message)
-        except (OSError, ValueError) as e:   # a broken pipe: the reader reports the exit
+        except (OSError, ValueError) as e:  # a broken pipe: the reader reports the exit
             raise RetryableError(f"the engine process is gone ({e})") from e
 
     def _read(self) -> None:
@@ -178,12 +185,12 @@ class _Forward:
 
     def __init__(self, call: int, outbox: queue.SimpleQueue, streams: LiveStreams | None = None):
         self.call, self.outbox = call, outbox
-        self.held: dict = {}     # request key -> its audio since the first chunk
+        self.held: dict = {}  # request key -> its audio since the first chunk
         self.lock = threading.Lock()
         self.streams = streams
 
     def put(self, chunk: AudioChunk) -> None:
-        with self.lock:          # the loop's and the codec's threads both put
+        with self.lock:  # the loop's and the codec's threads both put
             if self.streams is not None:
                 self.streams.put(chunk)
             held = self._hold(chunk)
@@ -192,7 +199,7 @@ class _Forward:
 
     def _hold(self, chunk: AudioChunk) -> AudioChunk | None:
         parts = self.held.get(chunk.key)
-        if parts is None:                    # nothing sent for this request yet
+        if parts is None:  # nothing sent for this request yet
             if not chunk.final and chunk.audio.size:
                 self.held[chunk.key] = []
             return chunk
@@ -205,8 +212,7 @@ class _Forward:
         return chunk
 
 
-def serve(load: Callable[[EngineSettings], Engine], settings: EngineSettings, conn,
-          log_level: int) -> None:
+def serve(load: Callable[[EngineSettings], Engine], settings: EngineSettings, conn, log_level: int) -> None:
     """The engine process: load, warm up, say ready, then run calls until told to close or the
     worker goes away (the pipe ends)."""
     # The worker decides when to stop: a Ctrl-C or SIGTERM sent to the whole process group must
@@ -233,7 +239,7 @@ def serve(load: Callable[[EngineSettings], Engine], settings: EngineSettings, co
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                break           # the worker is gone
+                break  # the worker is gone
             if message[0] == "close":
                 break
             if message[0] == "live":
@@ -245,7 +251,7 @@ def serve(load: Callable[[EngineSettings], Engine], settings: EngineSettings, co
             streams = LiveStreams(live, requests, engine.info.sample_rate) if live is not None else None
             sink = _Forward(call, outbox, streams or None)
             if any(r.realtime for r in requests):
-                _start(engine, requests, sink)      # on this thread: behind no batch call's tokenization
+                _start(engine, requests, sink)  # on this thread: behind no batch call's tokenization
             else:
                 starters.submit(_start, engine, requests, sink)
     finally:
@@ -258,7 +264,7 @@ def serve(load: Callable[[EngineSettings], Engine], settings: EngineSettings, co
 def _start(engine: Engine, requests: list[SynthesisRequest], sink: _Forward) -> None:
     try:
         engine.submit(requests, sink)
-    except Exception as e:      # nothing of this call was started: each request ends with the error
+    except Exception as e:  # nothing of this call was started: each request ends with the error
         log.exception("engine call failed to start")
         for req in requests:
             sink.put(AudioChunk(req.key, np.zeros(0, np.float32), True, EngineError(f"engine failed: {e}")))

@@ -21,20 +21,20 @@ from dataclasses import dataclass, field
 from pipeline.lexicon.entries import Entry
 
 _WORD = re.compile(r"\w+")
-_PLACEHOLDER = re.compile(r"lexphoneme(\d+)x")   # a word that no later rule of the front end changes
+_PLACEHOLDER = re.compile(r"lexphoneme(\d+)x")  # a word that no later rule of the front end changes
 
 
 @dataclass
 class Applied:
     text: str
-    replaced: int = 0                              # entries applied
-    phonemes: list[str] = field(default_factory=list)   # IPA by placeholder number
-    skipped_phonemes: int = 0                      # phoneme entries the voice cannot take
+    replaced: int = 0  # entries applied
+    phonemes: list[str] = field(default_factory=list)  # IPA by placeholder number
+    skipped_phonemes: int = 0  # phoneme entries the voice cannot take
 
 
 @dataclass(frozen=True)
 class _Literal:
-    offset: int          # characters of the written form before its first word
+    offset: int  # characters of the written form before its first word
     written: str
     entry: Entry
 
@@ -50,19 +50,19 @@ class Compiled:
             if e.pattern:
                 self._pattern_entries.append(e)
                 body = _pattern_regex(e.written)
-                patterns.append(f"(?P<p{len(patterns)}>{body})" if e.case_sensitive
-                                else f"(?P<p{len(patterns)}>(?i:{body}))")
+                patterns.append(
+                    f"(?P<p{len(patterns)}>{body})" if e.case_sensitive else f"(?P<p{len(patterns)}>(?i:{body}))"
+                )
                 continue
             first = _WORD.search(e.written)
-            assert first is not None   # check_entry refuses a written form without a word
+            assert first is not None  # check_entry refuses a written form without a word
             literal = _Literal(first.start(), e.written if e.case_sensitive else e.written.lower(), e)
             table, key = (self._exact, first.group()) if e.case_sensitive else (self._folded, first.group().lower())
             table.setdefault(key, []).append(literal)
         for table in (self._exact, self._folded):
             for candidates in table.values():
                 candidates.sort(key=lambda c: -len(c.written))
-        self._patterns = (re.compile(r"(?<!\w)(?:" + "|".join(patterns) + r")(?!\w)")
-                          if patterns else None)
+        self._patterns = re.compile(r"(?<!\w)(?:" + "|".join(patterns) + r")(?!\w)") if patterns else None
 
     def apply(self, text: str, takes_phonemes: bool, phonemes: list[str] | None = None) -> Applied:
         """``phonemes``: where the IPA of earlier parts of the same text went, so placeholders of
@@ -96,7 +96,7 @@ class Compiled:
             return text
 
         def sub(m: re.Match) -> str:
-            assert m.lastgroup is not None   # every alternative is a named group, p<n>
+            assert m.lastgroup is not None  # every alternative is a named group, p<n>
             entry = self._pattern_entries[int(m.lastgroup[1:])]
             return _say(entry, m.group(), out, takes_phonemes)
 
@@ -115,8 +115,9 @@ def _match(text: str, start: int, candidates: list[_Literal] | None, fold: bool)
         if (found.lower() if fold else found) != c.written:
             continue
         # whole words: no letter or digit runs on past either end of the written form
-        if (end < len(text) and c.written[-1:].isalnum() and (text[end].isalnum() or text[end] == "_")) or \
-                (begin > 0 and c.written[0].isalnum() and (text[begin - 1].isalnum() or text[begin - 1] == "_")):
+        if (end < len(text) and c.written[-1:].isalnum() and (text[end].isalnum() or text[end] == "_")) or (
+            begin > 0 and c.written[0].isalnum() and (text[begin - 1].isalnum() or text[begin - 1] == "_")
+        ):
             continue
         return begin, end, c.entry
     return None
@@ -129,7 +130,7 @@ def _say(entry: Entry, found: str, out: Applied, takes_phonemes: bool) -> str:
     if not takes_phonemes:
         out.skipped_phonemes += 1
         return found
-    assert entry.phoneme is not None   # an entry has an alias or a phoneme (check_entry)
+    assert entry.phoneme is not None  # an entry has an alias or a phoneme (check_entry)
     out.replaced += 1
     out.phonemes.append(entry.phoneme)
     return f" lexphoneme{len(out.phonemes) - 1}x "

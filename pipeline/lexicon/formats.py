@@ -22,7 +22,7 @@ from pipeline.errors import InputError
 from pipeline.lexicon.entries import Entry
 
 PLS_NS = "http://www.w3.org/2005/01/pronunciation-lexicon"
-SYNTH_NS = "urn:synth:lexicon"    # case-sensitive and pattern entries, which PLS cannot say
+SYNTH_NS = "urn:synth:lexicon"  # case-sensitive and pattern entries, which PLS cannot say
 MAX_FILE_BYTES = 20 * 1024 * 1024
 _DECLARATIONS = re.compile(rb"<!(DOCTYPE|ENTITY)", re.IGNORECASE)
 _LINE = re.compile(r"^(.*?\S)\s*(==?)\s*(\S.*)$")
@@ -56,11 +56,12 @@ def parse_pls(data: bytes) -> list[Entry]:
     except ET.ParseError as e:
         line, column = e.position
         raise InputError(f"not a PLS file: not well-formed XML at line {line}, column {column}") from e
-    except (LookupError, ValueError) as e:   # an encoding declaration Python does not know
+    except (LookupError, ValueError) as e:  # an encoding declaration Python does not know
         raise InputError(f"not a PLS file: {e}") from e
     if root.tag != f"{{{PLS_NS}}}lexicon":
-        raise InputError(f"not a PLS file: the root element is <{root.tag.rsplit('}', 1)[-1]}>, expected "
-                         f"<lexicon xmlns=\"{PLS_NS}\">")
+        raise InputError(
+            f'not a PLS file: the root element is <{root.tag.rsplit("}", 1)[-1]}>, expected <lexicon xmlns="{PLS_NS}">'
+        )
     alphabet = root.get("alphabet", "ipa")
     entries = []
     for n, lexeme in enumerate(root.iter(f"{{{PLS_NS}}}lexeme"), 1):
@@ -82,8 +83,9 @@ def _lexeme(lexeme: ET.Element, n: int, alphabet: str) -> list[Entry]:
         raise InputError(f"PLS lexeme {n} ({graphemes[0][:40]!r}): neither <alias> nor <phoneme>")
     own = phoneme.get("alphabet", alphabet)
     if own != "ipa":
-        raise InputError(f"PLS lexeme {n} ({graphemes[0][:40]!r}): alphabet {own!r}; synth takes IPA "
-                         "phonemes (alphabet=\"ipa\")")
+        raise InputError(
+            f'PLS lexeme {n} ({graphemes[0][:40]!r}): alphabet {own!r}; synth takes IPA phonemes (alphabet="ipa")'
+        )
     return [Entry(g, phoneme=phoneme.text or "", case_sensitive=case_sensitive, pattern=pattern) for g in graphemes]
 
 
@@ -106,18 +108,23 @@ def parse_text(text: str) -> list[Entry]:
 
 
 def to_pls(entries: list[Entry], lang: str = "en-US") -> str:
-    lines = ['<?xml version="1.0" encoding="UTF-8"?>',
-             f'<lexicon version="1.0" xmlns="{PLS_NS}" xmlns:synth="{SYNTH_NS}" alphabet="ipa" '
-             f'xml:lang={quoteattr(lang)}>']
+    lines = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<lexicon version="1.0" xmlns="{PLS_NS}" xmlns:synth="{SYNTH_NS}" alphabet="ipa" xml:lang={quoteattr(lang)}>',
+    ]
     for e in entries:
-        flags = (' synth:case-sensitive="true"' if e.case_sensitive else "") + \
-                (' synth:pattern="true"' if e.pattern else "")
-        says = f"<alias>{escape(e.alias)}</alias>" if e.alias is not None else f"<phoneme>{escape(e.phoneme or '')}</phoneme>"
+        flags = (' synth:case-sensitive="true"' if e.case_sensitive else "") + (
+            ' synth:pattern="true"' if e.pattern else ""
+        )
+        says = (
+            f"<alias>{escape(e.alias)}</alias>"
+            if e.alias is not None
+            else f"<phoneme>{escape(e.phoneme or '')}</phoneme>"
+        )
         lines.append(f"  <lexeme{flags}><grapheme>{escape(e.written)}</grapheme>{says}</lexeme>")
     lines.append("</lexicon>")
     return "\n".join(lines) + "\n"
 
 
 def to_text(entries: list[Entry]) -> str:
-    return "".join(f"{e.written} {'==' if e.case_sensitive else '='} "
-                   f"{e.says}\n" for e in entries)
+    return "".join(f"{e.written} {'==' if e.case_sensitive else '='} {e.says}\n" for e in entries)

@@ -21,7 +21,7 @@ from pipeline.errors import InputError
 from pipeline.lexicon.apply import Compiled
 from pipeline.lexicon.entries import Entry, check_entry, check_lexicon, merge
 
-DEFAULT_NAME = "default"      # the lexicon every new job of its owner uses unless told otherwise
+DEFAULT_NAME = "default"  # the lexicon every new job of its owner uses unless told otherwise
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
@@ -53,8 +53,10 @@ class Checker:
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InputError(f"lexicon name {str(name)[:60]!r}: use 1 to 100 ASCII letters, digits, _ . or -, "
-                         "starting with a letter or digit")
+        raise InputError(
+            f"lexicon name {str(name)[:60]!r}: use 1 to 100 ASCII letters, digits, _ . or -, "
+            "starting with a letter or digit"
+        )
     return name
 
 
@@ -62,12 +64,18 @@ def create(session: Session, checker: Checker, *, owner: str, name: str, entries
     """A new lexicon at version 1; the caller commits. InputError for a name in use or a bad entry."""
     checked = merge([], checker.entries(entries), [])
     check_lexicon(checked)
-    lexicon = Lexicon(owner=owner, name=check_name(name), version=1, entry_count=len(checked),
-                      created_at=utcnow(), updated_at=utcnow())
+    lexicon = Lexicon(
+        owner=owner,
+        name=check_name(name),
+        version=1,
+        entry_count=len(checked),
+        created_at=utcnow(),
+        updated_at=utcnow(),
+    )
     session.add(lexicon)
     try:
         session.flush()
-    except IntegrityError as e:   # the unique (owner, name): the name is taken, perhaps a moment ago
+    except IntegrityError as e:  # the unique (owner, name): the name is taken, perhaps a moment ago
         session.rollback()
         raise InputError(f"a lexicon named {name!r} exists already") from e
     session.add(LexiconVersion(lexicon_id=lexicon.id, version=1, entries=[e.to_dict() for e in checked]))
@@ -77,10 +85,12 @@ def create(session: Session, checker: Checker, *, owner: str, name: str, entries
 
 def find(session: Session, *, owner: str, ref: str) -> Lexicon:
     """The owner's lexicon with this id or name, or NotFound."""
-    if not _NAME.fullmatch(ref):     # no name or id looks like this (nor may reach the database: NUL)
+    if not _NAME.fullmatch(ref):  # no name or id looks like this (nor may reach the database: NUL)
         raise NotFound(f"lexicon {ref[:100]!r} not found")
-    found = session.scalars(select(Lexicon).where(Lexicon.owner == owner, Lexicon.id == ref)).first() or \
-        session.scalars(select(Lexicon).where(Lexicon.owner == owner, Lexicon.name == ref)).first()
+    found = (
+        session.scalars(select(Lexicon).where(Lexicon.owner == owner, Lexicon.id == ref)).first()
+        or session.scalars(select(Lexicon).where(Lexicon.owner == owner, Lexicon.name == ref)).first()
+    )
     if found is None:
         raise NotFound(f"lexicon {ref[:100]!r} not found")
     return found
@@ -101,8 +111,15 @@ def list_for(session: Session, *, owner: str) -> list[Lexicon]:
     return list(session.scalars(select(Lexicon).where(Lexicon.owner == owner).order_by(Lexicon.name)))
 
 
-def change(session: Session, checker: Checker, lexicon: Lexicon, *, added: Sequence[Entry] = (),
-           removed: Sequence[str] = (), replace: bool = False) -> bool:
+def change(
+    session: Session,
+    checker: Checker,
+    lexicon: Lexicon,
+    *,
+    added: Sequence[Entry] = (),
+    removed: Sequence[str] = (),
+    replace: bool = False,
+) -> bool:
     """A new version with ``added`` put in and ``removed`` taken out (``replace``: ``added`` is the
     whole lexicon). Everything is checked before anything is written; the caller commits. False,
     and no version, when nothing changes. A written form to remove that no entry has is an error:
@@ -119,8 +136,7 @@ def change(session: Session, checker: Checker, lexicon: Lexicon, *, added: Seque
     lexicon.version += 1
     lexicon.entry_count = len(entries)
     lexicon.updated_at = utcnow()
-    session.add(LexiconVersion(lexicon_id=lexicon.id, version=lexicon.version,
-                               entries=[e.to_dict() for e in entries]))
+    session.add(LexiconVersion(lexicon_id=lexicon.id, version=lexicon.version, entries=[e.to_dict() for e in entries]))
     session.flush()
     return True
 
@@ -151,8 +167,7 @@ def pin(session: Session, *, owner: str, ref: str | None, version: int | None = 
     if ref is None:
         if version is not None:
             raise InputError("a lexicon version needs a lexicon")
-        default = session.scalars(select(Lexicon).where(Lexicon.owner == owner,
-                                                        Lexicon.name == DEFAULT_NAME)).first()
+        default = session.scalars(select(Lexicon).where(Lexicon.owner == owner, Lexicon.name == DEFAULT_NAME)).first()
         return Pin(default.id, default.version) if default is not None else None
     lexicon = find(session, owner=owner, ref=ref)
     if version is not None and not 1 <= version <= lexicon.version:

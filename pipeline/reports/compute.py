@@ -29,8 +29,14 @@ def default_period(now: datetime | None = None, hours: float = 24) -> tuple[date
     return until - timedelta(hours=hours), until
 
 
-def compute_report(session: Session, since: datetime, until: datetime, *,
-                   gpu_prices: Mapping[str, float] | None = None, compare: bool = True) -> Report:
+def compute_report(
+    session: Session,
+    since: datetime,
+    until: datetime,
+    *,
+    gpu_prices: Mapping[str, float] | None = None,
+    compare: bool = True,
+) -> Report:
     """The report for [since, until); with ``compare``, also the previous period of equal length."""
     since, until = since.astimezone(UTC), until.astimezone(UTC)
     if until <= since:
@@ -51,10 +57,13 @@ def _compute(session: Session, since: datetime, until: datetime, prices: dict[st
     for error, n in queries.failure_errors(session, since, until):
         failures[reason(error)] += n
     report = Report(
-        period_start=since, period_end=until, generated_at=utcnow(),
+        period_start=since,
+        period_end=until,
+        generated_at=utcnow(),
         jobs_by_state=queries.jobs_by_state(session, since, until),
         batches_by_state=queries.batches_by_state(session, since, until),
-        jobs_done=len(done), jobs_failed=sum(failures.values()),
+        jobs_done=len(done),
+        jobs_failed=sum(failures.values()),
         characters=queries.characters_done(session, since, until),
         audio_s=sum(j.audio_s for j in done),
         failures_by_reason=dict(failures.most_common()),
@@ -80,9 +89,12 @@ WORST_JOBS = 10
 def verification(session: Session, since: datetime, until: datetime) -> Verification:
     counts = queries.verdicts(session, since, until)
     checked = sum(counts.values())
-    return Verification(checked=checked, verdicts=counts,
-                        clean_share=counts.get("clean", 0) / checked if checked else None,
-                        worst=queries.flagged_jobs(session, since, until, WORST_JOBS))
+    return Verification(
+        checked=checked,
+        verdicts=counts,
+        clean_share=counts.get("clean", 0) / checked if checked else None,
+        worst=queries.flagged_jobs(session, since, until, WORST_JOBS),
+    )
 
 
 def throughput_row(key: str, jobs: list[DoneJob], prices: Mapping[str, float], period_s: float) -> ThroughputRow:
@@ -94,16 +106,23 @@ def throughput_row(key: str, jobs: list[DoneJob], prices: Mapping[str, float], p
     for worker_jobs in by_worker.values():
         for device_type, typed in _group(worker_jobs, lambda j: j.device_type).items():
             busy_by_type[device_type] += busy_seconds(
-                (j.started_at, j.finished_at) for j in typed if j.started_at is not None)
+                (j.started_at, j.finished_at) for j in typed if j.started_at is not None
+            )
     busy = sum(busy_by_type.values())
     audio = sum(j.audio_s for j in jobs)
     priced = all(t in prices for t in busy_by_type)
     cost = sum(prices[t] * s / 3600 for t, s in busy_by_type.items()) if priced and busy_by_type else None
     return ThroughputRow(
-        key=key, jobs=len(jobs), audio_s=audio, busy_s=busy, workers=len(by_worker),
-        x_realtime=ratio(audio, busy), audio_s_per_gpu_hour=ratio(audio * 3600, busy),
+        key=key,
+        jobs=len(jobs),
+        audio_s=audio,
+        busy_s=busy,
+        workers=len(by_worker),
+        x_realtime=ratio(audio, busy),
+        audio_s_per_gpu_hour=ratio(audio * 3600, busy),
         utilization=ratio(busy, len(by_worker) * period_s),
-        cost=cost, cost_per_audio_hour=ratio(cost, audio / 3600),
+        cost=cost,
+        cost_per_audio_hour=ratio(cost, audio / 3600),
         device_types=sorted(busy_by_type),
     )
 
@@ -155,14 +174,22 @@ def series(jobs: list[DoneJob], since: datetime, until: datetime) -> Series:
     audio = [0.0] * n
     for j in jobs:
         audio[min(n - 1, int((j.finished_at - since).total_seconds() // bin_s))] += j.audio_s
-    return Series(bin_s=bin_s, starts=[since + timedelta(seconds=i * bin_s) for i in range(n)],
-                  audio_s=audio, ttfb_s=sorted(j.ttfb_s for j in jobs if j.ttfb_s is not None))
+    return Series(
+        bin_s=bin_s,
+        starts=[since + timedelta(seconds=i * bin_s) for i in range(n)],
+        audio_s=audio,
+        ttfb_s=sorted(j.ttfb_s for j in jobs if j.ttfb_s is not None),
+    )
 
 
 def _headline(r: Report) -> dict[str, float | None]:
     return {
-        "jobs_done": r.jobs_done, "jobs_failed": r.jobs_failed, "audio_hours": r.audio_hours,
-        "x_realtime": r.overall.x_realtime, "audio_s_per_gpu_hour": r.overall.audio_s_per_gpu_hour,
-        "ttfb_p50_s": r.ttfb["all"].p50, "ttfb_p95_s": r.ttfb["all"].p95,
+        "jobs_done": r.jobs_done,
+        "jobs_failed": r.jobs_failed,
+        "audio_hours": r.audio_hours,
+        "x_realtime": r.overall.x_realtime,
+        "audio_s_per_gpu_hour": r.overall.audio_s_per_gpu_hour,
+        "ttfb_p50_s": r.ttfb["all"].p50,
+        "ttfb_p95_s": r.ttfb["all"].p95,
         "cost_per_audio_hour": r.overall.cost_per_audio_hour,
     }

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import redis
 
 WORKER_PREFIX = "synth:workers:"
-HEARTBEAT_TTL = 30          # seconds a heartbeat outlives its last refresh
+HEARTBEAT_TTL = 30  # seconds a heartbeat outlives its last refresh
 # kombu's Redis transport keeps a queue's messages of priority p > 0 in "<queue>\x06\x16<p>".
 PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 
@@ -26,7 +26,7 @@ def queue_depths(client: redis.Redis, queues: Sequence[str]) -> dict[str, int]:
             pipe.llen(queue + suffix)
     counts = pipe.execute()
     n = len(PRIORITY_SUFFIXES)
-    return {queue: sum(counts[i * n:(i + 1) * n]) for i, queue in enumerate(queues)}
+    return {queue: sum(counts[i * n : (i + 1) * n]) for i, queue in enumerate(queues)}
 
 
 def write_heartbeat(client: redis.Redis, name: str, fields: Mapping[str, object], ttl: int = HEARTBEAT_TTL) -> None:
@@ -51,7 +51,7 @@ def workers(client: redis.Redis) -> list[dict[str, str]]:
     for key, fields in zip(keys, pipe.execute()):
         if fields:
             row = {_s(k): _s(v) for k, v in fields.items()}
-            row["name"] = _s(key)[len(WORKER_PREFIX):]
+            row["name"] = _s(key)[len(WORKER_PREFIX) :]
             out.append(row)
     return out
 

@@ -10,10 +10,23 @@ from datetime import datetime
 from pipeline.reports.stats import percentile
 
 DIMENSIONS = ("device_type", "worker_host", "engine", "model", "quantization")
-DIMENSION_TITLES = {"device_type": "GPU / device type", "worker_host": "worker", "engine": "engine",
-                    "model": "model", "quantization": "quantization mode"}
-HEADLINE_FIELDS = ("jobs_done", "jobs_failed", "audio_hours", "x_realtime", "audio_s_per_gpu_hour",
-                   "ttfb_p50_s", "ttfb_p95_s", "cost_per_audio_hour")
+DIMENSION_TITLES = {
+    "device_type": "GPU / device type",
+    "worker_host": "worker",
+    "engine": "engine",
+    "model": "model",
+    "quantization": "quantization mode",
+}
+HEADLINE_FIELDS = (
+    "jobs_done",
+    "jobs_failed",
+    "audio_hours",
+    "x_realtime",
+    "audio_s_per_gpu_hour",
+    "ttfb_p50_s",
+    "ttfb_p95_s",
+    "cost_per_audio_hour",
+)
 
 NOTES = (
     "Period: jobs are counted by when they finished (done or failed), batches and job states by when "
@@ -43,8 +56,13 @@ class Percentiles:
 
     @classmethod
     def of(cls, values: list[float]) -> Percentiles:
-        return cls(n=len(values), p50=percentile(values, 50), p95=percentile(values, 95),
-                   p99=percentile(values, 99), mean=sum(values) / len(values) if values else None)
+        return cls(
+            n=len(values),
+            p50=percentile(values, 50),
+            p95=percentile(values, 95),
+            p99=percentile(values, 99),
+            mean=sum(values) / len(values) if values else None,
+        )
 
 
 @dataclass
@@ -57,7 +75,7 @@ class ThroughputRow:
     x_realtime: float | None
     audio_s_per_gpu_hour: float | None
     utilization: float | None
-    cost: float | None                 # None: a device type in this row has no price
+    cost: float | None  # None: a device type in this row has no price
     cost_per_audio_hour: float | None
     device_types: list[str] = field(default_factory=list)
 
@@ -66,28 +84,29 @@ class ThroughputRow:
 class Batching:
     jobs_with_size: int
     mean_batch_size: float | None
-    sizes: dict[int, int]              # batch size -> jobs rendered in a batch of that size
-    slot_fill: float | None            # mean batch_size / extra.max_batch
-    padding_fraction: float | None     # padded_tokens / (tokens + padded_tokens)
-    idle_slot_fraction: float | None   # idle_slot_steps / slot_steps
+    sizes: dict[int, int]  # batch size -> jobs rendered in a batch of that size
+    slot_fill: float | None  # mean batch_size / extra.max_batch
+    padding_fraction: float | None  # padded_tokens / (tokens + padded_tokens)
+    idle_slot_fraction: float | None  # idle_slot_steps / slot_steps
     jobs_with_extra: int
 
 
 @dataclass
 class Verification:
     """The checks of done jobs' audio against their text (pipeline/verify)."""
-    checked: int                       # done jobs with a verdict
-    verdicts: dict[str, int]           # clean, suspect, bad, not_checked -> jobs
-    clean_share: float | None          # clean / checked
-    worst: list[dict]                  # the bad, then suspect, jobs: batch_id, client_id, verdict, reasons, cer
+
+    checked: int  # done jobs with a verdict
+    verdicts: dict[str, int]  # clean, suspect, bad, not_checked -> jobs
+    clean_share: float | None  # clean / checked
+    worst: list[dict]  # the bad, then suspect, jobs: batch_id, client_id, verdict, reasons, cer
 
 
 @dataclass
 class Series:
     bin_s: int
     starts: list[datetime]
-    audio_s: list[float]               # audio finished in each bin
-    ttfb_s: list[float]                # every TTFB of the period, for the distribution plot
+    audio_s: list[float]  # audio finished in each bin
+    ttfb_s: list[float]  # every TTFB of the period, for the distribution plot
 
 
 @dataclass

@@ -71,5 +71,8 @@ def per_gpu_bars(r: Report) -> str:
 
 
 def all_plots(r: Report) -> dict[str, str]:
-    return {"Throughput over time": throughput_over_time(r), "TTFB distribution": ttfb_distribution(r),
-            "Per-GPU throughput": per_gpu_bars(r)}
+    return {
+        "Throughput over time": throughput_over_time(r),
+        "TTFB distribution": ttfb_distribution(r),
+        "Per-GPU throughput": per_gpu_bars(r),
+    }

@@ -22,16 +22,27 @@ def report_keys(period_end: datetime) -> tuple[str, str]:
     return f"reports/{day}.html", f"reports/{day}.json"
 
 
-def publish_report(sessions: sessionmaker[Session], store: ObjectStore, since: datetime, until: datetime,
-                   *, gpu_prices: Mapping[str, float] | None = None) -> ReportRow:
+def publish_report(
+    sessions: sessionmaker[Session],
+    store: ObjectStore,
+    since: datetime,
+    until: datetime,
+    *,
+    gpu_prices: Mapping[str, float] | None = None,
+) -> ReportRow:
     with sessions() as session:
         report = compute_report(session, since, until, gpu_prices=gpu_prices)
     html_key, json_key = report_keys(report.period_end)
     store.put(html_key, render_html(report).encode(), "text/html; charset=utf-8")
     store.put(json_key, render_json(report).encode(), "application/json")
-    row = ReportRow(period_start=report.period_start, period_end=report.period_end,
-                    created_at=report.generated_at, html_key=html_key, json_key=json_key,
-                    summary=report.to_dict(series=False))
+    row = ReportRow(
+        period_start=report.period_start,
+        period_end=report.period_end,
+        created_at=report.generated_at,
+        html_key=html_key,
+        json_key=json_key,
+        summary=report.to_dict(series=False),
+    )
     with sessions() as session:
         session.add(row)
         session.commit()

@@ -15,7 +15,7 @@ def busy_seconds(intervals: Iterable[tuple[datetime, datetime]]) -> float:
     """Length of the union of [start, end] intervals: the time one worker had any job in hand.
     Jobs rendered together overlap; counting each job's own time would count the GPU twice."""
     total = 0.0
-    current: tuple[datetime, datetime] | None = None   # the union's last interval so far
+    current: tuple[datetime, datetime] | None = None  # the union's last interval so far
     for start, end in sorted(intervals):
         if end < start:
             continue
@@ -67,4 +67,4 @@ def reason(error: str | None) -> str:
             return m.expand(name)
     text = _NUMBER.sub("N", _HEX_ID.sub("<id>", _QUOTED.sub("'…'", first)))
     text = " ".join(text.split())
-    return text if len(text) <= MAX_REASON else text[:MAX_REASON - 1] + "…"
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 1] + "…"

@@ -14,8 +14,12 @@ def make_store(settings: Settings) -> ObjectStore:
     if settings.s3_bucket:
         from pipeline.storage.s3 import S3Store
 
-        return S3Store(bucket=settings.s3_bucket, prefix=settings.s3_prefix,
-                       endpoint_url=settings.s3_endpoint_url, region=settings.s3_region)
+        return S3Store(
+            bucket=settings.s3_bucket,
+            prefix=settings.s3_prefix,
+            endpoint_url=settings.s3_endpoint_url,
+            region=settings.s3_region,
+        )
     from pipeline.storage.local import LocalStore
 
     return LocalStore(settings.object_dir)

@@ -66,8 +66,9 @@ class LocalStore(ObjectStore):
         base = self.root / prefix
         if not base.exists():
             return []
-        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*")
-                      if p.is_file() and not p.name.startswith(".tmp-"))
+        return sorted(
+            str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file() and not p.name.startswith(".tmp-")
+        )
 
     def list_modified(self, prefix: str) -> dict[str, datetime]:
         out = {}

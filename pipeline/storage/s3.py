@@ -14,14 +14,16 @@ from pipeline.storage.base import ObjectStore
 
 
 class S3Store(ObjectStore):
-    def __init__(self, *, bucket: str, prefix: str = "", endpoint_url: str | None = None,
-                 region: str = "us-east-1") -> None:
+    def __init__(
+        self, *, bucket: str, prefix: str = "", endpoint_url: str | None = None, region: str = "us-east-1"
+    ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.client = boto3.client(
-            "s3", endpoint_url=endpoint_url, region_name=region,
-            config=Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5,
-                          read_timeout=60),
+            "s3",
+            endpoint_url=endpoint_url,
+            region_name=region,
+            config=Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=60),
         )
 
     def _key(self, key: str) -> str:
@@ -29,8 +31,7 @@ class S3Store(ObjectStore):
 
     def put(self, key: str, data: bytes, content_type: str) -> None:
         try:
-            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
-                                   ContentType=content_type)
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, ContentType=content_type)
         except (BotoCoreError, ClientError) as e:
             raise StorageError(f"cannot write s3://{self.bucket}/{self._key(key)}: {e}") from e
 
@@ -60,7 +61,7 @@ class S3Store(ObjectStore):
         paginator = self.client.get_paginator("list_objects_v2")
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
-                keys.extend(o["Key"][len(self.prefix):] for o in page.get("Contents", []))
+                keys.extend(o["Key"][len(self.prefix) :] for o in page.get("Contents", []))
         except (BotoCoreError, ClientError) as e:
             raise StorageError(f"cannot list s3://{self.bucket}/{self._key(prefix)}: {e}") from e
         return sorted(keys)
@@ -70,7 +71,7 @@ class S3Store(ObjectStore):
         paginator = self.client.get_paginator("list_objects_v2")
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
-                out.update((o["Key"][len(self.prefix):], o["LastModified"]) for o in page.get("Contents", []))
+                out.update((o["Key"][len(self.prefix) :], o["LastModified"]) for o in page.get("Contents", []))
         except (BotoCoreError, ClientError) as e:
             raise StorageError(f"cannot list s3://{self.bucket}/{self._key(prefix)}: {e}") from e
         return out
@@ -81,7 +82,8 @@ class S3Store(ObjectStore):
     def presigned_url(self, key: str, expires_s: int) -> str | None:
         try:
             return self.client.generate_presigned_url(
-                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires_s)
+                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires_s
+            )
         except (BotoCoreError, ClientError) as e:
             raise StorageError(f"cannot presign s3://{self.bucket}/{self._key(key)}: {e}") from e
 

@@ -36,8 +36,10 @@ INLINE_TAG_SECONDS = 1.0
 _TAG = re.compile(r"<!--.*?-->|</?([A-Za-z][\w:.-]*)(?:\s[^<>]*)?/?>", re.DOTALL)
 _INLINE = re.compile(r"<([a-z]+)>")
 # Tags inside a word: removed without a space (wo<b>r</b>d); the others separate words.
-_INLINE_HTML = frozenset("a abbr b bdi bdo cite code data del dfn em font i ins kbd mark q s samp "
-                         "small span strong sub sup time u var wbr".split())
+_INLINE_HTML = frozenset(
+    "a abbr b bdi bdo cite code data del dfn em font i ins kbd mark q s samp "
+    "small span strong sub sup time u var wbr".split()
+)
 
 
 @dataclass(frozen=True)
@@ -45,24 +47,24 @@ class VoiceProfile:
     """What an engine's voice can say (engines/base.py EngineInfo.profile)."""
 
     name: str
-    languages: tuple[str, ...] = ()              # e.g. ("en_US",); empty: not declared
-    inline_tags: frozenset[str] = frozenset()    # tags the engine performs (Orpheus: laugh ...)
-    rate_control: bool = False                   # SynthesisRequest.rate is honoured
-    phonemes: bool = False                       # takes IPA in Piper's [[ ... ]] blocks
+    languages: tuple[str, ...] = ()  # e.g. ("en_US",); empty: not declared
+    inline_tags: frozenset[str] = frozenset()  # tags the engine performs (Orpheus: laugh ...)
+    rate_control: bool = False  # SynthesisRequest.rate is honoured
+    phonemes: bool = False  # takes IPA in Piper's [[ ... ]] blocks
 
 
 @dataclass
 class Prepared:
     parts: list[Speech | Pause]
-    notes: dict = field(default_factory=dict)    # what was normalized or dropped; empty: nothing
-    phonemes: list[str] = field(default_factory=list)   # lexicon IPA, by placeholder (lexicon/apply.py)
+    notes: dict = field(default_factory=dict)  # what was normalized or dropped; empty: nothing
+    phonemes: list[str] = field(default_factory=list)  # lexicon IPA, by placeholder (lexicon/apply.py)
 
     def pieces(self, max_chars: int) -> tuple[list[Speech], list[float]]:
         """Chunks of at most ``max_chars`` with their rate, and the seconds of silence around
         them: ``pauses[i]`` before chunk ``i``, ``pauses[-1]`` after the last one."""
         chunks: list[Speech] = []
         pauses = [0.0]
-        between = 0.0           # paragraph pauses: kept only where speech follows
+        between = 0.0  # paragraph pauses: kept only where speech follows
         for part in self.parts:
             if isinstance(part, Pause):
                 if part.soft:
@@ -79,8 +81,7 @@ class Prepared:
         return chunks, pauses
 
 
-def prepare(text: str, voice: VoiceProfile, read_emoji: bool = False,
-            lexicon: Compiled | None = None) -> Prepared:
+def prepare(text: str, voice: VoiceProfile, read_emoji: bool = False, lexicon: Compiled | None = None) -> Prepared:
     """Raises MarkupError for a ``<speak>`` document that is not well-formed. ``lexicon``: the
     job's lexicon version, compiled (pipeline/lexicon/store.py Versions)."""
     counts: dict[str, int] = {}
@@ -105,8 +106,7 @@ def prepare(text: str, voice: VoiceProfile, read_emoji: bool = False,
                 part.text = said.text
             expanded, n = readings.expand(plain.normalize(part.text))
             _count(counts, "readings_expanded", n)
-            part.text = plain.normalize(
-                scripts.keep_speakable(expanded, allowed, read_emoji, dropped))
+            part.text = plain.normalize(scripts.keep_speakable(expanded, allowed, read_emoji, dropped))
     _count(counts, "foreign_chars_dropped", dropped.foreign)
     _count(counts, "emoji_dropped", dropped.emoji)
     return Prepared(parts, counts, phonemes)
@@ -117,8 +117,11 @@ def unspeakable_reason(text: str, voice: VoiceProfile, notes: dict) -> str:
     why = f"nothing speakable in line: {text[:60]!r}"
     if notes.get("foreign_chars_dropped"):
         langs = ", ".join(voice.languages)
-        dropped = counted(notes["foreign_chars_dropped"], "character of other scripts was dropped",
-                          "characters of other scripts were dropped")
+        dropped = counted(
+            notes["foreign_chars_dropped"],
+            "character of other scripts was dropped",
+            "characters of other scripts were dropped",
+        )
         why += f"; voice {voice.name!r} speaks {langs}, and {dropped}"
     if notes.get("emoji_dropped"):
         silent = counted(notes["emoji_dropped"], "emoji is silent", "emoji are silent")

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import re
 
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-         "fifteen sixteen seventeen eighteen nineteen").split()
+_ONES = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen"
+).split()
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 _SCALES = ((10**12, "trillion"), (10**9, "billion"), (10**6, "million"), (1000, "thousand"))
-_ORDINAL_WORDS = {"one": "first", "two": "second", "three": "third", "five": "fifth",
-                  "eight": "eighth", "nine": "ninth", "twelve": "twelfth"}
-MONTHS = ("January February March April May June July August September October November "
-          "December").split()
+_ORDINAL_WORDS = {
+    "one": "first",
+    "two": "second",
+    "three": "third",
+    "five": "fifth",
+    "eight": "eighth",
+    "nine": "ninth",
+    "twelve": "twelfth",
+}
+MONTHS = ("January February March April May June July August September October November December").split()
 _NUMBER = re.compile(r"^([+-]?)(\d[\d,]*)(?:\.(\d+))?$")
 _ORDINAL_SUFFIX = re.compile(r"^(\d[\d,]*)(?:st|nd|rd|th)?\.?$", re.IGNORECASE)
 
@@ -85,7 +93,7 @@ def date_text(text: str, fmt: str | None) -> str | None:
     fields = re.split(r"[-/.\s]+", text.strip())
     if not all(f.isdigit() for f in fields):
         return None
-    order = (fmt or ("ymd" if len(fields[0]) == 4 else "mdy"))[:len(fields)]
+    order = (fmt or ("ymd" if len(fields[0]) == 4 else "mdy"))[: len(fields)]
     if len(order) != len(fields) or set(order) - set("ymd"):
         return None
     parts = dict(zip(order, (int(f) for f in fields)))

@@ -11,10 +11,16 @@ from __future__ import annotations
 import re
 
 # symbol -> (one, many, hundredth one, hundredths many)
-CURRENCIES = {"$": ("dollar", "dollars", "cent", "cents"), "€": ("euro", "euros", "cent", "cents"),
-              "£": ("pound", "pounds", "penny", "pence"), "¥": ("yen", "yen", "sen", "sen")}
-_MONEY = re.compile(r"(?<![\w$€£¥])([$€£¥])\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?"
-                    r"(?:\s+(thousand|million|billion|trillion)\b)?")
+CURRENCIES = {
+    "$": ("dollar", "dollars", "cent", "cents"),
+    "€": ("euro", "euros", "cent", "cents"),
+    "£": ("pound", "pounds", "penny", "pence"),
+    "¥": ("yen", "yen", "sen", "sen"),
+}
+_MONEY = re.compile(
+    r"(?<![\w$€£¥])([$€£¥])\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?"
+    r"(?:\s+(thousand|million|billion|trillion)\b)?"
+)
 _URL = re.compile(r"\b(?:https?://|www\.)[^\s<>\"']+", re.IGNORECASE)
 _EMAIL = re.compile(r"\b([\w.+-]+)@([\w-]+(?:\.[\w-]+)+)\b")
 _TRAILING = ".,;:!?)]}'\""
@@ -29,6 +35,7 @@ def expand(text: str) -> tuple[str, int]:
             nonlocal count
             count += 1
             return fn(m)
+
         return sub
 
     text = _URL.sub(counted(_url), text)
@@ -40,10 +47,10 @@ def expand(text: str) -> tuple[str, int]:
 def _money(m: re.Match) -> str:
     symbol, whole, fraction, scale = m.groups()
     one, many, sub_one, sub_many = CURRENCIES[symbol]
-    if scale:                                       # $1.5 million -> 1.5 million dollars
+    if scale:  # $1.5 million -> 1.5 million dollars
         number = f"{whole}.{fraction}" if fraction else whole
         return f"{number} {scale} {many}"
-    if fraction and len(fraction) != 2:             # $0.5: not cents; read as a number
+    if fraction and len(fraction) != 2:  # $0.5: not cents; read as a number
         return f"{whole}.{fraction} {many}"
     units = f"{whole} {one if whole == '1' else many}"
     cents = int(fraction) if fraction else 0
@@ -55,10 +62,10 @@ def _money(m: re.Match) -> str:
 def _url(m: re.Match) -> str:
     url = m.group(0)
     tail = ""
-    while url and url[-1] in _TRAILING:             # the sentence's punctuation, not the URL's
+    while url and url[-1] in _TRAILING:  # the sentence's punctuation, not the URL's
         url, tail = url[:-1], url[-1] + tail
     url = re.sub(r"^(?:https?://)?(?:www\.)?", "", url, flags=re.IGNORECASE)
-    url = re.split(r"[?#]", url, maxsplit=1)[0].rstrip("/")   # a query is never read out
+    url = re.split(r"[?#]", url, maxsplit=1)[0].rstrip("/")  # a query is never read out
     parts = [p for p in url.split("/") if p]
     return " slash ".join(_dotted(p) for p in parts) + tail
 

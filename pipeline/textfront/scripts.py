@@ -17,13 +17,18 @@ KNOWN_SCRIPTS = frozenset(
     "BENGALI GURMUKHI GUJARATI ORIYA TAMIL TELUGU KANNADA MALAYALAM SINHALA THAI LAO TIBETAN "
     "MYANMAR GEORGIAN HANGUL ETHIOPIC CHEROKEE CANADIAN OGHAM RUNIC TAGALOG KHMER MONGOLIAN "
     "LIMBU BUGINESE BALINESE SUNDANESE JAVANESE HIRAGANA KATAKANA BOPOMOFO CJK IDEOGRAPHIC KANGXI "
-    "YI VAI BAMUM TIFINAGH".split())
+    "YI VAI BAMUM TIFINAGH".split()
+)
 _LATIN = frozenset({"LATIN"})
 # Language (ISO 639-1, the part before "_" in en_US) -> the scripts its voices read.
 LANGUAGE_SCRIPTS = {
-    **{lang: _LATIN for lang in (
-        "en af ca cs cy da de es et eu fi fr ga gl hr hu id is it lb lt lv ms mt nl no nb nn pl "
-        "pt ro sk sl sq sv sw tr vi").split()},
+    **{
+        lang: _LATIN
+        for lang in (
+            "en af ca cs cy da de es et eu fi fr ga gl hr hu id is it lb lt lv ms mt nl no nb nn pl "
+            "pt ro sk sl sq sv sw tr vi"
+        ).split()
+    },
     **{lang: frozenset({"CYRILLIC"}) for lang in ("ru", "uk", "bg", "sr", "mk", "be", "kk")},
     "el": frozenset({"GREEK"}),
     **{lang: frozenset({"ARABIC"}) for lang in ("ar", "fa", "ur")},
@@ -37,8 +42,7 @@ LANGUAGE_SCRIPTS = {
     "hy": frozenset({"ARMENIAN"}),
 }
 # Pictographs, and the joiners and modifiers that build emoji sequences out of them.
-_EMOJI_RANGES = ((0x1F000, 0x1FAFF), (0x2600, 0x27BF), (0x2B00, 0x2BFF), (0x2300, 0x23FF),
-                 (0xE0020, 0xE007F))
+_EMOJI_RANGES = ((0x1F000, 0x1FAFF), (0x2600, 0x27BF), (0x2B00, 0x2BFF), (0x2300, 0x23FF), (0xE0020, 0xE007F))
 _EMOJI_GLUE = frozenset({0x200D, 0x20E3, 0xFE0E, 0xFE0F}) | frozenset(range(0x1F3FB, 0x1F400))
 
 
@@ -70,12 +74,11 @@ def script_of(c: str) -> str | None:
 
 @dataclass
 class Dropped:
-    foreign: int = 0    # letters and digits of scripts the voice cannot read
-    emoji: int = 0      # pictographs (not the joiners and modifiers between them)
+    foreign: int = 0  # letters and digits of scripts the voice cannot read
+    emoji: int = 0  # pictographs (not the joiners and modifiers between them)
 
 
-def keep_speakable(text: str, scripts: frozenset[str] | None, read_emoji: bool,
-                   dropped: Dropped) -> str:
+def keep_speakable(text: str, scripts: frozenset[str] | None, read_emoji: bool, dropped: Dropped) -> str:
     """``text`` without emoji (unless ``read_emoji``) and without characters of other scripts;
     a combining mark goes with the character it sits on."""
     out = []
@@ -87,7 +90,7 @@ def keep_speakable(text: str, scripts: frozenset[str] | None, read_emoji: bool,
             if not keep and ord(c) not in _EMOJI_GLUE:
                 dropped.emoji += 1
         elif cat[0] == "M" and script_of(c) is None:
-            keep = kept_last                       # a combining mark follows its base
+            keep = kept_last  # a combining mark follows its base
         else:
             script = script_of(c)
             keep = scripts is None or script is None or script in scripts
@@ -96,6 +99,6 @@ def keep_speakable(text: str, scripts: frozenset[str] | None, read_emoji: bool,
         if keep:
             out.append(c)
         elif out and out[-1] != " " and cat[0] in "LNS":
-            out.append(" ")                        # a dropped word leaves a word boundary
+            out.append(" ")  # a dropped word leaves a word boundary
         kept_last = keep
     return "".join(out)

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from pipeline.errors import MarkupError
 from pipeline.textfront import numbers
 
-BREAK_STRENGTHS = {"none": 0.0, "x-weak": 0.1, "weak": 0.25, "medium": 0.5, "strong": 0.75,
-                   "x-strong": 1.25}
+BREAK_STRENGTHS = {"none": 0.0, "x-weak": 0.1, "weak": 0.25, "medium": 0.5, "strong": 0.75, "x-strong": 1.25}
 MAX_BREAK_SECONDS = 10.0
 RATES = {"x-slow": 0.5, "slow": 0.75, "medium": 1.0, "default": 1.0, "fast": 1.25, "x-fast": 1.5}
 RATE_RANGE = (0.5, 2.0)
@@ -46,7 +45,7 @@ class Speech:
 @dataclass
 class Pause:
     seconds: float
-    soft: bool = False      # a paragraph's pause: not kept at the very start or end
+    soft: bool = False  # a paragraph's pause: not kept at the very start or end
 
 
 @dataclass
@@ -62,8 +61,7 @@ def is_ssml(text: str) -> bool:
     return _SPEAK_START.match(text) is not None
 
 
-def parse(text: str, emotive_tags: frozenset[str], rate_control: bool,
-          notes: Notes) -> list[Speech | Pause]:
+def parse(text: str, emotive_tags: frozenset[str], rate_control: bool, notes: Notes) -> list[Speech | Pause]:
     """A ``<speak>`` document -> speech and pauses, in order."""
     if re.search(r"<!(DOCTYPE|ENTITY)", text, re.IGNORECASE):
         raise MarkupError("SSML may not declare a DOCTYPE or entities")
@@ -83,14 +81,15 @@ def _parse_xml(text: str) -> ET.Element:
     roots: list[ET.Element] = []
     try:
         parser.feed(text)
-        _read(parser, stack, roots)     # raises a syntax error where the parser found it
-        parser.close()                  # raises for a document that ends too early
+        _read(parser, stack, roots)  # raises a syntax error where the parser found it
+        parser.close()  # raises for a document that ends too early
         _read(parser, stack, roots)
     except ET.ParseError as e:
         line, column = e.position
         reason = str(e).split(":")[0]
-        raise MarkupError(f"malformed SSML at line {line}, column {column}: {reason}; "
-                          f"{_expected(reason, stack)}") from e
+        raise MarkupError(
+            f"malformed SSML at line {line}, column {column}: {reason}; {_expected(reason, stack)}"
+        ) from e
     return roots[0]
 
 
@@ -98,7 +97,7 @@ def _read(parser: ET.XMLPullParser[ET.Element], stack: list[str], roots: list[ET
     """Keep the stack of open elements up to date, so an error can say which one to close."""
     # typeshed allows a 1-tuple among the events; ElementTree yields (event, element) pairs only
     for event, element in parser.read_events():  # type: ignore[misc]
-        assert isinstance(element, ET.Element)   # the parser was asked for start and end events only
+        assert isinstance(element, ET.Element)  # the parser was asked for start and end events only
         if event == "end":
             stack.pop()
         else:
@@ -202,8 +201,7 @@ def _break_seconds(el) -> float:
         return min(seconds, MAX_BREAK_SECONDS)
     strength = el.get("strength", "medium")
     if strength not in BREAK_STRENGTHS:
-        raise MarkupError(f"SSML <break strength={strength!r}>: expected one of "
-                          f"{', '.join(BREAK_STRENGTHS)}")
+        raise MarkupError(f"SSML <break strength={strength!r}>: expected one of {', '.join(BREAK_STRENGTHS)}")
     return BREAK_STRENGTHS[strength]
 
 
@@ -213,8 +211,9 @@ def _rate(value: str) -> float:
         return RATES[value]
     m = re.match(r"^([+-]?)(\d+(?:\.\d+)?)%$", value)
     if not m:
-        raise MarkupError(f"SSML <prosody rate={value!r}>: expected x-slow, slow, medium, fast, "
-                          "x-fast or a percentage like 80%")
+        raise MarkupError(
+            f"SSML <prosody rate={value!r}>: expected x-slow, slow, medium, fast, x-fast or a percentage like 80%"
+        )
     sign, pct = m.group(1), float(m.group(2)) / 100
     return 1.0 + pct if sign == "+" else 1.0 - pct if sign == "-" else pct
 
@@ -223,9 +222,12 @@ def say_as(text: str, interpret_as: str, fmt: str | None) -> str:
     """The words for ``text`` read as ``interpret_as``; the text itself when it does not parse as
     one (a date that is not a date) or the kind is not in the subset."""
     speak: Callable[[str], str | None] | None = {
-        "cardinal": numbers.cardinal_text, "number": numbers.cardinal_text,
-        "ordinal": numbers.ordinal_text, "telephone": numbers.telephone_text,
-        "characters": spell_out, "spell-out": spell_out,
+        "cardinal": numbers.cardinal_text,
+        "number": numbers.cardinal_text,
+        "ordinal": numbers.ordinal_text,
+        "telephone": numbers.telephone_text,
+        "characters": spell_out,
+        "spell-out": spell_out,
         "date": lambda t: numbers.date_text(t, fmt),
     }.get(interpret_as)
     words = speak(text) if speak else None
@@ -235,5 +237,4 @@ def say_as(text: str, interpret_as: str, fmt: str | None) -> str:
 def spell_out(text: str) -> str:
     """One character at a time: letters as capitals (engines say a lone capital by its name),
     digits as words."""
-    return " ".join(numbers.cardinal(int(c)) if c.isdigit() else c.upper()
-                    for c in text if c.isalnum())
+    return " ".join(numbers.cardinal(int(c)) if c.isdigit() else c.upper() for c in text if c.isalnum())

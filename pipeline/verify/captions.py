@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from pipeline.verify.recognizer import Word
 
-CUE_WORDS = 7           # a caption line a reader takes in at a glance
+CUE_WORDS = 7  # a caption line a reader takes in at a glance
 CUE_SECONDS = 3.5
 FORMATS = ("json", "srt", "vtt")
 
@@ -28,21 +28,29 @@ def cues(words: Sequence[Word]) -> list[tuple[float, float, str]]:
 
 def render(words: Sequence[Word], fmt: str, *, approximate: bool = False) -> str:
     if fmt == "json":
-        return json.dumps({"approximate": approximate, "words": [_entry(w) for w in words]},
-                          ensure_ascii=False, indent=1) + "\n"
+        return (
+            json.dumps({"approximate": approximate, "words": [_entry(w) for w in words]}, ensure_ascii=False, indent=1)
+            + "\n"
+        )
     if fmt == "srt":
-        return "".join(f"{i}\n{_stamp(a, ',')} --> {_stamp(b, ',')}\n{text}\n\n"
-                       for i, (a, b, text) in enumerate(cues(words), 1))
+        return "".join(
+            f"{i}\n{_stamp(a, ',')} --> {_stamp(b, ',')}\n{text}\n\n" for i, (a, b, text) in enumerate(cues(words), 1)
+        )
     if fmt == "vtt":
-        return "WEBVTT\n\n" + "".join(f"{_stamp(a, '.')} --> {_stamp(b, '.')}\n{text}\n\n"
-                                      for a, b, text in cues(words))
+        return "WEBVTT\n\n" + "".join(
+            f"{_stamp(a, '.')} --> {_stamp(b, '.')}\n{text}\n\n" for a, b, text in cues(words)
+        )
     raise ValueError(f"unknown caption format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
 def _entry(w: Word) -> dict:
     """A word of words.json; ``spoken`` where the text front end read the written word as others."""
-    entry = {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3),
-             "confidence": None if w.confidence is None else round(w.confidence, 3)}
+    entry = {
+        "word": w.word,
+        "start": round(w.start, 3),
+        "end": round(w.end, 3),
+        "confidence": None if w.confidence is None else round(w.confidence, 3),
+    }
     return {**entry, "spoken": w.spoken} if w.spoken else entry
 
 

@@ -34,14 +34,16 @@ def in_share(job_id: str, share: float) -> bool:
 @dataclass(frozen=True)
 class Verifier:
     """Checks a job as it renders (inline: the embedded default)."""
+
     recognizer: Recognizer
-    share: float            # of jobs checked, 0 < share <= 1
+    share: float  # of jobs checked, 0 < share <= 1
 
     def wants(self, job_id: str) -> bool:
         return in_share(job_id, self.share)
 
-    def check(self, samples: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile,
-              lexicon: Compiled | None = None) -> verdict.Verdict:
+    def check(
+        self, samples: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile, lexicon: Compiled | None = None
+    ) -> verdict.Verdict:
         return verdict.check(samples, sample_rate, text, voice, self.recognizer, lexicon)
 
 
@@ -50,6 +52,7 @@ class LaterChecks:
     """Checks a job after it renders, on the verify queue: the render worker records the job's
     verdict as ``pending`` with its audio and sends ``send(job_id)``; a verify worker checks it
     (pipeline/verify/queued.py). The render worker loads no recognizer and spends no CPU on it."""
+
     share: float
     send: Callable[[str], None]
 
@@ -74,8 +77,10 @@ def verify_share(setting: str, on_cpu: bool, sample: float = 0.1) -> float:
     except ValueError:
         share = -1.0
     if not 0.0 <= share <= 1.0:
-        raise InputError(f"SYNTH_VERIFY={setting!r}: give auto, all, sample (SYNTH_VERIFY_SHARE of the jobs), "
-                         "off, or a share of jobs from 0 to 1 (0.1)")
+        raise InputError(
+            f"SYNTH_VERIFY={setting!r}: give auto, all, sample (SYNTH_VERIFY_SHARE of the jobs), "
+            "off, or a share of jobs from 0 to 1 (0.1)"
+        )
     return share
 
 
@@ -95,8 +100,9 @@ def make_verifier(setting: str, recognizer_spec: str, on_cpu: bool, sample: floa
     return Verifier(recognizer, share)
 
 
-def plan_checks(setting: str, recognizer_spec: str, *, on_cpu: bool, sample: float,
-                later: Callable[[str], None] | None) -> Verifier | LaterChecks | None:
+def plan_checks(
+    setting: str, recognizer_spec: str, *, on_cpu: bool, sample: float, later: Callable[[str], None] | None
+) -> Verifier | LaterChecks | None:
     """How a render worker has its jobs checked: inline (``later`` None: the embedded Redis, where
     the worker is the whole fleet), or on the verify queue through ``later``. A render worker that
     queues its checks needs no recognizer, but under ``auto`` the CPU workers that render are the
@@ -123,7 +129,7 @@ def store_captions(store: ObjectStore, audio_key: str, result: verdict.Verdict) 
     if not result.words:
         return []
     words = result.caption_words
-    assert words is not None   # the words as written, or else these
+    assert words is not None  # the words as written, or else these
     keys = []
     for fmt, content_type in CAPTION_TYPES.items():
         key = caption_key(audio_key, fmt)
@@ -134,5 +140,10 @@ def store_captions(store: ObjectStore, audio_key: str, result: verdict.Verdict) 
 
 def record(result: verdict.Verdict) -> dict:
     """What job_metrics.extra keeps of a verdict (its status has a column of its own)."""
-    return {"reasons": result.reasons, "scores": result.scores, "transcript": result.transcript,
-            "recognizer": result.recognizer, "captions": bool(result.words)}
+    return {
+        "reasons": result.reasons,
+        "scores": result.scores,
+        "transcript": result.transcript,
+        "recognizer": result.recognizer,
+        "captions": bool(result.words),
+    }

@@ -41,30 +41,41 @@ log = logging.getLogger(__name__)
 def pending_record(profile: VoiceProfile) -> dict:
     """job_metrics.extra["verify"] of a job whose check is queued: the voice's profile, which the
     text front end reads the text for, since a verify worker has no engine to ask."""
-    return {"voice": {"name": profile.name, "languages": list(profile.languages),
-                      "inline_tags": sorted(profile.inline_tags), "rate_control": profile.rate_control}}
+    return {
+        "voice": {
+            "name": profile.name,
+            "languages": list(profile.languages),
+            "inline_tags": sorted(profile.inline_tags),
+            "rate_control": profile.rate_control,
+        }
+    }
 
 
 def _profile(pending: dict, voice: str) -> VoiceProfile:
     v = pending.get("voice") or {}
-    return VoiceProfile(v.get("name") or voice, tuple(v.get("languages") or ()),
-                        frozenset(v.get("inline_tags") or ()), bool(v.get("rate_control")))
+    return VoiceProfile(
+        v.get("name") or voice,
+        tuple(v.get("languages") or ()),
+        frozenset(v.get("inline_tags") or ()),
+        bool(v.get("rate_control")),
+    )
 
 
 @dataclass
 class Checker:
     """What a verify worker needs: no engine, a recognizer."""
+
     sessions: sessionmaker[Session]
     store: ObjectStore
-    recognizer: Recognizer | None       # None: not installed here; its jobs end not_checked
-    retakes: Retakes | None = None      # a bad job rendered again (SYNTH_RERENDER_BUDGET)
-    lexicons: Versions = field(default_factory=Versions)   # jobs' lexicon versions, compiled once each
+    recognizer: Recognizer | None  # None: not installed here; its jobs end not_checked
+    retakes: Retakes | None = None  # a bad job rendered again (SYNTH_RERENDER_BUDGET)
+    lexicons: Versions = field(default_factory=Versions)  # jobs' lexicon versions, compiled once each
 
 
 @dataclass
 class Checked:
     checked: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)    # checked already, or no longer there
+    skipped: list[str] = field(default_factory=list)  # checked already, or no longer there
 
 
 def verify_jobs(c: Checker, job_ids: Sequence[str]) -> Checked:
@@ -74,15 +85,16 @@ def verify_jobs(c: Checker, job_ids: Sequence[str]) -> Checked:
     out = Checked()
     for job_id in job_ids:
         with c.sessions() as session:
-            row = session.execute(select(Job, JobMetrics).join(JobMetrics, JobMetrics.job_id == Job.id)
-                                  .where(Job.id == job_id)).first()
+            row = session.execute(
+                select(Job, JobMetrics).join(JobMetrics, JobMetrics.job_id == Job.id).where(Job.id == job_id)
+            ).first()
         if row is None or row[0].status != JobStatus.DONE or row[1].verdict != verdict.PENDING:
             out.skipped.append(job_id)
             continue
         job, metrics = row
         take = (metrics.extra or {}).get("retake")
         status = _retake(c, job, metrics, take) if take else _first(c, job, metrics)
-        if status is None:   # another copy of the message recorded it meanwhile
+        if status is None:  # another copy of the message recorded it meanwhile
             out.skipped.append(job_id)
             continue
         out.checked.append(job_id)
@@ -95,14 +107,18 @@ def verify_jobs(c: Checker, job_ids: Sequence[str]) -> Checked:
 def _first(c: Checker, job: Job, metrics: JobMetrics) -> str | None:
     """The check of the job's render; its verdict, or None where it was recorded already."""
     pending = (metrics.extra or {}).get("verify") or {}
-    assert job.object_key is not None   # a pending check is of a done job's render
+    assert job.object_key is not None  # a pending check is of a done job's render
     result = _check(c, job.object_key, job, pending)
     store_captions(c.store, job.object_key, result)
     with c.sessions() as session:
-        moved = rows_matched(session.execute(
-            update(JobMetrics).where(JobMetrics.job_id == job.id, JobMetrics.verdict == verdict.PENDING)
-            .values(verdict=result.status, extra={**(metrics.extra or {}), "verify": record(result)})
-            .execution_options(synchronize_session=False)))
+        moved = rows_matched(
+            session.execute(
+                update(JobMetrics)
+                .where(JobMetrics.job_id == job.id, JobMetrics.verdict == verdict.PENDING)
+                .values(verdict=result.status, extra={**(metrics.extra or {}), "verify": record(result)})
+                .execution_options(synchronize_session=False)
+            )
+        )
         session.commit()
     return result.status if moved else None
 
@@ -120,16 +136,21 @@ def _check(c: Checker, key: str, job: Job, pending: dict) -> verdict.Verdict:
         samples, rate = decode(c.store.get(key))
     except InputError as e:
         return verdict.Verdict(verdict.NOT_CHECKED, [f"the stored audio cannot be read: {e}"])
-    return verdict.check(samples, rate, job.text, _profile(pending, job.voice), c.recognizer,
-                         job_lexicon(c.sessions, c.lexicons, job.lexicon_id, job.lexicon_version))
+    return verdict.check(
+        samples,
+        rate,
+        job.text,
+        _profile(pending, job.voice),
+        c.recognizer,
+        job_lexicon(c.sessions, c.lexicons, job.lexicon_id, job.lexicon_version),
+    )
 
 
 def _rewrite_manifest(c: Checker, batch_id: str) -> None:
     """A batch's manifest, written when its last job finished, is written again once its last
     pending check is in, so it carries every verdict. Each check commits before it looks, so of
     two checks ending together at least one sees none pending."""
-    still = exists().where(JobMetrics.job_id == Job.id, Job.batch_id == batch_id,
-                           JobMetrics.verdict == verdict.PENDING)
+    still = exists().where(JobMetrics.job_id == Job.id, Job.batch_id == batch_id, JobMetrics.verdict == verdict.PENDING)
     with c.sessions() as session:
         if session.scalar(select(still)):
             return
@@ -137,16 +158,21 @@ def _rewrite_manifest(c: Checker, batch_id: str) -> None:
             session.commit()
 
 
-def stranded(sessions: sessionmaker[Session], client: redis.Redis, *, send: Callable[[str], None],
-             before: datetime) -> int:
+def stranded(
+    sessions: sessionmaker[Session], client: redis.Redis, *, send: Callable[[str], None], before: datetime
+) -> int:
     """Send again the check of every done job still pending since ``before`` that no verify
     message names (its message was lost). A copy too many is harmless: the first check records
     the verdict, the other finds it recorded."""
     held = job_ids_in_messages(client, [VERIFY_QUEUE], VERIFY_TASK)
     with sessions() as session:
-        waiting = list(session.scalars(
-            select(Job.id).join(JobMetrics, JobMetrics.job_id == Job.id)
-            .where(Job.status == JobStatus.DONE, JobMetrics.verdict == verdict.PENDING, Job.finished_at < before)))
+        waiting = list(
+            session.scalars(
+                select(Job.id)
+                .join(JobMetrics, JobMetrics.job_id == Job.id)
+                .where(Job.status == JobStatus.DONE, JobMetrics.verdict == verdict.PENDING, Job.finished_at < before)
+            )
+        )
     if not waiting:
         return 0
     held |= job_ids_in_messages(client, [VERIFY_QUEUE], VERIFY_TASK)

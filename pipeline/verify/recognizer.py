@@ -17,22 +17,22 @@ from typing import Protocol
 
 from pipeline.errors import InputError
 
-RATE = 16000            # what the recognizers take: 16 kHz mono int16
-_FRAME_S = 0.01         # pocketsphinx's frame
+RATE = 16000  # what the recognizers take: 16 kHz mono int16
+_FRAME_S = 0.01  # pocketsphinx's frame
 
 
 @dataclass(frozen=True)
 class Word:
     word: str
-    start: float        # seconds
+    start: float  # seconds
     end: float
     confidence: float | None = None
-    spoken: str | None = None   # a written word (pipeline/verify/written.py): the words said for it
+    spoken: str | None = None  # a written word (pipeline/verify/written.py): the words said for it
 
 
 class Recognizer(Protocol):
     name: str
-    languages: tuple[str, ...]      # language prefixes served: ("en",) serves en_US and en-gb
+    languages: tuple[str, ...]  # language prefixes served: ("en",) serves en_US and en-gb
 
     def transcribe(self, pcm: bytes) -> str:
         """The words heard in 16 kHz mono int16 PCM, lower case, space-separated."""
@@ -94,11 +94,13 @@ class PocketSphinx:
         except RuntimeError:
             return None
         finally:
-            decoder.activate_search()   # back to the language model's search, for transcribe()
+            decoder.activate_search()  # back to the language model's search, for transcribe()
         if len(segments) != len(known):
             return None
-        timed = {i: Word(words[i], s.start_frame * _FRAME_S, (s.end_frame + 1) * _FRAME_S, s.prob)
-                 for i, s in zip(known, segments)}
+        timed = {
+            i: Word(words[i], s.start_frame * _FRAME_S, (s.end_frame + 1) * _FRAME_S, s.prob)
+            for i, s in zip(known, segments)
+        }
         return _fill_unknown(words, timed)
 
 
@@ -132,8 +134,9 @@ def load_recognizer(spec: str) -> Recognizer:
         try:
             import pocketsphinx  # noqa: F401 - only whether it is installed
         except ImportError as e:
-            raise InputError("SYNTH_VERIFY_RECOGNIZER=pocketsphinx needs the pocketsphinx package "
-                             "(pip install 'synth[verify]')") from e
+            raise InputError(
+                "SYNTH_VERIFY_RECOGNIZER=pocketsphinx needs the pocketsphinx package (pip install 'synth[verify]')"
+            ) from e
         return PocketSphinx()
     module, _, cls = spec.partition(":")
     if not module or not cls:

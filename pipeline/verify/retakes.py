@@ -34,6 +34,7 @@ class Retakes:
     """A bad job is rendered again while it has had at most ``budget`` retakes
     (SYNTH_RERENDER_BUDGET); ``send(job_id, queue, render)`` asks a render worker for render
     number ``render`` of the job."""
+
     budget: int
     send: Callable[[str, str | None, int], None]
 
@@ -62,8 +63,15 @@ def _cer(scores: dict) -> float:
     return 1.0 if cer is None else cer
 
 
-def settle(sessions: sessionmaker[Session], store: ObjectStore, job: Job, extra: dict, prior: str | None,
-           take: dict, result: verdict.Verdict) -> str | None:
+def settle(
+    sessions: sessionmaker[Session],
+    store: ObjectStore,
+    job: Job,
+    extra: dict,
+    prior: str | None,
+    take: dict,
+    result: verdict.Verdict,
+) -> str | None:
     """Keep the better of the job's render, whose verdict is ``prior`` (its scores in ``extra``,
     job_metrics.extra), and the retake ``take`` (pipeline/retake.py), whose check is ``result``.
     Returns the job's verdict now, or None where this retake was settled already (a redelivered
@@ -71,25 +79,32 @@ def settle(sessions: sessionmaker[Session], store: ObjectStore, job: Job, extra:
     render, kept_check = take["render"], extra.get("verify") or {}
     kept = better(result, prior, kept_check.get("scores") or {})
     if kept:
-        assert job.object_key is not None   # a retake is of a done job's render
+        assert job.object_key is not None  # a retake is of a done job's render
         store.put(job.object_key, store.get(take["key"]), get_format(job.format).content_type)
-        if not store_captions(store, job.object_key, result):   # no word times: none stale left behind
+        if not store_captions(store, job.object_key, result):  # no word times: none stale left behind
             for fmt in CAPTION_TYPES:
                 store.delete(caption_key(job.object_key, fmt))
     status = result.status if kept else prior
     extra = {k: v for k, v in extra.items() if k != "retake"}
     extra["verify"] = record(result) if kept else kept_check
-    extra["retakes"] = [*(extra.get("retakes") or []), {"render": render, "verdict": result.status,
-                                                        "kept": kept, "reasons": result.reasons}]
+    extra["retakes"] = [
+        *(extra.get("retakes") or []),
+        {"render": render, "verdict": result.status, "kept": kept, "reasons": result.reasons},
+    ]
     values: dict = {"renders": render, "verdict": status, "extra": extra}
     if kept:
-        values.update(audio_s=take["audio_s"], loudness_lufs=take["loudness_lufs"],
-                      true_peak_dbtp=take["true_peak_dbtp"])
+        values.update(
+            audio_s=take["audio_s"], loudness_lufs=take["loudness_lufs"], true_peak_dbtp=take["true_peak_dbtp"]
+        )
     with sessions() as session:
-        moved = rows_matched(session.execute(
-            update(JobMetrics).where(JobMetrics.job_id == job.id,
-                                     or_(JobMetrics.renders.is_(None), JobMetrics.renders < render))
-            .values(**values).execution_options(synchronize_session=False)))
+        moved = rows_matched(
+            session.execute(
+                update(JobMetrics)
+                .where(JobMetrics.job_id == job.id, or_(JobMetrics.renders.is_(None), JobMetrics.renders < render))
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+        )
         session.commit()
     store.delete(take["key"])
     return status if moved else None

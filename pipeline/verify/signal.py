@@ -12,19 +12,19 @@ FRAME_S = 0.02
 # and above an absolute floor: a silent file is not "speech at its own level".
 RELATIVE_DB = 35.0
 FLOOR_DBFS = -60.0
-CLIP_LEVEL = 0.999       # a sample at full scale
-CLIP_RUN = 3             # that many in a row: the waveform was cut, not a peak touching 0 dBFS
+CLIP_LEVEL = 0.999  # a sample at full scale
+CLIP_RUN = 3  # that many in a row: the waveform was cut, not a peak touching 0 dBFS
 
 
 @dataclass(frozen=True)
 class SignalReport:
     seconds: float
-    speech_seconds: float           # from the first to the last speech frame
+    speech_seconds: float  # from the first to the last speech frame
     leading_silence_s: float
     trailing_silence_s: float
-    longest_pause_s: float          # the longest run of silence between speech frames
-    clipped_share: float            # share of samples in runs at full scale
-    active: bool                    # any frame above the floor
+    longest_pause_s: float  # the longest run of silence between speech frames
+    clipped_share: float  # share of samples in runs at full scale
+    active: bool  # any frame above the floor
 
 
 def analyse(audio: np.ndarray, sample_rate: int) -> SignalReport:

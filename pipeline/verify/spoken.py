@@ -30,13 +30,13 @@ from pipeline.textfront import VoiceProfile
 from pipeline.textfront.numbers import cardinal, ordinal
 from pipeline.textfront.ssml import Pause, Speech
 
-SYLLABLE_S = 0.175          # Piper's lessac voice: about 5.7 syllables a second of speech
-SENTENCE_PAUSE_S = 0.42     # between sentences
-CLAUSE_PAUSE_S = 0.33       # at a comma, semicolon or colon
-ONSET_S = 0.3               # a reading's first and last sounds, longer than its syllables' share
+SYLLABLE_S = 0.175  # Piper's lessac voice: about 5.7 syllables a second of speech
+SENTENCE_PAUSE_S = 0.42  # between sentences
+CLAUSE_PAUSE_S = 0.33  # at a comma, semicolon or colon
+ONSET_S = 0.3  # a reading's first and last sounds, longer than its syllables' share
 SHORTEST_S = 0.5
 
-_FOREIGN, _SPELLED = "\x01", "\x02"     # marks carried through the rewrites below, one per word
+_FOREIGN, _SPELLED = "\x01", "\x02"  # marks carried through the rewrites below, one per word
 _SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+(?=\S)")
 _CLAUSE = re.compile(r"[,;:]\s+(?=\S)")
 
@@ -45,11 +45,12 @@ _CLAUSE = re.compile(r"[,;:]\s+(?=\S)")
 class Said:
     """The words the engine is given for a text, lower case, digits as words, with what a
     recognizer cannot be held to and how long they should take."""
+
     words: list[str]
-    unsure: frozenset[int]          # indices of words spelled foreign or letter by letter
-    breaks: tuple[float, ...]       # the SSML breaks' seconds
-    sentences: int = 0              # sentence ends inside the text (each a pause)
-    clauses: int = 0                # commas, semicolons and colons inside a sentence
+    unsure: frozenset[int]  # indices of words spelled foreign or letter by letter
+    breaks: tuple[float, ...]  # the SSML breaks' seconds
+    sentences: int = 0  # sentence ends inside the text (each a pause)
+    clauses: int = 0  # commas, semicolons and colons inside a sentence
 
     @property
     def longest_break(self) -> float:
@@ -57,8 +58,12 @@ class Said:
 
     def expected_s(self) -> float:
         """Seconds from the first to the last sound of a reading at Piper's pace."""
-        speech = (ONSET_S + SYLLABLE_S * sum(syllables(w) for w in self.words)
-                  + SENTENCE_PAUSE_S * self.sentences + CLAUSE_PAUSE_S * self.clauses)
+        speech = (
+            ONSET_S
+            + SYLLABLE_S * sum(syllables(w) for w in self.words)
+            + SENTENCE_PAUSE_S * self.sentences
+            + CLAUSE_PAUSE_S * self.clauses
+        )
         return max(SHORTEST_S, speech + sum(self.breaks))
 
 
@@ -68,11 +73,13 @@ def said_for(text: str, voice: VoiceProfile, lexicon: Compiled | None = None) ->
     prepared = textfront.prepare(text, replace(voice, phonemes=False), lexicon=lexicon)
     speech = [p.text for p in prepared.parts if isinstance(p, Speech)]
     marked = [w for part in speech for w in _marked_words(part)]
-    return Said(words=[w.lstrip(_FOREIGN + _SPELLED) for w in marked],
-                unsure=frozenset(i for i, w in enumerate(marked) if w[0] in (_FOREIGN, _SPELLED)),
-                breaks=tuple(p.seconds for p in prepared.parts if isinstance(p, Pause)),
-                sentences=sum(len(_SENTENCE_END.findall(p.strip())) for p in speech),
-                clauses=sum(len(_CLAUSE.findall(p.strip())) for p in speech))
+    return Said(
+        words=[w.lstrip(_FOREIGN + _SPELLED) for w in marked],
+        unsure=frozenset(i for i, w in enumerate(marked) if w[0] in (_FOREIGN, _SPELLED)),
+        breaks=tuple(p.seconds for p in prepared.parts if isinstance(p, Pause)),
+        sentences=sum(len(_SENTENCE_END.findall(p.strip())) for p in speech),
+        clauses=sum(len(_CLAUSE.findall(p.strip())) for p in speech),
+    )
 
 
 def spoken_words(text: str, voice: VoiceProfile, lexicon: Compiled | None = None) -> tuple[list[str], float]:
@@ -92,7 +99,7 @@ def _marked_words(text: str) -> list[str]:
     text = re.sub(r"\w*[^\x00-\x7f]\w*", lambda m: _FOREIGN + m.group() if m.group().isalpha() else m.group(), text)
     # Recognizers spell in ASCII: café is heard as cafe.
     text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
-    text = text.replace("&", " and ")      # as the engines read an ampersand
+    text = text.replace("&", " and ")  # as the engines read an ampersand
     # An acronym in capitals is read letter by letter (SSML: "s s m l"), as the engines say it.
     text = re.sub(r"\b[A-Z]{2,5}\b", lambda m: " ".join(_SPELLED + c for c in m.group()), text)
     # Numbers as the engines read them: "1,250" is one thousand two hundred fifty, not "one" and

@@ -41,16 +41,16 @@ LENGTH_SLACK_S = 0.3
 # Two weak signs together make a bad render: words half misheard in audio a third longer than its
 # text takes (clean Piper renders measured 0.8-1.25x the expected length), as a repeated stretch is.
 LONG_AND_UNHEARD = 1.3
-CLIPPED_BAD, CLIPPED_SUSPECT = 0.005, 0.0005                 # share of samples in clipped runs
+CLIPPED_BAD, CLIPPED_SUSPECT = 0.005, 0.0005  # share of samples in clipped runs
 LEADING_SUSPECT_S, TRAILING_SUSPECT_S, PAUSE_SUSPECT_S = 1.0, 1.5, 1.5
 # A loop: a run of LOOP_NGRAM words heard LOOP_EXTRA times more than the text has it, in audio that
 # says more than its text (LOOP_LONGER times its words, or its expected length). Shorter runs ("at
 # the") come back by chance, and a sentence the text says three times, misheard the same way each
 # time, is a run heard more often than the text has it, in audio of the right length.
 LOOP_NGRAM, LOOP_EXTRA, LOOP_LONGER = 3, 2, 1.2
-TAIL_SHARE = 0.3                       # the last 30% of the words ...
-TAIL_HEARD_BAD = 0.2                   # ... of which under 20% heard, while the rest is heard
-TAIL_MIN_WORDS = 5                     # fewer: a short line's tail is the length check's to judge
+TAIL_SHARE = 0.3  # the last 30% of the words ...
+TAIL_HEARD_BAD = 0.2  # ... of which under 20% heard, while the rest is heard
+TAIL_MIN_WORDS = 5  # fewer: a short line's tail is the length check's to judge
 # ... in audio shorter than this share of the expected length, which has no time left for the tail:
 # audio of the text's full length (Piper: 0.8x to 1.25x) holds its tail, misheard.
 TAIL_TIME = 1 - TAIL_SHARE / 2
@@ -60,7 +60,7 @@ COMPARED_SHARE = 0.5
 # An unsure word (pipeline/verify/spoken.py) may be heard as up to this many times its words and
 # letters: a name heard as two short words ("sao paulo": "south pole"), a letter as a word ("s": "as").
 UNSURE_SPAN = 2
-ANY = None                              # in a reference sequence: matches anything, or nothing, free
+ANY = None  # in a reference sequence: matches anything, or nothing, free
 
 
 @dataclass
@@ -69,24 +69,36 @@ class Verdict:
     reasons: list[str] = field(default_factory=list)
     scores: dict = field(default_factory=dict)
     transcript: str | None = None
-    words: list[Word] | None = None        # the text's words timed in the audio
-    written: list[Word] | None = None      # the words as written, timed; None: they do not line up
+    words: list[Word] | None = None  # the text's words timed in the audio
+    written: list[Word] | None = None  # the words as written, timed; None: they do not line up
 
     @property
     def caption_words(self) -> list[Word] | None:
         """What captions show: the words as the user wrote them where they line up, else as spoken."""
         return self.written or self.words
+
     recognizer: str | None = None
 
     def as_dict(self) -> dict:
-        return {"status": self.status, "reasons": self.reasons, "scores": self.scores,
-                "transcript": self.transcript, "recognizer": self.recognizer,
-                "words": [w.__dict__ for w in self.words] if self.words is not None else None,
-                "written": [w.__dict__ for w in self.written] if self.written is not None else None}
+        return {
+            "status": self.status,
+            "reasons": self.reasons,
+            "scores": self.scores,
+            "transcript": self.transcript,
+            "recognizer": self.recognizer,
+            "words": [w.__dict__ for w in self.words] if self.words is not None else None,
+            "written": [w.__dict__ for w in self.written] if self.written is not None else None,
+        }
 
 
-def check(audio: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile,
-          recognizer: Recognizer | None, lexicon: Compiled | None = None) -> Verdict:
+def check(
+    audio: np.ndarray,
+    sample_rate: int,
+    text: str,
+    voice: VoiceProfile,
+    recognizer: Recognizer | None,
+    lexicon: Compiled | None = None,
+) -> Verdict:
     """The verdict on float32 mono ``audio`` that should say ``text`` in ``voice``, read with the
     job's ``lexicon`` as it was rendered."""
     said = said_for(text, voice, lexicon)
@@ -96,8 +108,11 @@ def check(audio: np.ndarray, sample_rate: int, text: str, voice: VoiceProfile,
     if recognizer is None:
         return Verdict(NOT_CHECKED, ["no recognizer is configured"])
     if not serves(recognizer, language):
-        return Verdict(NOT_CHECKED, [f"no recognizer for the voice's language ({language or 'not declared'})"],
-                       recognizer=recognizer.name)
+        return Verdict(
+            NOT_CHECKED,
+            [f"no recognizer for the voice's language ({language or 'not declared'})"],
+            recognizer=recognizer.name,
+        )
     report = signal.analyse(audio, sample_rate)
     pcm = _pcm16k(audio, sample_rate)
     try:
@@ -132,12 +147,17 @@ def judge(said: Said, heard: list[str], report: signal.SignalReport) -> Verdict:
     expected = said.expected_s()
     ratio = report.speech_seconds / expected
     tail = _tail_heard(matched)
-    scores = {"wer": _round(wer, 3), "cer": _round(cer, 3), "words_not_compared": len(said.unsure),
-              "duration_ratio": round(ratio, 2),
-              "leading_silence_s": round(report.leading_silence_s, 2),
-              "trailing_silence_s": round(report.trailing_silence_s, 2),
-              "longest_pause_s": round(report.longest_pause_s, 2),
-              "clipped_share": round(report.clipped_share, 5), "tail_heard": round(tail, 2)}
+    scores = {
+        "wer": _round(wer, 3),
+        "cer": _round(cer, 3),
+        "words_not_compared": len(said.unsure),
+        "duration_ratio": round(ratio, 2),
+        "leading_silence_s": round(report.leading_silence_s, 2),
+        "trailing_silence_s": round(report.trailing_silence_s, 2),
+        "longest_pause_s": round(report.longest_pause_s, 2),
+        "clipped_share": round(report.clipped_share, 5),
+        "tail_heard": round(tail, 2),
+    }
     bad, suspect = [], []
     if not report.active:
         bad.append("no speech: the audio is silent")
@@ -174,8 +194,10 @@ def judge(said: Said, heard: list[str], report: signal.SignalReport) -> Verdict:
 
 def _judge_length(speech_s: float, expected_s: float, bad: list[str], suspect: list[str]) -> None:
     ratio = speech_s / expected_s
-    for (low, high), out, words in ((DURATION_BAD, bad, ("too short", "too long")),
-                                    (DURATION_SUSPECT, suspect, ("short", "long"))):
+    for (low, high), out, words in (
+        (DURATION_BAD, bad, ("too short", "too long")),
+        (DURATION_SUSPECT, suspect, ("short", "long")),
+    ):
         if not low * expected_s - LENGTH_SLACK_S <= speech_s <= high * expected_s + LENGTH_SLACK_S:
             out.append(f"{words[ratio > 1]}: {ratio:.2f}x the expected length")
             return
@@ -197,8 +219,10 @@ def error_rates(said: Said, heard: list[str]) -> tuple[float | None, float | Non
     compared = [w for w in words if w is not ANY]
     if not compared:
         return None, None
-    return (edit_distance(words, heard) / len(compared),
-            edit_distance(chars, list(" ".join(heard))) / len(" ".join(compared)))
+    return (
+        edit_distance(words, heard) / len(compared),
+        edit_distance(chars, list(" ".join(heard))) / len(" ".join(compared)),
+    )
 
 
 def _round(value: float | None, digits: int) -> float | None:
@@ -263,8 +287,8 @@ def _head_heard(matched: list[bool]) -> float:
 
 
 def _loop(ref: list[str], hyp: list[str]) -> str | None:
-    heard = Counter(tuple(hyp[i:i + LOOP_NGRAM]) for i in range(len(hyp) - LOOP_NGRAM + 1))
-    in_text = Counter(tuple(ref[i:i + LOOP_NGRAM]) for i in range(len(ref) - LOOP_NGRAM + 1))
+    heard = Counter(tuple(hyp[i : i + LOOP_NGRAM]) for i in range(len(hyp) - LOOP_NGRAM + 1))
+    in_text = Counter(tuple(ref[i : i + LOOP_NGRAM]) for i in range(len(ref) - LOOP_NGRAM + 1))
     for gram, times in heard.most_common(3):
         if times >= in_text[gram] + LOOP_EXTRA:
             return " ".join(gram)

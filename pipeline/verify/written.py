@@ -16,7 +16,7 @@ from pipeline.errors import MarkupError
 from pipeline.textfront import ssml
 from pipeline.verify.recognizer import Word
 
-_TAG = re.compile(r"<[^>]*>")       # HTML-like markup the front end removes: never shown
+_TAG = re.compile(r"<[^>]*>")  # HTML-like markup the front end removes: never shown
 
 
 def written_words(text: str, timed: Sequence[Word], spoken: Callable[[str], list[str]]) -> list[Word] | None:
@@ -28,7 +28,7 @@ def written_words(text: str, timed: Sequence[Word], spoken: Callable[[str], list
         return None
     try:
         groups = [(shown, spoken(token)) for token in text.split() if (shown := _TAG.sub("", token))]
-    except MarkupError:     # a written word that reads as an SSML document of its own
+    except MarkupError:  # a written word that reads as an SSML document of its own
         return None
     if [w for _, said in groups for w in said] != [w.word for w in timed]:
         return None
@@ -36,12 +36,18 @@ def written_words(text: str, timed: Sequence[Word], spoken: Callable[[str], list
     for shown, said in groups:
         if not said:
             continue
-        span = timed[at:at + len(said)]
+        span = timed[at : at + len(said)]
         at += len(said)
         confidences = [w.confidence for w in span if w.confidence is not None]
-        out.append(Word(shown, span[0].start, span[-1].end,
-                        None if len(confidences) < len(span) else min(confidences),
-                        spoken=None if said == _plain(shown) else " ".join(said)))
+        out.append(
+            Word(
+                shown,
+                span[0].start,
+                span[-1].end,
+                None if len(confidences) < len(span) else min(confidences),
+                spoken=None if said == _plain(shown) else " ".join(said),
+            )
+        )
     return out
 
 

@@ -26,20 +26,25 @@ class AttemptRecord:
     duration_ms: float | None
     status_code: int | None
     error: str | None
-    next_attempt_at: datetime | None   # None: this was the last attempt
+    next_attempt_at: datetime | None  # None: this was the last attempt
     succeeded: bool
 
 
 def claim(session: Session, delivery_id: str, attempt_no: int) -> WebhookDelivery | None:
     """Take attempt ``attempt_no`` (1-based) of an open delivery; None if another message took it,
     it already succeeded or failed, or the delivery is gone. Commits the claim."""
-    moved = rows_matched(session.execute(
-        update(WebhookDelivery)
-        .where(WebhookDelivery.id == delivery_id, WebhookDelivery.attempts == attempt_no - 1,
-               WebhookDelivery.status.in_(_OPEN))
-        .values(attempts=attempt_no, status=DeliveryStatus.DELIVERING.value, updated_at=utcnow())
-        .execution_options(synchronize_session=False)
-    ))
+    moved = rows_matched(
+        session.execute(
+            update(WebhookDelivery)
+            .where(
+                WebhookDelivery.id == delivery_id,
+                WebhookDelivery.attempts == attempt_no - 1,
+                WebhookDelivery.status.in_(_OPEN),
+            )
+            .values(attempts=attempt_no, status=DeliveryStatus.DELIVERING.value, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+    )
     session.commit()
     return session.get(WebhookDelivery, delivery_id, populate_existing=True) if moved else None
 
@@ -60,17 +65,29 @@ def record(session: Session, delivery: WebhookDelivery, attempt: AttemptRecord) 
         status = DeliveryStatus.FAILED
     now = utcnow()
     session.execute(
-        update(WebhookDelivery).where(WebhookDelivery.id == delivery.id)
-        .values(status=status.value, next_attempt_at=attempt.next_attempt_at,
-                last_status_code=attempt.status_code, last_error=attempt.error, updated_at=now,
-                finished_at=None if status == DeliveryStatus.RETRYING else now)
+        update(WebhookDelivery)
+        .where(WebhookDelivery.id == delivery.id)
+        .values(
+            status=status.value,
+            next_attempt_at=attempt.next_attempt_at,
+            last_status_code=attempt.status_code,
+            last_error=attempt.error,
+            updated_at=now,
+            finished_at=None if status == DeliveryStatus.RETRYING else now,
+        )
         .execution_options(synchronize_session=False)
     )
 
 
-def list_for_key(session: Session, key_id: str, *, limit: int = 50, status: str | None = None,
-                 event_type: str | None = None,
-                 after: tuple[datetime, str] | None = None) -> list[WebhookDelivery]:
+def list_for_key(
+    session: Session,
+    key_id: str,
+    *,
+    limit: int = 50,
+    status: str | None = None,
+    event_type: str | None = None,
+    after: tuple[datetime, str] | None = None,
+) -> list[WebhookDelivery]:
     """A key's deliveries, newest first; ``after`` = (created_at, id) of the previous page's last row."""
     query = select(WebhookDelivery).where(WebhookDelivery.key_id == key_id)
     if status:
@@ -79,18 +96,25 @@ def list_for_key(session: Session, key_id: str, *, limit: int = 50, status: str 
         query = query.where(WebhookDelivery.event_type == event_type)
     if after is not None:
         created, last_id = after
-        query = query.where(or_(WebhookDelivery.created_at < created,
-                                and_(WebhookDelivery.created_at == created, WebhookDelivery.id < last_id)))
-    return list(session.scalars(
-        query.order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc()).limit(limit)))
+        query = query.where(
+            or_(
+                WebhookDelivery.created_at < created,
+                and_(WebhookDelivery.created_at == created, WebhookDelivery.id < last_id),
+            )
+        )
+    return list(
+        session.scalars(query.order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc()).limit(limit))
+    )
 
 
 def attempts_of(session: Session, delivery_ids: list[str]) -> dict[str, list[WebhookAttempt]]:
     out: dict[str, list[WebhookAttempt]] = {i: [] for i in delivery_ids}
     if delivery_ids:
         rows = session.scalars(
-            select(WebhookAttempt).where(WebhookAttempt.delivery_id.in_(delivery_ids))
-            .order_by(WebhookAttempt.delivery_id, WebhookAttempt.attempt_no))
+            select(WebhookAttempt)
+            .where(WebhookAttempt.delivery_id.in_(delivery_ids))
+            .order_by(WebhookAttempt.delivery_id, WebhookAttempt.attempt_no)
+        )
         for row in rows:
             out[row.delivery_id].append(row)
     return out
@@ -102,5 +126,7 @@ def overdue(session: Session, *, older_than: datetime, limit: int = 1000) -> lis
     rows = session.execute(
         select(WebhookDelivery.id, WebhookDelivery.attempts)
         .where(WebhookDelivery.status.in_(_OPEN), WebhookDelivery.next_attempt_at < older_than)
-        .order_by(WebhookDelivery.next_attempt_at).limit(limit))
+        .order_by(WebhookDelivery.next_attempt_at)
+        .limit(limit)
+    )
     return [(delivery_id, attempts + 1) for delivery_id, attempts in rows]

@@ -36,22 +36,25 @@ GONE = 410  # the receiver wants no more: stop retrying (Standard Webhooks, "Del
 @dataclass(frozen=True)
 class DeliveryConfig:
     allow: ssrf.AllowList
-    schedule: tuple[float, ...]   # delays before retries 1, 2, ... (the first attempt is immediate)
+    schedule: tuple[float, ...]  # delays before retries 1, 2, ... (the first attempt is immediate)
     timeout: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DeliveryConfig:
-        return cls(allow=ssrf.AllowList.parse(settings.webhook_allow_hosts),
-                   schedule=tuple(settings.webhook_retry_schedule), timeout=settings.webhook_timeout)
+        return cls(
+            allow=ssrf.AllowList.parse(settings.webhook_allow_hosts),
+            schedule=tuple(settings.webhook_retry_schedule),
+            timeout=settings.webhook_timeout,
+        )
 
 
 @dataclass(frozen=True)
 class Result:
     delivery_id: str
     attempt_no: int
-    claimed: bool                       # False: another message had this attempt, or it is closed
+    claimed: bool  # False: another message had this attempt, or it is closed
     succeeded: bool = False
-    retry_in: float | None = None       # seconds until the next attempt; None: no next attempt
+    retry_in: float | None = None  # seconds until the next attempt; None: no next attempt
 
 
 def retry_delay(attempt_no: int, schedule: Sequence[float], rng: random.Random | None = None) -> float | None:
@@ -67,11 +70,11 @@ def deliver(sessions: sessionmaker[Session], config: DeliveryConfig, delivery_id
         delivery = deliveries.claim(session, delivery_id, attempt_no)
         if delivery is None:
             return Result(delivery_id, attempt_no, claimed=False)
-        assert delivery.key_id is not None   # the outbox writes a delivery only for an owned batch
+        assert delivery.key_id is not None  # the outbox writes a delivery only for an owned batch
         keys = _signing_keys(session, delivery.key_id)
         started, t0 = utcnow(), time.monotonic()
         error: str | None
-        if isinstance(keys, str):   # nobody may receive it any more: said why, never sent
+        if isinstance(keys, str):  # nobody may receive it any more: said why, never sent
             status, error, address, permanent = None, keys, None, True
         else:
             status, error, address, permanent = _attempt(config, delivery.url, delivery.id, delivery.body, keys)
@@ -79,11 +82,21 @@ def deliver(sessions: sessionmaker[Session], config: DeliveryConfig, delivery_id
         delay = None if succeeded or permanent else retry_delay(attempt_no, config.schedule)
         if delay is None and not succeeded and not permanent:
             error = f"{error}; gave up after {attempt_no} attempts"
-        deliveries.record(session, delivery, deliveries.AttemptRecord(
-            attempt_no=attempt_no, url=delivery.url, address=address, started_at=started,
-            duration_ms=round((time.monotonic() - t0) * 1000, 2), status_code=status, error=error,
-            next_attempt_at=None if delay is None else utcnow() + timedelta(seconds=delay),
-            succeeded=succeeded))
+        deliveries.record(
+            session,
+            delivery,
+            deliveries.AttemptRecord(
+                attempt_no=attempt_no,
+                url=delivery.url,
+                address=address,
+                started_at=started,
+                duration_ms=round((time.monotonic() - t0) * 1000, 2),
+                status_code=status,
+                error=error,
+                next_attempt_at=None if delay is None else utcnow() + timedelta(seconds=delay),
+                succeeded=succeeded,
+            ),
+        )
         session.commit()
     return Result(delivery_id, attempt_no, claimed=True, succeeded=succeeded, retry_in=delay)
 
@@ -103,8 +116,9 @@ def _signing_keys(session: Session, key_id: str) -> list[str] | str:
     return keys or "the API key that owns this webhook no longer exists"
 
 
-def _attempt(config: DeliveryConfig, url: str, msg_id: str, body: str,
-             keys: list[str]) -> tuple[int | None, str | None, str | None, bool]:
+def _attempt(
+    config: DeliveryConfig, url: str, msg_id: str, body: str, keys: list[str]
+) -> tuple[int | None, str | None, str | None, bool]:
     """(status code, error, address, permanent): one signed POST to the checked address."""
     try:
         target = ssrf.validate_webhook_url(url, config.allow)
@@ -126,8 +140,14 @@ def _attempt(config: DeliveryConfig, url: str, msg_id: str, body: str,
     return None, last_error, None, False
 
 
-def post_pinned(target: ssrf.WebhookTarget, address: ssrf.IPAddress, body: bytes,
-                headers: dict[str, str], timeout: float, verify: ssl.SSLContext | bool = True) -> int:
+def post_pinned(
+    target: ssrf.WebhookTarget,
+    address: ssrf.IPAddress,
+    body: bytes,
+    headers: dict[str, str],
+    timeout: float,
+    verify: ssl.SSLContext | bool = True,
+) -> int:
     """POST ``body`` to ``address`` as if to the URL's host; return the status code. The response
     body is not read (a receiver cannot make us download anything). ``verify``: TLS trust (the
     system's CAs by default; tests pass a context trusting their own CA)."""
@@ -136,8 +156,12 @@ def post_pinned(target: ssrf.WebhookTarget, address: ssrf.IPAddress, body: bytes
     pinned = urlunsplit((target.scheme, f"{literal}:{target.port}", parts.path or "/", parts.query, ""))
     host = f"[{target.host}]" if ":" in target.host else target.host
     default_port = 443 if target.scheme == "https" else 80
-    all_headers = {**headers, "content-type": "application/json", "user-agent": USER_AGENT,
-                   "host": host if target.port == default_port else f"{host}:{target.port}"}
+    all_headers = {
+        **headers,
+        "content-type": "application/json",
+        "user-agent": USER_AGENT,
+        "host": host if target.port == default_port else f"{host}:{target.port}",
+    }
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
     with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=verify) as client:
         request = client.build_request("POST", pinned, content=body, headers=all_headers, extensions=extensions)

@@ -20,7 +20,7 @@ EVENT_TYPES = (JOB_FINISHED, JOB_FAILED, BATCH_FINISHED, DOCUMENT_FINISHED)
 
 
 def event_id(event_type: str, resource_id: str) -> str:
-    """"msg_" and 32 hex digits of sha256(type:resource): stable, unguessable enough, no '.'."""
+    """ "msg_" and 32 hex digits of sha256(type:resource): stable, unguessable enough, no '.'."""
     return "msg_" + hashlib.sha256(f"{event_type}:{resource_id}".encode()).hexdigest()[:32]
 
 
@@ -39,8 +39,13 @@ def wants(events: Sequence[str] | None, event_type: str) -> bool:
     return events is None or event_type in events
 
 
-def job_target(job_url: str | None, job_events: Sequence[str] | None, batch_url: str | None,
-               batch_events: Sequence[str] | None, event_type: str) -> str | None:
+def job_target(
+    job_url: str | None,
+    job_events: Sequence[str] | None,
+    batch_url: str | None,
+    batch_events: Sequence[str] | None,
+    event_type: str,
+) -> str | None:
     """Where a job event goes: the job's own webhook if it has one, else its batch's; None: nowhere."""
     if job_url:
         return job_url if wants(job_events, event_type) else None
@@ -49,23 +54,47 @@ def job_target(job_url: str | None, job_events: Sequence[str] | None, batch_url:
     return None
 
 
-def job_payload(*, event_type: str, at: datetime, batch_id: str, job_id: str, client_id: str,
-                status: str, error: str | None, object_key: str | None, audio_url: str | None,
-                audio_seconds: float | None, verdict: str | None = None) -> dict:
+def job_payload(
+    *,
+    event_type: str,
+    at: datetime,
+    batch_id: str,
+    job_id: str,
+    client_id: str,
+    status: str,
+    error: str | None,
+    object_key: str | None,
+    audio_url: str | None,
+    audio_seconds: float | None,
+    verdict: str | None = None,
+) -> dict:
     return {
         "type": event_type,
         "timestamp": _iso(at),
         "data": {
-            "batch_id": batch_id, "job_id": job_id, "client_id": client_id, "status": status,
-            "error": error, "object_key": object_key, "audio_url": audio_url,
+            "batch_id": batch_id,
+            "job_id": job_id,
+            "client_id": client_id,
+            "status": status,
+            "error": error,
+            "object_key": object_key,
+            "audio_url": audio_url,
             "audio_seconds": None if audio_seconds is None else round(audio_seconds, 3),
             "verdict": verdict,
         },
     }
 
 
-def batch_payload(*, at: datetime, batch_id: str, name: str | None, counts: dict[str, int],
-                  audio_seconds: float, manifest_key: str | None, cancelled: bool = False) -> dict:
+def batch_payload(
+    *,
+    at: datetime,
+    batch_id: str,
+    name: str | None,
+    counts: dict[str, int],
+    audio_seconds: float,
+    manifest_key: str | None,
+    cancelled: bool = False,
+) -> dict:
     total = sum(counts.values())
     if cancelled:
         status = "cancelled"
@@ -75,23 +104,34 @@ def batch_payload(*, at: datetime, batch_id: str, name: str | None, counts: dict
         "type": BATCH_FINISHED,
         "timestamp": _iso(at),
         "data": {
-            "batch_id": batch_id, "name": name, "status": status, "error": None,
-            "counts": {"total": total, **counts}, "audio_seconds": round(audio_seconds, 3),
+            "batch_id": batch_id,
+            "name": name,
+            "status": status,
+            "error": None,
+            "counts": {"total": total, **counts},
+            "audio_seconds": round(audio_seconds, 3),
             "manifest_key": manifest_key,
         },
     }
 
 
-def document_payload(*, at: datetime, document_id: str, title: str, format: str, duration_s: float,
-                     files: list[str]) -> dict:
+def document_payload(
+    *, at: datetime, document_id: str, title: str, format: str, duration_s: float, files: list[str]
+) -> dict:
     """A document assembled: its files are listed by name; GET /v1/documents/{id}/files/{name}
     serves each (their store keys are no business of the receiver's)."""
     return {
         "type": DOCUMENT_FINISHED,
         "timestamp": _iso(at),
-        "data": {"document_id": document_id, "batch_id": document_id, "title": title, "format": format,
-                 "duration_s": round(duration_s, 3), "files": files,
-                 "files_url": f"/v1/documents/{document_id}"},
+        "data": {
+            "document_id": document_id,
+            "batch_id": document_id,
+            "title": title,
+            "format": format,
+            "duration_s": round(duration_s, 3),
+            "files": files,
+            "files_url": f"/v1/documents/{document_id}",
+        },
     }
 
 

@@ -46,15 +46,22 @@ def emit_for_jobs(session: Session, job_ids: Sequence[str]) -> list[str]:
         event_type = _JOB_EVENTS.get(job.status)
         if event_type is None:
             continue
-        url = ev.job_target(job.webhook_url, job.webhook_events, batch.webhook_url,
-                            batch.webhook_events, event_type)
+        url = ev.job_target(job.webhook_url, job.webhook_events, batch.webhook_url, batch.webhook_events, event_type)
         if not url or not _has_owner(batch):
             continue
         payload = ev.job_payload(
-            event_type=event_type, at=as_utc(job.finished_at or utcnow()), batch_id=batch.id, job_id=job.id,
-            client_id=job.client_id, status=job.status.value, error=job.error, object_key=job.object_key,
+            event_type=event_type,
+            at=as_utc(job.finished_at or utcnow()),
+            batch_id=batch.id,
+            job_id=job.id,
+            client_id=job.client_id,
+            status=job.status.value,
+            error=job.error,
+            object_key=job.object_key,
             audio_url=job_audio_path(job.id) if job.object_key else None,
-            audio_seconds=audio_s, verdict=verdict)
+            audio_seconds=audio_s,
+            verdict=verdict,
+        )
         ids.append(_insert(session, event_type, job.id, batch, url, payload))
     for batch in {b.id: b for _, b, _, _ in rows}.values():
         delivery_id = emit_batch_finished(session, batch)
@@ -66,19 +73,30 @@ def emit_for_jobs(session: Session, job_ids: Sequence[str]) -> list[str]:
 def emit_batch_finished(session: Session, batch: Batch) -> str | None:
     """The batch.finished event of a batch whose jobs are all terminal (done, failed, cancelled);
     None if it has no webhook for it, is a single-job batch, or is still running. The caller commits."""
-    if (not batch.webhook_url or not ev.wants(batch.webhook_events, ev.BATCH_FINISHED)
-            or batch.kind == "job" or not _has_owner(batch) or not db.batch_finished(session, batch.id)):
+    if (
+        not batch.webhook_url
+        or not ev.wants(batch.webhook_events, ev.BATCH_FINISHED)
+        or batch.kind == "job"
+        or not _has_owner(batch)
+        or not db.batch_finished(session, batch.id)
+    ):
         return None
-    counts = {status.value: n for status, n in db.status_counts(session, batch.id).items()
-              if status.terminal}
+    counts = {status.value: n for status, n in db.status_counts(session, batch.id).items() if status.terminal}
     audio_s = session.scalar(
         select(func.coalesce(func.sum(JobMetrics.audio_s), 0.0))
-        .join(Job, Job.id == JobMetrics.job_id).where(Job.batch_id == batch.id)
+        .join(Job, Job.id == JobMetrics.job_id)
+        .where(Job.batch_id == batch.id)
     )
     finished_at = session.scalar(select(func.max(Job.finished_at)).where(Job.batch_id == batch.id))
-    payload = ev.batch_payload(at=as_utc(finished_at or utcnow()), batch_id=batch.id, name=batch.name,
-                               counts=counts, audio_seconds=float(audio_s or 0.0),
-                               manifest_key=batch.manifest_key, cancelled=batch.cancelled_at is not None)
+    payload = ev.batch_payload(
+        at=as_utc(finished_at or utcnow()),
+        batch_id=batch.id,
+        name=batch.name,
+        counts=counts,
+        audio_seconds=float(audio_s or 0.0),
+        manifest_key=batch.manifest_key,
+        cancelled=batch.cancelled_at is not None,
+    )
     return _insert(session, ev.BATCH_FINISHED, batch.id, batch, batch.webhook_url, payload)
 
 
@@ -86,14 +104,19 @@ def emit_document_finished(session: Session, batch: Batch, chapters: dict) -> li
     """The document.finished event of a document assembled (``chapters``: its chapters.json), if
     its batch's webhook wants it; once per assembly of its renders, however often it runs. Returns
     the delivery awaiting its first attempt, if any. The caller commits."""
-    if (not batch.webhook_url or not ev.wants(batch.webhook_events, ev.DOCUMENT_FINISHED)
-            or not _has_owner(batch)):
+    if not batch.webhook_url or not ev.wants(batch.webhook_events, ev.DOCUMENT_FINISHED) or not _has_owner(batch):
         return []
-    payload = ev.document_payload(at=utcnow(), document_id=batch.id, title=chapters["title"],
-                                  format=chapters["file"].rsplit(".", 1)[-1],
-                                  duration_s=chapters["duration_s"], files=chapters["files"])
-    return _awaiting_first_attempt(session, [_insert(session, ev.DOCUMENT_FINISHED, _assembly(session, batch),
-                                                     batch, batch.webhook_url, payload)])
+    payload = ev.document_payload(
+        at=utcnow(),
+        document_id=batch.id,
+        title=chapters["title"],
+        format=chapters["file"].rsplit(".", 1)[-1],
+        duration_s=chapters["duration_s"],
+        files=chapters["files"],
+    )
+    return _awaiting_first_attempt(
+        session, [_insert(session, ev.DOCUMENT_FINISHED, _assembly(session, batch), batch, batch.webhook_url, payload)]
+    )
 
 
 def _assembly(session: Session, batch: Batch) -> str:
@@ -101,28 +124,37 @@ def _assembly(session: Session, batch: Batch) -> str:
     chapters were rendered again with new seeds (pipeline/documents/rerender.py), a digest of
     those seeds too. Each rerender's assembly is then an event of its own, while assembling the
     same renders twice (a redelivered message) is still one."""
-    seeds = session.execute(select(Job.id, Job.seed).where(Job.batch_id == batch.id, Job.seed.is_not(None))
-                            .order_by(Job.id)).all()
+    seeds = session.execute(
+        select(Job.id, Job.seed).where(Job.batch_id == batch.id, Job.seed.is_not(None)).order_by(Job.id)
+    ).all()
     if not seeds:
         return batch.id
     digest = hashlib.sha256("".join(f"{job_id}:{seed};" for job_id, seed in seeds).encode()).hexdigest()
     return f"{batch.id}:{digest[:16]}"
 
 
-def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(days=1),
-                             limit: int = 100) -> list[str]:
+def emit_missed_batch_events(session: Session, *, within: timedelta = timedelta(days=1), limit: int = 100) -> list[str]:
     """batch.finished for batches closed in the last ``within`` that have a webhook but no such event
     yet: batches closed without a render task (every remaining job cancelled), or whose render hook
     could not write. Returns the new deliveries' ids. The caller commits."""
-    sent = select(WebhookDelivery.id).where(WebhookDelivery.event_type == ev.BATCH_FINISHED,
-                                            WebhookDelivery.resource_id == Batch.id)
-    still_open = select(Job.id).where(Job.batch_id == Batch.id,
-                                      Job.status.in_([s for s in JobStatus if not s.terminal]))
+    sent = select(WebhookDelivery.id).where(
+        WebhookDelivery.event_type == ev.BATCH_FINISHED, WebhookDelivery.resource_id == Batch.id
+    )
+    still_open = select(Job.id).where(
+        Job.batch_id == Batch.id, Job.status.in_([s for s in JobStatus if not s.terminal])
+    )
     batches = session.scalars(
-        select(Batch).where(Batch.finished_at >= utcnow() - within, Batch.webhook_url.is_not(None),
-                            Batch.owner_key_id.is_not(None), Batch.kind != "job", ~sent.exists(),
-                            ~still_open.exists())
-        .order_by(Batch.finished_at.desc()).limit(limit)
+        select(Batch)
+        .where(
+            Batch.finished_at >= utcnow() - within,
+            Batch.webhook_url.is_not(None),
+            Batch.owner_key_id.is_not(None),
+            Batch.kind != "job",
+            ~sent.exists(),
+            ~still_open.exists(),
+        )
+        .order_by(Batch.finished_at.desc())
+        .limit(limit)
     ).all()
     ids = [i for i in (emit_batch_finished(session, b) for b in batches) if i]
     return _awaiting_first_attempt(session, ids)
@@ -141,9 +173,20 @@ def _insert(session: Session, event_type: str, resource_id: str, batch: Batch, u
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     session.execute(
         dialect.insert(WebhookDelivery)
-        .values(id=delivery_id, event_type=event_type, resource_id=resource_id, key_id=batch.owner_key_id,
-                batch_id=batch.id, url=url, body=ev.encode(payload), status=DeliveryStatus.PENDING.value,
-                attempts=0, next_attempt_at=now, created_at=now, updated_at=now)
+        .values(
+            id=delivery_id,
+            event_type=event_type,
+            resource_id=resource_id,
+            key_id=batch.owner_key_id,
+            batch_id=batch.id,
+            url=url,
+            body=ev.encode(payload),
+            status=DeliveryStatus.PENDING.value,
+            attempts=0,
+            next_attempt_at=now,
+            created_at=now,
+            updated_at=now,
+        )
         .on_conflict_do_nothing()
     )
     return delivery_id
@@ -153,8 +196,13 @@ def _awaiting_first_attempt(session: Session, ids: Iterable[str]) -> list[str]:
     ids = list(dict.fromkeys(ids))
     if not ids:
         return []
-    found = set(session.scalars(
-        select(WebhookDelivery.id).where(WebhookDelivery.id.in_(ids), WebhookDelivery.attempts == 0,
-                                         WebhookDelivery.status == DeliveryStatus.PENDING.value)
-    ))
+    found = set(
+        session.scalars(
+            select(WebhookDelivery.id).where(
+                WebhookDelivery.id.in_(ids),
+                WebhookDelivery.attempts == 0,
+                WebhookDelivery.status == DeliveryStatus.PENDING.value,
+            )
+        )
+    )
     return [i for i in ids if i in found]

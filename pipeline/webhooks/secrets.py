@@ -25,7 +25,8 @@ def get_or_create(session: Session, key_id: str) -> WebhookSecret:
         return row
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     session.execute(
-        dialect.insert(WebhookSecret).values(key_id=key_id, secret=new_secret(), created_at=utcnow())
+        dialect.insert(WebhookSecret)
+        .values(key_id=key_id, secret=new_secret(), created_at=utcnow())
         .on_conflict_do_nothing()
     )
     return session.get_one(WebhookSecret, key_id, populate_existing=True)
@@ -37,9 +38,11 @@ def rotate(session: Session, key_id: str, *, grace_s: int, now: datetime | None 
     row = get_or_create(session, key_id)
     old = row.secret
     session.execute(
-        update(WebhookSecret).where(WebhookSecret.key_id == key_id, WebhookSecret.secret == old)
-        .values(secret=new_secret(), previous_secret=old, previous_until=now + timedelta(seconds=grace_s),
-                rotated_at=now)
+        update(WebhookSecret)
+        .where(WebhookSecret.key_id == key_id, WebhookSecret.secret == old)
+        .values(
+            secret=new_secret(), previous_secret=old, previous_until=now + timedelta(seconds=grace_s), rotated_at=now
+        )
         .execution_options(synchronize_session=False)
     )
     return session.get_one(WebhookSecret, key_id, populate_existing=True)

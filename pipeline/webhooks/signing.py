@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 
 PREFIX = "whsec_"
 VERSION = "v1"
-SECRET_BYTES = 32            # the spec asks for 24 to 64 random bytes
-DEFAULT_TOLERANCE = 300      # seconds a receiver accepts between webhook-timestamp and its clock
+SECRET_BYTES = 32  # the spec asks for 24 to 64 random bytes
+DEFAULT_TOLERANCE = 300  # seconds a receiver accepts between webhook-timestamp and its clock
 
 
 class WebhookVerificationError(Exception):
@@ -30,7 +30,7 @@ def new_secret() -> str:
 
 
 def _key(secret: str) -> bytes:
-    raw = secret[len(PREFIX):] if secret.startswith(PREFIX) else secret
+    raw = secret[len(PREFIX) :] if secret.startswith(PREFIX) else secret
     try:
         return base64.b64decode(raw, validate=True)
     except ValueError as e:
@@ -59,8 +59,14 @@ def headers(msg_id: str, body: bytes | str, secrets: Iterable[str], timestamp: i
     return {"webhook-id": msg_id, "webhook-timestamp": str(ts), "webhook-signature": signatures}
 
 
-def verify(secret: str, headers: Mapping[str, str], body: bytes | str, *,
-           tolerance: int = DEFAULT_TOLERANCE, now: float | None = None) -> None:
+def verify(
+    secret: str,
+    headers: Mapping[str, str],
+    body: bytes | str,
+    *,
+    tolerance: int = DEFAULT_TOLERANCE,
+    now: float | None = None,
+) -> None:
     """Check a received webhook; raise WebhookVerificationError if it is not authentic and fresh.
 
     ``headers`` may be any mapping; names are matched case-insensitively. Any one valid "v1"

@@ -30,7 +30,7 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata.goog", "metadata"})
 METADATA_ADDRESSES = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")         # embeds an IPv4 address in its low 32 bits
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # embeds an IPv4 address in its low 32 bits
 # IANA hands out global unicast IPv6 from 2000::/3 only (IPv6 Address Space registry). Outside it
 # nothing is reachable on the Internet, whatever ``is_global`` says (it calls the deprecated
 # site-local fec0::/10 global, for one).
@@ -40,8 +40,12 @@ _GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
 # its two exceptions that IANA (and a current Python) call globally reachable, 192.0.0.9 (PCP
 # anycast) and 192.0.0.10 (TURN anycast), are services answered by the nearest server, which is
 # the network's own; so is the deprecated 6to4 relay anycast 192.88.99.0/24 (IANA: "N/A").
-_NOT_GLOBAL = (ipaddress.ip_network("192.0.0.0/24"), ipaddress.ip_network("192.88.99.0/24"),
-               ipaddress.ip_network("64:ff9b:1::/48"), ipaddress.ip_network("3fff::/20"))
+_NOT_GLOBAL = (
+    ipaddress.ip_network("192.0.0.0/24"),
+    ipaddress.ip_network("192.88.99.0/24"),
+    ipaddress.ip_network("64:ff9b:1::/48"),
+    ipaddress.ip_network("3fff::/20"),
+)
 MAX_URL_CHARS = 2000
 PORTS = range(1, 65536)
 PUBLIC_ONLY = "must resolve to public addresses only"
@@ -62,7 +66,7 @@ class WebhookTarget:
 
     url: str
     scheme: str
-    host: str              # as written (lower case), for the Host header and TLS SNI
+    host: str  # as written (lower case), for the Host header and TLS SNI
     port: int
     addresses: tuple[IPAddress, ...]
 
@@ -94,8 +98,11 @@ def refusal(address: IPAddress) -> str | None:
     reachable. An IPv6 form that carries an IPv4 address (mapped, 6to4, NAT64, Teredo) is judged by
     the IPv4 address it reaches."""
     if isinstance(address, ipaddress.IPv6Address):
-        embedded = address.ipv4_mapped or address.sixtofour or (
-            ipaddress.IPv4Address(int(address) & 0xFFFFFFFF) if address in _NAT64 else None)
+        embedded = (
+            address.ipv4_mapped
+            or address.sixtofour
+            or (ipaddress.IPv4Address(int(address) & 0xFFFFFFFF) if address in _NAT64 else None)
+        )
         if address.teredo:
             embedded = address.teredo[1]
         if embedded is not None:
@@ -106,10 +113,15 @@ def refusal(address: IPAddress) -> str | None:
     v6_unicast = address.version == 4 or address in _GLOBAL_UNICAST_V6
     if address.is_global and v6_unicast and not address.is_multicast and not any(address in n for n in _NOT_GLOBAL):
         return None
-    kinds = (("an unspecified", address.is_unspecified), ("a loopback", address.is_loopback),
-             ("a link-local", address.is_link_local), ("a multicast", address.is_multicast),
-             ("a site-local", address.version == 6 and address.is_site_local),
-             ("a reserved", address.is_reserved), ("a private", address.is_private))
+    kinds = (
+        ("an unspecified", address.is_unspecified),
+        ("a loopback", address.is_loopback),
+        ("a link-local", address.is_link_local),
+        ("a multicast", address.is_multicast),
+        ("a site-local", address.version == 6 and address.is_site_local),
+        ("a reserved", address.is_reserved),
+        ("a private", address.is_private),
+    )
     return next((f"{kind} address" for kind, hit in kinds if hit), "not globally reachable")
 
 
@@ -125,7 +137,7 @@ def resolve(host: str, port: int) -> tuple[IPAddress, ...]:
         raise refused(host, f"does not resolve: {e}") from e
     seen: dict[IPAddress, None] = {}
     for *_, sockaddr in infos:
-        seen.setdefault(ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0]), None)   # an IP address
+        seen.setdefault(ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0]), None)  # an IP address
     if not seen:
         raise refused(host, "resolves to no address")
     return tuple(seen)
@@ -135,8 +147,11 @@ def refused(host: str, reason: str) -> WebhookURLError:
     """The refusal of a host that is not (only) public. The caller is told the rule, never what
     the host resolved to nor whether it resolved: the reason goes to the log."""
     log.info("webhook host %r refused: %s", host, reason)
-    return WebhookURLError(f"webhook URL host {host!r} {PUBLIC_ONLY}; an operator can allow internal "
-                           f"receivers with SYNTH_WEBHOOK_ALLOW_HOSTS", reason)
+    return WebhookURLError(
+        f"webhook URL host {host!r} {PUBLIC_ONLY}; an operator can allow internal "
+        f"receivers with SYNTH_WEBHOOK_ALLOW_HOSTS",
+        reason,
+    )
 
 
 def parse_url(url: str) -> tuple[str, str, int]:

@@ -34,6 +34,7 @@ class Server:
         def started() -> bool:
             assert self.thread.is_alive(), "uvicorn's thread ended before it started"
             return self.server.started
+
         eventually(started, 30, "uvicorn to start", interval=0.02)
         return self
 
@@ -87,13 +88,14 @@ def client(api_server, new_key) -> Iterator[httpx.Client]:
 
 @pytest.fixture
 def running_worker(api_settings, redis_url, piper_engine):
-    queues = [*all_queues(api_settings.bucket_seconds), VERIFY_QUEUE]   # a CPU worker's, checks last
+    queues = [*all_queues(api_settings.bucket_seconds), VERIFY_QUEUE]  # a CPU worker's, checks last
     with app_with_worker(api_settings, redis_url, piper_engine, queues) as app:
         yield app
 
 
 def _wait_status(client: httpx.Client, path: str, ends: tuple[str, ...], timeout: float, interval: float) -> dict:
     """The resource at ``path`` once its status is one of ``ends``; on a timeout, the message shows it."""
+
     def ended():
         body = client.get(path).json()
         return body if body["status"] in ends else None

@@ -13,18 +13,32 @@ from tests.workers import app_with_worker
 
 @pytest.fixture
 def api_settings(settings):
-    return settings.with_overrides(api_rate_limit=0, max_retries=1, retry_backoff_max=1,
-                                   webhook_allow_hosts=("127.0.0.0/8",), webhook_retry_schedule=(0.2, 0.4))
+    return settings.with_overrides(
+        api_rate_limit=0,
+        max_retries=1,
+        retry_backoff_max=1,
+        webhook_allow_hosts=("127.0.0.0/8",),
+        webhook_retry_schedule=(0.2, 0.4),
+    )
 
 
-def test_retry_reruns_the_failed_jobs_and_sends_their_webhooks(api_server, api_settings, new_key, redis_url,
-                                                               piper_engine):
+def test_retry_reruns_the_failed_jobs_and_sends_their_webhooks(
+    api_server, api_settings, new_key, redis_url, piper_engine
+):
     with client_for(api_server, new_key("a")) as a, client_for(api_server, new_key("b")) as b:
         secret = a.get("/v1/webhooks/secret").json()["secret"]
         with Receiver(secrets=[secret]) as receiver:
-            created = a.post("/v1/batches", json={
-                "items": [{"text": "Hello there.", "client_id": "one"}, {"text": "Goodbye now.", "client_id": "two"}],
-                "webhook_url": receiver.url, "webhook_events": ["job.finished"]})
+            created = a.post(
+                "/v1/batches",
+                json={
+                    "items": [
+                        {"text": "Hello there.", "client_id": "one"},
+                        {"text": "Goodbye now.", "client_id": "two"},
+                    ],
+                    "webhook_url": receiver.url,
+                    "webhook_events": ["job.finished"],
+                },
+            )
             assert created.status_code == 201, created.text
             batch_id = created.json()["id"]
             # Its audio folder is a file until the retry: every job fails, its retries spent.
@@ -55,4 +69,3 @@ def test_retry_reruns_the_failed_jobs_and_sends_their_webhooks(api_server, api_s
 
 def test_retry_of_an_unknown_batch_is_a_404(client):
     assert client.post("/v1/batches/0123456789abcdef0123456789abcdef/retry").status_code == 404
-

@@ -27,8 +27,9 @@ def test_keys_and_api_server_from_the_cli(database_url, redis_url, tmp_path):
     port = free_port()
     log = tmp_path / "api.log"
     # On every interface with no operator token: it says that /dashboard and /metrics stay closed.
-    server = start_synth("api", "--host", "0.0.0.0", "--port", str(port), log=log,
-                         env={**env, "SYNTH_API_HEADER_TIMEOUT": "1"})
+    server = start_synth(
+        "api", "--host", "0.0.0.0", "--port", str(port), log=log, env={**env, "SYNTH_API_HEADER_TIMEOUT": "1"}
+    )
     try:
         url = f"http://127.0.0.1:{port}"
 
@@ -40,6 +41,7 @@ def test_keys_and_api_server_from_the_cli(database_url, redis_url, tmp_path):
                 pass
             assert server.poll() is None, f"synth api exited with {server.returncode}"
             return False
+
         try:
             eventually(healthy, 60, "synth api to answer /healthz", interval=0.2)
         except AssertionError as failed:
@@ -61,7 +63,10 @@ def test_keys_and_api_server_from_the_cli(database_url, redis_url, tmp_path):
         server.terminate()
         server.wait(timeout=30)
     text = log.read_text()
-    assert ("warning: /dashboard and /metrics answer loopback clients only: set SYNTH_DASHBOARD_TOKEN" in text
-            and "GET /dashboard/data.json?token=*** HTTP/1.1" in text and "leaked-secret" not in text), text
+    assert (
+        "warning: /dashboard and /metrics answer loopback clients only: set SYNTH_DASHBOARD_TOKEN" in text
+        and "GET /dashboard/data.json?token=*** HTTP/1.1" in text
+        and "leaked-secret" not in text
+    ), text
     again = synth("keys", "revoke", listed[0]["id"], env=env)
     assert again.returncode == 2 and "no active key" in again.stderr.decode()

@@ -22,7 +22,7 @@ from tests.api.conftest import serve
 from tests.conftest import REPO
 from tests.waiting import eventually
 
-PARTIAL = b"GET /healthz HTTP/1.1\r\nHost: synth\r\n"   # headers begun, never ended
+PARTIAL = b"GET /healthz HTTP/1.1\r\nHost: synth\r\n"  # headers begun, never ended
 
 
 def connect(server, first: bytes = b"") -> socket.socket:
@@ -52,6 +52,7 @@ def seconds_until_closed(sock: socket.socket, trickle: bytes = b"") -> float:
         except (BrokenPipeError, ConnectionResetError):
             return True
         return closed(sock)
+
     eventually(gone, 30, "the server to close the connection", interval=0.2)
     return time.monotonic() - started
 
@@ -67,8 +68,10 @@ def answer(sock: socket.socket, request: bytes) -> http.client.HTTPResponse:
 @pytest.fixture
 def limited(api_settings, redis_url):
     """serve(**overrides): the API with those settings."""
+
     def start(**overrides):
         return serve(api_settings.with_overrides(**overrides), redis_url)
+
     return start
 
 
@@ -116,9 +119,16 @@ def test_past_the_cap_with_every_connection_mid_request_a_new_one_gets_503(limit
     key = new_key()
     with limited(api_header_timeout=60.0, api_max_connections=3) as server:
         # Requests whose headers arrived and whose body the route is waiting for.
-        busy = [connect(server, (f"POST /v1/jobs HTTP/1.1\r\nHost: synth\r\nAuthorization: Bearer {key}\r\n"
-                                 "Content-Type: application/json\r\nContent-Length: 40\r\n\r\n").encode())
-                for _ in range(3)]
+        busy = [
+            connect(
+                server,
+                (
+                    f"POST /v1/jobs HTTP/1.1\r\nHost: synth\r\nAuthorization: Bearer {key}\r\n"
+                    "Content-Type: application/json\r\nContent-Length: 40\r\n\r\n"
+                ).encode(),
+            )
+            for _ in range(3)
+        ]
         time.sleep(1.0)  # for the server to have read their headers (nothing to observe from here)
         with connect(server) as sock:
             refused = answer(sock, b"GET /healthz HTTP/1.1\r\nHost: synth\r\n\r\n")
@@ -132,6 +142,7 @@ def test_past_the_cap_with_every_connection_mid_request_a_new_one_gets_503(limit
                     return answer(sock, b"GET /healthz HTTP/1.1\r\nHost: synth\r\n\r\n").status == 200
                 except (ConnectionResetError, http.client.RemoteDisconnected):
                     return False
+
         eventually(answered, 10, "a connection to be answered once one closed", interval=0.1)
         for s in busy:
             s.close()

@@ -22,14 +22,16 @@ from tests.test_documents_e2e import chapter_marks
 from tests.workers import app_with_worker
 from worker.app import default_queues
 
-BOOK = markdown_book("Two Rooms", [("The Kitchen", ["The kettle sang. Bread was warm."]),
-                                   ("The Garden", ["Bees hummed in the roses."])])
+BOOK = markdown_book(
+    "Two Rooms", [("The Kitchen", ["The kettle sang. Bread was warm."]), ("The Garden", ["Bees hummed in the roses."])]
+)
 
 
 @pytest.fixture
 def api_settings(settings):
-    return settings.with_overrides(api_rate_limit=0, webhook_allow_hosts=("127.0.0.0/8",),
-                                   webhook_retry_schedule=(0.2, 0.4, 0.8))
+    return settings.with_overrides(
+        api_rate_limit=0, webhook_allow_hosts=("127.0.0.0/8",), webhook_retry_schedule=(0.2, 0.4, 0.8)
+    )
 
 
 @pytest.fixture
@@ -44,15 +46,23 @@ def wait_document(client, document_id: str, timeout: float = 180) -> dict:
     return _wait_status(client, f"/v1/documents/{document_id}", ("finished", "failed", "cancelled"), timeout, 0.2)
 
 
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)   # the path is the same on SQLite
-def test_a_document_is_rendered_assembled_once_and_served_to_its_owner(api_server, new_key, running_worker,
-                                                                      api_settings, tmp_path):
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # the path is the same on SQLite
+def test_a_document_is_rendered_assembled_once_and_served_to_its_owner(
+    api_server, new_key, running_worker, api_settings, tmp_path
+):
     with client_for(api_server, new_key("a")) as a, client_for(api_server, new_key("b")) as b:
         secret = a.get("/v1/webhooks/secret").json()["secret"]
         with Receiver(secrets=[secret]) as receiver:
-            r = a.post("/v1/documents", files={"file": ("rooms.md", BOOK.encode())},
-                       data={"format": "m4b", "author": "Ann Writer", "webhook_url": receiver.url,
-                             "webhook_events": ["document.finished"]})
+            r = a.post(
+                "/v1/documents",
+                files={"file": ("rooms.md", BOOK.encode())},
+                data={
+                    "format": "m4b",
+                    "author": "Ann Writer",
+                    "webhook_url": receiver.url,
+                    "webhook_events": ["document.finished"],
+                },
+            )
             assert r.status_code == 201, r.text
             created = r.json()
             assert created["title"] == "Two Rooms" and created["format"] == "m4b"
@@ -77,7 +87,7 @@ def test_a_document_is_rendered_assembled_once_and_served_to_its_owner(api_serve
             assert wait_document(a, doc["id"])["files"] == doc["files"]
             assert store.get(file_key(doc["id"], "Two_Rooms.m4b")) == whole
             assert len(receiver.wait_for(1)) == 1 and receiver.accepted_ids()[got[0].webhook_id] == 1
-            assert len(a.get("/v1/webhooks/deliveries").json()["data"]) == 1    # one event, by its id
+            assert len(a.get("/v1/webhooks/deliveries").json()["data"]) == 1  # one event, by its id
 
         assert doc["file_url"] == f"/v1/documents/{doc['id']}/files/Two_Rooms.m4b"
         assert [c["done"] for c in doc["chapters"]] == [c["jobs"] for c in doc["chapters"]]
@@ -99,8 +109,13 @@ def test_a_document_is_rendered_assembled_once_and_served_to_its_owner(api_serve
         assert not wrote and again["files"] == doc["files"]
         assert a.post(f"/v1/documents/{doc['id']}/assemble").status_code == 409
 
-        for method, path in [("GET", ""), ("GET", "/files/chapters.json"), ("POST", "/cancel"),
-                             ("POST", "/assemble"), ("DELETE", "")]:
+        for method, path in [
+            ("GET", ""),
+            ("GET", "/files/chapters.json"),
+            ("POST", "/cancel"),
+            ("POST", "/assemble"),
+            ("DELETE", ""),
+        ]:
             assert b.request(method, f"/v1/documents/{doc['id']}{path}").status_code == 404
         assert a.get(f"/v1/documents/{doc['id']}/files/..%2Foutline.json").status_code == 404
         assert a.delete(f"/v1/documents/{doc['id']}").json()["objects_removed"] >= 8
@@ -108,8 +123,14 @@ def test_a_document_is_rendered_assembled_once_and_served_to_its_owner(api_serve
         assert not store.exists(file_key(doc["id"], "Two_Rooms.m4b"))
 
 
-THREE = markdown_book("Three Rooms", [("The Kitchen", ["The kettle sang."]), ("The Garden", ["Bees hummed."]),
-                                      ("The Attic", ["Dust lay on the trunks."])])
+THREE = markdown_book(
+    "Three Rooms",
+    [
+        ("The Kitchen", ["The kettle sang."]),
+        ("The Garden", ["Bees hummed."]),
+        ("The Attic", ["Dust lay on the trunks."]),
+    ],
+)
 
 
 def files_of(client, doc: dict) -> dict[int, bytes]:
@@ -120,20 +141,27 @@ def files_of(client, doc: dict) -> dict[int, bytes]:
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_a_chapter_rendered_again_is_assembled_again_with_the_other_chapters_unchanged(
-        api_server, new_key, running_worker):
+    api_server, new_key, running_worker
+):
     with client_for(api_server, new_key("a")) as a, client_for(api_server, new_key("b")) as b:
         with Receiver(secrets=[a.get("/v1/webhooks/secret").json()["secret"]]) as receiver:
-            created = a.post("/v1/documents", files={"file": ("rooms.md", THREE.encode())},
-                             data={"format": "mp3", "webhook_url": receiver.url,
-                                   "webhook_events": ["document.finished"]}).json()
+            created = a.post(
+                "/v1/documents",
+                files={"file": ("rooms.md", THREE.encode())},
+                data={"format": "mp3", "webhook_url": receiver.url, "webhook_events": ["document.finished"]},
+            ).json()
             path = f"/v1/documents/{created['id']}"
             doc = wait_document(a, created["id"])
             assert doc["status"] == "finished", doc
             before = files_of(a, doc)
 
             # Refused, with nothing written: the document stays assembled, no job queued.
-            for chapters, code, reason in [([4], 400, "there is no chapter 4"), ([0], 422, "greater than"),
-                                           ([], 422, "at least 1"), (["2"], 422, "integer")]:
+            for chapters, code, reason in [
+                ([4], 400, "there is no chapter 4"),
+                ([0], 422, "greater than"),
+                ([], 422, "at least 1"),
+                (["2"], 422, "integer"),
+            ]:
                 r = a.post(f"{path}/rerender", json={"chapters": chapters})
                 assert r.status_code == code and reason in r.text, (chapters, r.text)
             assert b.post(f"{path}/rerender", json={"chapters": [2]}).status_code == 404
@@ -151,8 +179,11 @@ def test_a_chapter_rendered_again_is_assembled_again_with_the_other_chapters_unc
             assert [before[n] == after[n] for n in (0, 1, 2, 3)] == [False, True, False, True]
 
             items = a.get(f"/v1/batches/{created['id']}/items").json()["data"]
-            assert {i["client_id"][:5]: i["seed"] for i in items} == {"c0001": None, "c0002": chapter["seed"],
-                                                                     "c0003": None}
+            assert {i["client_id"][:5]: i["seed"] for i in items} == {
+                "c0001": None,
+                "c0002": chapter["seed"],
+                "c0003": None,
+            }
             assert all(i["status"] == "done" for i in items) and again["batch"]["counts"]["done"] == 6
             got = receiver.wait_for(2)
             assert len({g.webhook_id for g in got}) == 2
@@ -160,16 +191,19 @@ def test_a_chapter_rendered_again_is_assembled_again_with_the_other_chapters_unc
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-@pytest.mark.parametrize("files, data, reason", [
-    ({"file": ("book.pdf", b"%PDF-1.4")}, {}, ".md, .txt or .epub"),
-    ({"file": ("book.md", b"   \n")}, {}, "empty"),
-    ({"file": ("book.epub", b"PK\x03\x04 not a zip")}, {}, "book.epub"),
-    ({"file": ("book.md", b"\xff\xfe# Title")}, {}, "UTF-8"),
-    ({"file": ("book.md", BOOK.encode())}, {"format": "ogg"}, "format"),
-    ({"file": ("book.md", BOOK.encode()), "cover": ("c.gif", b"GIF89a")}, {}, "JPEG or PNG"),
-    ({"file": ("book.md", BOOK.encode())}, {"voice": "nobody"}, "voice"),
-    ({"file": ("book.md", BOOK.encode())}, {"webhook_events": ["document.finished"]}, "webhook_url"),
-])
+@pytest.mark.parametrize(
+    "files, data, reason",
+    [
+        ({"file": ("book.pdf", b"%PDF-1.4")}, {}, ".md, .txt or .epub"),
+        ({"file": ("book.md", b"   \n")}, {}, "empty"),
+        ({"file": ("book.epub", b"PK\x03\x04 not a zip")}, {}, "book.epub"),
+        ({"file": ("book.md", b"\xff\xfe# Title")}, {}, "UTF-8"),
+        ({"file": ("book.md", BOOK.encode())}, {"format": "ogg"}, "format"),
+        ({"file": ("book.md", BOOK.encode()), "cover": ("c.gif", b"GIF89a")}, {}, "JPEG or PNG"),
+        ({"file": ("book.md", BOOK.encode())}, {"voice": "nobody"}, "voice"),
+        ({"file": ("book.md", BOOK.encode())}, {"webhook_events": ["document.finished"]}, "webhook_url"),
+    ],
+)
 def test_bad_uploads_are_a_clear_4xx_and_create_nothing(client, files, data, reason):
     r = client.post("/v1/documents", files=files, data=data)
     assert 400 <= r.status_code < 500 and reason in r.text, r.text
@@ -193,4 +227,4 @@ def test_an_upload_the_broker_cannot_take_leaves_nothing_behind(api_settings, ne
         r = c.post("/v1/documents", files={"file": ("rooms.md", BOOK.encode()), "cover": ("c.png", b"\x89PNG....")})
         assert r.status_code == 503, r.text
         assert c.get("/v1/batches").json()["data"] == []
-    assert make_store(api_settings).list("batches/") == []     # no outline, no cover
+    assert make_store(api_settings).list("batches/") == []  # no outline, no cover

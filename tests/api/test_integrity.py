@@ -24,19 +24,20 @@ TEXTS = {"a/b": "Apple banana cherry.", "a_b": "Seven eight nine ten.", "a b": "
 
 def _stored_manifest(store, batch_id: str, timeout: float = 30) -> list[dict]:
     """The worker writes it just after the last job ends."""
-    eventually(lambda: store.exists(manifest_key(batch_id)), timeout, f"the manifest of batch {batch_id}",
-               interval=0.1)
+    eventually(lambda: store.exists(manifest_key(batch_id)), timeout, f"the manifest of batch {batch_id}", interval=0.1)
     return [json.loads(line) for line in store.get(manifest_key(batch_id)).decode().splitlines()]
 
 
-def test_items_whose_ids_read_alike_each_keep_their_own_audio(api_settings, client, running_worker,
-                                                               database_url, tmp_path):
+def test_items_whose_ids_read_alike_each_keep_their_own_audio(
+    api_settings, client, running_worker, database_url, tmp_path
+):
     items = [{"client_id": c, "text": t} for c, t in TEXTS.items()]
     batch_id = client.post("/v1/batches", json={"format": "wav", "items": items}).json()["id"]
     assert wait_batch(client, batch_id)["counts"]["done"] == 3
     jobs = client.get(f"/v1/batches/{batch_id}/items").json()["data"]
-    audio = {j["client_id"]: client.get(f"/v1/jobs/{j['id']}/audio", params={"redirect": "false"}).content
-             for j in jobs}
+    audio = {
+        j["client_id"]: client.get(f"/v1/jobs/{j['id']}/audio", params={"redirect": "false"}).content for j in jobs
+    }
     assert len(set(audio.values())) == 3
     words = {c: t.lower().rstrip(".") for c, t in TEXTS.items()}
     for client_id in TEXTS:  # each job speaks its own words: nearest to its text, far from the others
@@ -60,9 +61,11 @@ def test_items_whose_ids_read_alike_each_keep_their_own_audio(api_settings, clie
 
 
 def test_a_deleted_resources_idempotency_key_answers_410(client):
-    cases = [("/v1/batches", {"json": {"items": [{"text": "One."}]}}),
-             ("/v1/jobs", {"json": {"text": "One."}}),
-             ("/v1/batches/upload", {"files": {"file": ("a.txt", b"One.\n")}})]
+    cases = [
+        ("/v1/batches", {"json": {"items": [{"text": "One."}]}}),
+        ("/v1/jobs", {"json": {"text": "One."}}),
+        ("/v1/batches/upload", {"files": {"file": ("a.txt", b"One.\n")}}),
+    ]
     for path, body in cases:
         created = client.post(path, headers={"Idempotency-Key": f"gone{path}"}, **body).json()
         batch_id = created.get("batch_id", created["id"])

@@ -25,8 +25,9 @@ def api_settings(request, settings):
     settings = settings.with_overrides(api_rate_limit=0)  # the tests poll
     if request.param == "local":
         return settings
-    return settings.with_overrides(s3_bucket=request.getfixturevalue("s3_bucket"),
-                                   s3_endpoint_url=request.getfixturevalue("s3_endpoint"))
+    return settings.with_overrides(
+        s3_bucket=request.getfixturevalue("s3_bucket"), s3_endpoint_url=request.getfixturevalue("s3_endpoint")
+    )
 
 
 def test_job_renders_and_its_audio_downloads(api_settings, client, running_worker):
@@ -55,11 +56,18 @@ def test_job_renders_and_its_audio_downloads(api_settings, client, running_worke
 
 
 def test_batch_renders_with_per_item_overrides(client, running_worker):
-    r = client.post("/v1/batches", json={"name": "two", "format": "mp3", "items": [
-        {"client_id": "a", "text": "Good morning."},
-        {"client_id": "b", "text": "Good night.", "format": "flac", "sample_rate": 16000},
-        {"client_id": "c", "text": "--- ..."},
-    ]})
+    r = client.post(
+        "/v1/batches",
+        json={
+            "name": "two",
+            "format": "mp3",
+            "items": [
+                {"client_id": "a", "text": "Good morning."},
+                {"client_id": "b", "text": "Good night.", "format": "flac", "sample_rate": 16000},
+                {"client_id": "c", "text": "--- ..."},
+            ],
+        },
+    )
     assert r.status_code == 201, r.text
     batch = wait_batch(client, r.json()["id"])
     assert batch["counts"]["done"] == 2 and batch["counts"]["failed"] == 1 and batch["progress"] == 1.0
@@ -122,7 +130,8 @@ def test_openai_client_streams_speech(api_server, new_key, running_worker):
     client = openai.OpenAI(base_url=f"{api_server.url}/v1", api_key=new_key("openai"), max_retries=0)
     text = "The quick brown fox jumps over the lazy dog."
     with client.audio.speech.with_streaming_response.create(
-            model="tts-1", voice="alloy", input=text, response_format="wav") as response:
+        model="tts-1", voice="alloy", input=text, response_format="wav"
+    ) as response:
         assert response.headers["content-type"] == "audio/wav"
         data = b"".join(response.iter_bytes())
     assert data[:4] == b"RIFF" and len(data) > 20_000
@@ -146,7 +155,8 @@ def test_openai_client_streams_speech(api_server, new_key, running_worker):
 
 
 def test_speech_whose_job_fails_is_refused_once_and_the_openai_client_does_not_send_it_again(
-        api_server, new_key, running_worker, database_url):
+    api_server, new_key, running_worker, database_url
+):
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=f"{api_server.url}/v1", api_key=new_key("unspeakable"))  # default retries
     with pytest.raises(openai.BadRequestError, match="nothing speakable") as failed:

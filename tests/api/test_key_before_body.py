@@ -37,8 +37,11 @@ def test_no_valid_key_is_a_401_before_the_body_arrives(api_server, path, authori
     assert response.status == 401, response.body
     assert response.getheader("WWW-Authenticate") == "Bearer"
     body = json.loads(response.body)
-    assert body["detail"] == ("missing API key: send `Authorization: Bearer sk_synth_...`" if authorization is None
-                              else "invalid or revoked API key")
+    assert body["detail"] == (
+        "missing API key: send `Authorization: Bearer sk_synth_...`"
+        if authorization is None
+        else "invalid or revoked API key"
+    )
     # The OpenAI-compatible route answers in OpenAI's error object too, as for every other error.
     assert ("error" in body) == path.startswith("/v1/audio/")
 

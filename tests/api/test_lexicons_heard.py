@@ -29,13 +29,14 @@ def heard(client, items: list[str], **body) -> tuple[dict, list[str]]:
 
 
 def test_an_entry_is_heard_a_removed_one_is_not_and_another_key_hears_neither(
-        client, api_server, new_key, running_worker):
+    client, api_server, new_key, running_worker
+):
     lexicon = client.post("/v1/lexicons", json={"name": "default", "entries": ENTRIES}).json()
     # The control, and the scope: key B, with A's default lexicon in place, hears the text as Piper
     # reads it, the letters and the city.
     with client_for(api_server, new_key("b")) as other:
         control_batch, control = heard(other, LINES)
-    assert not ALIAS & set(control[0].split())   # letters, heard as anything
+    assert not ALIAS & set(control[0].split())  # letters, heard as anything
     assert "garden" not in control[1] and "chicago" in control[1]
     assert control_batch["lexicon_id"] is None
 
@@ -51,13 +52,17 @@ def test_an_entry_is_heard_a_removed_one_is_not_and_another_key_hears_neither(
     _, taken_back = heard(client, LINES[:1])
     assert not ALIAS & set(taken_back[0].split())
 
-    r = client.post("/v1/audio/speech", json={"model": "m", "input": LINES[1], "voice": "joe",
-                                              "response_format": "wav"})
+    r = client.post(
+        "/v1/audio/speech", json={"model": "m", "input": LINES[1], "voice": "joe", "response_format": "wav"}
+    )
     assert r.status_code == 200 and "chicago" not in transcribe(r.content)
     spoken = client.get(f"/v1/jobs/{r.headers['X-Job-Id']}").json()
     assert (spoken["lexicon_id"], spoken["lexicon_version"]) == (lexicon["id"], 2)
-    r = client.post("/v1/audio/speech", json={"model": "m", "input": LINES[1], "voice": "joe",
-                                              "response_format": "wav"}, headers={"X-Synth-Lexicon": "none"})
+    r = client.post(
+        "/v1/audio/speech",
+        json={"model": "m", "input": LINES[1], "voice": "joe", "response_format": "wav"},
+        headers={"X-Synth-Lexicon": "none"},
+    )
     assert "chicago" in transcribe(r.content)
 
 
@@ -78,5 +83,5 @@ def test_a_change_re_renders_exactly_the_jobs_whose_text_it_touches(client, runn
     assert sorted(j["client_id"] for j in again) == ["item-000008", "item-000024", "item-000042"]
     assert all(j["lexicon_version"] == 2 and j["text_notes"] == {"lexicon_entries": 1} for j in again)
     kept = [j for j in after.values() if j["attempts"] == 1]
-    assert len(kept) == 47 and all(j == before[j["id"]] for j in kept)   # not rendered, not rewritten
+    assert len(kept) == 47 and all(j == before[j["id"]] for j in kept)  # not rendered, not rewritten
     assert client.post("/v1/lexicons/names/apply", json={"batch_id": batch["id"]}).json()["rerendered"] == 0

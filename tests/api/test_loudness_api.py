@@ -10,8 +10,10 @@ from tests.test_loudness import LINES, ebur128
 
 
 def test_a_batch_levelled_to_a_target_reports_and_delivers_it(client, running_worker):
-    r = client.post("/v1/batches", json={"format": "wav", "loudness_target": -18, "true_peak_max": -2,
-                                         "items": [{"text": t} for t in LINES[:2]]})
+    r = client.post(
+        "/v1/batches",
+        json={"format": "wav", "loudness_target": -18, "true_peak_max": -2, "items": [{"text": t} for t in LINES[:2]]},
+    )
     assert r.status_code == 201, r.text
     assert r.json()["loudness_target"] == -18 and r.json()["true_peak_max"] == -2
     batch = wait_batch(client, r.json()["id"])
@@ -34,12 +36,15 @@ def test_an_unlevelled_job_still_records_its_loudness(client, running_worker):
     assert job["loudness_lufs"] == pytest.approx(lufs, abs=0.3)
 
 
-@pytest.mark.parametrize("body, status", [
-    ({"loudness_target": 0}, 422),
-    ({"loudness_target": -16, "true_peak_max": 1}, 422),
-    ({"loudness_target": "loud"}, 422),
-    ({"true_peak_max": -2}, 400),
-])
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        ({"loudness_target": 0}, 422),
+        ({"loudness_target": -16, "true_peak_max": 1}, 422),
+        ({"loudness_target": "loud"}, 422),
+        ({"true_peak_max": -2}, 400),
+    ],
+)
 def test_a_target_out_of_range_is_refused_before_anything_is_written(client, body, status):
     r = client.post("/v1/batches", json={"items": [{"text": "Hello."}], **body})
     assert r.status_code == status, r.text

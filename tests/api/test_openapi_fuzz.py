@@ -41,8 +41,13 @@ class Outcome:
 def load(url: str, key: str, *, seed: int, max_examples: int):
     """The published document with the repository's schemathesis.toml, every check on."""
     data = tomllib.loads((REPO / "schemathesis.toml").read_text())
-    data |= {"seed": seed, "workers": 1, "headers": {"Authorization": f"Bearer {key}"},
-             "generation": {"max-examples": max_examples}, "suppress-health-check": ["all"]}
+    data |= {
+        "seed": seed,
+        "workers": 1,
+        "headers": {"Authorization": f"Bearer {key}"},
+        "generation": {"max-examples": max_examples},
+        "suppress-health-check": ["all"],
+    }
     data["checks"] = {"enabled": True, **data.get("checks", {})}
     return schemathesis.openapi.from_url(f"{url}/openapi.json", config=SchemathesisConfig.from_dict(data))
 
@@ -59,8 +64,12 @@ def fuzz(url: str, key: str, *, seed: int, max_examples: int) -> Outcome:
         recorder = event.recorder
         outcome.cases += len(recorder.cases)
         outcome.statuses.update(i.response.status_code for i in recorder.interactions.values() if i.response)
-        outcome.failures += [f"{recorder.label}: {c.name}: {c.failure_info.failure.title}"
-                             for checks in recorder.checks.values() for c in checks if c.status == Status.FAILURE]
+        outcome.failures += [
+            f"{recorder.label}: {c.name}: {c.failure_info.failure.title}"
+            for checks in recorder.checks.values()
+            for c in checks
+            if c.status == Status.FAILURE
+        ]
     return outcome
 
 
@@ -85,7 +94,11 @@ def test_the_document_states_errors_limits_and_audio_types(api_server):
         assert {"400", "409", "410", "413", "422"} <= operations[label]["responses"].keys(), label
     assert "400" in operations["GET /v1/batches/{batch_id}/items"]["responses"]
     assert set(operations["GET /v1/jobs/{job_id}/audio"]["responses"]["200"]["content"]) == {
-        "audio/wav", "audio/mpeg", "audio/ogg", "audio/flac"}
+        "audio/wav",
+        "audio/mpeg",
+        "audio/ogg",
+        "audio/flac",
+    }
     assert {"audio/wav", "audio/pcm"} <= set(operations["GET /v1/jobs/{job_id}/stream"]["responses"]["200"]["content"])
     speech_error = operations["POST /v1/audio/speech"]["responses"]["409"]["content"]["application/json"]["schema"]
     assert speech_error == {"$ref": "#/components/schemas/OpenAIError"}
@@ -102,8 +115,11 @@ def test_every_limit_is_stated_in_json_schema_words(api_server):
 
     def walk(node, where: str) -> None:
         if isinstance(node, dict):
-            raw.extend(f"{where}/{k}" for k, v in node.items()
-                       if k in {"ge", "le", "gt", "lt", "multiple_of"} and isinstance(v, int | float))
+            raw.extend(
+                f"{where}/{k}"
+                for k, v in node.items()
+                if k in {"ge", "le", "gt", "lt", "multiple_of"} and isinstance(v, int | float)
+            )
             for k, v in node.items():
                 walk(v, f"{where}/{k}")
         elif isinstance(node, list):
@@ -122,8 +138,11 @@ def test_the_repository_config_switches_off_only_the_checks_it_names_where_it_na
     for result in schema.get_all_operations():
         operation = result.ok()
         checks = schema.config.checks_config_for(operation=operation, phase="fuzzing")
-        off[operation.label] = {name for name in ("negative_data_rejection", "ensure_resource_availability")
-                                if not checks.get_by_name(name=name).enabled}
+        off[operation.label] = {
+            name
+            for name in ("negative_data_rejection", "ensure_resource_availability")
+            if not checks.get_by_name(name=name).enabled
+        }
     assert off["POST /v1/batches/upload"] == {"negative_data_rejection"}
     assert off["GET /v1/jobs/{job_id}"] == off["GET /v1/jobs/{job_id}/audio"] == {"ensure_resource_availability"}
     assert off["POST /v1/jobs"] == off["POST /v1/batches"] == off["POST /v1/audio/speech"] == set(), off

@@ -14,8 +14,11 @@ OPERATOR_PATHS = ["/metrics", "/dashboard", "/dashboard/data.json"]
 
 
 def samples(text: str) -> dict[tuple, float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def test_made_up_methods_and_unserved_paths_are_counted_under_one_label_each(api_server):
@@ -42,8 +45,12 @@ def test_with_no_token_only_a_loopback_client_no_proxy_relayed_is_answered(api_s
         assert http.get(path).status_code == 200
         # A client behind a proxy: uvicorn takes its address from X-Forwarded-For (the proxy is on
         # loopback, which it trusts); a proxy that names its client otherwise is not local either.
-        for header in ({"X-Forwarded-For": "203.0.113.9"}, {"X-Real-IP": "203.0.113.9"},
-                       {"Forwarded": "for=203.0.113.9"}, {"X-Forwarded-For": "127.0.0.1"}):
+        for header in (
+            {"X-Forwarded-For": "203.0.113.9"},
+            {"X-Real-IP": "203.0.113.9"},
+            {"Forwarded": "for=203.0.113.9"},
+            {"X-Forwarded-For": "127.0.0.1"},
+        ):
             refused = http.get(path, headers=header)
             assert refused.status_code == 403, (header, refused.text)
             assert "loopback clients only" in refused.json()["detail"]
@@ -51,16 +58,20 @@ def test_with_no_token_only_a_loopback_client_no_proxy_relayed_is_answered(api_s
 
 @pytest.fixture
 def token_server(api_settings, redis_url):
-    with serve(api_settings.with_overrides(dashboard_token="op-secret", metrics_token="scrape-secret"),
-               redis_url) as server:
+    with serve(
+        api_settings.with_overrides(dashboard_token="op-secret", metrics_token="scrape-secret"), redis_url
+    ) as server:
         yield server
 
 
-@pytest.mark.parametrize("path, opened_by", [
-    ("/metrics", {"op-secret", "scrape-secret"}),
-    ("/dashboard/data.json", {"op-secret"}),
-    ("/dashboard", {"op-secret"}),
-])
+@pytest.mark.parametrize(
+    "path, opened_by",
+    [
+        ("/metrics", {"op-secret", "scrape-secret"}),
+        ("/dashboard/data.json", {"op-secret"}),
+        ("/dashboard", {"op-secret"}),
+    ],
+)
 def test_with_tokens_set_each_route_takes_its_own_as_a_bearer_token(token_server, new_key, path, opened_by):
     with httpx.Client(base_url=token_server.url, timeout=30) as http:
         for token in ("op-secret", "scrape-secret", "op-secretx", "op", new_key()):
@@ -93,16 +104,21 @@ def test_a_browser_logs_in_with_the_token_in_a_form_and_keeps_a_cookie_that_hold
         assert done.status_code == 303 and done.headers["location"] == "/dashboard"
         cookie = done.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/dashboard" in cookie
-        assert "Secure" not in cookie and "op-secret" not in cookie    # plain HTTP here; no token inside
+        assert "Secure" not in cookie and "op-secret" not in cookie  # plain HTTP here; no token inside
         for path in ("/dashboard", "/dashboard/data.json", "/dashboard/static/console.js"):
             assert http.get(path).status_code == 200, path
         assert "Content-Security-Policy" in http.get("/dashboard").headers
-        assert http.get("/metrics").status_code == 401          # the console's cookie opens the console only
+        assert http.get("/metrics").status_code == 401  # the console's cookie opens the console only
 
         value = http.cookies["synth_console"]
         expires, signature = value.split(".")
-        for sent, status in ((value, 200), (f"{int(expires) + 99}.{signature}", 401), (f"{expires}.{'0' * 64}", 401),
-                             ("1.x", 401), ("x", 401)):
+        for sent, status in (
+            (value, 200),
+            (f"{int(expires) + 99}.{signature}", 401),
+            (f"{expires}.{'0' * 64}", 401),
+            ("1.x", 401),
+            ("x", 401),
+        ):
             answer = httpx.get(token_server.url + "/dashboard/data.json", headers={"Cookie": f"synth_console={sent}"})
             assert answer.status_code == status, sent
         assert http.post("/dashboard/logout").status_code == 303

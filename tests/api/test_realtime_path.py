@@ -30,9 +30,14 @@ def jobs_of(sessions, batch_id: str) -> list[Job]:
 @pytest.fixture
 def worker_env(tmp_path, redis_url, database_url):
     """A user's worker on the test services: one batch slot of one job, one Piper thread."""
-    return synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
-                     SYNTH_DATABASE_URL=database_url, SYNTH_JOBS_PER_TASK="1", SYNTH_ENGINE_THREADS="1",
-                     SYNTH_WORKER_CONCURRENCY="1")
+    return synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "data"),
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_JOBS_PER_TASK="1",
+        SYNTH_ENGINE_THREADS="1",
+        SYNTH_WORKER_CONCURRENCY="1",
+    )
 
 
 @pytest.fixture
@@ -54,19 +59,24 @@ def submit(env, path, *extra: str) -> str:
 
 
 def test_a_realtime_job_starts_before_batch_work_queued_ahead_of_it_while_every_slot_is_busy(
-        tmp_path, worker_env, worker, sessions):
+    tmp_path, worker_env, worker, sessions
+):
     corpus = tmp_path / "batch.txt"
-    corpus.write_text("\n".join([LONG] * 6) + "\n")
+    corpus.write_text("\n".join([LONG] * 12) + "\n")  # a margin for a slow `synth submit` start
     batch_id = submit(worker_env, corpus)
-    eventually(lambda: any(j.status == JobStatus.RUNNING for j in jobs_of(sessions, batch_id)), 120,
-               "the only batch slot to be busy")
+    eventually(
+        lambda: any(j.status == JobStatus.RUNNING for j in jobs_of(sessions, batch_id)),
+        120,
+        "the only batch slot to be busy",
+    )
 
     line = tmp_path / "realtime.txt"
     line.write_text("Realtime goes first.\n")
     realtime_id = submit(worker_env, line, "--priority", "realtime")
     submitted = time.monotonic()
-    (job,) = eventually(lambda: [j for j in jobs_of(sessions, realtime_id) if j.status.terminal], 120,
-                        "the realtime job to finish")
+    (job,) = eventually(
+        lambda: [j for j in jobs_of(sessions, realtime_id) if j.status.terminal], 120, "the realtime job to finish"
+    )
     waited = time.monotonic() - submitted
 
     assert job.status == JobStatus.DONE, job.error
@@ -84,21 +94,23 @@ def api_settings(settings):
 
 
 async def _speak(base: str, key: str, text: str) -> tuple[int, dict, bytes]:
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"},
-                                 timeout=120) as c:
-        async with c.stream("POST", SPEECH, json={"model": "tts-1", "input": text, "voice": "alloy",
-                                                   "response_format": "pcm"}) as r:
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
+        async with c.stream(
+            "POST", SPEECH, json={"model": "tts-1", "input": text, "voice": "alloy", "response_format": "pcm"}
+        ) as r:
             body = b"".join([chunk async for chunk in r.aiter_bytes()])
             return r.status_code, dict(r.headers), body
 
 
 def test_the_api_under_more_live_streams_than_it_serves_answers_503_with_retry_after_and_never_500(
-        api_settings, redis_url, worker, new_key):
+    api_settings, redis_url, worker, new_key
+):
     key = new_key("load")
     with serve(api_settings, redis_url) as server:
+
         async def burst():
-            return await asyncio.gather(*[_speak(server.url, key, f"Stream number {i} says hello.")
-                                          for i in range(30)])
+            return await asyncio.gather(*[_speak(server.url, key, f"Stream number {i} says hello.") for i in range(30)])
+
         results = asyncio.run(burst())
         hub = server.server.config.app.state.synth.live
         eventually(lambda: hub.streams == 0, 10, "every listener to be closed")
@@ -118,8 +130,9 @@ def test_a_client_that_goes_away_frees_its_live_stream_at_once(api_settings, red
     with serve(api_settings, redis_url) as server, client_for(server, new_key("gone")) as client:
         hub = server.server.config.app.state.synth.live
         # Long enough to be far from its end when the client leaves, on a busy machine too.
-        with client.stream("POST", SPEECH, json={"model": "tts-1", "input": LONG * 3, "voice": "alloy",
-                                                 "response_format": "pcm"}) as r:
+        with client.stream(
+            "POST", SPEECH, json={"model": "tts-1", "input": LONG * 3, "voice": "alloy", "response_format": "pcm"}
+        ) as r:
             assert r.status_code == 200
             # The iterator is held: dropped after its first chunk, it would close the connection
             # (httpx closes a response whose reading generator is closed), and the API could free
@@ -131,11 +144,11 @@ def test_a_client_that_goes_away_frees_its_live_stream_at_once(api_settings, red
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_stream_cuts_the_clients_stream_within_seconds(
-        api_settings, redis_url, worker, new_key):
+def test_a_worker_killed_mid_stream_cuts_the_clients_stream_within_seconds(api_settings, redis_url, worker, new_key):
     with serve(api_settings, redis_url) as server, client_for(server, new_key("crash")) as client:
-        with client.stream("POST", SPEECH, json={"model": "tts-1", "input": LONG * 3, "voice": "alloy",
-                                                 "response_format": "pcm"}) as r:
+        with client.stream(
+            "POST", SPEECH, json={"model": "tts-1", "input": LONG * 3, "voice": "alloy", "response_format": "pcm"}
+        ) as r:
             assert r.status_code == 200
             chunks = r.iter_bytes()
             received = len(next(chunks))
@@ -150,7 +163,8 @@ def test_a_worker_killed_mid_stream_cuts_the_clients_stream_within_seconds(
 
 
 def test_the_apis_start_up_warms_the_create_path_without_writing_or_sending_anything(
-        api_settings, redis_url, database_url):
+    api_settings, redis_url, database_url
+):
     import redis as redis_lib
     from sqlalchemy import func
 
@@ -169,24 +183,26 @@ def test_the_apis_start_up_warms_the_create_path_without_writing_or_sending_anyt
 
 @pytest.mark.slow
 def test_a_stream_published_by_an_engine_in_its_own_process_carries_the_whole_job(
-        api_settings, redis_url, worker_env, tmp_path, new_key, sessions):
+    api_settings, redis_url, worker_env, tmp_path, new_key, sessions
+):
     from pipeline.db.models import JobMetrics
 
-    process = start_synth("worker", env={**worker_env, "SYNTH_ENGINE_PROCESS": "separate"},
-                          log=tmp_path / "worker.log")
+    process = start_synth("worker", env={**worker_env, "SYNTH_ENGINE_PROCESS": "separate"}, log=tmp_path / "worker.log")
     try:
         with serve(api_settings, redis_url) as server, client_for(server, new_key("own")) as client:
-            with client.stream("POST", SPEECH, json={"model": "tts-1", "input": LONG, "voice": "alloy",
-                                                     "response_format": "pcm"}) as r:
+            with client.stream(
+                "POST", SPEECH, json={"model": "tts-1", "input": LONG, "voice": "alloy", "response_format": "pcm"}
+            ) as r:
                 assert r.status_code == 200
                 job_id = r.headers["x-job-id"]
                 body = b"".join(r.iter_bytes())
-        job = eventually(lambda: (j := _job(sessions, job_id)) is not None and j.status.terminal and j, 60,
-                         "the job to be recorded")
+        job = eventually(
+            lambda: (j := _job(sessions, job_id)) is not None and j.status.terminal and j, 60, "the job to be recorded"
+        )
         assert job.status == JobStatus.DONE
         with sessions() as s:
             stored_s = s.get(JobMetrics, job_id).audio_s
-        streamed_s = len(body) / (2 * 24_000)       # the API's pcm: 24 kHz PCM16
+        streamed_s = len(body) / (2 * 24_000)  # the API's pcm: 24 kHz PCM16
         assert stored_s > 5 and abs(streamed_s - stored_s) < 0.02 * stored_s
     finally:
         process.terminate()
@@ -199,22 +215,25 @@ def _job(sessions, job_id: str) -> Job | None:
 
 
 def test_a_key_at_its_share_of_live_streams_gets_429_while_another_key_still_streams(
-        api_settings, redis_url, worker, new_key):
+    api_settings, redis_url, worker, new_key
+):
     settings = api_settings.with_overrides(api_max_live_streams_per_key=1)
     greedy, other = new_key("greedy"), new_key("other")
     with serve(settings, redis_url) as server, client_for(server, greedy) as first:
         hub = server.server.config.app.state.synth.live
-        with first.stream("POST", SPEECH, json={"model": "tts-1", "input": LONG * 3, "voice": "alloy",
-                                                "response_format": "pcm"}) as held:
+        with first.stream(
+            "POST", SPEECH, json={"model": "tts-1", "input": LONG * 3, "voice": "alloy", "response_format": "pcm"}
+        ) as held:
             assert held.status_code == 200
             chunks = held.iter_bytes()
-            next(chunks)                      # the greedy key's one stream is open and playing
+            next(chunks)  # the greedy key's one stream is open and playing
             with client_for(server, greedy) as again:
                 refused = again.post(SPEECH, json={"model": "tts-1", "input": "One more.", "voice": "alloy"})
-            assert hub.streams == 1           # refused while its first stream was open
+            assert hub.streams == 1  # refused while its first stream was open
             with client_for(server, other) as client:
-                served = client.post(SPEECH, json={"model": "tts-1", "input": "My turn.", "voice": "alloy",
-                                                   "response_format": "pcm"})
+                served = client.post(
+                    SPEECH, json={"model": "tts-1", "input": "My turn.", "voice": "alloy", "response_format": "pcm"}
+                )
     assert refused.status_code == 429, refused.text
     assert int(refused.headers["retry-after"]) >= 1
     assert "SYNTH_API_MAX_LIVE_STREAMS_PER_KEY" in refused.json()["error"]["message"]

@@ -33,8 +33,10 @@ def test_same_idempotency_key_and_body_returns_the_same_batch(client):
 
 def test_idempotency_keys_are_per_api_key_and_per_resource(api_server, new_key, client):
     job = client.post("/v1/jobs", json={"text": "Hi."}, headers={"Idempotency-Key": "same"})
-    assert client.post("/v1/jobs", json={"text": "Hi."}, headers={"Idempotency-Key": "same"}).json()["id"] == \
-        job.json()["id"]
+    assert (
+        client.post("/v1/jobs", json={"text": "Hi."}, headers={"Idempotency-Key": "same"}).json()["id"]
+        == job.json()["id"]
+    )
     other_tenant = client_for(api_server, new_key("b"))
     mine = other_tenant.post("/v1/jobs", json={"text": "Hi."}, headers={"Idempotency-Key": "same"})
     assert mine.status_code == 201 and mine.json()["id"] != job.json()["id"]
@@ -45,16 +47,22 @@ def test_idempotency_keys_are_per_api_key_and_per_resource(api_server, new_key, 
 def test_uploads_whose_fields_differ_are_different_requests_whatever_the_fields_hold(client):
     """Form fields joined with "|" made these two uploads one request: the second, with a webhook,
     was answered with the first batch, which has none."""
-    hook = "https://93.184.216.34/hook"   # public: past the SSRF guard without DNS
+    hook = "https://93.184.216.34/hook"  # public: past the SSRF guard without DNS
     files = {"file": ("lines.txt", b"One line.\n")}
-    first = client.post("/v1/batches/upload", files=files, data={"name": f"n|{hook}"},
-                        headers={"Idempotency-Key": "upload"})
-    second = client.post("/v1/batches/upload", files=files, data={"name": "n", "webhook_url": f"{hook}|None"},
-                         headers={"Idempotency-Key": "upload"})
+    first = client.post(
+        "/v1/batches/upload", files=files, data={"name": f"n|{hook}"}, headers={"Idempotency-Key": "upload"}
+    )
+    second = client.post(
+        "/v1/batches/upload",
+        files=files,
+        data={"name": "n", "webhook_url": f"{hook}|None"},
+        headers={"Idempotency-Key": "upload"},
+    )
     assert first.status_code == 201 and first.json()["webhook_url"] is None, first.text
     assert second.status_code == 409 and "different request" in second.json()["detail"], second.text
-    again = client.post("/v1/batches/upload", files=files, data={"name": f"n|{hook}"},
-                        headers={"Idempotency-Key": "upload"})
+    again = client.post(
+        "/v1/batches/upload", files=files, data={"name": f"n|{hook}"}, headers={"Idempotency-Key": "upload"}
+    )
     assert again.status_code == 201 and again.json()["id"] == first.json()["id"]
     assert again.headers["idempotent-replayed"] == "true"
 
@@ -83,8 +91,9 @@ def test_client_ids_are_unique_within_a_batch(client):
 
 @pytest.fixture
 def api_settings(settings):
-    return settings.with_overrides(max_line_chars=50, api_max_batch_items=3, api_max_body_bytes=2000,
-                                   api_rate_limit=1000)
+    return settings.with_overrides(
+        max_line_chars=50, api_max_batch_items=3, api_max_body_bytes=2000, api_rate_limit=1000
+    )
 
 
 def test_limits_answer_clear_4xx(client):
@@ -119,7 +128,9 @@ def test_pagination_walks_every_item_once(client):
     batch = client.post("/v1/batches", json={"items": [{"text": f"Line {i}."} for i in range(3)]}).json()
     seen, cursor = [], None
     while True:
-        page = client.get(f"/v1/batches/{batch['id']}/items", params={"limit": 1, **({"cursor": cursor} if cursor else {})}).json()
+        page = client.get(
+            f"/v1/batches/{batch['id']}/items", params={"limit": 1, **({"cursor": cursor} if cursor else {})}
+        ).json()
         seen += [j["client_id"] for j in page["data"]]
         cursor = page["next_cursor"]
         if not cursor:
@@ -155,15 +166,23 @@ def test_cancel_then_delete_then_expiry(api_settings, client, database_url):
 
 
 def test_upload_a_corpus_file(client):
-    r = client.post("/v1/batches/upload", files={"file": ("lines.txt", b"First line.\n\nSecond line.\n")},
-                    data={"name": "up", "format": "mp3"}, headers={"Idempotency-Key": "u1"})
+    r = client.post(
+        "/v1/batches/upload",
+        files={"file": ("lines.txt", b"First line.\n\nSecond line.\n")},
+        data={"name": "up", "format": "mp3"},
+        headers={"Idempotency-Key": "u1"},
+    )
     assert r.status_code == 201, r.text
     body = r.json()
     assert body["name"] == "up" and body["total"] == 2 and body["format"] == "mp3"
     items = client.get(f"/v1/batches/{body['id']}/items").json()["data"]
     assert [j["client_id"] for j in items] == ["line-000001", "line-000003"]
-    again = client.post("/v1/batches/upload", files={"file": ("lines.txt", b"First line.\n\nSecond line.\n")},
-                        data={"name": "up", "format": "mp3"}, headers={"Idempotency-Key": "u1"})
+    again = client.post(
+        "/v1/batches/upload",
+        files={"file": ("lines.txt", b"First line.\n\nSecond line.\n")},
+        data={"name": "up", "format": "mp3"},
+        headers={"Idempotency-Key": "u1"},
+    )
     assert again.json()["id"] == body["id"]
     bad = client.post("/v1/batches/upload", files={"file": ("b.bin", b"\x00\x01")})
     assert bad.status_code == 400 and "binary" in bad.json()["detail"]
@@ -172,8 +191,11 @@ def test_upload_a_corpus_file(client):
 def test_an_upload_field_sent_empty_counts_as_not_sent(client):
     """A form's fields are text, and a browser sends a blank input as "": the upload reads it as a
     field left out, where a JSON body's "" is a 422 (tests/api/test_odd_input.py)."""
-    r = client.post("/v1/batches/upload", files={"file": ("lines.txt", b"One line.\n")},
-                    data={"format": "", "voice": "", "sample_rate": ""})
+    r = client.post(
+        "/v1/batches/upload",
+        files={"file": ("lines.txt", b"One line.\n")},
+        data={"format": "", "voice": "", "sample_rate": ""},
+    )
     assert r.status_code == 201, r.text
     assert (r.json()["format"], r.json()["voice"], r.json()["sample_rate"]) == ("wav", "joe", None)
 
@@ -183,17 +205,35 @@ def test_expire_task_runs_on_a_worker(client, running_worker):
     assert wait_batch(client, batch["id"])["counts"]["done"] == 2
     future = (utcnow() + timedelta(days=8)).isoformat()
     running_worker.send_task("synth.expire", args=[future], queue="realtime")
-    eventually(lambda: client.get(f"/v1/batches/{batch['id']}").status_code == 404, 60,
-               "synth.expire to delete the expired batch", interval=0.2)
+    eventually(
+        lambda: client.get(f"/v1/batches/{batch['id']}").status_code == 404,
+        60,
+        "synth.expire to delete the expired batch",
+        interval=0.2,
+    )
 
 
-@pytest.mark.parametrize("field, value", [
-    ("sample_rate", "8000.0"), ("sample_rate", " 8000"), ("sample_rate", "8001"), ("sample_rate", "fast"),
-    ("voice", "nobody"), ("format", "aiff"), ("priority", "urgent"), ("webhook_url", "ftp://example.com/x"),
-    ("webhook_events", "job.started"), ("name", "x" * 201),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("sample_rate", "8000.0"),
+        ("sample_rate", " 8000"),
+        ("sample_rate", "8001"),
+        ("sample_rate", "fast"),
+        ("voice", "nobody"),
+        ("format", "aiff"),
+        ("priority", "urgent"),
+        ("webhook_url", "ftp://example.com/x"),
+        ("webhook_events", "job.started"),
+        ("name", "x" * 201),
+    ],
+)
 def test_an_upload_with_a_field_outside_the_document_is_refused(client, field, value):
     r = client.post("/v1/batches/upload", files={"file": ("lines.txt", b"One line.\n")}, data={field: value})
     assert r.status_code in (400, 422), (field, value, r.status_code, r.text)
-    assert client.post("/v1/batches/upload", files={"file": ("lines.txt", b"One line.\n")},
-                       data={"sample_rate": "8000"}).status_code == 201
+    assert (
+        client.post(
+            "/v1/batches/upload", files={"file": ("lines.txt", b"One line.\n")}, data={"sample_rate": "8000"}
+        ).status_code
+        == 201
+    )

@@ -33,14 +33,19 @@ SPEECH = "/v1/audio/speech"
 
 @pytest.fixture
 def api_settings(settings):
-    return settings.with_overrides(api_rate_limit=0, webhook_allow_hosts=("127.0.0.0/8",),
-                                   webhook_retry_schedule=(0.2,))
+    return settings.with_overrides(
+        api_rate_limit=0, webhook_allow_hosts=("127.0.0.0/8",), webhook_retry_schedule=(0.2,)
+    )
 
 
 @pytest.fixture
 def env(tmp_path, redis_url, database_url):
-    return synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
-                     SYNTH_DATABASE_URL=database_url, SYNTH_ENGINE_THREADS="1")
+    return synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "data"),
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_ENGINE_THREADS="1",
+    )
 
 
 @pytest.fixture
@@ -69,18 +74,21 @@ def statuses(sessions, batch_id: str) -> list[JobStatus]:
 
 
 def test_revoking_a_key_ends_its_open_stream_and_cancels_its_queued_jobs(
-        api_server, new_key, sessions, env, realtime_worker):
+    api_server, new_key, sessions, env, realtime_worker
+):
     plaintext = new_key("leaving")
     key_id = key_id_of(sessions, plaintext)
     with Receiver(secrets=[]) as receiver, client_for(api_server, plaintext) as client:
-        batch = client.post("/v1/batches", json={"items": [{"text": f"Line {i}."} for i in range(4)],
-                                                 "webhook_url": receiver.url})
+        batch = client.post(
+            "/v1/batches", json={"items": [{"text": f"Line {i}."} for i in range(4)], "webhook_url": receiver.url}
+        )
         assert batch.status_code == 201, batch.text
-        with client.stream("POST", SPEECH, json={"model": "tts-1", "input": LONG, "voice": "alloy",
-                                                 "response_format": "pcm"}) as r:
+        with client.stream(
+            "POST", SPEECH, json={"model": "tts-1", "input": LONG, "voice": "alloy", "response_format": "pcm"}
+        ) as r:
             assert r.status_code == 200
             chunks = r.iter_bytes()
-            next(chunks)                                   # the stream plays
+            next(chunks)  # the stream plays
             revoke(env, key_id)
             revoked = time.monotonic()
             with pytest.raises(httpx.RemoteProtocolError):  # cut off: an incomplete transfer
@@ -96,25 +104,38 @@ def test_revoking_a_key_ends_its_open_stream_and_cancels_its_queued_jobs(
 
 
 def test_a_revoked_keys_job_that_reaches_a_worker_is_cancelled_there_not_rendered(
-        settings, api_settings, new_key, sessions, env, redis_url, piper_engine):
+    settings, api_settings, new_key, sessions, env, redis_url, piper_engine
+):
     key_id = key_id_of(sessions, new_key("late"))
     with Receiver(secrets=[]) as receiver:
         # Written in the moment before the revocation: the revocation's cancel did not see it.
         with sessions() as s:
-            batch = create_item_batch(s, settings, [Item(text="Too late."), Item(text="Also too late.")],
-                                      BatchOptions(), source="api", owner_key_id=key_id,
-                                      webhook_url=receiver.url)
+            batch = create_item_batch(
+                s,
+                settings,
+                [Item(text="Too late."), Item(text="Also too late.")],
+                BatchOptions(),
+                source="api",
+                owner_key_id=key_id,
+                webhook_url=receiver.url,
+            )
             s.commit()
         with sessions() as s:
             assert api_keys.revoke_key(s, key_id)
             s.commit()
         with app_with_worker(api_settings, redis_url, piper_engine) as app:
             enqueue_batch(app, sessions, batch.id, jobs_per_task=1)
-            eventually(lambda: set(statuses(sessions, batch.id)) == {JobStatus.CANCELLED}, 60,
-                       "the worker to cancel the revoked key's jobs")
+            eventually(
+                lambda: set(statuses(sessions, batch.id)) == {JobStatus.CANCELLED},
+                60,
+                "the worker to cancel the revoked key's jobs",
+            )
             # The batch closed, cancelled: its event is recorded and its delivery refused, unsent.
-            closed = eventually(lambda: (d := deliveries(sessions)) and all(x.status == "failed" for x in d) and d,
-                                60, "the batch's event to be closed")
+            closed = eventually(
+                lambda: (d := deliveries(sessions)) and all(x.status == "failed" for x in d) and d,
+                60,
+                "the batch's event to be closed",
+            )
         with sessions() as s:
             jobs = s.scalars(select(Job).where(Job.batch_id == batch.id)).all()
             assert all(j.error == "the API key was revoked" and j.object_key is None for j in jobs)
@@ -131,11 +152,18 @@ def test_no_webhook_is_sent_for_a_revoked_key(sessions, api_settings, new_key):
     key_id = key_id_of(sessions, new_key("hooked"))
     with Receiver(secrets=[]) as receiver:
         with sessions() as s:
-            batch = create_item_batch(s, api_settings, [Item(text="Done before.")], BatchOptions(),
-                                      source="api", owner_key_id=key_id, webhook_url=receiver.url,
-                                      webhook_events=["job.finished"])
+            batch = create_item_batch(
+                s,
+                api_settings,
+                [Item(text="Done before.")],
+                BatchOptions(),
+                source="api",
+                owner_key_id=key_id,
+                webhook_url=receiver.url,
+                webhook_events=["job.finished"],
+            )
             s.commit()
-        with sessions() as s:   # rendered before the revocation; its event waits for delivery
+        with sessions() as s:  # rendered before the revocation; its event waits for delivery
             (job,) = s.scalars(select(Job).where(Job.batch_id == batch.id)).all()
             job.status, job.object_key = JobStatus.DONE, "k/done.wav"
             [delivery_id] = outbox.emit_for_jobs(s, [job.id])

@@ -25,5 +25,9 @@ def test_routes_that_need_redis_say_redis_is_down_and_recover_with_it(api_settin
             assert down.headers["Retry-After"] == "5"
             assert down.json()["detail"].startswith("Redis is unreachable: ")
             server.start()
-            eventually(lambda: http.get("/dashboard/data.json").status_code == 200, 30,
-                       "the dashboard to answer again with Redis back", interval=0.2)
+            eventually(
+                lambda: http.get("/dashboard/data.json").status_code == 200,
+                30,
+                "the dashboard to answer again with Redis back",
+                interval=0.2,
+            )

@@ -18,20 +18,25 @@ from pipeline.db.session import make_engine, make_sessionmaker
 from tests.waiting import eventually
 
 SPEECH = "/v1/audio/speech"
-BAD = "\u200b \u00a0"   # valid JSON and schema, nothing to say: refused when the job is made
+BAD = "\u200b \u00a0"  # valid JSON and schema, nothing to say: refused when the job is made
 
 
 async def _speak(server_url: str, key: str, texts: list[str]) -> list[httpx.Response]:
-    async with httpx.AsyncClient(base_url=server_url, headers={"Authorization": f"Bearer {key}"},
-                                 timeout=300) as client:
+    async with httpx.AsyncClient(
+        base_url=server_url, headers={"Authorization": f"Bearer {key}"}, timeout=300
+    ) as client:
+
         async def one(text: str) -> httpx.Response:
-            return await client.post(SPEECH, json={"model": "tts-1", "voice": "alloy", "input": text,
-                                                   "response_format": "pcm"})
+            return await client.post(
+                SPEECH, json={"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm"}
+            )
+
         return await asyncio.gather(*[one(t) for t in texts])
 
 
 def test_speech_requests_sent_together_each_get_their_own_job_and_a_bad_one_fails_alone(
-        api_server, running_worker, new_key, database_url):
+    api_server, running_worker, new_key, database_url
+):
     texts = [f"Request number {i}." for i in range(12)]
     texts[3] = texts[8] = BAD
     responses = asyncio.run(_speak(api_server.url, new_key("together"), texts))
@@ -39,7 +44,7 @@ def test_speech_requests_sent_together_each_get_their_own_job_and_a_bad_one_fail
     good = [r for t, r in zip(texts, responses) if t != BAD]
     bad = [r for t, r in zip(texts, responses) if t == BAD]
     assert [r.status_code for r in good] == [200] * 10, [r.text[:200] for r in good]
-    assert all(len(r.content) > 4800 for r in good)             # at least 0.1 s of 24 kHz PCM16 each
+    assert all(len(r.content) > 4800 for r in good)  # at least 0.1 s of 24 kHz PCM16 each
     assert [r.status_code for r in bad] == [400, 400]
     assert all("empty" in r.json()["detail"] for r in bad), [r.text for r in bad]
     job_ids = [r.headers["X-Job-Id"] for r in good]
@@ -74,9 +79,10 @@ def test_a_wav_the_openai_client_reads_whole_carries_its_real_sizes(api_server, 
         seconds = w.getnframes() / w.getframerate()
         frames = w.readframes(w.getnframes())
     assert w.getnframes() * 2 == len(frames) == len(wav.content) - 44  # every sample, and no more
-    assert 1.0 < seconds < 10.0, seconds   # a sentence, not the 0xFFFFFFFF-byte day a stream's header says
+    assert 1.0 < seconds < 10.0, seconds  # a sentence, not the 0xFFFFFFFF-byte day a stream's header says
 
     with client.audio.speech.with_streaming_response.create(
-            model="tts-1", voice="alloy", input=text, response_format="wav") as streamed:
+        model="tts-1", voice="alloy", input=text, response_format="wav"
+    ) as streamed:
         data = b"".join(streamed.iter_bytes())
     assert data[4:8] == data[40:44] == b"\xff\xff\xff\xff"

@@ -27,8 +27,13 @@ def test_every_route_with_an_id_is_404_for_another_key(api_settings, api_server,
     lexicon = a.post("/v1/lexicons", json={"name": "mine", "entries": [{"written": "SQL", "alias": "sequel"}]})
     document = a.post("/v1/documents", files={"file": ("mine.md", b"# Mine\n\n## One\n\nA line of mine.\n")})
     assert lexicon.status_code == 201 and document.status_code == 201, (lexicon.text, document.text)
-    ids = {"batch_id": batch["id"], "job_id": job["id"], "ref": lexicon.json()["id"],
-           "document_id": document.json()["id"], "name": "chapters.json"}
+    ids = {
+        "batch_id": batch["id"],
+        "job_id": job["id"],
+        "ref": lexicon.json()["id"],
+        "document_id": document.json()["id"],
+        "name": "chapters.json",
+    }
 
     for method, template in _id_routes(api_settings, redis_url):
         names = [p.strip("{}") for p in template.split("/") if p.startswith("{")]
@@ -36,8 +41,13 @@ def test_every_route_with_an_id_is_404_for_another_key(api_settings, api_server,
         assert not missing, f"{method} {template}: add an id for {missing} to this test"
         path = template.format(**ids)
         # A body that would be valid for its owner: what B is refused is the object, not the request.
-        body = ({"batch_id": batch["id"]} if template.endswith("/apply")
-                else {"chapters": [1]} if template.endswith("/rerender") else {})
+        body = (
+            {"batch_id": batch["id"]}
+            if template.endswith("/apply")
+            else {"chapters": [1]}
+            if template.endswith("/rerender")
+            else {}
+        )
         r = b.request(method, path, **({"json": body} if method == "POST" else {}))
         assert r.status_code == 404, f"{method} {path} with another key: {r.status_code} {r.text}"
         assert "not found" in r.json()["detail"]
@@ -52,8 +62,13 @@ def test_every_route_with_an_id_is_404_for_another_key(api_settings, api_server,
 def test_cli_batches_are_invisible_to_the_api(api_settings, client, database_url):
     sessions = make_sessionmaker(make_engine(database_url))
     with sessions() as s:
-        cli_batch = create_batch(s, api_settings, parse_corpus(b"From the CLI.\n", source="c.txt", max_line_chars=100),
-                                 BatchOptions(), source="c.txt")
+        cli_batch = create_batch(
+            s,
+            api_settings,
+            parse_corpus(b"From the CLI.\n", source="c.txt", max_line_chars=100),
+            BatchOptions(),
+            source="c.txt",
+        )
         s.commit()
         job_id = cli_batch.jobs[0].id if cli_batch.jobs else None
     assert client.get(f"/v1/batches/{cli_batch.id}").status_code == 404
@@ -70,6 +85,7 @@ def test_requests_without_a_valid_key_are_401(api_server, new_key, database_url)
     assert client_for(api_server, "sk_synth_not-a-key").get("/v1/voices").status_code == 401
     # A revoked key stops working at once.
     from pipeline import api_keys
+
     key = new_key("soon revoked")
     c = client_for(api_server, key)
     assert c.get("/v1/voices").status_code == 200

@@ -8,7 +8,7 @@ from tests.api.conftest import wait_job
 def test_a_jobs_view_lists_what_was_dropped_and_a_plain_job_has_no_notes(client, running_worker):
     r = client.post("/v1/jobs", json={"text": "<b>Hi</b> there 🎉, Москва.", "format": "wav"})
     assert r.status_code == 201, r.text
-    assert r.json()["text_notes"] is None                       # not rendered yet
+    assert r.json()["text_notes"] is None  # not rendered yet
     job = wait_job(client, r.json()["id"])
     assert job["status"] == "done"
     assert job["text_notes"] == {"tags_removed": 2, "emoji_dropped": 1, "foreign_chars_dropped": 6}

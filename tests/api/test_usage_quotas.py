@@ -16,13 +16,12 @@ from pipeline.db.models import Batch
 from tests.api.conftest import client_for, wait_job
 from tests.cli_helpers import synth, synth_env
 
-TEXT = "Hello there."           # 12 characters
+TEXT = "Hello there."  # 12 characters
 
 
 @pytest.fixture
 def env(tmp_path, redis_url, database_url):
-    return synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
-                     SYNTH_DATABASE_URL=database_url)
+    return synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url, SYNTH_DATABASE_URL=database_url)
 
 
 def run(env, *args: str) -> str:
@@ -37,7 +36,8 @@ def batches_of(sessions, key_id: str) -> int:
 
 
 def test_a_keys_done_jobs_are_counted_and_its_quotas_refuse_work_past_them(
-        api_server, running_worker, new_key, sessions, env):
+    api_server, running_worker, new_key, sessions, env
+):
     plaintext = new_key("acme")
     with sessions() as s:
         key_id = api_keys.authenticate(s, plaintext).id
@@ -63,7 +63,7 @@ def test_a_keys_done_jobs_are_counted_and_its_quotas_refuse_work_past_them(
         (row,) = [json.loads(line) for line in run(env, "usage", "--json").splitlines()]
         assert (row["name"], row["today"]["chars"], row["month"]["jobs"]) == ("acme", len(TEXT), 1)
         assert "today: 12 / 60 chars" in run(env, "keys", "list")
-        assert run(env, "usage").splitlines()[1].startswith(key_id)   # the id keys quota takes
+        assert run(env, "usage").splitlines()[1].startswith(key_id)  # the id keys quota takes
 
         run(env, "keys", "quota", key_id, "--chars-per-day", "none", "--audio-seconds-per-day", "0.2")
         over = client.post("/v1/jobs", json={"text": TEXT})
@@ -71,8 +71,11 @@ def test_a_keys_done_jobs_are_counted_and_its_quotas_refuse_work_past_them(
 
         run(env, "keys", "quota", "acme", "--audio-seconds-per-day", "none", "--live-streams", "0")
         speech = client.post("/v1/audio/speech", json={"model": "tts-1", "input": TEXT, "voice": "alloy"})
-        assert speech.status_code == 429 and "may open no live streams (its quota, `synth keys quota --live-streams` is 0)" \
-            in speech.json()["detail"], speech.text
+        assert (
+            speech.status_code == 429
+            and "may open no live streams (its quota, `synth keys quota --live-streams` is 0)"
+            in speech.json()["detail"]
+        ), speech.text
         assert batches_of(sessions, key_id) == 1
 
     report = run(env, "report", "--since", "1h", "--format", "md")
@@ -83,10 +86,12 @@ def test_quotas_given_wrongly_are_refused_with_what_to_give(tmp_path):
     env = synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"))
     run(env, "keys", "create", "--name", "twin")
     run(env, "keys", "create", "--name", "twin")
-    for args, says in [(("nobody", "--chars-per-day", "5"), "no active key with id or name 'nobody'"),
-                       (("twin", "--chars-per-day", "5"), "2 active keys are named 'twin': give the key's id"),
-                       (("twin", "--chars-per-day", "-1"), "-1 is negative"),
-                       (("twin", "--live-streams", "1.5"), "'1.5' is not a whole number or none"),
-                       (("twin",), "give at least one of --chars-per-day")]:
+    for args, says in [
+        (("nobody", "--chars-per-day", "5"), "no active key with id or name 'nobody'"),
+        (("twin", "--chars-per-day", "5"), "2 active keys are named 'twin': give the key's id"),
+        (("twin", "--chars-per-day", "-1"), "-1 is negative"),
+        (("twin", "--live-streams", "1.5"), "'1.5' is not a whole number or none"),
+        (("twin",), "give at least one of --chars-per-day"),
+    ]:
         done = synth("keys", "quota", *args, env=env, timeout=60)
         assert done.returncode == 2 and says in done.stderr.decode(), (args, done.stderr.decode())

@@ -26,20 +26,29 @@ def api_settings(settings):
 
 
 def test_a_checked_batch_reports_verdicts_and_serves_captions(client, running_worker):
-    r = client.post("/v1/batches", json={"format": "mp3", "items": [
-        {"client_id": "good", "text": GOOD}, {"client_id": "live", "text": "Hello there.", "format": "wav"}]})
+    r = client.post(
+        "/v1/batches",
+        json={
+            "format": "mp3",
+            "items": [
+                {"client_id": "good", "text": GOOD},
+                {"client_id": "live", "text": "Hello there.", "format": "wav"},
+            ],
+        },
+    )
     assert r.status_code == 201, r.text
     batch = wait_batch(client, r.json()["id"])
     assert batch["counts"]["done"] == 2
 
-    def checked():   # the worker's checks come after its renders, on the verify queue
+    def checked():  # the worker's checks come after its renders, on the verify queue
         items = client.get(f"/v1/batches/{batch['id']}/items").json()["data"]
         return None if any(j["verdict"] == "pending" for j in items) else items
+
     jobs = {j["client_id"]: j for j in eventually(checked, 60, "the checks", interval=0.1)}
     good = jobs["good"]
     assert good["verdict"] == "clean" and good["verdict_reasons"] == [] and good["captions_url"]
     subs = list(srt.parse(client.get(good["captions_url"], params={"format": "srt"}).text))
-    assert " ".join(s.content for s in subs) == GOOD      # the words as written, punctuation and all
+    assert " ".join(s.content for s in subs) == GOOD  # the words as written, punctuation and all
     words = client.get(good["captions_url"], params={"format": "json"}).json()["words"]
     assert [w["word"] for w in words][:3] == ["The", "library", "opens"]
     assert client.get(good["captions_url"], params={"format": "doc"}).status_code == 422
@@ -64,7 +73,7 @@ def test_the_share_checked_and_its_setting():
     quarter = Verifier(PocketSphinx(), 0.25)
     picked = [quarter.wants(f"job-{i}") for i in range(2000)]
     assert 0.2 < sum(picked) / len(picked) < 0.3
-    assert picked == [quarter.wants(f"job-{i}") for i in range(2000)]   # the same jobs every time
+    assert picked == [quarter.wants(f"job-{i}") for i in range(2000)]  # the same jobs every time
 
 
 @pytest.mark.slow

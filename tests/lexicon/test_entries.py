@@ -14,9 +14,15 @@ from pipeline.lexicon.entries import MAX_ENTRIES, Entry, check_entry, check_lexi
 from pipeline.lexicon.store import Checker
 from pipeline.settings import Settings
 
-ENTRIES = [Entry("SQL", alias="sequel"), Entry("GIF", alias="jif", case_sensitive=True),
-           Entry("New York", alias="the big apple"), Entry("New", alias="old"), Entry("Node.js", alias="node"),
-           Entry("Kub*", alias="coob", pattern=True), Entry("Nguyen", phoneme="ŋwɪn")]
+ENTRIES = [
+    Entry("SQL", alias="sequel"),
+    Entry("GIF", alias="jif", case_sensitive=True),
+    Entry("New York", alias="the big apple"),
+    Entry("New", alias="old"),
+    Entry("Node.js", alias="node"),
+    Entry("Kub*", alias="coob", pattern=True),
+    Entry("Nguyen", phoneme="ŋwɪn"),
+]
 PIPER = Checker("piper", lambda: frozenset("ŋwɪnˈɡɑːɹdə"))
 
 
@@ -32,8 +38,9 @@ def test_whole_words_in_their_case_the_longest_entry_first_and_patterns_between(
 
 def test_a_phoneme_entry_reaches_piper_as_a_phoneme_block_and_is_skipped_by_a_voice_without_one():
     lexicon = Compiled(ENTRIES)
-    piper = textfront.prepare("Mr Nguyen uses SQL.", textfront.VoiceProfile("joe", ("en_US",), phonemes=True),
-                              lexicon=lexicon)
+    piper = textfront.prepare(
+        "Mr Nguyen uses SQL.", textfront.VoiceProfile("joe", ("en_US",), phonemes=True), lexicon=lexicon
+    )
     assert [c.text for c in piper.pieces(400)[0]] == ["Mr [[ ŋwɪn ]] uses sequel."]
     assert piper.notes == {"lexicon_entries": 2}
     other = textfront.prepare("Mr Nguyen uses SQL.", textfront.VoiceProfile("tara"), lexicon=lexicon)
@@ -43,53 +50,65 @@ def test_a_phoneme_entry_reaches_piper_as_a_phoneme_block_and_is_skipped_by_a_vo
 
 def test_the_lexicon_reads_ssml_text_but_never_its_tags():
     lexicon = Compiled([Entry("break", alias="pause"), Entry("SQL", alias="sequel")])
-    out = textfront.prepare('<speak>SQL <break time="1s"/> break</speak>', textfront.VoiceProfile("joe"),
-                            lexicon=lexicon)
+    out = textfront.prepare(
+        '<speak>SQL <break time="1s"/> break</speak>', textfront.VoiceProfile("joe"), lexicon=lexicon
+    )
     assert [c.text for c in out.pieces(400)[0]] == ["sequel", "pause"]
 
 
 def test_pls_and_text_forms_round_trip_every_kind_of_entry():
     assert formats.parse(formats.to_pls(ENTRIES).encode()) == ENTRIES
     assert formats.parse(formats.to_text(ENTRIES).encode()) == ENTRIES
-    assert formats.parse(b"\xef\xbb\xbf" + formats.to_pls(ENTRIES).encode()) == ENTRIES   # a Windows editor's BOM
-    pls = (b'<lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon" alphabet="ipa">'
-           b'<lexeme><grapheme>W3C</grapheme><grapheme>w3c</grapheme><alias>World Wide Web Consortium</alias>'
-           b'</lexeme></lexicon>')
+    assert formats.parse(b"\xef\xbb\xbf" + formats.to_pls(ENTRIES).encode()) == ENTRIES  # a Windows editor's BOM
+    pls = (
+        b'<lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon" alphabet="ipa">'
+        b"<lexeme><grapheme>W3C</grapheme><grapheme>w3c</grapheme><alias>World Wide Web Consortium</alias>"
+        b"</lexeme></lexicon>"
+    )
     assert [e.written for e in formats.parse(pls)] == ["W3C", "w3c"]
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"<lexicon><lexeme>", "not a PLS file: not well-formed XML at line 1"),
-    (b"<speak>hi</speak>", "not a PLS file: the root element is <speak>"),
-    (b'<!DOCTYPE x [<!ENTITY a "aaaa">]><lexicon/>', "may not declare a DOCTYPE or entities"),
-    (b'<lexicon xmlns="http://www.w3.org/2005/01/pronunciation-lexicon" alphabet="x-sampa"><lexeme>'
-     b'<grapheme>a</grapheme><phoneme>{</phoneme></lexeme></lexicon>', "alphabet 'x-sampa'; synth takes IPA"),
-    (b"just words without an equals sign", "line 1: expected `word = says`"),
-    (b"\x80abc = x", "must be UTF-8 text or a PLS document"),
-    (b" \n", "the lexicon file is empty"),
-    ("SQL = sequel".encode("utf-16"), "this one is UTF-16: save it as UTF-8"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"<lexicon><lexeme>", "not a PLS file: not well-formed XML at line 1"),
+        (b"<speak>hi</speak>", "not a PLS file: the root element is <speak>"),
+        (b'<!DOCTYPE x [<!ENTITY a "aaaa">]><lexicon/>', "may not declare a DOCTYPE or entities"),
+        (
+            b'<lexicon xmlns="http://www.w3.org/2005/01/pronunciation-lexicon" alphabet="x-sampa"><lexeme>'
+            b"<grapheme>a</grapheme><phoneme>{</phoneme></lexeme></lexicon>",
+            "alphabet 'x-sampa'; synth takes IPA",
+        ),
+        (b"just words without an equals sign", "line 1: expected `word = says`"),
+        (b"\x80abc = x", "must be UTF-8 text or a PLS document"),
+        (b" \n", "the lexicon file is empty"),
+        ("SQL = sequel".encode("utf-16"), "this one is UTF-16: save it as UTF-8"),
+    ],
+)
 def test_a_file_that_is_not_a_lexicon_is_refused_with_the_reason(data, reason):
     with pytest.raises(InputError, match=None) as e:
         formats.parse(data)
     assert reason in str(e.value)
 
 
-@pytest.mark.parametrize("entry, reason", [
-    (Entry("  ", alias="x"), "written form is empty"),
-    (Entry("x" * 10_000, alias="y"), "the written form has 10,000 characters; the limit is 200"),
-    (Entry("SQL", alias="y" * 10_000), "what it says has 10,000 characters; the limit is 500"),
-    (Entry("SQL", alias=" "), "what it says is empty"),
-    (Entry("*", alias="x", pattern=True), "would match (nearly) every word"),
-    (Entry("?*?", alias="x", pattern=True), "would match (nearly) every word"),
-    (Entry("a*b*", alias="x", pattern=True), "at most one *"),
-    (Entry("Kub*", alias="x"), "* and ? make a pattern"),
-    (Entry("New\nYork", alias="x"), "the written form contains a control character"),
-    (Entry("SQL", alias="seq\nuel"), "may not contain [, ] or a control character"),
-    (Entry("(a+)+", alias="x", pattern=True), "use letters, digits"),
-    (Entry("Nguyen", phoneme="ŋw<ɪn"), "the piper voice cannot say '<'"),
-    (Entry("SQL", alias="a", phoneme="b"), "either an alias or a phoneme string"),
-])
+@pytest.mark.parametrize(
+    "entry, reason",
+    [
+        (Entry("  ", alias="x"), "written form is empty"),
+        (Entry("x" * 10_000, alias="y"), "the written form has 10,000 characters; the limit is 200"),
+        (Entry("SQL", alias="y" * 10_000), "what it says has 10,000 characters; the limit is 500"),
+        (Entry("SQL", alias=" "), "what it says is empty"),
+        (Entry("*", alias="x", pattern=True), "would match (nearly) every word"),
+        (Entry("?*?", alias="x", pattern=True), "would match (nearly) every word"),
+        (Entry("a*b*", alias="x", pattern=True), "at most one *"),
+        (Entry("Kub*", alias="x"), "* and ? make a pattern"),
+        (Entry("New\nYork", alias="x"), "the written form contains a control character"),
+        (Entry("SQL", alias="seq\nuel"), "may not contain [, ] or a control character"),
+        (Entry("(a+)+", alias="x", pattern=True), "use letters, digits"),
+        (Entry("Nguyen", phoneme="ŋw<ɪn"), "the piper voice cannot say '<'"),
+        (Entry("SQL", alias="a", phoneme="b"), "either an alias or a phoneme string"),
+    ],
+)
 def test_a_bad_entry_is_refused_with_the_reason(entry, reason):
     with pytest.raises(InputError) as e:
         PIPER.entries([entry])

@@ -24,8 +24,9 @@ from tests.speech import _words, transcribe, word_error_rate
 pytest.importorskip("pocketsphinx")
 pytestmark = pytest.mark.slow  # a recognizer over the whole corpus, several renders a line
 
-CORPUS = [json.loads(line) for line in
-          (Path(__file__).with_name("corpus.jsonl")).read_text(encoding="utf-8").splitlines()]
+CORPUS = [
+    json.loads(line) for line in (Path(__file__).with_name("corpus.jsonl")).read_text(encoding="utf-8").splitlines()
+]
 RENDERS = 3
 # Measured 2026-11-24 over 10 renders of the corpus: 0.29-0.36 (pocketsphinx's US-English model
 # mishears names, accented words and "Hello there"); the same corpus without the front end:
@@ -56,8 +57,7 @@ def first_renders(piper_engine) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("line", CORPUS, ids=[line["text"][:40] for line in CORPUS])
-def test_each_line_is_heard_with_its_words_and_never_with_its_markup(line, piper_engine,
-                                                                     first_renders):
+def test_each_line_is_heard_with_its_words_and_never_with_its_markup(line, piper_engine, first_renders):
     renders = [first_renders[line["text"]]]
     while len(renders) < RENDERS and set(line["heard"]) - set().union(*renders):
         renders.append(heard(piper_engine, line["text"]))

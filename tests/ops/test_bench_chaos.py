@@ -13,8 +13,18 @@ pytest.importorskip("piper", reason="the workers render with Piper")
 
 @pytest.mark.slow
 def test_no_fault_loses_or_strands_a_job(postgres_url):
-    rounds = run(Options(database_url=postgres_url, jobs=24, workers=2, faults=FAULTS, fault_seconds=6,
-                         kills=2, visibility_timeout=20, settle_timeout=150))
+    rounds = run(
+        Options(
+            database_url=postgres_url,
+            jobs=24,
+            workers=2,
+            faults=FAULTS,
+            fault_seconds=6,
+            kills=2,
+            visibility_timeout=20,
+            settle_timeout=150,
+        )
+    )
     print(table(rounds))
     assert [r.fault for r in rounds] == list(FAULTS)
     for r in rounds:

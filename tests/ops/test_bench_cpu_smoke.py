@@ -23,9 +23,29 @@ pytest.importorskip("piper", reason="the CPU benchmark needs synth[piper]")
 def _bench(tmp_path: Path, redis_url: str, *args: str) -> dict:
     out = tmp_path / "result.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}  # a temporary SQLite db
-    proc = subprocess.run([sys.executable, "-m", "ops.bench.cpu", *args, "--corpus", str(CORPUS), "--repeat", "1", "--redis-url", redis_url,
-                           "--json", str(out), "--markdown", str(tmp_path / "result.md")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ops.bench.cpu",
+            *args,
+            "--corpus",
+            str(CORPUS),
+            "--repeat",
+            "1",
+            "--redis-url",
+            redis_url,
+            "--json",
+            str(out),
+            "--markdown",
+            str(tmp_path / "result.md"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "|" in proc.stdout  # the table went to stdout
     return json.loads(out.read_text())

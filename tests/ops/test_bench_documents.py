@@ -24,11 +24,15 @@ def test_a_book_past_the_corpus_repeats_it_with_every_paragraph_distinct(tmp_pat
     corpus.write_text("The first line.\n\nA second line, longer.\nThe first line.\nNow, the first line.\n")
     text = paragraphs(corpus, words=60)
     # the corpus as it is, but its own repeat, which takes the first lead that makes no line it has
-    assert text[:4] == ["The first line.", "A second line, longer.", f"{LEADS[1]}, the first line.",
-                        "Now, the first line."]
+    assert text[:4] == [
+        "The first line.",
+        "A second line, longer.",
+        f"{LEADS[1]}, the first line.",
+        "Now, the first line.",
+    ]
     assert len(set(text)) == len(text)
     words = [len(line.split()) for line in text]
-    assert sum(words) >= 60 and sum(words[:-1]) < 60   # stops at the paragraph that reaches the size
+    assert sum(words) >= 60 and sum(words[:-1]) < 60  # stops at the paragraph that reaches the size
     assert len(paragraphs(corpus, lines=7)) == 7
 
 
@@ -38,21 +42,40 @@ def test_the_book_spreads_its_paragraphs_over_the_chapters() -> None:
     assert markdown.index("Line 2.") < markdown.index("## Chapter 2") < markdown.index("Line 3.")
 
 
-def test_the_synth_processes_get_the_engine_the_gpu_and_env_and_nothing_else_of_synth(tmp_path: Path,
-                                                                                      monkeypatch) -> None:
-    monkeypatch.setenv("SYNTH_QUANTIZATION", "nf4")   # the caller's own: never reaches the bench's synth
-    args = parse(["--engine", "orpheus", "--model", "/tmp/ckpt", "--gpu", "3", "--env", "SYNTH_MAX_BATCH=64",
-                  "--env", "SYNTH_REUSE=on"])   # --env comes last: it overrides the bench's own
+def test_the_synth_processes_get_the_engine_the_gpu_and_env_and_nothing_else_of_synth(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("SYNTH_QUANTIZATION", "nf4")  # the caller's own: never reaches the bench's synth
+    args = parse(
+        [
+            "--engine",
+            "orpheus",
+            "--model",
+            "/tmp/ckpt",
+            "--gpu",
+            "3",
+            "--env",
+            "SYNTH_MAX_BATCH=64",
+            "--env",
+            "SYNTH_REUSE=on",
+        ]
+    )  # --env comes last: it overrides the bench's own
     env = synth_env(args, tmp_path)
     assert {k: v for k, v in env.items() if k.startswith("SYNTH_")} == {
-        "SYNTH_DATA_DIR": str(tmp_path), "SYNTH_ENGINE": "orpheus", "SYNTH_MODEL": "/tmp/ckpt",
-        "SYNTH_REUSE": "on", "SYNTH_DEVICE": "cuda", "SYNTH_MAX_BATCH": "64"}
+        "SYNTH_DATA_DIR": str(tmp_path),
+        "SYNTH_ENGINE": "orpheus",
+        "SYNTH_MODEL": "/tmp/ckpt",
+        "SYNTH_REUSE": "on",
+        "SYNTH_DEVICE": "cuda",
+        "SYNTH_MAX_BATCH": "64",
+    }
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
     assert parse([]).lines == DEFAULT_LINES and parse(["--words", "9"]).lines is None
 
 
-@pytest.mark.parametrize("argv", [["--engine", "orpheus"], ["--gpu", "0"], ["--env", "NOEQUALS"],
-                                  ["--lines", "3", "--words", "9"]])
+@pytest.mark.parametrize(
+    "argv", [["--engine", "orpheus"], ["--gpu", "0"], ["--env", "NOEQUALS"], ["--lines", "3", "--words", "9"]]
+)
 def test_options_that_cannot_run_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse(argv)
@@ -64,9 +87,30 @@ def test_a_short_book_through_synth_submit_reports_its_size_and_times(tmp_path: 
     pytest.importorskip("piper", reason="the embedded default renders with synth[piper]")
     out = tmp_path / "result.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
-    proc = subprocess.run([sys.executable, "-m", "ops.bench.documents", "--corpus", str(CORPUS), "--words", "30",
-                           "--chapters", "2", "--engine", "piper", "--env", "SYNTH_ENGINE_THREADS=1",
-                           "--json", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=170)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ops.bench.documents",
+            "--corpus",
+            str(CORPUS),
+            "--words",
+            "30",
+            "--chapters",
+            "2",
+            "--engine",
+            "piper",
+            "--env",
+            "SYNTH_ENGINE_THREADS=1",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     assert result["words"] >= 30 and result["chapters"] == 2 and result["engine"] == "piper"

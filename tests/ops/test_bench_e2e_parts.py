@@ -18,11 +18,10 @@ def test_copies_of_a_corpus_are_distinct_lines_and_the_first_is_the_corpus():
     lines = ["Hello there.", "The meeting moved to noon.", "Hello there."[:5]]
     copies = distinct_copies(lines, 2 * len(LEADS) + 3)
     assert copies[: len(lines)] == lines
-    per_copy = [copies[i: i + len(lines)] for i in range(0, len(copies), len(lines))]
+    per_copy = [copies[i : i + len(lines)] for i in range(0, len(copies), len(lines))]
     firsts = [copy[0] for copy in per_copy]
-    assert len(set(firsts)) == len(firsts)   # past the single words too, no two copies alike
-    assert per_copy[1] == [f"{LEADS[0]}, hello there.", f"{LEADS[0]}, the meeting moved to noon.",
-                           f"{LEADS[0]}, hello"]
+    assert len(set(firsts)) == len(firsts)  # past the single words too, no two copies alike
+    assert per_copy[1] == [f"{LEADS[0]}, hello there.", f"{LEADS[0]}, the meeting moved to noon.", f"{LEADS[0]}, hello"]
 
 
 def test_a_later_run_continues_where_the_batch_copies_ended():
@@ -45,11 +44,11 @@ def _stream(*arrivals: tuple[float, float]) -> Stream:
 
 
 def test_a_gap_shorter_than_the_buffer_is_dry_only_for_the_strict_player():
-    gap = _stream((0.0, 0.1), (0.15, 0.1))          # the second chunk 50 ms after the first ran out
+    gap = _stream((0.0, 0.1), (0.15, 0.1))  # the second chunk 50 ms after the first ran out
     assert gap.underruns()[0] == 1
     assert abs(gap.underruns()[1] - 0.05) < 1e-9
     assert gap.underruns(0.1) == (0, 0.0)
-    late = _stream((0.0, 0.1), (0.45, 0.1))         # 350 ms late: dry behind either buffer
+    late = _stream((0.0, 0.1), (0.45, 0.1))  # 350 ms late: dry behind either buffer
     assert late.underruns(0.1)[0] == late.underruns(0.2)[0] == 1
     assert abs(late.underruns(0.2)[1] - 0.15) < 1e-9
     on_time = _stream((0.0, 0.1), (0.05, 0.1))
@@ -65,8 +64,10 @@ def test_checks_need_their_recognizer_before_the_bench_starts_anything():
 def test_the_verify_workers_cpu_counts_their_pool_processes():
     """A parent that spends nothing, its child one CPU-bound fifth of a second: the tree has both."""
     child = "import time\nwhile time.process_time() < 0.2: pass\nprint('done', flush=True)\ntime.sleep(60)"
-    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"],
-                              stdout=subprocess.PIPE)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"],
+        stdout=subprocess.PIPE,
+    )
     try:
         assert parent.stdout.readline() == b"done\n"
         assert tree_cpu_seconds(parent.pid) >= 0.2 > cpu_seconds(parent.pid)

@@ -24,10 +24,34 @@ def test_two_cpu_workers_and_a_baseline(tmp_path, redis_url):
     env["SYNTH_ENGINE_THREADS"] = "1"
     env["SYNTH_JOBS_PER_TASK"] = "1"  # eight messages, so both workers get some
     proc = subprocess.run(
-        [sys.executable, "-m", "ops.bench.scale", "--corpus", "examples/corpus.txt", "--engine", "piper", "--cpu",
-         "--workers", "2", "--lines", "8", "--warm-lines", "2", "--redis-url", redis_url, "--json", str(out),
-         "--markdown", str(tmp_path / "scale.md")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=280)
+        [
+            sys.executable,
+            "-m",
+            "ops.bench.scale",
+            "--corpus",
+            "examples/corpus.txt",
+            "--engine",
+            "piper",
+            "--cpu",
+            "--workers",
+            "2",
+            "--lines",
+            "8",
+            "--warm-lines",
+            "2",
+            "--redis-url",
+            redis_url,
+            "--json",
+            str(out),
+            "--markdown",
+            str(tmp_path / "scale.md"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     two, one = result["runs"]["2 workers"], result["runs"]["1 worker"]

@@ -40,17 +40,34 @@ ORANGE, PURPLE = (0xE6, 0x51, 0x00), (0x6A, 0x1B, 0x9A)
 
 def chromium(*args: str, tmp: Path, size: str = "1280,2300") -> str:
     proc = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'profile'}", f"--window-size={size}",
-         "--hide-scrollbars", "--virtual-time-budget=3000", *args], capture_output=True, timeout=120)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp / 'profile'}",
+            f"--window-size={size}",
+            "--hide-scrollbars",
+            "--virtual-time-budget=3000",
+            *args,
+        ],
+        capture_output=True,
+        timeout=120,
+    )
     return proc.stdout.decode()
 
 
 def counted(sessions, batch_id: str) -> int:
     with sessions() as s:
-        return s.scalar(select(func.count()).where(Job.batch_id == batch_id,
-                                                   Job.status.in_([JobStatus.DONE, JobStatus.FAILED])))
+        return s.scalar(
+            select(func.count()).where(Job.batch_id == batch_id, Job.status.in_([JobStatus.DONE, JobStatus.FAILED]))
+        )
 
 
 def progress_of(dom: str, batch_id: str) -> float:
@@ -76,9 +93,10 @@ def worker_app(settings, redis_url, piper_engine):
     installed.uninstall()
 
 
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)   # the percentiles in SQL
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # the percentiles in SQL
 def test_the_console_shows_a_running_batch_plots_workers_and_failures_in_headless_chromium(
-        settings, sessions, redis_url, worker_app, tmp_path):
+    settings, sessions, redis_url, worker_app, tmp_path
+):
     if CHROMIUM is None:
         if IN_CI:
             pytest.fail("chromium is missing: `make test` installs it (apt-get install chromium)")
@@ -87,20 +105,30 @@ def test_the_console_shows_a_running_batch_plots_workers_and_failures_in_headles
     with sessions() as s:
         fill_day(s)
         key = api_keys.create_key(s, name="acme").key
-        batch = create_item_batch(s, settings, [Item(text="!!!", client_id="bad")] + [Item(text=LINE)] * 40,
-                                  BatchOptions(name="board-minutes"), source="api", owner_key_id=key.id)
+        batch = create_item_batch(
+            s,
+            settings,
+            [Item(text="!!!", client_id="bad")] + [Item(text=LINE)] * 40,
+            BatchOptions(name="board-minutes"),
+            source="api",
+            owner_key_id=key.id,
+        )
         s.commit()
         bad = s.scalar(select(Job.id).where(Job.batch_id == batch.id, Job.client_id == "bad"))
     client = redis.Redis.from_url(redis_client_url(redis_url))
     sample_depths(client, queues)
     # a worker that stopped beating a minute ago: its heartbeat has not expired yet
-    fleet.write_heartbeat(client, "gpu-host/gpu0", {"device": H100, "engine": "orpheus", "rows": 64,
-                                                    "jobs_in_flight": 0}, ttl=300)
+    fleet.write_heartbeat(
+        client, "gpu-host/gpu0", {"device": H100, "engine": "orpheus", "rows": 64, "jobs_in_flight": 0}, ttl=300
+    )
     client.hset(fleet.WORKER_PREFIX + "gpu-host/gpu0", "last_seen", f"{time.time() - 60:.3f}")
 
     from worker.enqueue import enqueue_batch
-    with serve(settings.with_overrides(api_rate_limit=0), redis_url) as server, \
-            thread_worker(worker_app, queues, concurrency=1):
+
+    with (
+        serve(settings.with_overrides(api_rate_limit=0), redis_url) as server,
+        thread_worker(worker_app, queues, concurrency=1),
+    ):
         url = server.url + "/dashboard"
         enqueue_batch(worker_app, sessions, batch.id, jobs_per_task=1)
         eventually(lambda: counted(sessions, batch.id) >= 3, 120, "the batch to start", interval=0.2)
@@ -137,4 +165,4 @@ def test_the_console_shows_a_running_batch_plots_workers_and_failures_in_headles
     for pixel in zip(*[iter(img.tobytes())] * 3):
         if pixel in colours:
             colours[pixel] += 1
-    assert colours[ORANGE] > 200 and colours[PURPLE] > 50, colours   # lines drawn on the canvases
+    assert colours[ORANGE] > 200 and colours[PURPLE] > 50, colours  # lines drawn on the canvases

@@ -27,8 +27,8 @@ from tests.reports.known_fleet import PRICES, T0, UNTIL, fill
 from tests.waiting import eventually
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-REPORT_MAGENTA = (0xC2, 0x18, 0x5B)   # .card .value in api/templates/dashboard.html
-DEPTH_BLUE = (0x15, 0x65, 0xC0)       # .depth
+REPORT_MAGENTA = (0xC2, 0x18, 0x5B)  # .card .value in api/templates/dashboard.html
+DEPTH_BLUE = (0x15, 0x65, 0xC0)  # .depth
 
 
 def make_app(settings, redis_url):
@@ -45,28 +45,46 @@ def server(request, settings, sessions, redis_url):
         fill(s)
     publish_report(sessions, make_store(settings), T0, UNTIL, gpu_prices=PRICES)
     client = redis.Redis.from_url(redis_client_url(redis_url))
-    client.rpush("batch.le10s", *[b"m"] * 7)   # seven messages waiting; no worker consumes them here
+    client.rpush("batch.le10s", *[b"m"] * 7)  # seven messages waiting; no worker consumes them here
     client.rpush("realtime", b"m")
     client.rpush("verify", b"m", b"m")
-    for raw in (b"not json", b"[1, 2]"):       # two messages a worker could not act on
+    for raw in (b"not json", b"[1, 2]"):  # two messages a worker could not act on
         deadletter.record(client, queue="batch.le10s", reason="test", message=raw)
-    fleet.write_heartbeat(client, "gpu-host-1/gpu0", {"device": "NVIDIA H100 80GB HBM3", "engine": "orpheus",
-                                                      "model": "orpheus-3b", "quantization": "int8",
-                                                      "jobs_in_flight": 12})
-    fleet.write_heartbeat(client, "cpu-host/cpu", {"device": "AMD EPYC", "engine": "piper",
-                                                   "model": "en_US-joe-medium", "quantization": "none",
-                                                   "jobs_in_flight": 3})
+    fleet.write_heartbeat(
+        client,
+        "gpu-host-1/gpu0",
+        {
+            "device": "NVIDIA H100 80GB HBM3",
+            "engine": "orpheus",
+            "model": "orpheus-3b",
+            "quantization": "int8",
+            "jobs_in_flight": 12,
+        },
+    )
+    fleet.write_heartbeat(
+        client,
+        "cpu-host/cpu",
+        {
+            "device": "AMD EPYC",
+            "engine": "piper",
+            "model": "en_US-joe-medium",
+            "quantization": "none",
+            "jobs_in_flight": 3,
+        },
+    )
     import uvicorn
 
     port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(make_app(settings, redis_url), host="127.0.0.1", port=port,
-                                        log_level="warning", lifespan="on"))
+    srv = uvicorn.Server(
+        uvicorn.Config(make_app(settings, redis_url), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
 
     def started() -> bool:
         assert thread.is_alive(), "uvicorn's thread ended before it started"
         return srv.started
+
     eventually(started, 30, "uvicorn to start")
     yield f"http://127.0.0.1:{port}"
     srv.should_exit = True
@@ -94,10 +112,25 @@ def test_data_json_and_the_operator_token(server):
 
 def chromium(*args: str, tmp: Path, size: tuple[int, int] = (1280, 2300)) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'profile'}", f"--window-size={size[0]},{size[1]}",
-         "--hide-scrollbars", *args], capture_output=True, timeout=120)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp / 'profile'}",
+            f"--window-size={size[0]},{size[1]}",
+            "--hide-scrollbars",
+            *args,
+        ],
+        capture_output=True,
+        timeout=120,
+    )
 
 
 # A browser sends no Bearer header: with no token set, the page answers it over loopback.
@@ -123,7 +156,7 @@ def test_dashboard_in_headless_chromium(server, tmp_path):
     img = Image.open(io.BytesIO(shot.read_bytes())).convert("RGB")
     assert img.size == (1280, 2300)
     raw = img.tobytes()
-    pixels = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
+    pixels = [tuple(raw[i : i + 3]) for i in range(0, len(raw), 3)]
     gray = [sum(p) / 3 for p in pixels]
     mean = sum(gray) / len(gray)
     assert sum((g - mean) ** 2 for g in gray) / len(gray) > 100  # not a blank page

@@ -14,8 +14,12 @@ from tests.conftest import REPO
 
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
-K8S = [doc for path in sorted((REPO / "ops" / "deploy" / "k8s").glob("*.yaml"))
-       for doc in yaml.safe_load_all(path.read_text()) if doc]
+K8S = [
+    doc
+    for path in sorted((REPO / "ops" / "deploy" / "k8s").glob("*.yaml"))
+    for doc in yaml.safe_load_all(path.read_text())
+    if doc
+]
 
 
 def check_synth_args(args: list[str]) -> None:
@@ -34,8 +38,18 @@ def synth_services() -> dict[str, dict]:
 
 
 def test_compose_has_the_whole_stack():
-    assert {"redis", "postgres", "minio", "minio-bucket", "migrate", "api", "beat", "flower",
-            "worker-gpu0", "worker-gpu1"} <= set(SERVICES)
+    assert {
+        "redis",
+        "postgres",
+        "minio",
+        "minio-bucket",
+        "migrate",
+        "api",
+        "beat",
+        "flower",
+        "worker-gpu0",
+        "worker-gpu1",
+    } <= set(SERVICES)
 
 
 @pytest.mark.parametrize("name", sorted(synth_services()))
@@ -78,8 +92,13 @@ def test_migrations_beat_api_and_flower():
 
 def test_k8s_manifests():
     kinds = {(d["kind"], d["metadata"]["name"]) for d in K8S}
-    assert {("Deployment", "synth-api"), ("Deployment", "synth-worker-gpu"), ("Deployment", "synth-beat"),
-            ("Job", "synth-migrate"), ("ConfigMap", "synth-config")} <= kinds
+    assert {
+        ("Deployment", "synth-api"),
+        ("Deployment", "synth-worker-gpu"),
+        ("Deployment", "synth-beat"),
+        ("Job", "synth-migrate"),
+        ("ConfigMap", "synth-config"),
+    } <= kinds
     for doc in K8S:
         spec = doc.get("spec", {}).get("template", {}).get("spec")
         for container in (spec or {}).get("containers", []):

@@ -61,8 +61,13 @@ def test_queue_depth_in_flight_histograms_and_heartbeat(app, settings, sessions,
     app, installed = app
     port = app.synth_settings.worker_metrics_port
     with sessions() as s:
-        batch = create_batch(s, settings, parse_corpus(CORPUS.encode(), source="c", max_line_chars=500),
-                             BatchOptions(format="wav"), source="c")
+        batch = create_batch(
+            s,
+            settings,
+            parse_corpus(CORPUS.encode(), source="c", max_line_chars=500),
+            BatchOptions(format="wav"),
+            source="c",
+        )
         s.commit()
     messages = enqueue_batch(app, sessions, batch.id, jobs_per_task=2)
     before = scrape(port)
@@ -75,8 +80,9 @@ def test_queue_depth_in_flight_histograms_and_heartbeat(app, settings, sessions,
     with thread_worker(app, all_queues(settings.bucket_seconds), concurrency=1):
         eventually(lambda: _finished(sessions, batch.id), 120, "the batch to finish", interval=0.2)
         # task_postrun runs after the last job is recorded, and the heartbeat is written on its timer.
-        eventually(lambda: fleet.workers(client)[0]["jobs_in_flight"] == "0", 10,
-                   "the heartbeat to show no job in flight")
+        eventually(
+            lambda: fleet.workers(client)[0]["jobs_in_flight"] == "0", 10, "the heartbeat to show no job in flight"
+        )
         ttl = client.ttl(fleet.WORKER_PREFIX + "test-host/gpu7")
         assert 0 < ttl <= fleet.HEARTBEAT_TTL
     after = scrape(port)
@@ -105,15 +111,26 @@ def test_grafana_queries_only_metrics_the_worker_exports(app):
     assert len(exprs) >= 8
     queried = {name for e in exprs for name in re.findall(r"\b(synth_[a-z_]+)\b", e)}
     assert queried - exported == set(), f"dashboard queries unknown metrics: {queried - exported}"
-    assert {"synth_queue_depth", "synth_worker_jobs_in_flight", "synth_engine_tokens_per_second",
-            "synth_job_ttfb_seconds_bucket", "synth_job_rtf_bucket", "synth_gpu_memory_allocated_bytes"} <= queried
+    assert {
+        "synth_queue_depth",
+        "synth_worker_jobs_in_flight",
+        "synth_engine_tokens_per_second",
+        "synth_job_ttfb_seconds_bucket",
+        "synth_job_rtf_bucket",
+        "synth_gpu_memory_allocated_bytes",
+    } <= queried
 
 
 def test_the_reconcilers_actions_are_counted(app, settings, sessions):
     app, _ = app
     with sessions() as s:
-        batch = create_batch(s, settings, parse_corpus(CORPUS.encode(), source="c", max_line_chars=500),
-                             BatchOptions(format="wav"), source="c")
+        batch = create_batch(
+            s,
+            settings,
+            parse_corpus(CORPUS.encode(), source="c", max_line_chars=500),
+            BatchOptions(format="wav"),
+            source="c",
+        )
         s.commit()
         db.mark_batch_queued(s, batch.id)  # queued long ago, and the messages were lost
         s.execute(update(Job).where(Job.batch_id == batch.id).values(updated_at=utcnow() - timedelta(hours=1)))

@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("snac")
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")   # nothing here may reach the hub
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach the hub
 
 
 @pytest.fixture(scope="session")
@@ -38,8 +38,17 @@ def engine_settings(tiny_dir):
     from pipeline.settings import EngineSettings
 
     def make(**overrides):
-        fields = dict(engine="orpheus", model=str(tiny_dir), codec=None, voices=None,
-                      dtype="float32", quantization="none", max_batch=4, device="cpu", threads=2)
+        fields = dict(
+            engine="orpheus",
+            model=str(tiny_dir),
+            codec=None,
+            voices=None,
+            dtype="float32",
+            quantization="none",
+            max_batch=4,
+            device="cpu",
+            threads=2,
+        )
         return EngineSettings(**{**fields, **overrides})
 
     return make

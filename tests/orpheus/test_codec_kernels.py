@@ -53,7 +53,7 @@ def test_fuse_codec_swaps_the_decoders_residual_units_only():
 
     model = SNAC(**TINY_SNAC).eval()
     fold_weight_norms(model)
-    assert codec_kernels.fuse_codec(model.decoder, use_triton=False) == 12     # 4 blocks x 3
+    assert codec_kernels.fuse_codec(model.decoder, use_triton=False) == 12  # 4 blocks x 3
     kinds = {type(m).__name__ for m in model.decoder.modules()}
     assert "FusedResidualUnit" in kinds and "ResidualUnit" not in kinds
     assert any(type(m).__name__ == "ResidualUnit" for m in model.encoder.modules())

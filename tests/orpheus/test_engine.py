@@ -31,11 +31,11 @@ def collect(chunks):
 
 
 def test_info_records_device_dtype_and_quantization(engine):
-    info = engine.info               # built by the registry from EngineSettings, as the worker does
+    info = engine.info  # built by the registry from EngineSettings, as the worker does
     assert info.name == "orpheus" and info.sample_rate == 24_000 and info.quantization == "none"
     assert info.voices[0] == "tara" and info.max_batch == 4
     assert info.extra["dtype"] == "float32" and info.extra["random_weights"] is True
-    assert info.device_type                                   # the CPU model name
+    assert info.device_type  # the CPU model name
 
 
 def test_the_job_records_one_list_of_fallbacks_that_the_engine_parts_add_to(engine):
@@ -54,10 +54,12 @@ def quick(tiny):
 
 def test_every_request_ends_with_one_final_chunk_and_bad_ones_fail_alone(quick):
     engine = quick
-    reqs = [SynthesisRequest("a", "Hello there.", "tara", seed=1),
-            SynthesisRequest("bad-voice", "Hello.", "nobody"),
-            SynthesisRequest("empty", "   ", "leo"),
-            SynthesisRequest("b", "A second, longer line of text.", "leo", seed=2, realtime=True)]
+    reqs = [
+        SynthesisRequest("a", "Hello there.", "tara", seed=1),
+        SynthesisRequest("bad-voice", "Hello.", "nobody"),
+        SynthesisRequest("empty", "   ", "leo"),
+        SynthesisRequest("b", "A second, longer line of text.", "leo", seed=2, realtime=True),
+    ]
     audio, finals = collect(engine.synthesize(reqs))
     assert set(finals) == {"a", "b", "bad-voice", "empty"}
     assert isinstance(finals["bad-voice"].error, EngineError)
@@ -139,7 +141,7 @@ def test_paths_switched_off_in_the_settings_are_off_in_the_runner(engine_setting
         eng.close()
     on = load_engine(engine_settings())
     try:
-        assert on.loop.runner.mixed_sizes             # on the CPU mixed steps run eagerly
+        assert on.loop.runner.mixed_sizes  # on the CPU mixed steps run eagerly
     finally:
         on.close()
 
@@ -156,13 +158,16 @@ def test_no_model_set_and_no_hub_access_says_to_set_synth_model_and_why(engine_s
     assert "(the default when SYNTH_MODEL is not set)" in message and "\n" not in message
     assert "set SYNTH_MODEL to a local checkpoint folder or a hub id" in message
     assert "synth models make-tiny DIR" in message
-    assert "offline" in message                 # transformers' reason is kept
+    assert "offline" in message  # transformers' reason is kept
 
 
-@pytest.mark.parametrize("codec, named", [
-    ("/nowhere/snac", "(SYNTH_CODEC)"),
-    (None, "has no snac/ folder"),
-])
+@pytest.mark.parametrize(
+    "codec, named",
+    [
+        ("/nowhere/snac", "(SYNTH_CODEC)"),
+        (None, "has no snac/ folder"),
+    ],
+)
 def test_a_codec_that_cannot_load_names_synth_codec(engine_settings, tiny_dir, tmp_path, codec, named):
     """A checkpoint folder without snac/ falls back to the hub's codec, which a machine without
     hub access (HF_HUB_OFFLINE=1 here) cannot fetch; either way the user is told what to set."""

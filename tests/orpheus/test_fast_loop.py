@@ -15,19 +15,34 @@ from pipeline.engines.orpheus.serving.runner import ModelRunner
 from pipeline.engines.orpheus.serving.scheduler import Scheduler, SchedulerConfig, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
 
-TEXTS = ["Hello there.", "A somewhat longer sentence to speak aloud, my friend.", "Hi",
-         "Numbers: one, two, three, four and five.", "The last one arrives late."]
+TEXTS = [
+    "Hello there.",
+    "A somewhat longer sentence to speak aloud, my friend.",
+    "Hi",
+    "Numbers: one, two, three, four and five.",
+    "The last one arrives late.",
+]
 BUDGETS = [50, 90, 30, 70, 40]
 
 
-def drive(tiny, params, rows: int, arrivals: dict[int, list[int]], prefill_tokens: int = 2048,
-          realtime=(), overlap: bool = True, **scheduling):
+def drive(
+    tiny,
+    params,
+    rows: int,
+    arrivals: dict[int, list[int]],
+    prefill_tokens: int = 2048,
+    realtime=(),
+    overlap: bool = True,
+    **scheduling,
+):
     """Run the runner + scheduler by hand; ``arrivals`` maps step -> indexes of TEXTS arriving.
     With ``overlap`` step N+1 is planned and launched before step N's tokens are post-processed,
     as the engine loop does on the GPU."""
     prompts = [prompt_ids(tiny.tokenizer, t, "tara") for t in TEXTS]
-    seqs = [Seq(i, p, b, seed=1000 + i, stop_token=END_OF_SPEECH, realtime=i in realtime)
-            for i, (p, b) in enumerate(zip(prompts, BUDGETS))]
+    seqs = [
+        Seq(i, p, b, seed=1000 + i, stop_token=END_OF_SPEECH, realtime=i in realtime)
+        for i, (p, b) in enumerate(zip(prompts, BUDGETS))
+    ]
     runner = ModelRunner(tiny.model, rows, 256, params, logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
     sched = Scheduler(rows, 256, config=SchedulerConfig(prefill_tokens=prefill_tokens, **scheduling))
     step, last, pending = 0, max(arrivals), None
@@ -47,29 +62,40 @@ def drive(tiny, params, rows: int, arrivals: dict[int, list[int]], prefill_token
 @pytest.mark.parametrize("rows,prefill_tokens", [(1, 2048), (3, 2048), (2, 7)])
 def test_greedy_tokens_equal_generate_with_arrivals_and_departures(tiny, rows, prefill_tokens, overlap):
     params = SamplingParams(temperature=0)
-    prompts, seqs, out, _ = drive(tiny, params, rows, {0: [0, 1], 3: [2], 9: [3, 4]}, prefill_tokens,
-                                  overlap=overlap)
+    prompts, seqs, out, _ = drive(tiny, params, rows, {0: [0, 1], 3: [2], 9: [3, 4]}, prefill_tokens, overlap=overlap)
     for i, (p, b) in enumerate(zip(prompts, BUDGETS)):
         assert out[i] == reference_generate(tiny.model, [p], params, [b])[0], f"sequence {i}"
         assert seqs[i].finish_reason in ("eos", "budget")
 
 
-@pytest.mark.parametrize("playing_every,pause", [(1, False), (2, False), (2, True)],
-                         ids=["", "starting-only", "starting-only-paused"])
+@pytest.mark.parametrize(
+    "playing_every,pause", [(1, False), (2, False), (2, True)], ids=["", "starting-only", "starting-only-paused"]
+)
 @pytest.mark.parametrize("overlap", [True, False], ids=["overlapped", "step-by-step"])
 @pytest.mark.parametrize("rows,max_rows", [(4, 0), (3, 2)], ids=["no-cap", "preempting"])
-def test_tokens_are_unchanged_by_realtime_tiers_and_realtime_only_steps(tiny, overlap, rows, max_rows,
-                                                                        playing_every, pause):
+def test_tokens_are_unchanged_by_realtime_tiers_and_realtime_only_steps(
+    tiny, overlap, rows, max_rows, playing_every, pause
+):
     """Streams arriving among batch work take the low rows (the batch rows there move up, cache
     and state), and decode alone between full steps (with ``playing_every``, some of those steps
     decode the starting stream alone; with ``pause``, batch rows over the cap wait in place instead
     of being preempted): every sequence still gets generate()'s tokens."""
     params = SamplingParams(temperature=0)
-    prompts, seqs, out, sched = drive(tiny, params, rows, {0: [0, 1], 3: [2], 9: [3, 4]},
-                                      realtime=(2, 4), overlap=overlap, batch_every=2,
-                                      batch_every_starting=3, first_tokens=12,
-                                      realtime_max_rows=max_rows, batch_floor=0,
-                                      playing_every=playing_every, pause_batch=pause)
+    prompts, seqs, out, sched = drive(
+        tiny,
+        params,
+        rows,
+        {0: [0, 1], 3: [2], 9: [3, 4]},
+        realtime=(2, 4),
+        overlap=overlap,
+        batch_every=2,
+        batch_every_starting=3,
+        first_tokens=12,
+        realtime_max_rows=max_rows,
+        batch_floor=0,
+        playing_every=playing_every,
+        pause_batch=pause,
+    )
     assert sched.realtime_steps > 0
     assert (sched.starting_steps > 0) == (playing_every > 1)
     for i, (p, b) in enumerate(zip(prompts, BUDGETS)):
@@ -79,8 +105,9 @@ def test_tokens_are_unchanged_by_realtime_tiers_and_realtime_only_steps(tiny, ov
 @pytest.mark.parametrize("temperature", [0, 0.6])
 def test_preempted_batch_work_resumes_with_the_same_tokens(tiny, temperature):
     params = SamplingParams(temperature=temperature)
-    prompts, seqs, out, sched = drive(tiny, params, 3, {0: [0, 1, 2], 6: [3, 4]}, realtime=(3, 4),
-                                      realtime_max_rows=2, batch_floor=0)
+    prompts, seqs, out, sched = drive(
+        tiny, params, 3, {0: [0, 1, 2], 6: [3, 4]}, realtime=(3, 4), realtime_max_rows=2, batch_floor=0
+    )
     assert sched.preempted >= 1 and any(s.preemptions for s in seqs[:3])
     for i, (p, b) in enumerate(zip(prompts, BUDGETS)):
         steps = list(generate_batched(tiny.model, [GenJob(i, p, b, 1000 + i)], params))
@@ -88,7 +115,7 @@ def test_preempted_batch_work_resumes_with_the_same_tokens(tiny, temperature):
 
 
 def test_sampled_tokens_equal_the_part_one_loop_whatever_the_neighbours(tiny):
-    params = SamplingParams()          # temperature 0.6, top-p 0.95, repetition penalty 1.1
+    params = SamplingParams()  # temperature 0.6, top-p 0.95, repetition penalty 1.1
     prompts, _seqs, out, _ = drive(tiny, params, 2, {0: [0, 1, 2], 5: [3], 6: [4]})
     for i, (p, b) in enumerate(zip(prompts, BUDGETS)):
         steps = list(generate_batched(tiny.model, [GenJob(i, p, b, 1000 + i)], params))
@@ -102,14 +129,12 @@ def test_the_active_mask_follows_the_decoded_rows_through_its_cache(tiny):
     from pipeline.engines.orpheus.serving.scheduler import Plan
 
     rows = 6
-    runner = ModelRunner(tiny.model, rows, 256, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE,
-                         use_graphs=False)
+    runner = ModelRunner(tiny.model, rows, 256, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
     seqs = [Seq(i, [1], 10, row=i) for i in range(rows)]
     full, tier = [0, 1, 2, 3, 4, 5], [0, 1]
-    others = [[0, 2, 3, 4, 5], [1, 2], [5], [0, 1, 3], [2, 3, 4]]      # more sets than are kept
+    others = [[0, 2, 3, 4, 5], [1, 2], [5], [0, 1, 3], [2, 3, 4]]  # more sets than are kept
     for decoded in [full, full, tier, full, tier, tier, *others, tier, full, others[0], full]:
-        launched = runner.launch(Plan(decode=[seqs[r] for r in decoded], rows=decoded[-1] + 1,
-                                      context=8))
+        launched = runner.launch(Plan(decode=[seqs[r] for r in decoded], rows=decoded[-1] + 1, context=8))
         assert runner.active.tolist() == [r in decoded for r in range(rows)], decoded
         assert sorted(runner.collect(launched)) == decoded
         assert len(runner._masks) <= ACTIVE_MASKS
@@ -123,8 +148,7 @@ def test_first_token_draws_get_aligned_per_row_tensors(tiny, n):
     another variant of the fused sampler mid-serving."""
     import torch
 
-    runner = ModelRunner(tiny.model, 8, 256, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE,
-                         use_graphs=False)
+    runner = ModelRunner(tiny.model, 8, 256, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
     seen = []
 
     def sampler(logits, seen_rows, steps, keys):
@@ -167,7 +191,7 @@ def test_texts_are_split_to_fit_a_cache_row(tiny):
     engine = OrpheusEngine(tiny, OrpheusConfig(context=256), max_batch=1)
     try:
         chars = engine.info.max_text_chars
-        assert 20 <= chars < 40      # 256 tokens hold about 20 characters of speech at 2x slack
+        assert 20 <= chars < 40  # 256 tokens hold about 20 characters of speech at 2x slack
         # a prompt that fits gets its budget cut to the row; one that does not is refused clearly
         chunks = list(engine.synthesize([SynthesisRequest("x", "word " * 30, "tara")]))
         assert chunks[-1].final and chunks[-1].error is None

@@ -34,7 +34,7 @@ def jobs_for(tiny, idx, seed=0):
 
 def test_prompt_is_orpheus_format(tiny):
     ids = prompt_ids(tiny.tokenizer, "Hi", "leo")
-    assert ids[0] == START_OF_HUMAN and ids[1] == 128000        # BOS from the tokenizer
+    assert ids[0] == START_OF_HUMAN and ids[1] == 128000  # BOS from the tokenizer
     assert ids[-4:] == [128009, END_OF_HUMAN, 128261, 128257]
     assert tiny.tokenizer.decode(ids[2:-4]) == "leo: Hi"
 
@@ -72,7 +72,7 @@ def test_seed_makes_a_job_reproducible(tiny):
 
 def test_constrained_tokens_sit_in_their_frame_position(tiny):
     tokens = run(tiny.model, jobs_for(tiny, [1]), SAMPLED)[1]
-    assert len(tokens) == BUDGETS[1]                              # budget stop
+    assert len(tokens) == BUDGETS[1]  # budget stop
     for i, t in enumerate(tokens):
         lo, hi = audio_range(i % 7)
         assert lo <= t < hi or (t == END_OF_SPEECH and i % 7 == 0)

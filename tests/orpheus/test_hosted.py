@@ -19,9 +19,11 @@ from pipeline.errors import EngineError, RetryableError
 from pipeline.live import LiveAudio, LiveStreams, redis_client_url, stream_key
 from tests.waiting import eventually
 
-REQUESTS = [SynthesisRequest("a", "Hello there.", "tara", seed=1),
-            SynthesisRequest("bad-voice", "Hello.", "nobody"),
-            SynthesisRequest("b", "A second, longer line of text.", "leo", seed=2, realtime=True)]
+REQUESTS = [
+    SynthesisRequest("a", "Hello there.", "tara", seed=1),
+    SynthesisRequest("bad-voice", "Hello.", "nobody"),
+    SynthesisRequest("b", "A second, longer line of text.", "leo", seed=2, realtime=True),
+]
 
 
 def collect(chunks):
@@ -85,13 +87,17 @@ def test_a_dead_engine_process_ends_open_requests_retryable(engine_settings):
     lost = threading.Event()
     engine.on_lost = lost.set
     try:
-        chunks = engine.synthesize([SynthesisRequest("long", "A long line of text to speak. " * 6, "tara", seed=3),
-                                    SynthesisRequest("other", "Another line.", "leo", seed=4)])
-        next(chunks)                      # the call is running in the engine process
+        chunks = engine.synthesize(
+            [
+                SynthesisRequest("long", "A long line of text to speak. " * 6, "tara", seed=3),
+                SynthesisRequest("other", "Another line.", "leo", seed=4),
+            ]
+        )
+        next(chunks)  # the call is running in the engine process
         os.kill(engine.pid, signal.SIGKILL)
         _, finals = collect(chunks)
         assert set(finals) == {"long", "other"}
-        assert isinstance(finals["long"].error, RetryableError)   # far from its end when killed
+        assert isinstance(finals["long"].error, RetryableError)  # far from its end when killed
         assert lost.wait(10)
         # Later calls do not wait for an engine that is gone either.
         _, later = collect(engine.synthesize([SynthesisRequest("next", "Hello.", "tara")]))
@@ -109,7 +115,7 @@ def test_a_request_comes_back_in_two_chunks_whether_batch_or_realtime(hosted, en
         want = {key: list(inline.synthesize(reqs)) for key, reqs in (("batch", batch), ("live", live))}
     finally:
         inline.close()
-    assert len(want["batch"]) > 2 and len(want["live"]) > 2     # otherwise nothing here is tested
+    assert len(want["batch"]) > 2 and len(want["live"]) > 2  # otherwise nothing here is tested
     got = {"batch": list(hosted.synthesize(batch)), "live": list(hosted.synthesize(live))}
     # The first chunk, to time the job's first audio by, then the rest with the final one: a
     # realtime job's listeners read its chunks from the live stream the engine process writes.
@@ -122,6 +128,7 @@ def test_a_request_comes_back_in_two_chunks_whether_batch_or_realtime(hosted, en
 
 def _live_pcm(client, job_id: str, timeout_s: float = 60.0) -> np.ndarray:
     """The PCM of a job's live stream, once its end entry is there."""
+
     def ended():
         entries = client.xrange(stream_key(job_id))
         return entries if entries and entries[-1][1][b"kind"] == b"end" else None
@@ -131,8 +138,7 @@ def _live_pcm(client, job_id: str, timeout_s: float = 60.0) -> np.ndarray:
     return np.frombuffer(b"".join(f[b"data"] for _, f in entries if f[b"kind"] == b"pcm"), "<i2")
 
 
-def test_the_engine_process_writes_a_realtime_jobs_live_stream_as_the_worker_would(
-        hosted, engine_settings, redis_url):
+def test_the_engine_process_writes_a_realtime_jobs_live_stream_as_the_worker_would(hosted, engine_settings, redis_url):
     client = redis.Redis.from_url(redis_client_url(redis_url))
     worker_side = LiveAudio(client, ttl=60)
     hosted.publish_live(redis_url, 60, worker_side.owner)
@@ -140,8 +146,10 @@ def test_the_engine_process_writes_a_realtime_jobs_live_stream_as_the_worker_wou
     texts = ["The first piece of a realtime job.", "And its second piece, after a crossfade."]
 
     def pieces(job_id):
-        return [SynthesisRequest((job_id, i), text, "tara", seed=7 + i, realtime=True,
-                                 live=LiveSpec(job_id, 2, 720)) for i, text in enumerate(texts)]
+        return [
+            SynthesisRequest((job_id, i), text, "tara", seed=7 + i, realtime=True, live=LiveSpec(job_id, 2, 720))
+            for i, text in enumerate(texts)
+        ]
 
     # What the worker writes itself when its engine runs in its own process.
     inline = load_engine(engine_settings())
@@ -166,9 +174,15 @@ def test_the_engine_process_writes_a_realtime_jobs_live_stream_as_the_worker_wou
         assert [c.final for c in mine] == [False, True] and mine[-1].error is None
 
     # A request the engine fails ends its stream with the engine's reason, from the same process.
-    failed = list(hosted.synthesize([SynthesisRequest(("bad", 0), "Hello.", "nobody", realtime=True,
-                                                      live=LiveSpec("bad", 1, 720))]))
-    entries = eventually(lambda: (e := client.xrange(stream_key("bad"))) and e[-1][1][b"kind"] == b"end" and e,
-                         30, "the failed job's stream to end")
+    failed = list(
+        hosted.synthesize(
+            [SynthesisRequest(("bad", 0), "Hello.", "nobody", realtime=True, live=LiveSpec("bad", 1, 720))]
+        )
+    )
+    entries = eventually(
+        lambda: (e := client.xrange(stream_key("bad"))) and e[-1][1][b"kind"] == b"end" and e,
+        30,
+        "the failed job's stream to end",
+    )
     assert [f[b"kind"] for _, f in entries] == [b"start", b"end"]
     assert entries[-1][1][b"error"].decode() == str(failed[-1].error)[:500] != ""

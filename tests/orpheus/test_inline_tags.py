@@ -27,8 +27,8 @@ def test_an_inline_tag_reaches_the_prompt_as_its_own_text(tiny):
 
 
 def test_an_inline_tag_counts_as_a_second_of_audio_in_the_budget_not_as_its_characters():
-    words = "x" * 300            # 20 s of expected speech: over the minimum budget
+    words = "x" * 300  # 20 s of expected speech: over the minimum budget
     per_second = LM_TOKENS_PER_AUDIO_SECOND * BUDGET_SLACK
     with_tags = token_budget(words + "<laugh><sigh><groan><yawn>")
     assert with_tags == 7 * math.ceil((300 / CHARS_PER_SECOND + 4.0) * per_second / 7)
-    assert token_budget(words + "<sniffle>") == token_budget(words + "<sigh>")   # not its length
+    assert token_budget(words + "<sniffle>") == token_budget(words + "<sigh>")  # not its length

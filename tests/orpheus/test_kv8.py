@@ -37,8 +37,17 @@ def small_model(seed: int):
 
 def cache_for(model, kv_dtype=None, scales=(1.0, 1.0)):
     cfg = model.config
-    return KVCache(cfg.num_hidden_layers, 4, cfg.num_key_value_heads, CONTEXT, cfg.head_dim,
-                   model.dtype, model.device, kv_dtype, *scales)
+    return KVCache(
+        cfg.num_hidden_layers,
+        4,
+        cfg.num_key_value_heads,
+        CONTEXT,
+        cfg.head_dim,
+        model.dtype,
+        model.device,
+        kv_dtype,
+        *scales,
+    )
 
 
 def step_logits(decoder, ids, steps: int):
@@ -46,14 +55,22 @@ def step_logits(decoder, ids, steps: int):
     prefill's logits and each step's, [N, steps + 1, V]."""
     n, s = ids.shape
     with torch.inference_mode():
-        out = [decoder.prefill(ids[:, :s - steps], torch.zeros(n, dtype=torch.long),
-                               torch.full((n,), s - steps), torch.arange(n), s - steps)]
+        out = [
+            decoder.prefill(
+                ids[:, : s - steps],
+                torch.zeros(n, dtype=torch.long),
+                torch.full((n,), s - steps),
+                torch.arange(n),
+                s - steps,
+            )
+        ]
         for t in range(s - steps, s):
             out.append(decoder.decode(ids[:, t], torch.full((n,), t), t + 1))
     return torch.stack(out, 1)
 
 
 # The decoder ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("scales", [(1.0, 1.0), (1 / 16, 1 / 4)], ids=["scale-1", "scaled"])
 @pytest.mark.parametrize("seed", [0, 1])
@@ -64,7 +81,7 @@ def test_fp8_cache_logits_stay_within_bound_of_the_plain_cache(seed, scales):
     decoder = Decoder(model, cache_for(model, "fp8", scales))
     got = step_logits(decoder, ids, 8)
     assert decoder.cache.k.dtype == decoder.cache.v.dtype == torch.float8_e4m3fn
-    err = ((got - want).norm(dim=-1) / want.norm(dim=-1)).max().item()      # worst position
+    err = ((got - want).norm(dim=-1) / want.norm(dim=-1)).max().item()  # worst position
     assert 0 < err < FP8_LOGITS_BOUND, f"relative logits error {err:.4f}"
     # the cache holds what was written: rows 0..2 at positions 0..23, nothing anywhere else
     for c in (decoder.cache.k, decoder.cache.v):
@@ -87,16 +104,19 @@ def test_a_cache_in_the_model_dtype_is_unchanged_by_the_option():
         cache_for(model, "auto")
 
 
-@pytest.mark.parametrize(("setting", "capability", "want"), [
-    ("auto", None, "model"),            # the CPU
-    ("auto", (8, 0), "model"),          # A100: no e4m3 kernels
-    ("auto", (8, 6), "model"),
-    ("auto", (8, 9), "fp8"),            # Ada
-    ("auto", (9, 0), "fp8"),            # Hopper
-    ("auto", (10, 0), "fp8"),
-    ("model", (9, 0), "model"),
-    ("fp8", None, "fp8"),               # asked for: the engine then says where it cannot run
-])
+@pytest.mark.parametrize(
+    ("setting", "capability", "want"),
+    [
+        ("auto", None, "model"),  # the CPU
+        ("auto", (8, 0), "model"),  # A100: no e4m3 kernels
+        ("auto", (8, 6), "model"),
+        ("auto", (8, 9), "fp8"),  # Ada
+        ("auto", (9, 0), "fp8"),  # Hopper
+        ("auto", (10, 0), "fp8"),
+        ("model", (9, 0), "model"),
+        ("fp8", None, "fp8"),  # asked for: the engine then says where it cannot run
+    ],
+)
 def test_auto_is_fp8_where_the_gpu_has_its_kernels(setting, capability, want):
     assert resolve_kv_dtype(setting, capability) == want
 
@@ -107,6 +127,7 @@ def test_an_unknown_kv_dtype_is_refused_with_the_choices():
 
 
 # The scales -----------------------------------------------------------------------------------
+
 
 def outlier_model(seed: int, factor: float):
     """A small model whose keys and values are ``factor`` times larger, past e4m3's range, and
@@ -144,7 +165,7 @@ def test_measured_scales_keep_an_outlier_checkpoint_within_the_bound_where_scale
         return ((got - want).norm(dim=-1) / want.norm(dim=-1)).max().item()
 
     assert worst((found.k_scale, found.v_scale)) < FP8_LOGITS_BOUND
-    assert worst((1.0, 1.0)) > 5 * FP8_LOGITS_BOUND          # clipped at 448
+    assert worst((1.0, 1.0)) > 5 * FP8_LOGITS_BOUND  # clipped at 448
 
 
 def test_probe_sequences_are_prompts_then_audio_codes_inside_the_vocabulary(tiny):
@@ -157,48 +178,47 @@ def test_probe_sequences_are_prompts_then_audio_codes_inside_the_vocabulary(tiny
 
 
 def test_bytes_per_row_halves_with_fp8():
-    args = (28, 8, 2048, 128)                           # Orpheus-3B: layers, KV heads, context, D
+    args = (28, 8, 2048, 128)  # Orpheus-3B: layers, KV heads, context, D
     bf16 = KVCache.bytes_per_row(*args, kv_storage_dtype("model", torch.bfloat16).itemsize)
     fp8 = KVCache.bytes_per_row(*args, kv_storage_dtype("fp8", torch.bfloat16).itemsize)
     assert bf16 == 2 * fp8 == 2 * 2 * 28 * 8 * 2049 * 128
     model = small_model(0)
-    plain, small = cache_for(model), cache_for(model, "fp8")     # fp32 model: a quarter here
+    plain, small = cache_for(model), cache_for(model, "fp8")  # fp32 model: a quarter here
     assert plain.k.nbytes + plain.v.nbytes == 4 * (small.k.nbytes + small.v.nbytes)
 
 
 def test_move_copies_fp8_bytes():
     cache = cache_for(small_model(0), "fp8")
-    cache.k.view(torch.uint8)[:, 1, :, :5] = torch.randint(0, 255, cache.k[:, 1, :, :5].shape,
-                                                           dtype=torch.uint8)
+    cache.k.view(torch.uint8)[:, 1, :, :5] = torch.randint(0, 255, cache.k[:, 1, :, :5].shape, dtype=torch.uint8)
     cache.move(1, 3, 5)
     assert torch.equal(cache.k.view(torch.uint8)[:, 3], cache.k.view(torch.uint8)[:, 1])
 
 
 # The torch reference of rope_store --------------------------------------------------------------
 
+
 def test_rope_store_ref_into_fp8_is_the_rotation_scaled_saturated_and_rounded():
     torch.manual_seed(0)
     cfg = LlamaConfig(**TINY_LLAMA)
     b, hq, hkv, d = 3, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    cos, sin = (t[0] for t in LlamaRotaryEmbedding(cfg)(torch.zeros(1),
-                                                        torch.arange(CONTEXT + 1).view(1, -1)))
+    cos, sin = (t[0] for t in LlamaRotaryEmbedding(cfg)(torch.zeros(1), torch.arange(CONTEXT + 1).view(1, -1)))
     q, k, v = (torch.randn(b, h, d) * 4 for h in (hq, hkv, hkv))
-    k[0, 0, :2] = torch.tensor([5000.0, -5000.0])                     # saturate
+    k[0, 0, :2] = torch.tensor([5000.0, -5000.0])  # saturate
     v[1, 1, :2] = torch.tensor([-900.0, 900.0])
-    wpos = torch.tensor([7, 0, CONTEXT])                                  # the last: scratch
+    wpos = torch.tensor([7, 0, CONTEXT])  # the last: scratch
     k_scale, v_scale = 0.5, 2.0
-    kc, vc = (torch.zeros(b + 1, hkv, CONTEXT + 1, d, dtype=torch.float8_e4m3fn)
-              for _ in range(2))
+    kc, vc = (torch.zeros(b + 1, hkv, CONTEXT + 1, d, dtype=torch.float8_e4m3fn) for _ in range(2))
     with torch.inference_mode():
         got = fused.rope_store_ref(q, k, v, cos, sin, wpos, kc, vc, k_scale, v_scale)
-    want_q, want_k = apply_rotary_pos_emb(q.unsqueeze(2), k.unsqueeze(2), cos[wpos].unsqueeze(1),
-                                          sin[wpos].unsqueeze(1))          # [B, H, 1, D]
-    assert torch.equal(got, want_q[:, :, 0])                              # q is not quantized
+    want_q, want_k = apply_rotary_pos_emb(
+        q.unsqueeze(2), k.unsqueeze(2), cos[wpos].unsqueeze(1), sin[wpos].unsqueeze(1)
+    )  # [B, H, 1, D]
+    assert torch.equal(got, want_q[:, :, 0])  # q is not quantized
     for row, p in enumerate(wpos.tolist()):
         for cache, x, scale in ((kc, want_k[row, :, 0], k_scale), (vc, v[row], v_scale)):
             direct = torch.clamp(x / scale, -448.0, 448.0).to(torch.float8_e4m3fn)
             assert torch.equal(cache[row, :, p].view(torch.uint8), direct.view(torch.uint8))
-    assert kc[0, 0, 7].float().abs().max() == 448                       # saturated, not NaN
+    assert kc[0, 0, 7].float().abs().max() == 448  # saturated, not NaN
     assert vc[1, 1, 0, :2].float().tolist() == [-448, 448]
     written = torch.zeros(b + 1, 1, CONTEXT + 1, 1, dtype=torch.bool)
     written[torch.arange(b), 0, wpos] = True
@@ -208,14 +228,16 @@ def test_rope_store_ref_into_fp8_is_the_rotation_scaled_saturated_and_rounded():
 
 # The engine -----------------------------------------------------------------------------------
 
+
 def test_engine_runs_end_to_end_with_an_fp8_cache(tiny):
-    requests = [SynthesisRequest(i, t, "tara", seed=3 + i, realtime=i == 1)
-                for i, t in enumerate(["Hello there.", "A second, longer line to speak.", "Hi"])]
-    engine = OrpheusEngine(tiny, OrpheusConfig(kv_dtype="fp8"), max_batch=2, budget_slack=0.5,
-                           budget_min=42)
+    requests = [
+        SynthesisRequest(i, t, "tara", seed=3 + i, realtime=i == 1)
+        for i, t in enumerate(["Hello there.", "A second, longer line to speak.", "Hi"])
+    ]
+    engine = OrpheusEngine(tiny, OrpheusConfig(kv_dtype="fp8"), max_batch=2, budget_slack=0.5, budget_min=42)
     try:
         assert engine.info.extra["kv_dtype"] == "float8_e4m3fn"
-        assert engine.info.extra["kv_scales"] == [1.0, 1.0]         # measured: the tiny model's
+        assert engine.info.extra["kv_scales"] == [1.0, 1.0]  # measured: the tiny model's
         assert engine.loop.runner.cache.k.dtype == torch.float8_e4m3fn
         audio, finals = {}, {}
         for chunk in engine.synthesize(requests):

@@ -36,17 +36,20 @@ class ScriptedRunner:
         return launched
 
     def _draw(self, seq) -> int:
-        n = seq.generated + seq.inflight          # this token's number (1-based): counted at schedule
+        n = seq.generated + seq.inflight  # this token's number (1-based): counted at schedule
         if n == self.ends[seq.key]:
             return END_OF_SPEECH
         return audio_range((n - 1) % 7)[0] + n % 100
 
 
 def test_sequences_ending_on_end_of_speech_under_overlap_finish_once(tiny):
-    ends = {"a": 15, "b": 29, "c": 22}              # a and b end at a frame boundary, c mid-frame
-    loop = EngineLoop(ScriptedRunner(ends), Scheduler(rows=2, max_context=256), tiny.codec,
-                      on_final=lambda live, audio: AudioChunk(
-                          live.key, np.zeros(0, np.float32) if audio is None else audio, True))
+    ends = {"a": 15, "b": 29, "c": 22}  # a and b end at a frame boundary, c mid-frame
+    loop = EngineLoop(
+        ScriptedRunner(ends),
+        Scheduler(rows=2, max_context=256),
+        tiny.codec,
+        on_final=lambda live, audio: AudioChunk(live.key, np.zeros(0, np.float32) if audio is None else audio, True),
+    )
     sink: queue.SimpleQueue = queue.SimpleQueue()
     try:
         loop.submit([(Seq(k, [1, 2, 3], budget=100, stop_token=END_OF_SPEECH), k) for k in ends], sink)
@@ -55,11 +58,11 @@ def test_sequences_ending_on_end_of_speech_under_overlap_finish_once(tiny):
             chunk = sink.get(timeout=60)
             assert chunk.error is None, chunk.error
             if chunk.final:
-                assert chunk.key not in finals          # one final chunk per sequence
+                assert chunk.key not in finals  # one final chunk per sequence
                 finals[chunk.key] = chunk
     finally:
         loop.close()
-    assert loop.stats.tokens == sum(ends.values())    # the tokens drawn after an end were dropped
+    assert loop.stats.tokens == sum(ends.values())  # the tokens drawn after an end were dropped
     assert not loop.live and loop.stats.oom_events == 0
 
 
@@ -75,8 +78,7 @@ def test_the_codec_thread_sends_one_final_chunk_per_stream_whatever_the_slicing(
     from pipeline.engines.orpheus.codec.thread import CodecThread
     from pipeline.engines.orpheus.serving.loop import InFlight
 
-    worker = CodecThread(tiny.codec, on_final=final_chunk,
-        batch_interval_s=0.0, batch_slice=1)
+    worker = CodecThread(tiny.codec, on_final=final_chunk, batch_interval_s=0.0, batch_slice=1)
     sink: queue.SimpleQueue = queue.SimpleQueue()
     rng = np.random.default_rng(0)
     lives = []
@@ -91,7 +93,7 @@ def test_the_codec_thread_sends_one_final_chunk_per_stream_whatever_the_slicing(
         chunks = [sink.get(timeout=60) for _ in range(3)]
         while not all(any(c.final and c.key == lv.key for c in chunks) for lv in lives):
             chunks.append(sink.get(timeout=60))
-        try:                                    # anything else that comes is a duplicate
+        try:  # anything else that comes is a duplicate
             chunks.append(sink.get(timeout=0.5))
         except queue.Empty:
             pass
@@ -100,7 +102,7 @@ def test_the_codec_thread_sends_one_final_chunk_per_stream_whatever_the_slicing(
     assert sorted(c.key for c in chunks if c.final) == [0, 1, 2]
     for live in lives:
         audio = sum(len(c.audio) for c in chunks if c.key == live.key)
-        assert audio == 9 * 2048                # every frame, once
+        assert audio == 9 * 2048  # every frame, once
 
 
 def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
@@ -111,7 +113,7 @@ def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
     from pipeline.engines.orpheus.codec.thread import CodecThread
     from pipeline.engines.orpheus.serving.loop import InFlight
 
-    class FailingSecondBatchCall:          # the codec's interface: decode_windows
+    class FailingSecondBatchCall:  # the codec's interface: decode_windows
         def __init__(self, codec):
             self.codec, self.batch_calls = codec, 0
 
@@ -122,20 +124,18 @@ def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
                     raise RuntimeError("codec broke")
             return self.codec.decode_windows(frames, keys, urgent)
 
-    worker = CodecThread(FailingSecondBatchCall(tiny.codec), on_final=final_chunk,
-        batch_interval_s=1e9, batch_slice=1)
+    worker = CodecThread(FailingSecondBatchCall(tiny.codec), on_final=final_chunk, batch_interval_s=1e9, batch_slice=1)
     sink: queue.SimpleQueue = queue.SimpleQueue()
     rng = np.random.default_rng(1)
     lives = []
     try:
         for k, realtime in enumerate([True, False, False, False]):
-            live = InFlight(Seq(k, [1], budget=100, realtime=realtime), sink,
-                        StreamState(seed=k, chunk_frames=2), k)
+            live = InFlight(Seq(k, [1], budget=100, realtime=realtime), sink, StreamState(seed=k, chunk_frames=2), k)
             # 2 frames: one window, so one codec call per stream and slice
             live.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(2))
             lives.append(live)
             worker.register(live)
-        for live in lives:                  # all end at once
+        for live in lives:  # all end at once
             worker.finish(live)
         finals: dict = {}
         while len(finals) < len(lives):
@@ -152,7 +152,7 @@ def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
     finally:
         worker.close()
     assert all(len(f) == 1 for f in finals.values()), {k: len(f) for k, f in finals.items()}
-    assert finals[0][0].error is None and finals[1][0].error is None     # sent before the failure
+    assert finals[0][0].error is None and finals[1][0].error is None  # sent before the failure
     assert all(finals[k][0].error is not None for k in (2, 3))
 
 
@@ -165,7 +165,7 @@ def test_a_realtime_chunk_leaves_while_the_batch_lane_is_inside_a_codec_call(tin
     from pipeline.engines.orpheus.codec.thread import CodecThread
     from pipeline.engines.orpheus.serving.loop import InFlight
 
-    class HeldBatchCalls:                   # the codec's interface: decode_windows
+    class HeldBatchCalls:  # the codec's interface: decode_windows
         def __init__(self, codec):
             self.codec, self.entered, self.release = codec, threading.Event(), threading.Event()
 
@@ -180,19 +180,17 @@ def test_a_realtime_chunk_leaves_while_the_batch_lane_is_inside_a_codec_call(tin
     sink: queue.SimpleQueue = queue.SimpleQueue()
     rng = np.random.default_rng(2)
     try:
-        batch = InFlight(Seq("batch", [1], budget=100), sink, StreamState(seed=1, chunk_frames=2),
-                     "batch")
+        batch = InFlight(Seq("batch", [1], budget=100), sink, StreamState(seed=1, chunk_frames=2), "batch")
         batch.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(4))
         worker.register(batch)
-        assert codec.entered.wait(60)       # the batch lane is now inside its call, held
-        stream = InFlight(Seq("rt", [1], budget=100, realtime=True), sink,
-                      StreamState(seed=2, ramp=True), "rt")
+        assert codec.entered.wait(60)  # the batch lane is now inside its call, held
+        stream = InFlight(Seq("rt", [1], budget=100, realtime=True), sink, StreamState(seed=2, ramp=True), "rt")
         worker.register(stream)
         stream.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(3))
         worker.frames_fed()
         chunk = sink.get(timeout=60)
         assert chunk.key == "rt" and not chunk.final and len(chunk.audio) == 2048
-        assert not codec.release.is_set()   # it came while the batch call was held
+        assert not codec.release.is_set()  # it came while the batch call was held
     finally:
         codec.release.set()
         worker.close()
@@ -205,8 +203,7 @@ def test_the_lanes_decode_at_once_with_their_own_noise_keys(tiny):
     import threading
 
     rng = np.random.default_rng(3)
-    calls = [(rng.integers(0, 4096, size=(2, 3, 7)), np.array([10 * i, 10 * i + 1]))
-             for i in range(6)]
+    calls = [(rng.integers(0, 4096, size=(2, 3, 7)), np.array([10 * i, 10 * i + 1])) for i in range(6)]
     alone = [tiny.codec.decode_windows(frames, keys) for frames, keys in calls]
     got: dict[int, np.ndarray] = {}
 
@@ -246,8 +243,9 @@ def test_a_stalled_step_is_kept_with_where_its_time_went(tiny, caplog):
             return launched
 
     ends = {"a": 40}
-    loop = EngineLoop(StallingRunner(ends, stall_at=20), Scheduler(rows=2, max_context=256),
-                      tiny.codec, on_final=final_chunk)
+    loop = EngineLoop(
+        StallingRunner(ends, stall_at=20), Scheduler(rows=2, max_context=256), tiny.codec, on_final=final_chunk
+    )
     sink: queue.SimpleQueue = queue.SimpleQueue()
     caplog.set_level(logging.WARNING, logger="pipeline.engines.orpheus.serving.stats")
     try:
@@ -263,4 +261,4 @@ def test_a_stalled_step_is_kept_with_where_its_time_went(tiny, caplog):
     assert began <= at and gap >= 0 and launch >= 0 and post >= 0 and live == 1
     assert gap + launch + wait + post > STALL_S > SLOW_STEP_S
     warned = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
-    assert len(warned) == 1 and "wait for the device 2" in warned[0]     # 200-odd ms
+    assert len(warned) == 1 and "wait for the device 2" in warned[0]  # 200-odd ms

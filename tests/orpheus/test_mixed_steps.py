@@ -16,8 +16,7 @@ from pipeline.engines.orpheus.serving.graphs import pack
 from pipeline.engines.orpheus.serving.runner import ModelRunner
 from pipeline.engines.orpheus.serving.scheduler import Scheduler, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH
-from tests.orpheus.test_prefill_graphs import (ATOL, CONTEXT, ROWS, RTOL, chunk, random_cache,
-                                               small_model)
+from tests.orpheus.test_prefill_graphs import ATOL, CONTEXT, ROWS, RTOL, chunk, random_cache, small_model
 
 
 @pytest.mark.parametrize("prompt_row", [4, 2], ids=["row-past-the-batch", "idle-row-in-the-batch"])
@@ -38,8 +37,7 @@ def test_mixed_pass_equals_decode_then_prefill(prompt_row):
     wpos = torch.tensor([20, 7, mixed.cache.scratch, 33])
     length = CONTEXT
     with torch.inference_mode():
-        got_dec, got_pre = mixed.mixed(tokens, wpos, length, False, ids, torch.zeros_like(lens),
-                                       lens, rows, s)
+        got_dec, got_pre = mixed.mixed(tokens, wpos, length, False, ids, torch.zeros_like(lens), lens, rows, s)
         want_dec = apart.decode(tokens, wpos, length)
         want_pre = apart.prefill(ids, torch.zeros_like(lens), lens, rows, s)
     torch.testing.assert_close(got_dec, want_dec, atol=ATOL, rtol=RTOL)
@@ -50,8 +48,13 @@ def test_mixed_pass_equals_decode_then_prefill(prompt_row):
     assert ROWS > 4
 
 
-TEXTS = ["Hello there.", "A somewhat longer sentence to speak aloud, my friend.", "Hi",
-         "Numbers: one, two, three, four and five.", "The last one arrives late."]
+TEXTS = [
+    "Hello there.",
+    "A somewhat longer sentence to speak aloud, my friend.",
+    "Hi",
+    "Numbers: one, two, three, four and five.",
+    "The last one arrives late.",
+]
 
 
 @pytest.mark.parametrize("temperature", [0, 0.6])
@@ -63,11 +66,19 @@ def test_runner_tokens_are_the_same_with_mixed_steps(tiny, temperature):
     arrivals = {0: [0], 3: [1], 5: [2], 9: [3], 14: [4]}
 
     def drive(mixed: bool):
-        runner = ModelRunner(tiny.model, 4, 256, params, logits_lo=CUSTOM_TOKEN_BASE,
-                             use_graphs=False, switches=Switches(mixed_steps=mixed))
+        runner = ModelRunner(
+            tiny.model,
+            4,
+            256,
+            params,
+            logits_lo=CUSTOM_TOKEN_BASE,
+            use_graphs=False,
+            switches=Switches(mixed_steps=mixed),
+        )
         sched = Scheduler(4, 256)
-        seqs = [Seq(i, p, 40, seed=70 + i, stop_token=END_OF_SPEECH, realtime=i % 2 == 0)
-                for i, p in enumerate(prompts)]
+        seqs = [
+            Seq(i, p, 40, seed=70 + i, stop_token=END_OF_SPEECH, realtime=i % 2 == 0) for i, p in enumerate(prompts)
+        ]
         step, pending = 0, None
         while step <= max(arrivals) or not sched.idle or pending:
             for i in arrivals.get(step, []):
@@ -83,15 +94,14 @@ def test_runner_tokens_are_the_same_with_mixed_steps(tiny, temperature):
     apart, none = drive(mixed=False)
     together, mixed_steps = drive(mixed=True)
     assert none == 0
-    assert mixed_steps >= 3          # arrivals at 3, 5, 9, 14 find rows decoding (one may wait)
+    assert mixed_steps >= 3  # arrivals at 3, 5, 9, 14 find rows decoding (one may wait)
     assert together == apart
     assert all(len(t) > 5 for t in apart)
 
 
 def test_mixed_shape_refuses_what_a_mixed_step_cannot_hold(tiny, monkeypatch):
     monkeypatch.setattr(runner_mod, "MIXED_BATCHES", (2, 4))
-    runner = ModelRunner(tiny.model, 8, 512, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE,
-                         use_graphs=False)
+    runner = ModelRunner(tiny.model, 8, 512, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
     assert runner.mixed_sizes == (2, 4)
 
     def plan_of(rows: int, *chunks):
@@ -102,10 +112,10 @@ def test_mixed_shape_refuses_what_a_mixed_step_cannot_hold(tiny, monkeypatch):
 
     assert runner._mixed_shape(plan_of(1, chunk([7] * 20, 1))) == (2, 32)
     assert runner._mixed_shape(plan_of(3, chunk([7] * 100, 3))) == (4, 128)
-    assert runner._mixed_shape(plan_of(5, chunk([7] * 20, 5))) is None           # too many rows
-    assert runner._mixed_shape(plan_of(2, chunk([7] * 300, 2))) is None          # too long
+    assert runner._mixed_shape(plan_of(5, chunk([7] * 20, 5))) is None  # too many rows
+    assert runner._mixed_shape(plan_of(2, chunk([7] * 300, 2))) is None  # too long
     assert runner._mixed_shape(plan_of(2, chunk([7] * 20, 2), chunk([7] * 9, 3))) is None  # two
-    assert runner._mixed_shape(plan_of(2, chunk([7] * 40, 2, end=30))) is None   # not whole
+    assert runner._mixed_shape(plan_of(2, chunk([7] * 40, 2, end=30))) is None  # not whole
 
 
 def test_on_cuda_a_mixed_step_needs_its_graph(tiny, monkeypatch):
@@ -114,10 +124,9 @@ def test_on_cuda_a_mixed_step_needs_its_graph(tiny, monkeypatch):
     from pipeline.engines.orpheus.serving.scheduler import Plan
 
     monkeypatch.setattr(runner_mod, "MIXED_BATCHES", (2, 4))
-    runner = ModelRunner(tiny.model, 8, 512, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE,
-                         use_graphs=False)
+    runner = ModelRunner(tiny.model, 8, 512, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
     plan = Plan(prefill=[chunk([7] * 20, 1)], decode=[Seq(0, [1], 5, row=0)], rows=2)
-    runner._cuda = True                     # as a CUDA runner decides; nothing runs here
+    runner._cuda = True  # as a CUDA runner decides; nothing runs here
     assert runner._mixed_shape(plan) is None
     runner.mixed_graphs[(2, 32)] = object()
     assert runner._mixed_shape(plan) == (2, 32)

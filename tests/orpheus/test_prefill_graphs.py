@@ -29,15 +29,14 @@ def small_model():
     from pipeline.engines.orpheus.tiny import TINY_LLAMA
 
     torch.manual_seed(0)
-    fields = {**TINY_LLAMA, "initializer_range": 0.2}        # logits far from uniform
+    fields = {**TINY_LLAMA, "initializer_range": 0.2}  # logits far from uniform
     return LlamaForCausalLM(LlamaConfig(vocab_size=512, **fields)).eval()
 
 
 def random_cache(model, seed: int) -> KVCache:
     """A cache full of another sequence's leftovers (random values), the same for a given seed."""
     cfg = model.config
-    cache = KVCache(cfg.num_hidden_layers, ROWS, cfg.num_key_value_heads, CONTEXT, cfg.head_dim,
-                    torch.float32, "cpu")
+    cache = KVCache(cfg.num_hidden_layers, ROWS, cfg.num_key_value_heads, CONTEXT, cfg.head_dim, torch.float32, "cpu")
     gen = torch.Generator().manual_seed(seed)
     cache.k.copy_(torch.randn(cache.k.shape, generator=gen))
     cache.v.copy_(torch.randn(cache.v.shape, generator=gen))
@@ -50,8 +49,7 @@ def chunk(prompt: list[int], row: int, start: int = 0, end: int | None = None) -
     return PrefillChunk(seq, start, end, end == len(prompt))
 
 
-@pytest.mark.parametrize("lengths,rows", [((13,), (3,)), ((5, 17, 9), (1, 0, 4))],
-                         ids=["one prompt", "three prompts"])
+@pytest.mark.parametrize("lengths,rows", [((13,), (3,)), ((5, 17, 9), (1, 0, 4))], ids=["one prompt", "three prompts"])
 def test_padded_prefill_equals_each_prompt_prefilled_alone(lengths, rows):
     """Padded to 4 rows x 32 tokens (row 0 holds a real prompt in the second case, and every
     padding row writes row 0's scratch slot): the same last logits, the same cache at the prompts'
@@ -63,21 +61,24 @@ def test_padded_prefill_equals_each_prompt_prefilled_alone(lengths, rows):
     padded, alone = Decoder(model, random_cache(model, 2)), Decoder(model, random_cache(model, 2))
     before_k, before_v = padded.cache.k.clone(), padded.cache.v.clone()
     with torch.inference_mode():
-        got = padded_prefill(padded, pack(chunks, 4, 32))                       # [4, V]
-        want = torch.cat([alone.prefill(torch.tensor([p]), torch.tensor([0]), torch.tensor([len(p)]),
-                                        torch.tensor([r]), len(p)) for p, r in zip(prompts, rows)])
+        got = padded_prefill(padded, pack(chunks, 4, 32))  # [4, V]
+        want = torch.cat(
+            [
+                alone.prefill(torch.tensor([p]), torch.tensor([0]), torch.tensor([len(p)]), torch.tensor([r]), len(p))
+                for p, r in zip(prompts, rows)
+            ]
+        )
     assert got.shape == (4, 512)
     torch.testing.assert_close(got[: len(chunks)], want, atol=ATOL, rtol=RTOL)
 
-    written = torch.zeros(ROWS, CONTEXT + 1, dtype=torch.bool)           # [R, T+1]
+    written = torch.zeros(ROWS, CONTEXT + 1, dtype=torch.bool)  # [R, T+1]
     for p, r in zip(prompts, rows):
         written[r, : len(p)] = True
     written_kv = written.view(1, ROWS, 1, CONTEXT + 1, 1).expand_as(padded.cache.k)
-    for got_c, want_c, before in ((padded.cache.k, alone.cache.k, before_k),
-                                  (padded.cache.v, alone.cache.v, before_v)):
+    for got_c, want_c, before in ((padded.cache.k, alone.cache.k, before_k), (padded.cache.v, alone.cache.v, before_v)):
         torch.testing.assert_close(got_c[written_kv], want_c[written_kv], atol=ATOL, rtol=RTOL)
         kept = ~written_kv.clone()
-        kept[..., CONTEXT, :] = False                                    # the scratch slot
+        kept[..., CONTEXT, :] = False  # the scratch slot
         assert torch.equal(got_c[kept], before[kept])
 
 
@@ -91,29 +92,33 @@ def test_shape_for_picks_the_smallest_fitting_shape_and_refuses_the_rest():
     assert shape_for(prompts(120, 5)) == (2, 128)
     assert shape_for(prompts(3, 100, 40)) == (4, 128)
     assert shape_for(prompts(256, 256, 256, 256)) == (4, 256)
-    assert shape_for(prompts(257)) is None                                 # too long
-    assert shape_for(prompts(*[10] * 5)) is None                           # too many
+    assert shape_for(prompts(257)) is None  # too long
+    assert shape_for(prompts(*[10] * 5)) is None  # too many
     assert shape_for([]) is None
-    resumed = chunk([7] * 40, 0, start=30)                                 # a prompt's last part
-    first_part = chunk([7] * 40, 1, end=30)                                # more of it comes later
+    resumed = chunk([7] * 40, 0, start=30)  # a prompt's last part
+    first_part = chunk([7] * 40, 1, end=30)  # more of it comes later
     assert shape_for([resumed]) is None and shape_for([first_part]) is None
-    assert shape_for([resumed, *prompts(10)]) is None                      # one such chunk: eager
+    assert shape_for([resumed, *prompts(10)]) is None  # one such chunk: eager
 
 
 def test_the_grid_is_cut_to_the_cache():
     model = small_model()
     graphs = PrefillGraphs(Decoder(model, random_cache(model, 0)), capture=False)
-    assert graphs.batches == (1, 2, 4) and graphs.lengths == (32, 64)       # 6 rows of 64 tokens
+    assert graphs.batches == (1, 2, 4) and graphs.lengths == (32, 64)  # 6 rows of 64 tokens
     cfg = model.config
-    three = KVCache(cfg.num_hidden_layers, 3, cfg.num_key_value_heads, 300, cfg.head_dim,
-                    torch.float32, "cpu")
+    three = KVCache(cfg.num_hidden_layers, 3, cfg.num_key_value_heads, 300, cfg.head_dim, torch.float32, "cpu")
     graphs = PrefillGraphs(Decoder(model, three), capture=False)
     assert graphs.batches == (1, 2, 3) and graphs.lengths == (32, 64, 128, 256)
     assert graphs.shape([chunk([7] * 10, r) for r in range(3)]) == (3, 32)
 
 
-TEXTS = ["Hello there.", "A somewhat longer sentence to speak aloud, my friend.", "Hi",
-         "Numbers: one, two, three, four and five.", "The last one arrives late."]
+TEXTS = [
+    "Hello there.",
+    "A somewhat longer sentence to speak aloud, my friend.",
+    "Hi",
+    "Numbers: one, two, three, four and five.",
+    "The last one arrives late.",
+]
 
 
 @pytest.mark.parametrize("temperature", [0, 0.6])
@@ -122,11 +127,10 @@ def test_the_runner_through_the_padded_prefill_draws_what_the_eager_prefill_draw
     inputs and shapes, run eagerly); every token drawn is the eager runner's."""
     params = SamplingParams(temperature=temperature)
     prompts = [prompt_ids(tiny.tokenizer, t, "tara") for t in TEXTS]
-    arrivals = {0: [0, 1, 3], 4: [2], 7: [4]}          # prompts of 24, 65, 52; 14; 38 tokens
+    arrivals = {0: [0, 1, 3], 4: [2], 7: [4]}  # prompts of 24, 65, 52; 14; 38 tokens
 
     def drive(padded: bool):
-        runner = ModelRunner(tiny.model, 4, 256, params, logits_lo=CUSTOM_TOKEN_BASE,
-                             use_graphs=False)
+        runner = ModelRunner(tiny.model, 4, 256, params, logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
         if padded:
             runner.prefill_graphs = PrefillGraphs(runner.decoder, capture=False)
         sched = Scheduler(4, 256)
@@ -145,6 +149,6 @@ def test_the_runner_through_the_padded_prefill_draws_what_the_eager_prefill_draw
 
     eager, _ = drive(padded=False)
     padded, shapes = drive(padded=True)
-    assert shapes == [(4, 128), (1, 32), (1, 64)]      # every prefill took the padded path
+    assert shapes == [(4, 128), (1, 32), (1, 64)]  # every prefill took the padded path
     assert padded == eager
     assert all(len(t) > 5 for t in eager)

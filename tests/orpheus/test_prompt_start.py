@@ -22,14 +22,14 @@ def tokenizer_with(template: str):
     """The tiny tokenizer with its BOS template replaced (``$A`` is the text)."""
     tokenizer = build_tokenizer()
     tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
-        single=template, special_tokens=[(BOS, BEGIN_OF_TEXT)] if BOS in template else [])
+        single=template, special_tokens=[(BOS, BEGIN_OF_TEXT)] if BOS in template else []
+    )
     return tokenizer
 
 
 def test_the_tiny_tokenizer_makes_prompts_that_start_with_start_of_human_then_bos():
     tokenizer = build_tokenizer()
-    assert prompt_ids(tokenizer, "Hi", "tara")[:3] == [START_OF_HUMAN, BEGIN_OF_TEXT,
-                                                        tokenizer("t")["input_ids"][1]]
+    assert prompt_ids(tokenizer, "Hi", "tara")[:3] == [START_OF_HUMAN, BEGIN_OF_TEXT, tokenizer("t")["input_ids"][1]]
     check_prompt_start(tokenizer, "tiny")
 
 
@@ -39,8 +39,7 @@ def test_a_tokenizer_without_exactly_one_bos_is_refused_with_the_ids_it_makes(te
         check_prompt_start(tokenizer_with(template), "bad")
 
 
-def test_loading_a_checkpoint_whose_tokenizer_adds_no_bos_fails_before_the_weights(tiny_dir,
-                                                                                  tmp_path):
+def test_loading_a_checkpoint_whose_tokenizer_adds_no_bos_fails_before_the_weights(tiny_dir, tmp_path):
     broken = tmp_path / "no-bos"
     shutil.copytree(tiny_dir, broken)
     tokenizer_with("$A").save_pretrained(broken)

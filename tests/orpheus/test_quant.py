@@ -60,6 +60,5 @@ def test_float8_linear_sends_few_rows_to_the_weight_only_kernel_unless_switched_
     off = cls(weight, scale, None, torch.bfloat16, use_scaled_mm=True, small_rows=False)
     assert on.small_rows is not None and off.small_rows is None
     # q/k/v fused into one module keep the choice
-    assert fuse_float8([off, cls(weight, scale, None, torch.bfloat16, True, False)]).small_rows \
-        is None
+    assert fuse_float8([off, cls(weight, scale, None, torch.bfloat16, True, False)]).small_rows is None
     assert fuse_float8([on, cls(weight, scale, None, torch.bfloat16, True)]).small_rows is not None

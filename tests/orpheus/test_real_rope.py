@@ -20,8 +20,8 @@ from pipeline.engines.orpheus.model.decoder import Decoder
 from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.tiny import LLAMA3_ROPE, TINY_LLAMA, tiny_llama_config
 
-PREFIX = 512              # tokens prefilled before the compared steps
-STEPS = 64                # decode steps compared, at positions PREFIX .. PREFIX + STEPS - 1
+PREFIX = 512  # tokens prefilled before the compared steps
+STEPS = 64  # decode steps compared, at positions PREFIX .. PREFIX + STEPS - 1
 CONTEXT = PREFIX + STEPS
 # fp32 on the CPU: ours and transformers' differ only by summation order (measured 1.3e-5;
 # without the scaling 1.3, without any rotation 1.7).
@@ -34,7 +34,7 @@ def large_model(seed: int = 0):
     model = LlamaForCausalLM(LlamaConfig(vocab_size=512, **TINY_LLAMA)).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" not in name:     # norms stay at 1: the scale lives in the projections
+            if "norm" not in name:  # norms stay at 1: the scale lives in the projections
                 p.normal_(0.0, STD)
     return model
 
@@ -45,16 +45,16 @@ def relative_error(decoder: Decoder, model, ids) -> float:
     zeros = torch.zeros(n, dtype=torch.long)
     with torch.inference_mode():
         decoder.prefill(ids[:, :PREFIX], zeros, torch.full((n,), PREFIX), torch.arange(n), PREFIX)
-        ours = torch.stack([decoder.decode(ids[:, t], torch.full((n,), t), t + 1)
-                            for t in range(PREFIX, s)], 1)                    # [N, STEPS, V]
+        ours = torch.stack(
+            [decoder.decode(ids[:, t], torch.full((n,), t), t + 1) for t in range(PREFIX, s)], 1
+        )  # [N, STEPS, V]
         theirs = model(ids).logits[:, PREFIX:].float()
     return ((ours - theirs).norm(dim=-1) / theirs.norm(dim=-1)).max().item()
 
 
 def decoder_for(model) -> Decoder:
     cfg = model.config
-    cache = KVCache(cfg.num_hidden_layers, 2, cfg.num_key_value_heads, CONTEXT, cfg.head_dim,
-                    model.dtype, model.device)
+    cache = KVCache(cfg.num_hidden_layers, 2, cfg.num_key_value_heads, CONTEXT, cfg.head_dim, model.dtype, model.device)
     return Decoder(model, cache, fuse=False)
 
 
@@ -98,7 +98,7 @@ def test_the_long_position_test_fails_when_the_tables_ignore_rope_scaling(model_
     decoder = decoder_for(model)
     positions = torch.arange(CONTEXT + 1).view(1, -1)
     cos, sin = rotary(torch.zeros(1), positions)
-    assert not torch.allclose(cos[0], decoder.cos)     # the scaling does change the tables
+    assert not torch.allclose(cos[0], decoder.cos)  # the scaling does change the tables
     decoder.cos, decoder.sin = cos[0].contiguous(), sin[0].contiguous()
     err = relative_error(decoder, model, ids)
     assert err > 100 * TIGHT, f"a decoder without rope scaling passed ({err:.2e})"

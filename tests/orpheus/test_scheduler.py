@@ -36,7 +36,7 @@ def test_a_finished_sequence_frees_its_row_and_the_next_one_is_admitted_at_the_n
         s.add(q)
     plan, _ = run_step(s, lambda q: 7)
     assert [ch.seq.key for ch in plan.prefill] == ["a", "b"] and c.state is SeqState.WAITING
-    plan, finished = run_step(s, lambda q: 7)       # a: second token = budget
+    plan, finished = run_step(s, lambda q: 7)  # a: second token = budget
     assert finished == [a] and a.finish_reason == "budget"
     plan, _ = run_step(s, lambda q: 7)
     # b moved down into a's row and c took the next one, in the same step a finished after
@@ -54,8 +54,8 @@ def test_rows_stay_compact_when_a_low_row_finishes():
     assert finished == [seqs[0]] and seqs[0].finish_reason == "eos"
     plan = s.schedule()
     c = seqs[2]
-    assert plan.moves == [(2, 0, 2 + 2)] and c.row == 0     # its prompt and 2 tokens move
-    assert c.inflight == 1 and c.context == 2 + 2 + 1       # this plan decodes one more
+    assert plan.moves == [(2, 0, 2 + 2)] and c.row == 0  # its prompt and 2 tokens move
+    assert c.inflight == 1 and c.context == 2 + 2 + 1  # this plan decodes one more
     assert sorted(q.row for q in plan.decode) == [0, 1] and plan.rows == 2
 
 
@@ -65,7 +65,7 @@ def test_realtime_goes_first_and_batch_work_leaves_reserved_rows_free():
     for q in batch:
         s.add(q)
     plan, _ = run_step(s, lambda q: 7)
-    assert len(plan.prefill) == 3                   # one row kept for realtime
+    assert len(plan.prefill) == 3  # one row kept for realtime
     rt = Seq("rt", [1], budget=50, realtime=True)
     s.add(rt)
     plan, _ = run_step(s, lambda q: 7)
@@ -129,7 +129,7 @@ def test_cancel_a_waiting_and_a_running_sequence():
 def test_batch_work_is_admitted_every_few_steps_and_realtime_at_once():
     s = Scheduler(rows=8, max_context=100, config=SchedulerConfig(admit_every=4))
     s.add(Seq("b0", [1], budget=50))
-    plan, _ = run_step(s, lambda q: 7)                  # nothing running: admitted at once
+    plan, _ = run_step(s, lambda q: 7)  # nothing running: admitted at once
     assert [c.seq.key for c in plan.prefill] == ["b0"]
     s.add(Seq("b1", [1], budget=50))
     s.add(Seq("rt", [1], budget=50, realtime=True))
@@ -138,7 +138,7 @@ def test_batch_work_is_admitted_every_few_steps_and_realtime_at_once():
     plan, _ = run_step(s, lambda q: 7)
     assert plan.prefill == []
     plan, _ = run_step(s, lambda q: 7)
-    plan, _ = run_step(s, lambda q: 7)                  # the 5th step: a batch turn
+    plan, _ = run_step(s, lambda q: 7)  # the 5th step: a batch turn
     assert [c.seq.key for c in plan.prefill] == ["b1"]
 
 
@@ -193,7 +193,7 @@ def test_overlapped_steps_drop_the_token_drawn_after_an_end():
     # the 3rd token is the end, but step 4 was planned before that was known
     finished = []
     plans = overlapped(s, lambda q: STOP if q.generated + q.inflight == 3 else 7, 5, finished)
-    assert finished == [a]                   # once: the dropped token does not end it again
+    assert finished == [a]  # once: the dropped token does not end it again
     assert [a in p.decode for p in plans] == [False, True, True, True, False]
     assert a.tokens == [7, 7, STOP] and a.finish_reason == "eos" and a.generated == 3
     assert plans[4].empty and s.idle
@@ -204,7 +204,7 @@ def test_overlapped_steps_never_run_past_the_budget():
     a = Seq("a", [1], budget=3)
     s.add(a)
     plans = overlapped(s, lambda q: 7, 5)
-    assert sum(a in p.decode for p in plans) == 2       # 1 token from the prefill + 2 decode steps
+    assert sum(a in p.decode for p in plans) == 2  # 1 token from the prefill + 2 decode steps
     assert a.tokens == [7, 7, 7] and a.finish_reason == "budget"
 
 
@@ -212,9 +212,9 @@ def test_tokens_in_flight_at_a_preemption_are_drawn_again_after_it():
     s = Scheduler(rows=2, max_context=100, config=SchedulerConfig(batch_floor=0, realtime_max_rows=1))
     b = Seq("b", [1, 2], budget=40)
     s.add(b)
-    overlapped(s, lambda q: 7, 3)                       # b: one token back, one in flight
+    overlapped(s, lambda q: 7, 3)  # b: one token back, one in flight
     s.add(Seq("rt", [1], budget=40, realtime=True))
-    plan = s.schedule()                                  # b gives its row to the realtime stream
+    plan = s.schedule()  # b gives its row to the realtime stream
     assert b.state is SeqState.WAITING and b.epoch == 1 and b.inflight == 0
     s.postprocess(plan, {})
     generated = b.generated
@@ -252,47 +252,65 @@ def test_tiers_hold_through_arrivals_finishes_and_preemptions(playing_every, pau
     import random
 
     rng = random.Random(7)
-    s = Scheduler(rows=8, max_context=200, config=SchedulerConfig(batch_floor=1, realtime_max_rows=6,
-            admit_every=2, batch_every=2, batch_every_starting=3, first_tokens=4,
-            playing_every=playing_every, pause_batch=pause))
+    s = Scheduler(
+        rows=8,
+        max_context=200,
+        config=SchedulerConfig(
+            batch_floor=1,
+            realtime_max_rows=6,
+            admit_every=2,
+            batch_every=2,
+            batch_every_starting=3,
+            first_tokens=4,
+            playing_every=playing_every,
+            pause_batch=pause,
+        ),
+    )
     made = 0
     for step in range(300):
         if rng.random() < 0.3:
             realtime = rng.random() < 0.4
-            s.add(Seq(f"{'rt' if realtime else 'b'}{made}", [1] * rng.randint(1, 9),
-                      budget=rng.randint(2, 30), realtime=realtime, stop_token=STOP))
+            s.add(
+                Seq(
+                    f"{'rt' if realtime else 'b'}{made}",
+                    [1] * rng.randint(1, 9),
+                    budget=rng.randint(2, 30),
+                    realtime=realtime,
+                    stop_token=STOP,
+                )
+            )
             made += 1
         plan, _ = run_step(s, lambda q: STOP if rng.random() < 0.05 else 7)
         r = tiers_hold(s)
         rows_decoded = sorted(q.row for q in plan.decode)
         assert len(set(rows_decoded)) == len(rows_decoded)
         assert all(row < plan.rows for row in rows_decoded)
-        if plan.realtime_only:                  # the bottom tier alone
+        if plan.realtime_only:  # the bottom tier alone
             assert all(q.realtime for q in plan.decode) and plan.rows <= r
-        elif plan.rows < len(s.by_row):         # batch rows over the cap wait (pause_batch)
+        elif plan.rows < len(s.by_row):  # batch rows over the cap wait (pause_batch)
             assert pause and plan.rows <= 6 and r <= plan.rows
-        if plan.starting_only:      # streams short of their first 4 tokens (this step's included)
+        if plan.starting_only:  # streams short of their first 4 tokens (this step's included)
             assert plan.decode and all(q.realtime and len(q.tokens) <= 4 for q in plan.decode)
     assert s.idle or made
     assert (s.starting_steps > 0) == (playing_every > 1)
 
 
 def test_realtime_only_steps_between_full_ones_while_streams_run():
-    s = Scheduler(rows=8, max_context=200, config=SchedulerConfig(batch_every=2, batch_every_starting=4,
-            first_tokens=3))
+    s = Scheduler(
+        rows=8, max_context=200, config=SchedulerConfig(batch_every=2, batch_every_starting=4, first_tokens=3)
+    )
     batch = [Seq(f"b{i}", [1, 2], budget=100) for i in range(3)]
     for q in batch:
         s.add(q)
     plan, _ = run_step(s, lambda q: 7)
-    assert not plan.decode                              # prompts only
+    assert not plan.decode  # prompts only
     assert len(run_step(s, lambda q: 7)[0].decode) == 3  # no stream: every step is full
     rt = Seq("rt", [1, 2], budget=100, realtime=True)
     s.add(rt)
     kinds = []
     for _ in range(12):
         plan, _ = run_step(s, lambda q: 7)
-        kinds.append("full" if len(plan.decode) == 4 or any(not q.realtime for q in plan.decode)
-                     else "rt")
+        kinds.append("full" if len(plan.decode) == 4 or any(not q.realtime for q in plan.decode) else "rt")
         if kinds[-1] == "rt":
             assert [q.key for q in plan.decode] in ([], ["rt"]) and plan.rows == 1
     # its prompt and first 3 tokens: one full step in 4; after that one in 2
@@ -303,8 +321,9 @@ def test_realtime_only_steps_between_full_ones_while_streams_run():
 
 
 def test_batch_prompts_wait_for_a_full_step_while_streams_run():
-    s = Scheduler(rows=8, max_context=200, config=SchedulerConfig(batch_every=3, batch_every_starting=3,
-            first_tokens=1))
+    s = Scheduler(
+        rows=8, max_context=200, config=SchedulerConfig(batch_every=3, batch_every_starting=3, first_tokens=1)
+    )
     s.add(Seq("b0", [1, 2], budget=100))
     run_step(s, lambda q: 7)
     s.add(Seq("rt", [1], budget=100, realtime=True))
@@ -316,7 +335,7 @@ def test_batch_prompts_wait_for_a_full_step_while_streams_run():
         plan, _ = run_step(s, lambda q: 7)
         if any(c.seq is late for c in plan.prefill):
             admitted_at = step
-            assert any(not q.realtime for q in plan.decode)    # on a full step
+            assert any(not q.realtime for q in plan.decode)  # on a full step
             break
     assert admitted_at is not None
 
@@ -324,8 +343,13 @@ def test_batch_prompts_wait_for_a_full_step_while_streams_run():
 def test_batch_work_keeps_its_floor_under_a_steady_flood_of_streams():
     """Streams fill the realtime cap before any batch job starts, and more keep coming: batch jobs
     are still admitted up to the floor, and finish."""
-    s = Scheduler(rows=8, max_context=200, config=SchedulerConfig(batch_floor=2, realtime_max_rows=4,
-            batch_every=2, batch_every_starting=2, first_tokens=2))
+    s = Scheduler(
+        rows=8,
+        max_context=200,
+        config=SchedulerConfig(
+            batch_floor=2, realtime_max_rows=4, batch_every=2, batch_every_starting=2, first_tokens=2
+        ),
+    )
     made = 0
     for _ in range(6):
         s.add(Seq(f"rt{made}", [1], budget=20, realtime=True))
@@ -334,7 +358,7 @@ def test_batch_work_keeps_its_floor_under_a_steady_flood_of_streams():
     for q in jobs:
         s.add(q)
     for step in range(200):
-        if step % 3 == 0:           # a new stream every third step, for good
+        if step % 3 == 0:  # a new stream every third step, for good
             s.add(Seq(f"rt{made}", [1], budget=20, realtime=True))
             made += 1
         run_step(s, lambda q: 7)
@@ -346,11 +370,14 @@ def test_starting_only_steps_decode_the_new_stream_alone_between_the_others():
     """With ``playing_every=2``, while a stream waits for its first chunk, every other step over the
     realtime rows decodes it alone (at the realtime tier's batch, the playing stream's row idle);
     once it has its first tokens, the steps are as before."""
-    s = Scheduler(rows=8, max_context=400, config=SchedulerConfig(batch_every=2, batch_every_starting=4,
-            first_tokens=6, playing_every=2))
+    s = Scheduler(
+        rows=8,
+        max_context=400,
+        config=SchedulerConfig(batch_every=2, batch_every_starting=4, first_tokens=6, playing_every=2),
+    )
     s.add(Seq("b", [1, 2], budget=300))
     s.add(Seq("old", [1], budget=300, realtime=True))
-    for _ in range(12):                              # "old" is past its first tokens
+    for _ in range(12):  # "old" is past its first tokens
         run_step(s, lambda q: 7)
     new = Seq("new", [1], budget=300, realtime=True)
     s.add(new)
@@ -368,7 +395,7 @@ def test_starting_only_steps_decode_the_new_stream_alone_between_the_others():
     # every 4 (as without starting-only steps)
     between = [k for k in kinds[1:] if k != "full"]
     assert between == ["start", "rt"] * (len(between) // 2) + ["start"] * (len(between) % 2)
-    assert all("full" in kinds[i:i + 4] for i in range(len(kinds) - 3))
+    assert all("full" in kinds[i : i + 4] for i in range(len(kinds) - 3))
     assert s.starting_steps == kinds.count("start") > 0
     after = [run_step(s, lambda q: 7)[0] for _ in range(6)]
     assert not any(p.starting_only for p in after)
@@ -378,8 +405,11 @@ def test_starting_only_steps_decode_the_new_stream_alone_between_the_others():
 def test_starting_only_steps_without_batch_work():
     """Streams alone: every step is a full one over the realtime rows, and with ``playing_every``
     every other one decodes the starting stream alone."""
-    s = Scheduler(rows=4, max_context=200, config=SchedulerConfig(batch_every=2, batch_every_starting=4,
-            first_tokens=4, playing_every=2))
+    s = Scheduler(
+        rows=4,
+        max_context=200,
+        config=SchedulerConfig(batch_every=2, batch_every_starting=4, first_tokens=4, playing_every=2),
+    )
     s.add(Seq("old", [1], budget=100, realtime=True))
     for _ in range(8):
         run_step(s, lambda q: 7)
@@ -398,24 +428,34 @@ def test_a_playing_stream_low_on_audio_joins_the_starting_only_steps_until_it_is
     (started at its first chunk, playing ``playback_tokens_per_s``) decodes in the starting-only
     steps too; a stream well ahead does not, and neither does the low one once it is ahead."""
     now = [0.0]
-    s = Scheduler(rows=8, max_context=400, config=SchedulerConfig(
-        first_tokens=4, playing_every=2, frame_tokens=2, playback_tokens_per_s=10.0, low_lead_s=0.3,
-        clock=lambda: now[0]))
+    s = Scheduler(
+        rows=8,
+        max_context=400,
+        config=SchedulerConfig(
+            first_tokens=4,
+            playing_every=2,
+            frame_tokens=2,
+            playback_tokens_per_s=10.0,
+            low_lead_s=0.3,
+            clock=lambda: now[0],
+        ),
+    )
     ahead = Seq("ahead", [1], budget=300, realtime=True)
     s.add(ahead)
     for _ in range(20):
         run_step(s, lambda q: 7)
     assert ahead.first_chunk_at == 0.0
-    now[0] = 1.0                                  # its audio: 1.8 s made, 1.0 s played
+    now[0] = 1.0  # its audio: 1.8 s made, 1.0 s played
     low = Seq("low", [1], budget=300, realtime=True)
     s.add(low)
     while low.generated < 4:
         run_step(s, lambda q: 7)
     assert low.first_chunk_at == 1.0
-    now[0] = 1.1                                  # its audio: 0.2 s made, 0.1 s played
+    now[0] = 1.1  # its audio: 0.2 s made, 0.1 s played
 
     def lead(q: Seq) -> float:
         return (q.generated - 2) / 10.0 - (now[0] - q.first_chunk_at)
+
     new = Seq("new", [1], budget=300, realtime=True)
     s.add(new)
     seen = []
@@ -425,13 +465,12 @@ def test_a_playing_stream_low_on_audio_joins_the_starting_only_steps_until_it_is
         if plan.starting_only:
             seen.append(sorted(q.key for q in plan.decode))
             assert seen[-1] == (["low", "new"] if was_low else ["new"])
-    assert ["low", "new"] in seen and ["new"] in seen      # low, then ahead again
+    assert ["low", "new"] in seen and ["new"] in seen  # low, then ahead again
     assert lead(ahead) > 0.3 and all("ahead" not in k for k in seen)
 
 
 def test_leads_are_not_tracked_without_a_playback_rate():
-    s = Scheduler(rows=4, max_context=200, config=SchedulerConfig(first_tokens=4, playing_every=2,
-                                                                   low_lead_s=0.3))
+    s = Scheduler(rows=4, max_context=200, config=SchedulerConfig(first_tokens=4, playing_every=2, low_lead_s=0.3))
     assert s.config.low_lead_s == 0.0
 
 
@@ -441,8 +480,13 @@ def test_the_realtime_cap_preempts_or_pauses_batch_work(pause):
     Preempting gives the youngest batch rows back (they prefill again later); pausing keeps every
     row (two are free for the streams) and full steps decode the streams and the two lowest batch
     rows, the others waiting where they are, and finishing once the streams have."""
-    s = Scheduler(rows=8, max_context=200, config=SchedulerConfig(realtime_max_rows=4, batch_floor=1,
-            batch_every=2, batch_every_starting=2, first_tokens=2, pause_batch=pause))
+    s = Scheduler(
+        rows=8,
+        max_context=200,
+        config=SchedulerConfig(
+            realtime_max_rows=4, batch_floor=1, batch_every=2, batch_every_starting=2, first_tokens=2, pause_batch=pause
+        ),
+    )
     jobs = [Seq(f"b{i}", [1, 2], budget=40) for i in range(6)]
     for q in jobs:
         s.add(q)
@@ -459,7 +503,7 @@ def test_the_realtime_cap_preempts_or_pauses_batch_work(pause):
     if pause:
         assert s.preempted == 0 and all(q.row >= 0 for q in jobs)
         moved = [q for q in jobs if q.generated > held[q.key]]
-        assert len(moved) == 2 and all(q.row in (2, 3) for q in moved)   # the lowest batch rows
+        assert len(moved) == 2 and all(q.row in (2, 3) for q in moved)  # the lowest batch rows
     else:
         assert s.preempted >= 4
     while not s.idle:
@@ -474,7 +518,7 @@ def test_a_short_realtime_job_takes_the_next_free_row_before_a_long_jobs_waiting
     long = [Seq(("long", i), [1, 2], budget=3 if i == 0 else 50, realtime=True, group="long") for i in range(8)]
     for q in long:
         s.add(q)
-    run_step(s, lambda q: 7)                        # four of the long job's pieces hold every row
+    run_step(s, lambda q: 7)  # four of the long job's pieces hold every row
     short = Seq(("short", 0), [1, 2], budget=50, realtime=True, group="short")
     s.add(short)
     admitted: list = []

@@ -23,8 +23,9 @@ def random_frames(n, seed=0):
     return [rng.integers(0, 4096, size=7) for _ in range(n)]
 
 
-def stream(codec, frames, seed=7, chunk_frames=REALTIME_CHUNK_FRAMES, every=1, ramp=False,
-           first_right=RIGHT_CONTEXT_FRAMES):
+def stream(
+    codec, frames, seed=7, chunk_frames=REALTIME_CHUNK_FRAMES, every=1, ramp=False, first_right=RIGHT_CONTEXT_FRAMES
+):
     """Feed frames one at a time as generation would, decoding every ``every`` frames; return the
     chunks in order."""
     st = StreamState(seed=seed, chunk_frames=chunk_frames, ramp=ramp, first_right=first_right)
@@ -43,28 +44,31 @@ def stream(codec, frames, seed=7, chunk_frames=REALTIME_CHUNK_FRAMES, every=1, r
 
 
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 13, 30])
-@pytest.mark.parametrize("chunk_frames,every,ramp,first_right", [
-    (REALTIME_CHUNK_FRAMES, 1, False, 2), (REALTIME_CHUNK_FRAMES, 1, True, 2),
-    (REALTIME_CHUNK_FRAMES, 1, True, 1), (BATCH_CHUNK_FRAMES, 5, False, 2)])
-def test_streamed_chunks_concatenate_to_the_one_shot_decode(tiny, n, chunk_frames, every, ramp,
-                                                            first_right):
+@pytest.mark.parametrize(
+    "chunk_frames,every,ramp,first_right",
+    [
+        (REALTIME_CHUNK_FRAMES, 1, False, 2),
+        (REALTIME_CHUNK_FRAMES, 1, True, 2),
+        (REALTIME_CHUNK_FRAMES, 1, True, 1),
+        (BATCH_CHUNK_FRAMES, 5, False, 2),
+    ],
+)
+def test_streamed_chunks_concatenate_to_the_one_shot_decode(tiny, n, chunk_frames, every, ramp, first_right):
     frames = random_frames(n, seed=n)
-    chunks = stream(tiny.codec, frames, chunk_frames=chunk_frames, every=every, ramp=ramp,
-                    first_right=first_right)
+    chunks = stream(tiny.codec, frames, chunk_frames=chunk_frames, every=every, ramp=ramp, first_right=first_right)
     streamed = np.concatenate([c for _, c in chunks])
-    assert streamed.shape == (n * SNAC_SAMPLES_PER_FRAME,)        # the last frames are flushed
+    assert streamed.shape == (n * SNAC_SAMPLES_PER_FRAME,)  # the last frames are flushed
     # Same windows, same keys, whenever the decode ran: equal up to fp32 rounding of
     # convolutions run at other batch sizes.
-    one_shot = decode_frames(tiny.codec, frames, seed=7, chunk_frames=chunk_frames, ramp=ramp,
-                             first_right=first_right)
+    one_shot = decode_frames(tiny.codec, frames, seed=7, chunk_frames=chunk_frames, ramp=ramp, first_right=first_right)
     np.testing.assert_allclose(streamed, one_shot, rtol=0, atol=1e-6)
 
 
 def test_first_chunk_after_one_window_then_steady_chunks(tiny):
     chunks = stream(tiny.codec, random_frames(30))
     frames_seen, first = chunks[0]
-    assert frames_seen == FIRST_CHUNK_FRAMES + RIGHT_CONTEXT_FRAMES == 4   # 28 tokens
-    assert len(first) == 2 * SNAC_SAMPLES_PER_FRAME                # frames 0 and 1
+    assert frames_seen == FIRST_CHUNK_FRAMES + RIGHT_CONTEXT_FRAMES == 4  # 28 tokens
+    assert len(first) == 2 * SNAC_SAMPLES_PER_FRAME  # frames 0 and 1
     steady = [len(c) // SNAC_SAMPLES_PER_FRAME for _, c in chunks[1:-1]]
     assert steady and all(s == REALTIME_CHUNK_FRAMES for s in steady)
     # a chunk leaves as soon as its right context exists
@@ -74,7 +78,7 @@ def test_first_chunk_after_one_window_then_steady_chunks(tiny):
 def test_realtime_ramp_first_chunk_after_three_frames_then_growing(tiny):
     chunks = stream(tiny.codec, random_frames(30), ramp=True)
     frames_seen, first = chunks[0]
-    assert frames_seen == 1 + RIGHT_CONTEXT_FRAMES == 3                # 21 tokens
+    assert frames_seen == 1 + RIGHT_CONTEXT_FRAMES == 3  # 21 tokens
     assert len(first) == SNAC_SAMPLES_PER_FRAME
     sizes = [len(c) // SNAC_SAMPLES_PER_FRAME for _, c in chunks[1:-1]]
     assert sizes == [1, 1, 1, 2, 2, 3, 3, 4, 4, 4]
@@ -87,7 +91,7 @@ def late_chunks(ramp: bool, s: float, frames: int = 120, first_right: int = RIGH
     chunks, a = [], 0
     while a < frames:
         b = st._chunk_end(a)
-        chunks.append((a, b, st._right(a)))      # a chunk leaves once frame b + right exists
+        chunks.append((a, b, st._right(a)))  # a chunk leaves once frame b + right exists
         a = b
     (_, b0, r0), rest = chunks[0], chunks[1:]
     start = (b0 + r0) * s
@@ -96,7 +100,7 @@ def late_chunks(ramp: bool, s: float, frames: int = 120, first_right: int = RIGH
 
 def test_the_ramp_plays_without_underruns_up_to_a_real_time_factor_of_0_8():
     assert late_chunks(ramp=True, s=0.8) == 0
-    assert late_chunks(ramp=False, s=0.8) > 0            # the fixed grid runs dry at chunk 1
+    assert late_chunks(ramp=False, s=0.8) > 0  # the fixed grid runs dry at chunk 1
     assert late_chunks(ramp=False, s=0.5) == 0
 
 
@@ -127,8 +131,7 @@ def test_folding_the_weight_norms_leaves_the_audio_as_it_was(tiny_dir):
     kept = SnacCodec(SNAC.from_pretrained(str(tiny_dir / "snac")), "cpu", fold=False)
     assert kept.folded_weight_norms == 0
     frames = random_frames(6)
-    np.testing.assert_array_equal(decode_frames(folded, frames, seed=3),
-                                  decode_frames(kept, frames, seed=3))
+    np.testing.assert_array_equal(decode_frames(folded, frames, seed=3), decode_frames(kept, frames, seed=3))
 
 
 def test_codec_noise_is_keyed_not_global(tiny):
@@ -138,7 +141,7 @@ def test_codec_noise_is_keyed_not_global(tiny):
     c = decode_frames(tiny.codec, frames, seed=2)
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
-    assert tiny.codec.keyed_noise_blocks == 4                      # one per decoder block
+    assert tiny.codec.keyed_noise_blocks == 4  # one per decoder block
 
 
 def test_window_keys_are_the_device_hash_computed_on_the_host():
@@ -156,5 +159,8 @@ def test_window_keys_are_the_device_hash_computed_on_the_host():
         words = torch.tensor([(seed & rng.MASK32) ^ ((seed >> 32) & rng.MASK32)])
         x = rng.hash32(words)
         want = rng.hash32((x + salt * rng._GOLDEN) & rng.MASK32)
-        assert rng.mix_keys(seed, salt) == int(want) == rng.hash32_int(
-            (rng.hash32_int(int(words)) + salt * rng._GOLDEN) & rng.MASK32)
+        assert (
+            rng.mix_keys(seed, salt)
+            == int(want)
+            == rng.hash32_int((rng.hash32_int(int(words)) + salt * rng._GOLDEN) & rng.MASK32)
+        )

@@ -36,9 +36,20 @@ FAILED = [
 
 
 def _job(batch: Batch, name: str, status: JobStatus, created: datetime, **kw) -> Job:
-    return Job(id=name.ljust(8, "x"), batch_id=batch.id, client_id=name, text=kw.pop("text", "hello"),
-               voice="joe", format="wav", priority=kw.pop("priority", "batch"), status=status,
-               attempts=1, created_at=created, updated_at=created, **kw)
+    return Job(
+        id=name.ljust(8, "x"),
+        batch_id=batch.id,
+        client_id=name,
+        text=kw.pop("text", "hello"),
+        voice="joe",
+        format="wav",
+        priority=kw.pop("priority", "batch"),
+        status=status,
+        attempts=1,
+        created_at=created,
+        updated_at=created,
+        **kw,
+    )
 
 
 def fill(session) -> None:
@@ -47,27 +58,66 @@ def fill(session) -> None:
     open_ = Batch(id="b2", voice="joe", format="wav", created_at=at(5))
     session.add_all([old, done, open_])
     session.flush()
-    for (name, worker, device, engine, model, quant, prio, start, busy, audio, ttfb, wait, size, extra,
-         chars) in DONE:
-        job = _job(done, name, JobStatus.DONE, at(0.5), text="a" * chars, priority=prio,
-                   started_at=start, finished_at=start + timedelta(seconds=busy))
-        job.metrics = JobMetrics(queue_wait_s=wait, ttfb_s=ttfb, synth_s=busy, audio_s=audio, rtf=busy / audio,
-                                 engine=engine, model=model, quantization=quant, device_type=device,
-                                 worker_host=worker, batch_size=size, extra=extra)
+    for name, worker, device, engine, model, quant, prio, start, busy, audio, ttfb, wait, size, extra, chars in DONE:
+        job = _job(
+            done,
+            name,
+            JobStatus.DONE,
+            at(0.5),
+            text="a" * chars,
+            priority=prio,
+            started_at=start,
+            finished_at=start + timedelta(seconds=busy),
+        )
+        job.metrics = JobMetrics(
+            queue_wait_s=wait,
+            ttfb_s=ttfb,
+            synth_s=busy,
+            audio_s=audio,
+            rtf=busy / audio,
+            engine=engine,
+            model=model,
+            quantization=quant,
+            device_type=device,
+            worker_host=worker,
+            batch_size=size,
+            extra=extra,
+        )
         session.add(job)
     for name, error in FAILED:
-        session.add(_job(done, name, JobStatus.FAILED, at(0.5), error=error, started_at=at(4.5),
-                         finished_at=at(4.5, 1)))
+        session.add(
+            _job(done, name, JobStatus.FAILED, at(0.5), error=error, started_at=at(4.5), finished_at=at(4.5, 1))
+        )
     session.add(_job(open_, "q1", JobStatus.QUEUED, at(5)))
     # The previous day: one job on gpu0, 600 s of audio in 100 busy seconds (6x real time).
     prev = _job(old, "p1", JobStatus.DONE, at(-13), started_at=at(-12), finished_at=at(-12, 100))
-    prev.metrics = JobMetrics(queue_wait_s=5, ttfb_s=1.5, synth_s=100, audio_s=600, rtf=1 / 6, engine="orpheus",
-                              model="orpheus-3b", quantization="none", device_type=H100, worker_host="hostA/gpu0",
-                              batch_size=1)
+    prev.metrics = JobMetrics(
+        queue_wait_s=5,
+        ttfb_s=1.5,
+        synth_s=100,
+        audio_s=600,
+        rtf=1 / 6,
+        engine="orpheus",
+        model="orpheus-3b",
+        quantization="none",
+        device_type=H100,
+        worker_host="hostA/gpu0",
+        batch_size=1,
+    )
     session.add(prev)
     # After the period: must not count.
     late = _job(open_, "late", JobStatus.DONE, at(25), started_at=at(25), finished_at=at(25, 10))
-    late.metrics = JobMetrics(audio_s=999, ttfb_s=9, synth_s=10, rtf=0.01, engine="piper", model="m",
-                              quantization="none", device_type=EPYC, worker_host="hostB/cpu", batch_size=1)
+    late.metrics = JobMetrics(
+        audio_s=999,
+        ttfb_s=9,
+        synth_s=10,
+        rtf=0.01,
+        engine="piper",
+        model="m",
+        quantization="none",
+        device_type=EPYC,
+        worker_host="hostB/cpu",
+        batch_size=1,
+    )
     session.add(late)
     session.commit()

@@ -14,8 +14,9 @@ from tests.reports.known_fleet import PRICES, T0, UNTIL, fill
 def env(sessions, database_url, tmp_path):
     with sessions() as s:
         fill(s)
-    return synth_env(SYNTH_DATABASE_URL=database_url, SYNTH_DATA_DIR=str(tmp_path / "data"),
-                     SYNTH_GPU_PRICES=json.dumps(PRICES))
+    return synth_env(
+        SYNTH_DATABASE_URL=database_url, SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_GPU_PRICES=json.dumps(PRICES)
+    )
 
 
 def run_report(env, *args):
@@ -63,5 +64,5 @@ def test_a_period_without_jobs_says_so_where_its_breakdowns_would_be(tmp_path, f
     proc = synth("report", "--since", "1d", "--format", fmt, env=env)
     out = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr.decode()
-    assert out.count("No jobs finished in the period.") == 5, out      # device, worker, engine, model, quantization
+    assert out.count("No jobs finished in the period.") == 5, out  # device, worker, engine, model, quantization
     assert out.count("| audio s / GPU-h |") + out.count("<th>audio s / GPU-h</th>") == 1, out  # the overall table

@@ -24,15 +24,17 @@ def rows(report, dim):
 
 
 def test_counts_characters_audio_and_failures(report):
-    assert report.jobs_by_state == {"pending": 0, "queued": 1, "running": 0, "done": 5, "failed": 4,
-                                    "cancelled": 0}
+    assert report.jobs_by_state == {"pending": 0, "queued": 1, "running": 0, "done": 5, "failed": 4, "cancelled": 0}
     assert report.batches_by_state == {"open": 1, "finished": 1}
     assert report.jobs_done == 5 and report.jobs_failed == 4
     assert report.characters == 100 + 50 + 30 + 20 + 10
     assert report.audio_s == pytest.approx(4100)
     assert report.audio_hours == pytest.approx(4100 / 3600)
-    assert report.failures_by_reason == {"nothing speakable in line": 2, "retries exhausted": 1,
-                                         "internal error: KeyError": 1}
+    assert report.failures_by_reason == {
+        "nothing speakable in line": 2,
+        "retries exhausted": 1,
+        "internal error: KeyError": 1,
+    }
 
 
 def test_throughput_uses_the_union_of_busy_intervals_per_worker(report):
@@ -47,7 +49,7 @@ def test_throughput_uses_the_union_of_busy_intervals_per_worker(report):
 
     devices = rows(report, "device_type")
     assert devices[H100].busy_s == pytest.approx(700) and devices[H100].workers == 2
-    assert devices[H100].cost == pytest.approx(0.7)                       # 700 s at 3.6 / h
+    assert devices[H100].cost == pytest.approx(0.7)  # 700 s at 3.6 / h
     assert devices[H100].cost_per_audio_hour == pytest.approx(0.7 / (3800 / 3600))
     assert devices[EPYC].cost is None and report.unpriced_device_types == [EPYC]
     assert rows(report, "quantization")["int8"].audio_s == pytest.approx(2000)
@@ -70,7 +72,7 @@ def test_latency_percentiles_per_priority(report):
 def test_batching_waste(report):
     b = report.batching
     assert b.mean_batch_size == pytest.approx(7 / 5) and b.sizes == {1: 3, 2: 2}
-    assert b.slot_fill == pytest.approx(0.5)                # 2 of 4 slots
+    assert b.slot_fill == pytest.approx(0.5)  # 2 of 4 slots
     assert b.padding_fraction == pytest.approx(200 / 2000)  # padded / (tokens + padded)
     assert b.idle_slot_fraction == pytest.approx(0.25)
     assert b.jobs_with_extra == 2
@@ -93,8 +95,10 @@ def test_series_bins_audio_by_hour(report):
 def test_busy_seconds_and_reasons():
     assert busy_seconds([(at(0), at(0, 10)), (at(0, 5), at(0, 20)), (at(0, 30), at(0, 40))]) == 30
     assert busy_seconds([]) == 0
-    assert reason("storage s3://b/batches/0123abcd9f/x.wav failed after 3 tries") == \
-        "storage s3://b/batches/<id>/x.wav failed after N tries"
+    assert (
+        reason("storage s3://b/batches/0123abcd9f/x.wav failed after 3 tries")
+        == "storage s3://b/batches/<id>/x.wav failed after N tries"
+    )
     assert reason(None).startswith("unknown")
 
 
@@ -103,8 +107,11 @@ def test_verdicts_give_the_share_verified_clean_and_the_worst_jobs(sessions):
     from pipeline.reports.render_html import render_html
     from pipeline.reports.render_md import render_md
 
-    checks = {"j1": ("clean", [], 0.05), "j2": ("suspect", ["words not heard: character error rate 0.62"], 0.62),
-              "j3": ("bad", ["no speech: the audio is silent"], 1.0)}
+    checks = {
+        "j1": ("clean", [], 0.05),
+        "j2": ("suspect", ["words not heard: character error rate 0.62"], 0.62),
+        "j3": ("bad", ["no speech: the audio is silent"], 1.0),
+    }
     with sessions() as session:
         fill(session)
         for name, (verdict, reasons, cer) in checks.items():

@@ -67,7 +67,9 @@ def test_schedule_has_the_report_and_hourly_expiry(settings):
     assert schedule["expire-batches"]["task"] == "synth.expire"
     report_cron = schedule["nightly-report"]["schedule"]
     assert report_cron.minute == {30} and report_cron.hour == {5} and report_cron.day_of_week == {1}
-    assert schedule["expire-batches"]["schedule"].minute == {0} and len(schedule["expire-batches"]["schedule"].hour) == 24
+    assert (
+        schedule["expire-batches"]["schedule"].minute == {0} and len(schedule["expire-batches"]["schedule"].hour) == 24
+    )
     with pytest.raises(Exception, match="5 fields"):
         parse_cron("0 6 * *")
     assert report_period(at(30, 59)) == (at(6), at(30))
@@ -98,8 +100,13 @@ def test_synth_beat_sends_a_missed_report_at_start_and_a_worker_writes_it(tmp_pa
     state.close()
 
     log = tmp_path / "beat.log"
-    proc = start_synth("beat", "--loglevel", "INFO", log=log,
-                       env=synth_env(SYNTH_REDIS_URL=redis_url, SYNTH_DATA_DIR=str(settings.data_dir)))
+    proc = start_synth(
+        "beat",
+        "--loglevel",
+        "INFO",
+        log=log,
+        env=synth_env(SYNTH_REDIS_URL=redis_url, SYNTH_DATA_DIR=str(settings.data_dir)),
+    )
     try:
         with thread_worker(app, all_queues(settings.bucket_seconds), concurrency=1):
             row = wait_report(sessions, timeout=120)

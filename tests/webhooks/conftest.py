@@ -13,8 +13,9 @@ from synth_testkit.webhook_receiver import Receiver
 
 @pytest.fixture
 def wh_settings(settings):
-    return settings.with_overrides(webhook_allow_hosts=("127.0.0.0/8",),
-                                   webhook_retry_schedule=(0.2, 0.4, 0.8, 1.6), webhook_timeout=5.0)
+    return settings.with_overrides(
+        webhook_allow_hosts=("127.0.0.0/8",), webhook_retry_schedule=(0.2, 0.4, 0.8, 1.6), webhook_timeout=5.0
+    )
 
 
 @pytest.fixture
@@ -35,8 +36,16 @@ def receiver(key):
 
 def make_batch(sessions, settings, key_id, url, texts, *, events=None, name="hooks"):
     with sessions() as s:
-        batch = create_item_batch(s, settings, [Item(text=t) for t in texts], BatchOptions(name=name),
-                                  source="test", owner_key_id=key_id, webhook_url=url, webhook_events=events)
+        batch = create_item_batch(
+            s,
+            settings,
+            [Item(text=t) for t in texts],
+            BatchOptions(name=name),
+            source="test",
+            owner_key_id=key_id,
+            webhook_url=url,
+            webhook_events=events,
+        )
         s.commit()
         return batch.id
 
@@ -46,8 +55,9 @@ def deliveries_and_attempts(sessions):
 
     with sessions() as s:
         rows = s.scalars(select(WebhookDelivery)).all()
-        attempts = s.scalars(select(WebhookAttempt).order_by(WebhookAttempt.delivery_id,
-                                                             WebhookAttempt.attempt_no)).all()
+        attempts = s.scalars(
+            select(WebhookAttempt).order_by(WebhookAttempt.delivery_id, WebhookAttempt.attempt_no)
+        ).all()
     by = {d.id: [] for d in rows}
     for a in attempts:
         by[a.delivery_id].append(a)

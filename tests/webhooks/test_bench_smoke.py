@@ -17,9 +17,14 @@ pytest.importorskip("piper", reason="the benchmark renders with synth[piper]")
 def test_bench_webhooks_measures_delays(tmp_path, redis_url):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}  # a temporary SQLite db
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "ops.bench.webhooks", "--events", "2",
-                           "--redis-url", redis_url, "--json", str(out)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=170)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ops.bench.webhooks", "--events", "2", "--redis-url", redis_url, "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     assert report["unverified_requests"] == 0

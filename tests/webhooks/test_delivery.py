@@ -52,7 +52,7 @@ def test_events_are_recorded_once_however_often_emitted(sessions, wh_settings, k
     job_ids = finish_all(sessions, batch_id, fail_first=True)
     first = emitted(sessions, job_ids)
     assert len(first) == 4  # job.failed, 2 x job.finished, batch.finished
-    assert emitted(sessions, job_ids) == first   # still waiting: the same ids, no new rows
+    assert emitted(sessions, job_ids) == first  # still waiting: the same ids, no new rows
     rows, _ = deliveries_and_attempts(sessions)
     assert len(rows) == 4
     types = sorted(r.event_type for r in rows.values())
@@ -60,7 +60,11 @@ def test_events_are_recorded_once_however_often_emitted(sessions, wh_settings, k
     batch_row = rows[ev.event_id("batch.finished", batch_id)]
     body = json.loads(batch_row.body)
     assert body["type"] == "batch.finished" and body["data"]["counts"] == {
-        "total": 3, "done": 2, "failed": 1, "cancelled": 0}
+        "total": 3,
+        "done": 2,
+        "failed": 1,
+        "cancelled": 0,
+    }
     failed = next(r for r in rows.values() if r.event_type == "job.failed")
     assert json.loads(failed.body)["data"]["error"] == "nothing speakable"
     # Once attempted, a re-emission enqueues nothing.
@@ -74,13 +78,18 @@ def test_events_follow_the_subscription_and_need_an_owner(sessions, wh_settings,
     no_owner = make_batch(sessions, wh_settings, None, receiver.url, ["C."])
     ids = finish_all(sessions, only_batch) + finish_all(sessions, no_owner)
     with sessions() as s:  # a job's own webhook wins over its batch's
-        s.execute(update(Job).where(Job.id == ids[0]).values(webhook_url=receiver.url + "/job",
-                                                            webhook_events=["job.finished"]))
+        s.execute(
+            update(Job)
+            .where(Job.id == ids[0])
+            .values(webhook_url=receiver.url + "/job", webhook_events=["job.finished"])
+        )
         s.commit()
     emitted(sessions, ids)
     rows, _ = deliveries_and_attempts(sessions)
     assert sorted((r.event_type, r.url.endswith("/job")) for r in rows.values()) == [
-        ("batch.finished", False), ("job.finished", True)]
+        ("batch.finished", False),
+        ("job.finished", True),
+    ]
 
 
 def test_retries_until_the_receiver_recovers_and_logs_every_attempt(sessions, wh_settings, key, receiver):
@@ -90,7 +99,7 @@ def test_retries_until_the_receiver_recovers_and_logs_every_attempt(sessions, wh
     assert [r.succeeded for r in results] == [False, False, True]
     assert all(0 <= r.retry_in <= d for r, d in zip(results[:2], wh_settings.webhook_retry_schedule))
     assert [r.answered for r in receiver.requests] == [500, 500, 200]
-    assert {r.webhook_id for r in receiver.requests} == {delivery_id}       # same id on every retry
+    assert {r.webhook_id for r in receiver.requests} == {delivery_id}  # same id on every retry
     assert all(r.valid_for == [key[1]] for r in receiver.requests)
     rows, attempts = deliveries_and_attempts(sessions)
     d = rows[delivery_id]
@@ -149,11 +158,14 @@ def test_rotation_signs_with_both_secrets_during_the_grace_period(sessions, wh_s
         assert deliver(sessions, DeliveryConfig.from_settings(wh_settings), delivery_id, 1).succeeded
         [got] = r.requests
         assert len(got.headers["webhook-signature"].split()) == 2
-        assert got.valid_for == [old, new]                   # each secret verifies one of them
+        assert got.valid_for == [old, new]  # each secret verifies one of them
 
         with sessions() as s:  # grace over: only the new secret signs
-            s.execute(update(WebhookSecret).where(WebhookSecret.key_id == key_id)
-                      .values(previous_until=utcnow() - timedelta(seconds=1)))
+            s.execute(
+                update(WebhookSecret)
+                .where(WebhookSecret.key_id == key_id)
+                .values(previous_until=utcnow() - timedelta(seconds=1))
+            )
             s.commit()
         batch_2 = make_batch(sessions, wh_settings, key_id, r.url, ["Two."], events=["batch.finished"])
         [delivery_2] = emitted(sessions, finish_all(sessions, batch_2))
@@ -188,13 +200,13 @@ def test_a_batch_closed_by_cancelling_gets_its_event_from_the_sweep(sessions, wh
 
     batch_id = make_batch(sessions, wh_settings, key[0], receiver.url, ["One.", "Two."])
     with sessions() as s:
-        lifecycle.cancel(s, make_store(wh_settings), batch_id)   # no render task ever runs
+        lifecycle.cancel(s, make_store(wh_settings), batch_id)  # no render task ever runs
         s.commit()
     with sessions() as s:
         [delivery_id] = outbox.emit_missed_batch_events(s)
         s.commit()
     with sessions() as s:
-        assert outbox.emit_missed_batch_events(s) == []          # once
+        assert outbox.emit_missed_batch_events(s) == []  # once
     rows, _ = deliveries_and_attempts(sessions)
     body = json.loads(rows[delivery_id].body)
     assert body["type"] == "batch.finished" and body["data"]["status"] == "cancelled"

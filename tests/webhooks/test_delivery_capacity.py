@@ -26,7 +26,7 @@ from worker.webhooks import HostGate
 # Each attempt to the black hole holds its connection this long; the old worker spent one render
 # slot on each, so a job queued behind 8 of them waited well over a minute.
 TIMEOUT_S = 10
-BOUND_S = 30            # "not blocked behind the dead receiver", far below that
+BOUND_S = 30  # "not blocked behind the dead receiver", far below that
 
 
 class BlackHole:
@@ -60,11 +60,18 @@ class BlackHole:
 
 @pytest.fixture
 def env(tmp_path, redis_url, database_url):
-    return synth_env(SYNTH_DATA_DIR=str(tmp_path / "data"), SYNTH_REDIS_URL=redis_url,
-                     SYNTH_DATABASE_URL=database_url, SYNTH_JOBS_PER_TASK="1", SYNTH_ENGINE_THREADS="1",
-                     SYNTH_WORKER_CONCURRENCY="1", SYNTH_WEBHOOK_ALLOW_HOSTS='["127.0.0.0/8"]',
-                     SYNTH_WEBHOOK_TIMEOUT=str(TIMEOUT_S), SYNTH_WEBHOOK_CONCURRENCY="2",
-                     SYNTH_WEBHOOK_HOST_CONCURRENCY="1")
+    return synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "data"),
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_DATABASE_URL=database_url,
+        SYNTH_JOBS_PER_TASK="1",
+        SYNTH_ENGINE_THREADS="1",
+        SYNTH_WORKER_CONCURRENCY="1",
+        SYNTH_WEBHOOK_ALLOW_HOSTS='["127.0.0.0/8"]',
+        SYNTH_WEBHOOK_TIMEOUT=str(TIMEOUT_S),
+        SYNTH_WEBHOOK_CONCURRENCY="2",
+        SYNTH_WEBHOOK_HOST_CONCURRENCY="1",
+    )
 
 
 @pytest.fixture
@@ -97,12 +104,20 @@ def send(settings, sessions, redis_url):
 
     def batch(key_id: str, texts: list[str], url: str | None = None) -> str:
         with sessions() as s:
-            made = create_item_batch(s, settings, [Item(text=t) for t in texts], BatchOptions(), source="api",
-                                     owner_key_id=key_id, webhook_url=url,
-                                     webhook_events=["job.finished"] if url else None)
+            made = create_item_batch(
+                s,
+                settings,
+                [Item(text=t) for t in texts],
+                BatchOptions(),
+                source="api",
+                owner_key_id=key_id,
+                webhook_url=url,
+                webhook_events=["job.finished"] if url else None,
+            )
             s.commit()
         enqueue_batch(app, sessions, made.id, jobs_per_task=1)
         return made.id
+
     return batch
 
 
@@ -111,8 +126,7 @@ def done(sessions, batch_id: str) -> bool:
         return set(s.scalars(select(Job.status).where(Job.batch_id == batch_id))) == {JobStatus.DONE}
 
 
-def test_a_receiver_that_never_answers_does_not_hold_back_another_tenants_job(
-        worker, tenants, send, sessions):
+def test_a_receiver_that_never_answers_does_not_hold_back_another_tenants_job(worker, tenants, send, sessions):
     with BlackHole() as hole:
         send(tenants["noisy"][0], [f"Noisy line {i}." for i in range(8)], hole.url)
         eventually(lambda: hole.held, 120, "the first delivery to the dead receiver to hang")
@@ -137,7 +151,7 @@ def test_a_dead_receiver_does_not_stop_deliveries_to_a_healthy_one(worker, tenan
 def test_a_retry_waits_out_its_countdown_on_the_webhook_consumer_and_is_delivered(worker, tenants, send):
     with Receiver(secrets=[tenants["quiet"][1]], fail_first=1) as flaky:
         send(tenants["quiet"][0], ["One quiet line."], flaky.url)
-        (got,) = flaky.wait_for(1, timeout=BOUND_S)   # the retry's countdown: at most 5 s
+        (got,) = flaky.wait_for(1, timeout=BOUND_S)  # the retry's countdown: at most 5 s
     assert [r.answered for r in flaky.requests] == [500, 200] and got.valid_for == [tenants["quiet"][1]]
 
 
@@ -146,8 +160,8 @@ def test_the_gate_lines_up_a_receivers_deliveries_past_its_limit_and_hands_on_th
     dead, live = ("dead.example", 443), ("live.example", 443)
     assert gate.enter(dead, "first")
     assert not gate.enter(dead, "second") and not gate.enter(dead, "third")
-    assert not gate.enter(dead)                     # no item: told no, not lined up
-    assert gate.enter(live, "other")                # another receiver is not held back
+    assert not gate.enter(dead)  # no item: told no, not lined up
+    assert gate.enter(live, "other")  # another receiver is not held back
     assert gate.leave(dead) == "second" and gate.leave(dead) == "third"
     assert gate.leave(dead) is None and gate.enter(dead, "again")
     assert gate.enter(None, "gone") and gate.leave(None) is None

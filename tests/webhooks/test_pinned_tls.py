@@ -23,10 +23,16 @@ from cryptography.x509.oid import NameOID  # noqa: E402
 
 def _cert(subject, issuer, key, issuer_key, *, ca, san=None):
     now = datetime.datetime.now(datetime.UTC)
-    b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
-         .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-         .not_valid_after(now + datetime.timedelta(hours=1))
-         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if san:
         b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(san)]), critical=False)
     return b.sign(issuer_key, hashes.SHA256())
@@ -37,12 +43,18 @@ def tls_server(tmp_path):
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "synth test CA")])
     ca = _cert(ca_name, ca_name, ca_key, ca_key, ca=True)
-    leaf = _cert(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]), ca_name, key, ca_key,
-                 ca=False, san="localhost")
+    leaf = _cert(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]),
+        ca_name,
+        key,
+        ca_key,
+        ca=False,
+        san="localhost",
+    )
     (tmp_path / "leaf.pem").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                         serialization.PrivateFormat.PKCS8,
-                                                         serialization.NoEncryption()))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     seen = []
 
     class Handler(BaseHTTPRequestHandler):

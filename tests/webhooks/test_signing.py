@@ -41,8 +41,9 @@ def test_verify_refuses_tampering_and_missing_headers():
     with pytest.raises(WebhookVerificationError, match="no signature matches"):
         verify(new_secret(), vector_headers(), VECTOR_BODY, now=VECTOR_TS)
     with pytest.raises(WebhookVerificationError, match="no signature matches"):  # the spec's invalid one
-        verify(VECTOR_SECRET, vector_headers("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OA="), VECTOR_BODY,
-               now=VECTOR_TS)
+        verify(
+            VECTOR_SECRET, vector_headers("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OA="), VECTOR_BODY, now=VECTOR_TS
+        )
     with pytest.raises(WebhookVerificationError, match="no signature matches"):  # right MAC, wrong version
         verify(VECTOR_SECRET, vector_headers("v2," + VECTOR_SIG[3:]), VECTOR_BODY, now=VECTOR_TS)
     for name in ("webhook-id", "webhook-timestamp", "webhook-signature"):

@@ -18,8 +18,12 @@ from worker.tasks import RENDER_TASK
 from tests.waiting import eventually
 from tests.workers import app_with_worker
 
-TEXTS = ["The quick brown fox jumps over the lazy dog.", "--- ... ---", "Webhooks are signed.",
-         "Every event arrives once."]
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "--- ... ---",
+    "Webhooks are signed.",
+    "Every event arrives once.",
+]
 
 
 @pytest.fixture
@@ -42,11 +46,10 @@ def wait_closed(sessions, n, timeout=60):
         raise AssertionError(f"{timed_out}: {[(r.event_type, r.status) for r in rows.values()]}") from None
 
 
-def test_each_event_is_delivered_once_after_the_receiver_recovers(sessions, wh_settings, key, receiver,
-                                                                  running_worker):
+def test_each_event_is_delivered_once_after_the_receiver_recovers(sessions, wh_settings, key, receiver, running_worker):
     batch_id = make_batch(sessions, wh_settings, key[0], receiver.url, TEXTS)
     enqueue_batch(running_worker, sessions, batch_id, wh_settings.jobs_per_task)
-    accepted = receiver.wait_for(5)        # 3 job.finished, 1 job.failed, 1 batch.finished
+    accepted = receiver.wait_for(5)  # 3 job.finished, 1 job.failed, 1 batch.finished
     rows, attempts = wait_closed(sessions, 5)
 
     # The render messages again, as after a redelivery: jobs are skipped, events not re-emitted.
@@ -68,17 +71,16 @@ def test_each_event_is_delivered_once_after_the_receiver_recovers(sessions, wh_s
 
     types = sorted(json.loads(r.body)["type"] for r in receiver.accepted())
     assert types == ["batch.finished", "job.failed", "job.finished", "job.finished", "job.finished"]
-    assert all(n == 1 for n in receiver.accepted_ids().values())      # accepted exactly once each
-    assert len(receiver.requests) == 15                               # 2 failures + 1 success, 5 events
+    assert all(n == 1 for n in receiver.accepted_ids().values())  # accepted exactly once each
+    assert len(receiver.requests) == 15  # 2 failures + 1 success, 5 events
     assert all(r.valid_for == [key[1]] for r in receiver.requests)
     rows_after, attempts_after = deliveries_and_attempts(sessions)
     assert rows_after.keys() == rows.keys() and len(rows) == 5
     for delivery_id, delivery in rows_after.items():
         seen = [r for r in receiver.requests if r.webhook_id == delivery_id]
-        assert [r.answered for r in seen] == [500, 500, 200]          # one id across its retries
+        assert [r.answered for r in seen] == [500, 500, 200]  # one id across its retries
         assert delivery.status == DeliveryStatus.SUCCEEDED.value and delivery.attempts == 3
-        assert [(a.attempt_no, a.status_code) for a in attempts_after[delivery_id]] == [
-            (1, 500), (2, 500), (3, 200)]
+        assert [(a.attempt_no, a.status_code) for a in attempts_after[delivery_id]] == [(1, 500), (2, 500), (3, 200)]
         assert json.loads(seen[-1].body) == json.loads(delivery.body)
 
     batch_event = next(json.loads(r.body) for r in accepted if json.loads(r.body)["type"] == "batch.finished")
@@ -86,15 +88,18 @@ def test_each_event_is_delivered_once_after_the_receiver_recovers(sessions, wh_s
     assert batch_event["data"]["counts"] == {"total": 4, "done": 3, "failed": 1, "cancelled": 0}
     assert batch_event["data"]["audio_seconds"] > 2
     finished = [json.loads(r.body)["data"] for r in accepted if json.loads(r.body)["type"] == "job.finished"]
-    assert all(d["object_key"].startswith(f"batches/{batch_id}/audio/") and d["audio_seconds"] > 0
-               and d["audio_url"] == f"/v1/jobs/{d['job_id']}/audio" for d in finished)  # no store path
+    assert all(
+        d["object_key"].startswith(f"batches/{batch_id}/audio/")
+        and d["audio_seconds"] > 0
+        and d["audio_url"] == f"/v1/jobs/{d['job_id']}/audio"
+        for d in finished
+    )  # no store path
     failed = next(json.loads(r.body)["data"] for r in accepted if json.loads(r.body)["type"] == "job.failed")
     assert "nothing speakable" in failed["error"] and failed["client_id"] == "item-000002"
     assert ev.event_id("batch.finished", batch_id) in rows
 
 
-def test_the_sweep_re_enqueues_deliveries_whose_message_was_lost(sessions, wh_settings, key, receiver,
-                                                                 running_worker):
+def test_the_sweep_re_enqueues_deliveries_whose_message_was_lost(sessions, wh_settings, key, receiver, running_worker):
     from datetime import timedelta
 
     from sqlalchemy import update
@@ -105,7 +110,7 @@ def test_the_sweep_re_enqueues_deliveries_whose_message_was_lost(sessions, wh_se
     from worker.webhooks import SWEEP_TASK, WEBHOOK_QUEUE
 
     batch_id = make_batch(sessions, wh_settings, key[0], receiver.url, ["Lost."], events=["batch.finished"])
-    [delivery_id] = emitted(sessions, finish_all(sessions, batch_id))   # recorded, never enqueued
+    [delivery_id] = emitted(sessions, finish_all(sessions, batch_id))  # recorded, never enqueued
     with sessions() as s:
         s.execute(update(WebhookDelivery).values(next_attempt_at=utcnow() - timedelta(minutes=5)))
         s.commit()
@@ -124,7 +129,7 @@ def test_a_delivery_sent_to_the_former_queue_name_goes_out(sessions, wh_settings
     from worker.webhooks import DELIVER_TASK
 
     batch_id = make_batch(sessions, wh_settings, key[0], receiver.url, ["Queued before."], events=["batch.finished"])
-    [delivery_id] = emitted(sessions, finish_all(sessions, batch_id))   # recorded, never enqueued
+    [delivery_id] = emitted(sessions, finish_all(sessions, batch_id))  # recorded, never enqueued
     running_worker.send_task(DELIVER_TASK, args=[delivery_id, 1], queue=FORMER_QUEUE)
     [got] = receiver.wait_for(1)
     assert got.webhook_id == delivery_id

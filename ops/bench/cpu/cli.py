@@ -34,15 +34,24 @@ from pipeline.settings import FORMATS
 
 
 def _common(f):
-    for option in reversed([
-        click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     default=SHARED_CORPUS, show_default=True),
-        click.option("--repeat", type=int, default=2, show_default=True, help="Runs of each measurement."),
-        click.option("--redis-url", envvar="SYNTH_REDIS_URL",
-                     help="A Redis db of the benchmark's own [default: SYNTH_REDIS_URL, else embedded]."),
-        click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path)),
-        click.option("--markdown", "md_path", type=click.Path(dir_okay=False, path_type=Path)),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--corpus",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                default=SHARED_CORPUS,
+                show_default=True,
+            ),
+            click.option("--repeat", type=int, default=2, show_default=True, help="Runs of each measurement."),
+            click.option(
+                "--redis-url",
+                envvar="SYNTH_REDIS_URL",
+                help="A Redis db of the benchmark's own [default: SYNTH_REDIS_URL, else embedded].",
+            ),
+            click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path)),
+            click.option("--markdown", "md_path", type=click.Path(dir_okay=False, path_type=Path)),
+        ]
+    ):
         f = option(f)
     return f
 
@@ -55,10 +64,18 @@ def cli() -> None:
 @cli.command()
 @_common
 @click.option("--lines", type=int, default=120, show_default=True, help="First N lines of the corpus.")
-@click.option("--format", "formats", type=click.Choice(FORMATS), multiple=True, default=("wav",),
-              show_default=True, help="Output format of the full path; repeat for several.")
-@click.option("--database-url", envvar="SYNTH_DATABASE_URL",
-              help="[default: SYNTH_DATABASE_URL, else a temporary SQLite file]")
+@click.option(
+    "--format",
+    "formats",
+    type=click.Choice(FORMATS),
+    multiple=True,
+    default=("wav",),
+    show_default=True,
+    help="Output format of the full path; repeat for several.",
+)
+@click.option(
+    "--database-url", envvar="SYNTH_DATABASE_URL", help="[default: SYNTH_DATABASE_URL, else a temporary SQLite file]"
+)
 def pipeline(corpus, repeat, redis_url, json_path, md_path, lines, formats, database_url) -> None:
     """Bare engine vs the full path (Redis, worker, database, storage, encoding) on one slice."""
     emit(bench_pipeline(corpus, lines, formats, repeat, redis_url, database_url), None, json_path, md_path)
@@ -67,9 +84,12 @@ def pipeline(corpus, repeat, redis_url, json_path, md_path, lines, formats, data
 @cli.command()
 @_common
 @click.option("--lines", type=int, default=100_000, show_default=True, help="Corpus size (lines repeated).")
-@click.option("--database-url", "database_urls", multiple=True,
-              help="Repeat for several; 'sqlite' is a temporary SQLite file "
-                   "[default: sqlite, plus SYNTH_DATABASE_URL if set].")
+@click.option(
+    "--database-url",
+    "database_urls",
+    multiple=True,
+    help="Repeat for several; 'sqlite' is a temporary SQLite file [default: sqlite, plus SYNTH_DATABASE_URL if set].",
+)
 def enqueue(corpus, repeat, redis_url, json_path, md_path, lines, database_urls) -> None:
     """Parse + bulk insert + enqueue of a large corpus, no worker running."""
     emit(None, bench_enqueue(corpus, lines, repeat, redis_url, _database_urls(database_urls)), json_path, md_path)
@@ -80,8 +100,9 @@ def enqueue(corpus, repeat, redis_url, json_path, md_path, lines, database_urls)
 @click.option("--lines", type=int, default=120, show_default=True, help="Pipeline slice.")
 @click.option("--enqueue-lines", type=int, default=100_000, show_default=True)
 @click.option("--format", "formats", type=click.Choice(FORMATS), multiple=True, default=("wav",), show_default=True)
-@click.option("--database-url", "database_urls", multiple=True,
-              help="The pipeline runs on the last one; enqueue on each.")
+@click.option(
+    "--database-url", "database_urls", multiple=True, help="The pipeline runs on the last one; enqueue on each."
+)
 def all_(corpus, repeat, redis_url, json_path, md_path, lines, enqueue_lines, formats, database_urls) -> None:
     """`pipeline` then `enqueue`, one report."""
     urls = _database_urls(database_urls)

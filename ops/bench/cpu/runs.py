@@ -11,8 +11,7 @@ from pathlib import Path
 import click
 from sqlalchemy import func, select
 
-from ops.bench.cpu.services import (bench_settings, drop_batch, drop_queues, queue_lengths,
-                                    refuse_busy_queues, services)
+from ops.bench.cpu.services import bench_settings, drop_batch, drop_queues, queue_lengths, refuse_busy_queues, services
 from ops.bench.timing import stopwatch
 from ops.bench.cpu.worker_process import WorkerProcess, running_worker
 from ops.bench.cpu.workload import read_slice, renderer_requests, repeat_corpus
@@ -29,15 +28,16 @@ from worker.app import make_app
 from worker.boot import batch_slots
 from worker.enqueue import check_broker, enqueue_batch
 
-POLL_S = 0.1                # how often the full path polls the database for the batch's end
+POLL_S = 0.1  # how often the full path polls the database for the batch's end
 BATCH_TIMEOUT_S = 1800
 
 
 # --- results --------------------------------------------------------------------------------------
 
+
 @dataclass
 class PathResult:
-    path: str                   # "bare engine" or "full path (wav)"
+    path: str  # "bare engine" or "full path (wav)"
     run: int
     jobs: int
     audio_s: float
@@ -76,6 +76,7 @@ class EnqueueResult:
 
 # --- pipeline: bare engine and full path ----------------------------------------------------------
 
+
 def run_bare(engine, requests: list[SynthesisRequest], run: int) -> PathResult:
     """One synthesize() call over all requests: audio seconds, wall, first audio per line."""
     samples, first, lines = 0, {}, {key[0] for key in (r.key for r in requests)}
@@ -88,12 +89,18 @@ def run_bare(engine, requests: list[SynthesisRequest], run: int) -> PathResult:
             if index == 0 and chunk.audio.size and line_no not in first:
                 first[line_no] = time.perf_counter() - sw.start
     ttfbs = list(first.values())
-    return PathResult("bare engine", run, len(lines), samples / engine.info.sample_rate, sw.s,
-                      percentile(ttfbs, 50), percentile(ttfbs, 95))
+    return PathResult(
+        "bare engine",
+        run,
+        len(lines),
+        samples / engine.info.sample_rate,
+        sw.s,
+        percentile(ttfbs, 50),
+        percentile(ttfbs, 95),
+    )
 
 
-def run_full(app, sessions, settings: Settings, data: bytes, fmt: str, run: int,
-             worker: WorkerProcess) -> PathResult:
+def run_full(app, sessions, settings: Settings, data: bytes, fmt: str, run: int, worker: WorkerProcess) -> PathResult:
     """Submit as `synth submit` does, wait for the worker to finish the batch, read its metrics."""
     started = datetime.now(UTC)
     with stopwatch() as submit:
@@ -109,19 +116,28 @@ def run_full(app, sessions, settings: Settings, data: bytes, fmt: str, run: int,
     done = [(job, m) for job, m in rows if job.status == JobStatus.DONE and m is not None]
     last = max(_utc(job.finished_at) for job, _ in rows)
     ttfbs = [m.ttfb_s for _, m in done if m.ttfb_s is not None]
-    return PathResult(f"full path ({fmt})", run, len(rows), sum(m.audio_s for _, m in done),
-                      (last - started).total_seconds(), percentile(ttfbs, 50), percentile(ttfbs, 95),
-                      failed=len(rows) - len(done),
-                      extra={"submit_s": round(submit.s, 3),
-                             "engine_synth_s_sum": round(sum(m.synth_s for _, m in done), 3)})
+    return PathResult(
+        f"full path ({fmt})",
+        run,
+        len(rows),
+        sum(m.audio_s for _, m in done),
+        (last - started).total_seconds(),
+        percentile(ttfbs, 50),
+        percentile(ttfbs, 95),
+        failed=len(rows) - len(done),
+        extra={"submit_s": round(submit.s, 3), "engine_synth_s_sum": round(sum(m.synth_s for _, m in done), 3)},
+    )
 
 
 def _wait_for_batch(sessions, batch_id: str, worker: WorkerProcess) -> None:
     deadline = time.monotonic() + BATCH_TIMEOUT_S
     while time.monotonic() < deadline:
         with sessions() as session:
-            open_jobs = session.scalar(select(func.count()).where(
-                Job.batch_id == batch_id, Job.status.in_([s for s in JobStatus if not s.terminal])))
+            open_jobs = session.scalar(
+                select(func.count()).where(
+                    Job.batch_id == batch_id, Job.status.in_([s for s in JobStatus if not s.terminal])
+                )
+            )
         if not open_jobs:
             return
         worker.check_alive()
@@ -133,11 +149,14 @@ def _utc(ts: datetime) -> datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)  # SQLite hands back naive UTC
 
 
-def bench_pipeline(corpus: Path, lines: int, formats: tuple[str, ...], repeat: int,
-                   redis_url: str | None, database_url: str | None) -> dict:
+def bench_pipeline(
+    corpus: Path, lines: int, formats: tuple[str, ...], repeat: int, redis_url: str | None, database_url: str | None
+) -> dict:
     data = read_slice(corpus, lines)
-    with tempfile.TemporaryDirectory(prefix="synth-bench-") as tmp, \
-            services(redis_url, database_url, Path(tmp)) as (broker_url, db_url):
+    with (
+        tempfile.TemporaryDirectory(prefix="synth-bench-") as tmp,
+        services(redis_url, database_url, Path(tmp)) as (broker_url, db_url),
+    ):
         workdir = Path(tmp)
         settings = bench_settings(broker_url, db_url, workdir)
         voice = resolve_options(settings, BatchOptions()).voice
@@ -169,23 +188,32 @@ def bench_pipeline(corpus: Path, lines: int, formats: tuple[str, ...], repeat: i
         finally:
             engine.close()
             drop_queues(app)
-    return {"lines": lines, "corpus": str(corpus), "chunks": len(requests),
-            "engine_threads": settings.engine_settings().threads,
-            "worker_concurrency": batch_slots(settings, engine), "jobs_per_task": settings.jobs_per_task,
-            "engine_load_s": load.s, "worker_boot_s": worker.boot_s, "worker_warm_s": warm.s,
-            "results": results}
+    return {
+        "lines": lines,
+        "corpus": str(corpus),
+        "chunks": len(requests),
+        "engine_threads": settings.engine_settings().threads,
+        "worker_concurrency": batch_slots(settings, engine),
+        "jobs_per_task": settings.jobs_per_task,
+        "engine_load_s": load.s,
+        "worker_boot_s": worker.boot_s,
+        "worker_warm_s": warm.s,
+        "results": results,
+    }
 
 
 # --- enqueue --------------------------------------------------------------------------------------
 
-def bench_enqueue(corpus: Path, lines: int, repeat: int, redis_url: str | None,
-                  database_urls: tuple[str, ...]) -> dict:
+
+def bench_enqueue(corpus: Path, lines: int, repeat: int, redis_url: str | None, database_urls: tuple[str, ...]) -> dict:
     data = repeat_corpus(corpus, lines)
     results: list[EnqueueResult] = []
     for database_url in database_urls:
         for run in range(1, repeat + 1):
-            with tempfile.TemporaryDirectory(prefix="synth-bench-") as tmp, \
-                    services(redis_url, database_url, Path(tmp)) as (broker_url, db_url):
+            with (
+                tempfile.TemporaryDirectory(prefix="synth-bench-") as tmp,
+                services(redis_url, database_url, Path(tmp)) as (broker_url, db_url),
+            ):
                 results.append(_enqueue_once(broker_url, db_url, Path(tmp), data, run))
     return {"lines": lines, "corpus": str(corpus), "results": results}
 
@@ -213,10 +241,13 @@ def _enqueue_once(broker_url: str, database_url: str, workdir: Path, data: bytes
         if batch_id:
             drop_batch(sessions, batch_id)
     if in_redis != messages or queued != len(corpus.lines):
-        raise click.ClickException(f"enqueue lost work: sent {messages} messages, Redis holds {in_redis}; "
-                                   f"{queued} of {len(corpus.lines)} jobs QUEUED")
-    return EnqueueResult(_db_name(database_url), run, len(corpus.lines), messages, parse.s, insert.s,
-                         enqueue.s, in_redis, queued)
+        raise click.ClickException(
+            f"enqueue lost work: sent {messages} messages, Redis holds {in_redis}; "
+            f"{queued} of {len(corpus.lines)} jobs QUEUED"
+        )
+    return EnqueueResult(
+        _db_name(database_url), run, len(corpus.lines), messages, parse.s, insert.s, enqueue.s, in_redis, queued
+    )
 
 
 def _db_name(url: str) -> str:

@@ -36,8 +36,13 @@ def services(redis_url: str | None, database_url: str | None, workdir: Path) -> 
 
 
 def bench_settings(broker_url: str, database_url: str, workdir: Path, fmt: str = "wav") -> Settings:
-    return Settings(redis_url=broker_url, database_url=database_url, storage_dir=workdir / "objects",
-                    data_dir=workdir / "data", default_format=fmt)
+    return Settings(
+        redis_url=broker_url,
+        database_url=database_url,
+        storage_dir=workdir / "objects",
+        data_dir=workdir / "data",
+        default_format=fmt,
+    )
 
 
 def queue_lengths(app) -> dict[str, int]:
@@ -62,8 +67,9 @@ def drop_queues(app) -> None:
 def refuse_busy_queues(app) -> None:
     waiting = {q: n for q, n in queue_lengths(app).items() if n}
     if waiting:
-        raise click.ClickException(f"the benchmark's queues already hold messages ({waiting}); "
-                                   "point --redis-url at a Redis db of its own")
+        raise click.ClickException(
+            f"the benchmark's queues already hold messages ({waiting}); point --redis-url at a Redis db of its own"
+        )
 
 
 def drop_batch(sessions, batch_id: str) -> None:

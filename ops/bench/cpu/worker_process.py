@@ -38,14 +38,25 @@ class WorkerProcess:
 def running_worker(app, settings: Settings, workdir: Path) -> Iterator[WorkerProcess]:
     """`synth worker` as a child; returns once it answers a ping (engine loaded and warmed up)."""
     name = f"synth-bench-{os.getpid()}@%h"
-    env = {**os.environ, "SYNTH_REDIS_URL": app.conf.broker_url, "SYNTH_DATABASE_URL": settings.database_url,
-           "SYNTH_STORAGE_DIR": str(settings.object_dir), "SYNTH_DATA_DIR": str(settings.data_dir),
-           "PYTHONPATH": str(REPO), "SYNTH_REUSE": "off"}   # every run renders: none copies the last
+    env = {
+        **os.environ,
+        "SYNTH_REDIS_URL": app.conf.broker_url,
+        "SYNTH_DATABASE_URL": settings.database_url,
+        "SYNTH_STORAGE_DIR": str(settings.object_dir),
+        "SYNTH_DATA_DIR": str(settings.data_dir),
+        "PYTHONPATH": str(REPO),
+        "SYNTH_REUSE": "off",
+    }  # every run renders: none copies the last
     log_path = workdir / "worker.log"
     with stopwatch() as boot, open(log_path, "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "cli.main", "worker", "--loglevel", "WARNING",
-                                    "--hostname", name], cwd=REPO, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "worker", "--loglevel", "WARNING", "--hostname", name],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         worker = WorkerProcess(process, name.replace("%h", platform.node()), log_path)
         try:
             _wait_for_ping(app, worker)
@@ -68,8 +79,9 @@ def _wait_for_ping(app, worker: WorkerProcess) -> None:
         if worker.name in names:
             others = names - {worker.name}
             if others:
-                raise click.ClickException(f"other workers serve this Redis db too ({sorted(others)}); "
-                                           "use a Redis db of its own")
+                raise click.ClickException(
+                    f"other workers serve this Redis db too ({sorted(others)}); use a Redis db of its own"
+                )
             return
     raise click.ClickException(f"the worker did not answer within {WORKER_BOOT_TIMEOUT_S} s; see {worker.log_path}")
 

@@ -35,14 +35,18 @@ def renderer_requests(settings: Settings, data: bytes, voice: str) -> list[Synth
     by_queue: dict[str, list[tuple[int, list[str]]]] = {}
     for line_no, line in corpus.lines:
         queue = queue_for(line, "batch", settings.bucket_seconds)
-        by_queue.setdefault(queue, []).append((line_no, text.split_chunks(text.normalize(line),
-                                                                          settings.max_chunk_chars)))
+        by_queue.setdefault(queue, []).append(
+            (line_no, text.split_chunks(text.normalize(line), settings.max_chunk_chars))
+        )
     requests = []
     for queue in all_queues(settings.bucket_seconds):
         jobs = by_queue.get(queue, [])
         for start in range(0, len(jobs), settings.jobs_per_task):
-            group = jobs[start:start + settings.jobs_per_task]
-            requests += [SynthesisRequest((line_no, i), chunks[i], voice)
-                         for i in range(max(len(c) for _, c in group))
-                         for line_no, chunks in group if i < len(chunks)]
+            group = jobs[start : start + settings.jobs_per_task]
+            requests += [
+                SynthesisRequest((line_no, i), chunks[i], voice)
+                for i in range(max(len(c) for _, c in group))
+                for line_no, chunks in group
+                if i < len(chunks)
+            ]
     return requests

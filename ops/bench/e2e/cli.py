@@ -78,48 +78,77 @@ from pipeline.db.models import Batch, Job, JobMetrics, as_utc
 from pipeline.db.session import make_engine, make_sessionmaker
 
 SINGLE_TEXT = "Hello! Thanks for calling. How can I help you today?"
-STREAM_CHARS = 180        # one engine chunk per stream, as the engine bench's streams
+STREAM_CHARS = 180  # one engine chunk per stream, as the engine bench's streams
 
 
 def parse(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m ops.bench.e2e", description=__doc__,
-                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m ops.bench.e2e", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     ap.add_argument("--model", type=Path, help="checkpoint folder [default: write a random orpheus-3b one]")
     ap.add_argument("--corpus", type=Path, default=SHARED_CORPUS)
     ap.add_argument("--lines", type=int, default=0, help="corpus lines of the batch workload (0: all)")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="copies of those lines in the batch workload, each copy's led by its own words")
-    ap.add_argument("--batch-lines", type=int, default=500,
-                    help="lines a worker of the batch behind the streams")
-    ap.add_argument("--streams", default="128,256",
-                    help="comma list of stream counts a worker beside batch work")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="copies of those lines in the batch workload, each copy's led by its own words",
+    )
+    ap.add_argument("--batch-lines", type=int, default=500, help="lines a worker of the batch behind the streams")
+    ap.add_argument("--streams", default="128,256", help="comma list of stream counts a worker beside batch work")
     ap.add_argument("--spread", type=float, default=2.0, help="the streams arrive over this many s")
     ap.add_argument("--lead", type=float, default=3.0, help="s the batch runs before the streams")
     ap.add_argument("--singles", type=int, default=5, help="requests one at a time on the idle worker")
-    ap.add_argument("--per-client", type=int, default=32,
-                    help="streams per client process (the client must not be what is measured)")
-    ap.add_argument("--profile", action="store_true",
-                    help="py-spy the API, the worker and the engine process for 10 s of each stream run")
-    ap.add_argument("--engine", choices=("orpheus", "piper"), default="orpheus",
-                    help="piper: the embedded default's engine on the CPU (no checkpoint, no engine bench)")
-    ap.add_argument("--no-batch", action="store_true",
-                    help="skip the batch workload (the whole corpus by synth submit)")
+    ap.add_argument(
+        "--per-client",
+        type=int,
+        default=32,
+        help="streams per client process (the client must not be what is measured)",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy the API, the worker and the engine process for 10 s of each stream run",
+    )
+    ap.add_argument(
+        "--engine",
+        choices=("orpheus", "piper"),
+        default="orpheus",
+        help="piper: the embedded default's engine on the CPU (no checkpoint, no engine bench)",
+    )
+    ap.add_argument(
+        "--no-batch", action="store_true", help="skip the batch workload (the whole corpus by synth submit)"
+    )
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--gpus", help="comma list of GPU indices, one worker each [default: --gpu]")
     ap.add_argument("--cpu", action="store_true", help="CPU workers (smoke runs)")
     ap.add_argument("--workers", type=int, default=1, help="with --cpu: how many workers")
-    ap.add_argument("--apis", type=int, default=1,
-                    help="synth api processes; the streams' client processes take them in turn")
-    ap.add_argument("--database-url", help="a PostgreSQL database for every process [default: SQLite "
-                                           "in the data folder]")
-    ap.add_argument("--engine-bench", default="--approaches fast,single,streams --stream-counts 128 --quant none",
-                    help="arguments of python -m ops.bench.orpheus run first on the same checkpoint; "
-                         "empty: skip")
-    ap.add_argument("--verify-workers", type=int, default=0, metavar="N",
-                    help="check every batch job (SYNTH_VERIFY=all, no re-renders) in one `synth worker --verify "
-                         "-c N` on the CPU beside the render workers; report the verdicts and what checking cost")
-    ap.add_argument("--checks-wait", type=float, default=1800, metavar="S",
-                    help="with --verify-workers: s to wait after the batch for its last check")
+    ap.add_argument(
+        "--apis", type=int, default=1, help="synth api processes; the streams' client processes take them in turn"
+    )
+    ap.add_argument(
+        "--database-url", help="a PostgreSQL database for every process [default: SQLite in the data folder]"
+    )
+    ap.add_argument(
+        "--engine-bench",
+        default="--approaches fast,single,streams --stream-counts 128 --quant none",
+        help="arguments of python -m ops.bench.orpheus run first on the same checkpoint; empty: skip",
+    )
+    ap.add_argument(
+        "--verify-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="check every batch job (SYNTH_VERIFY=all, no re-renders) in one `synth worker --verify "
+        "-c N` on the CPU beside the render workers; report the verdicts and what checking cost",
+    )
+    ap.add_argument(
+        "--checks-wait",
+        type=float,
+        default=1800,
+        metavar="S",
+        help="with --verify-workers: s to wait after the batch for its last check",
+    )
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for every synth process")
     ap.add_argument("--workdir", type=Path, help="keep the data folder and logs here")
     ap.add_argument("--json", type=Path)
@@ -138,8 +167,7 @@ def corpus_lines(path: Path, n: int) -> list[str]:
 @contextmanager
 def process(cmd: list[str], env: dict, log: Path):
     with open(log, "ab") as f:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         yield proc
     finally:
@@ -167,9 +195,22 @@ def engine_bench(args, model: str, workdir: Path, gpu: str) -> dict | None:
     if not args.engine_bench.strip():
         return None
     out = workdir / "engine.json"
-    cmd = [sys.executable, "-m", "ops.bench.orpheus", "--model", str(model), "--corpus", str(args.corpus),
-           "--lines", str(args.lines or 500), "--batch-lines", str(args.batch_lines), "--json", str(out),
-           *args.engine_bench.split()]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ops.bench.orpheus",
+        "--model",
+        str(model),
+        "--corpus",
+        str(args.corpus),
+        "--lines",
+        str(args.lines or 500),
+        "--batch-lines",
+        str(args.batch_lines),
+        "--json",
+        str(out),
+        *args.engine_bench.split(),
+    ]
     if args.cpu:
         cmd += ["--device", "cpu"]
     print("engine-only:", " ".join(cmd), flush=True)
@@ -185,29 +226,48 @@ def batch_figures(db_url: str, name: str, wall_s: float, started_wall: float | N
     sessions = make_sessionmaker(make_engine(db_url))
     with sessions() as s:
         batch_id, created = s.execute(select(Batch.id, Batch.created_at).where(Batch.name == name)).one()
-        audio, jobs = s.execute(select(func.sum(JobMetrics.audio_s), func.count()).join(
-            Job, Job.id == JobMetrics.job_id).where(Job.batch_id == batch_id)).one()
+        audio, jobs = s.execute(
+            select(func.sum(JobMetrics.audio_s), func.count())
+            .join(Job, Job.id == JobMetrics.job_id)
+            .where(Job.batch_id == batch_id)
+        ).one()
         errors = s.scalars(select(Job.error).where(Job.batch_id == batch_id, Job.status == "failed")).all()
-        claims = s.execute(select(func.min(Job.started_at), func.max(Job.started_at),
-                                  func.max(Job.finished_at)).where(Job.batch_id == batch_id)).one()
+        claims = s.execute(
+            select(func.min(Job.started_at), func.max(Job.started_at), func.max(Job.finished_at)).where(
+                Job.batch_id == batch_id
+            )
+        ).one()
     audio = float(audio or 0)
-    workers = {host: {"jobs": w["jobs"], "audio_s": round(w["audio_s"], 1)}
-               for host, w in sorted(per_worker_truth(sessions, batch_id).items())}
-    out = {"jobs_done": jobs, "jobs_failed": len(errors), "failures": sorted(set(errors))[:3],
-           "audio_s": round(audio, 1),
-           "wall_s": round(wall_s, 2), "x_real_time": round(audio / wall_s, 1) if wall_s else None,
-           "workers": workers}
+    workers = {
+        host: {"jobs": w["jobs"], "audio_s": round(w["audio_s"], 1)}
+        for host, w in sorted(per_worker_truth(sessions, batch_id).items())
+    }
+    out = {
+        "jobs_done": jobs,
+        "jobs_failed": len(errors),
+        "failures": sorted(set(errors))[:3],
+        "audio_s": round(audio, 1),
+        "wall_s": round(wall_s, 2),
+        "x_real_time": round(audio / wall_s, 1) if wall_s else None,
+        "workers": workers,
+    }
     if started_wall is not None:
         marks = dict(zip(("first_claim", "last_claim", "last_finished"), claims), created=created)
-        out["timeline_s"] = {k: round(as_utc(v).timestamp() - started_wall, 2) for k, v in marks.items()
-                             if v is not None}
+        out["timeline_s"] = {
+            k: round(as_utc(v).timestamp() - started_wall, 2) for k, v in marks.items() if v is not None
+        }
     return out
 
 
 def submit(env: dict, corpus: Path, name: str, log: Path) -> subprocess.Popen:
     with open(log, "ab") as f:
-        return subprocess.Popen(synth_cmd("submit", str(corpus), "--wait", "--name", name), cwd=REPO,
-                                env=env, stdout=f, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            synth_cmd("submit", str(corpus), "--wait", "--name", name),
+            cwd=REPO,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def run(args) -> dict:
@@ -223,11 +283,14 @@ def run(args) -> dict:
         # same weights.
         model = workdir / "orpheus-3b-random"
         gpu = {} if args.cpu else {"CUDA_VISIBLE_DEVICES": slots[0]}
-        subprocess.run(synth_cmd("models", "make-tiny", str(model), "--shape", "orpheus-3b"), cwd=REPO,
-                       env={**os.environ, **gpu}, check=True)
+        subprocess.run(
+            synth_cmd("models", "make-tiny", str(model), "--shape", "orpheus-3b"),
+            cwd=REPO,
+            env={**os.environ, **gpu},
+            check=True,
+        )
     result: dict = {"device_host": platform.node(), "commit": git_commit(), "model": str(model)}
-    save = (lambda: args.json.write_text(json.dumps(result, indent=2, default=str))) if args.json else \
-        (lambda: None)
+    save = (lambda: args.json.write_text(json.dumps(result, indent=2, default=str))) if args.json else (lambda: None)
     result["engine_only"] = engine_bench(args, str(model), workdir, slots[0])
     result["engine"] = args.engine
     save()
@@ -235,10 +298,14 @@ def run(args) -> dict:
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
-    env.update(SYNTH_REDIS_URL=f"redis://127.0.0.1:{port}/0", SYNTH_DATA_DIR=str(workdir / "data"),
-               SYNTH_ENGINE=args.engine, PYTHONUNBUFFERED="1",
-               SYNTH_API_MAX_LIVE_STREAMS_PER_KEY="1024",  # one key plays every stream of the run
-               SYNTH_REUSE="off")                         # the same text again renders again
+    env.update(
+        SYNTH_REDIS_URL=f"redis://127.0.0.1:{port}/0",
+        SYNTH_DATA_DIR=str(workdir / "data"),
+        SYNTH_ENGINE=args.engine,
+        PYTHONUNBUFFERED="1",
+        SYNTH_API_MAX_LIVE_STREAMS_PER_KEY="1024",  # one key plays every stream of the run
+        SYNTH_REUSE="off",
+    )  # the same text again renders again
     if args.engine == "orpheus":
         env["SYNTH_MODEL"] = str(model)
     env.update(dict(kv.split("=", 1) for kv in args.env))
@@ -253,15 +320,22 @@ def run(args) -> dict:
         engine.dispose()
     result["database"] = db_url.split(":", 1)[0].split("+", 1)[0]
     with ExitStack() as stack:
-        redis_proc = stack.enter_context(process([redis_server, "--port", str(port), "--save", "",
-                                                  "--appendonly", "no"], env, workdir / "redis.log"))
+        redis_proc = stack.enter_context(
+            process([redis_server, "--port", str(port), "--save", "", "--appendonly", "no"], env, workdir / "redis.log")
+        )
         client = redis.Redis(port=port)
         wait_until(lambda: _pings(client), 30, "redis-server")
-        key = subprocess.run(synth_cmd("keys", "create", "--name", "bench"), cwd=REPO, env=env, check=True,
-                             capture_output=True).stdout.decode().strip()
+        key = (
+            subprocess.run(
+                synth_cmd("keys", "create", "--name", "bench"), cwd=REPO, env=env, check=True, capture_output=True
+            )
+            .stdout.decode()
+            .strip()
+        )
         started = time.monotonic()
-        workers = stack.enter_context(worker_processes(slots, args.cpu, env["SYNTH_REDIS_URL"], db_url,
-                                                       workdir / "data", env))
+        workers = stack.enter_context(
+            worker_processes(slots, args.cpu, env["SYNTH_REDIS_URL"], db_url, workdir / "data", env)
+        )
         result["workers"] = wait_heartbeats(workers, env["SYNTH_REDIS_URL"])
         result["worker_boot_s"] = round(time.monotonic() - started, 1)
         args.checks = None
@@ -269,8 +343,11 @@ def run(args) -> dict:
             checker = stack.enter_context(verify_worker(args.verify_workers, env, workdir, synth_cmd()))
             args.checks = CheckMeter(checker, args.verify_workers, args.cpu, args.checks_wait)
         apis = start_apis(stack, env, workdir, max(1, args.apis))
-        args.pids = {**{name: api.pid for name, (api, _) in apis.items()}, "redis": redis_proc.pid,
-                     **worker_pids([p for p, _ in workers])}
+        args.pids = {
+            **{name: api.pid for name, (api, _) in apis.items()},
+            "redis": redis_proc.pid,
+            **worker_pids([p for p, _ in workers]),
+        }
         args.meter = Meter(client, db_url, args.pids)
         args.redis = client
         urls = [base + "/v1" for _, base in apis.values()]
@@ -310,8 +387,14 @@ def singles(base_url: str, key: str, n: int) -> list[dict]:
     out = []
     for _ in range(n):
         s = summarize(asyncio.run(run_streams(base_url, key, [SINGLE_TEXT], 0.0)))
-        out.append({"ttfb_ms": s["ttfb_p50_ms"], "rtf": s["rtf_max"], "errors": s["errors"],
-                    "error_examples": s["error_examples"]})
+        out.append(
+            {
+                "ttfb_ms": s["ttfb_p50_ms"],
+                "rtf": s["rtf_max"],
+                "errors": s["errors"],
+                "error_examples": s["error_examples"],
+            }
+        )
     return out
 
 
@@ -338,16 +421,20 @@ def batch_workload(args, env: dict, workdir: Path, db_url: str) -> dict:
     proc = submit(env, corpus, "batch", workdir / "submit-batch.log")
     proc.wait()
     services = args.meter.stop()
-    out = {"exit": proc.returncode, **batch_figures(db_url, "batch", time.monotonic() - t, started_wall),
-           "services": services}
+    out = {
+        "exit": proc.returncode,
+        **batch_figures(db_url, "batch", time.monotonic() - t, started_wall),
+        "services": services,
+    }
     if args.checks:
         out["checks"] = args.checks.after_batch(db_url, "batch")
         print(check_summary(out["checks"]), flush=True)
     return out
 
 
-def streams_beside_batch(args, env: dict, workdir: Path, db_url: str, base_url: list[str], key: str,
-                         count: int, run_index: int = 0) -> dict:
+def streams_beside_batch(
+    args, env: dict, workdir: Path, db_url: str, base_url: list[str], key: str, count: int, run_index: int = 0
+) -> dict:
     """``count`` streams a worker beside a batch of ``--batch-lines`` lines a worker. Every run's
     batch and streams are texts no earlier run of this bench rendered."""
     workers = len([k for k in args.pids if k.startswith("worker")])
@@ -371,12 +458,16 @@ def streams_beside_batch(args, env: dict, workdir: Path, db_url: str, base_url: 
     if profiler is not None:
         profiler()
     proc.wait()
-    return {**summarize(streams), "per_worker": count, "workers": spread(db_url, streams),
-            "server": server_figures(db_url, before), "stages": stage_figures(db_url, args.redis, streams),
-            "services": {k: v for k, v in services.items() if k != "cpu_share"},
-            "cpu_share": {**services["cpu_share"], "client_max": max(client_cpu), "clients": len(client_cpu)},
-            "batch": {"exit": proc.returncode,
-                      **batch_figures(db_url, f"streams-{count}", time.monotonic() - t)}}
+    return {
+        **summarize(streams),
+        "per_worker": count,
+        "workers": spread(db_url, streams),
+        "server": server_figures(db_url, before),
+        "stages": stage_figures(db_url, args.redis, streams),
+        "services": {k: v for k, v in services.items() if k != "cpu_share"},
+        "cpu_share": {**services["cpu_share"], "client_max": max(client_cpu), "clients": len(client_cpu)},
+        "batch": {"exit": proc.returncode, **batch_figures(db_url, f"streams-{count}", time.monotonic() - t)},
+    }
 
 
 def realtime_job_ids(db_url: str) -> set[str]:
@@ -390,17 +481,27 @@ def server_figures(db_url: str, before: set[str]) -> dict:
     the engine (queue wait), split at the claim: the message's way to a worker thread, then the
     claim and the text front end."""
     with make_sessionmaker(make_engine(db_url))() as s:
-        rows = [r for r in s.execute(select(Job.id, JobMetrics.ttfb_s, JobMetrics.queue_wait_s, Job.queued_at,
-                                            Job.created_at, Job.started_at).join(
-            JobMetrics, JobMetrics.job_id == Job.id).where(Job.priority == "realtime")) if r[0] not in before]
+        rows = [
+            r
+            for r in s.execute(
+                select(
+                    Job.id, JobMetrics.ttfb_s, JobMetrics.queue_wait_s, Job.queued_at, Job.created_at, Job.started_at
+                )
+                .join(JobMetrics, JobMetrics.job_id == Job.id)
+                .where(Job.priority == "realtime")
+            )
+            if r[0] not in before
+        ]
     ttfb, wait = [r[1] for r in rows], [r[2] for r in rows]
     split = [((as_utc(r[5]) - as_utc(r[3] or r[4])).total_seconds(), r[2]) for r in rows if r[5]]
     to_claim, claim_on = [c for c, _ in split], [w - c for c, w in split]
-    return {"jobs": len(rows),
-            **{f"ttfb_p{q}_ms": _ms(percentile(ttfb, q)) for q in (50, 95, 99)},
-            **{f"queue_wait_p{q}_ms": _ms(percentile(wait, q)) for q in (50, 99)},
-            **{f"to_claim_p{q}_ms": _ms(percentile(to_claim, q)) for q in (50, 99)},
-            **{f"claim_and_front_p{q}_ms": _ms(percentile(claim_on, q)) for q in (50, 99)}}
+    return {
+        "jobs": len(rows),
+        **{f"ttfb_p{q}_ms": _ms(percentile(ttfb, q)) for q in (50, 95, 99)},
+        **{f"queue_wait_p{q}_ms": _ms(percentile(wait, q)) for q in (50, 99)},
+        **{f"to_claim_p{q}_ms": _ms(percentile(to_claim, q)) for q in (50, 99)},
+        **{f"claim_and_front_p{q}_ms": _ms(percentile(claim_on, q)) for q in (50, 99)},
+    }
 
 
 def stage_figures(db_url: str, client: redis.Redis, streams: list) -> dict:
@@ -411,10 +512,14 @@ def stage_figures(db_url: str, client: redis.Redis, streams: list) -> dict:
     first byte (the API's live path and HTTP); then the last audio entry to the client's last byte."""
     ids = {s.job_id: s for s in streams if s.job_id and s.arrivals and not s.error}
     with make_sessionmaker(make_engine(db_url))() as session:
-        rows = session.execute(select(Job.id, Job.created_at, Job.started_at, JobMetrics.ttfb_s).join(
-            JobMetrics, JobMetrics.job_id == Job.id).where(Job.id.in_(list(ids)))).all()
-    stages: dict[str, list[float]] = {k: [] for k in ("api", "to_claim", "claim_to_audio", "publish",
-                                                      "deliver_first", "deliver_last")}
+        rows = session.execute(
+            select(Job.id, Job.created_at, Job.started_at, JobMetrics.ttfb_s)
+            .join(JobMetrics, JobMetrics.job_id == Job.id)
+            .where(Job.id.in_(list(ids)))
+        ).all()
+    stages: dict[str, list[float]] = {
+        k: [] for k in ("api", "to_claim", "claim_to_audio", "publish", "deliver_first", "deliver_last")
+    }
     for job_id, created, started, ttfb in rows:
         stream = ids[job_id]
         entries = client.xrange(live.stream_key(job_id))
@@ -429,8 +534,7 @@ def stage_figures(db_url: str, client: redis.Redis, streams: list) -> dict:
             stages["publish"].append(pcm[0] - first_audio)
             stages["deliver_first"].append(stream.wall(stream.arrivals[0][0]) - pcm[0])
             stages["deliver_last"].append(stream.wall(stream.arrivals[-1][0]) - pcm[-1])
-    return {"jobs": len(rows), **{f"{k}_p{q}_ms": _ms(percentile(v, q)) for k, v in stages.items()
-                                 for q in (50, 99)}}
+    return {"jobs": len(rows), **{f"{k}_p{q}_ms": _ms(percentile(v, q)) for k, v in stages.items() for q in (50, 99)}}
 
 
 def _ms(v: float | None) -> float | None:
@@ -440,12 +544,34 @@ def _ms(v: float | None) -> float | None:
 def start_profiles(pids: dict, folder: Path):
     """py-spy each process for 10 s (raw collapsed stacks, one file each); returns a join."""
     folder.mkdir(parents=True, exist_ok=True)
-    spy = shutil.which("py-spy") or next((str(Path(p) / "bin" / "py-spy") for p in sys.path
-                                          if (Path(p) / "bin" / "py-spy").exists()), "py-spy")
-    procs = [subprocess.Popen([spy, "record", "-d", "10", "-r", "50", "--nonblocking", "-t", "--idle", "--format",
-                               "raw", "-o", str(folder / f"{name}.txt"), "--pid", str(pid)],
-                              stdout=subprocess.DEVNULL, stderr=open(folder / f"{name}.err", "wb"))
-             for name, pid in pids.items() if pid and name != "redis"]
+    spy = shutil.which("py-spy") or next(
+        (str(Path(p) / "bin" / "py-spy") for p in sys.path if (Path(p) / "bin" / "py-spy").exists()), "py-spy"
+    )
+    procs = [
+        subprocess.Popen(
+            [
+                spy,
+                "record",
+                "-d",
+                "10",
+                "-r",
+                "50",
+                "--nonblocking",
+                "-t",
+                "--idle",
+                "--format",
+                "raw",
+                "-o",
+                str(folder / f"{name}.txt"),
+                "--pid",
+                str(pid),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(folder / f"{name}.err", "wb"),
+        )
+        for name, pid in pids.items()
+        if pid and name != "redis"
+    ]
 
     def join() -> None:
         for p in procs:
@@ -453,6 +579,7 @@ def start_profiles(pids: dict, folder: Path):
                 p.wait(30)
             except subprocess.TimeoutExpired:
                 p.kill()
+
     return join
 
 
@@ -472,7 +599,7 @@ def _healthy(base: str) -> bool:
 
 def main(argv=None) -> None:
     args = parse(argv)
-    if args.verify_workers:     # before any checkpoint is written: the synth processes get --env alone
+    if args.verify_workers:  # before any checkpoint is written: the synth processes get --env alone
         require_recognizer(dict(kv.split("=", 1) for kv in args.env).get("SYNTH_VERIFY_RECOGNIZER"))
     # A SIGTERM (a `timeout` around the run) unwinds like an exception, so the workers, the API and
     # the redis-server it started are stopped rather than left holding their GPUs.

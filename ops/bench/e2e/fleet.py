@@ -18,9 +18,32 @@ from pipeline.db.session import make_engine, make_sessionmaker
 
 # Copy k of the corpus (k >= 1) starts each line with its own word, so no two lines of a repeated
 # corpus are the same text: a render kept for one line could never serve another.
-LEADS = ("Now", "Then", "Still", "Again", "Also", "Meanwhile", "Later", "Indeed", "Today", "Tonight",
-         "Here", "Next", "Besides", "Anyway", "Otherwise", "Instead", "Afterwards", "Lately", "Finally",
-         "Honestly", "Naturally", "Clearly", "Sadly", "Luckily")
+LEADS = (
+    "Now",
+    "Then",
+    "Still",
+    "Again",
+    "Also",
+    "Meanwhile",
+    "Later",
+    "Indeed",
+    "Today",
+    "Tonight",
+    "Here",
+    "Next",
+    "Besides",
+    "Anyway",
+    "Otherwise",
+    "Instead",
+    "Afterwards",
+    "Lately",
+    "Finally",
+    "Honestly",
+    "Naturally",
+    "Clearly",
+    "Sadly",
+    "Luckily",
+)
 
 
 def lead(copy: int) -> str:
@@ -85,8 +108,11 @@ def db_transactions(db_url: str) -> int | None:
     engine = make_engine(db_url)
     try:
         with engine.connect() as conn:
-            return int(conn.execute(text("SELECT xact_commit + xact_rollback FROM pg_stat_database "
-                                         "WHERE datname = current_database()")).scalar_one())
+            return int(
+                conn.execute(
+                    text("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()")
+                ).scalar_one()
+            )
     finally:
         engine.dispose()
 
@@ -103,9 +129,13 @@ class Meter:
 
     def _read(self) -> dict:
         stats, cpu = self.client.info("stats"), self.client.info("cpu")
-        return {"t": time.monotonic(), "redis_cmds": stats["total_commands_processed"],
-                "redis_cpu": cpu["used_cpu_sys"] + cpu["used_cpu_user"], "db": db_transactions(self.db_url),
-                "cpu": {name: cpu_seconds(pid) for name, pid in self.pids.items()}}
+        return {
+            "t": time.monotonic(),
+            "redis_cmds": stats["total_commands_processed"],
+            "redis_cpu": cpu["used_cpu_sys"] + cpu["used_cpu_user"],
+            "db": db_transactions(self.db_url),
+            "cpu": {name: cpu_seconds(pid) for name, pid in self.pids.items()},
+        }
 
     def start(self) -> None:
         self._start = self._read()
@@ -114,12 +144,13 @@ class Meter:
         end, start = self._read(), self._start
         wall = max(1e-9, end["t"] - start["t"])
         db = None if end["db"] is None else round((end["db"] - start["db"]) / wall, 1)
-        return {"wall_s": round(wall, 2),
-                "redis_ops_per_s": round((end["redis_cmds"] - start["redis_cmds"]) / wall),
-                "redis_cpu": round((end["redis_cpu"] - start["redis_cpu"]) / wall, 3),
-                "db_transactions_per_s": db,
-                "cpu_share": {name: round((end["cpu"][name] - start["cpu"][name]) / wall, 2)
-                              for name in self.pids}}
+        return {
+            "wall_s": round(wall, 2),
+            "redis_ops_per_s": round((end["redis_cmds"] - start["redis_cmds"]) / wall),
+            "redis_cpu": round((end["redis_cpu"] - start["redis_cpu"]) / wall, 3),
+            "db_transactions_per_s": db,
+            "cpu_share": {name: round((end["cpu"][name] - start["cpu"][name]) / wall, 2) for name in self.pids},
+        }
 
 
 def spread(db_url: str, streams: list[Stream]) -> dict[str, dict]:
@@ -127,12 +158,20 @@ def spread(db_url: str, streams: list[Stream]) -> dict[str, dict]:
     many each took, and their first byte and dry streams as the client saw them."""
     ids = [s.job_id for s in streams if s.job_id]
     with make_sessionmaker(make_engine(db_url))() as session:
-        host = dict(session.execute(select(JobMetrics.job_id, JobMetrics.worker_host)
-                                    .where(JobMetrics.job_id.in_(ids))).all())
+        host = dict(
+            session.execute(select(JobMetrics.job_id, JobMetrics.worker_host).where(JobMetrics.job_id.in_(ids))).all()
+        )
     by_worker: dict[str, list[Stream]] = {}
     for s in streams:
         by_worker.setdefault(host.get(s.job_id) or "unrecorded", []).append(s)
-    keys = ("streams", "errors", "ttfb_p50_ms", "ttfb_p99_ms", "streams_dry", "streams_dry_100ms",
-            "streams_dry_200ms", "rtf_max")
-    return {name: {k: v for k, v in summarize(group).items() if k in keys}
-            for name, group in sorted(by_worker.items())}
+    keys = (
+        "streams",
+        "errors",
+        "ttfb_p50_ms",
+        "ttfb_p99_ms",
+        "streams_dry",
+        "streams_dry_100ms",
+        "streams_dry_200ms",
+        "rtf_max",
+    )
+    return {name: {k: v for k, v in summarize(group).items() if k in keys} for name, group in sorted(by_worker.items())}

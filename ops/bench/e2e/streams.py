@@ -16,8 +16,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-PCM_BYTES_PER_S = 24_000 * 2     # OpenAI's pcm: 24 kHz, 16-bit mono
-PLAYER_BUFFERS_MS = (100, 200)   # the players' buffers dry streams are counted for, beside strict
+PCM_BYTES_PER_S = 24_000 * 2  # OpenAI's pcm: 24 kHz, 16-bit mono
+PLAYER_BUFFERS_MS = (100, 200)  # the players' buffers dry streams are counted for, beside strict
 
 
 @dataclass
@@ -27,7 +27,7 @@ class Stream:
     arrivals: list[tuple[float, int]] = field(default_factory=list)
     error: str | None = None
     job_id: str | None = None
-    wall_offset: float = 0.0    # time.time() less time.perf_counter() in the client's process
+    wall_offset: float = 0.0  # time.time() less time.perf_counter() in the client's process
 
     def wall(self, t: float) -> float:
         """A perf_counter time of this stream's as Unix time, to set beside the server's clocks."""
@@ -70,7 +70,8 @@ async def _one(client, stream: Stream, text: str, at: float, voice: str) -> None
     stream.sent = time.perf_counter()
     try:
         async with client.audio.speech.with_streaming_response.create(
-                model="tts-1", voice=voice, input=text, response_format="pcm") as response:
+            model="tts-1", voice=voice, input=text, response_format="pcm"
+        ) as response:
             stream.job_id = response.headers.get("x-job-id")
             async for chunk in response.iter_bytes():
                 if chunk:
@@ -85,8 +86,13 @@ async def _streams(base_url: str, key: str, jobs: list[tuple[int, str, float]], 
     from openai import AsyncOpenAI
 
     limits = httpx.Limits(max_connections=len(jobs) + 8, max_keepalive_connections=len(jobs) + 8)
-    async with AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=300,
-                           http_client=httpx.AsyncClient(limits=limits, timeout=300)) as client:
+    async with AsyncOpenAI(
+        base_url=base_url,
+        api_key=key,
+        max_retries=0,
+        timeout=300,
+        http_client=httpx.AsyncClient(limits=limits, timeout=300),
+    ) as client:
         streams = [Stream(i) for i, _, _ in jobs]
         await asyncio.gather(*[_one(client, s, text, at, voice) for s, (_, text, at) in zip(streams, jobs)])
     return streams
@@ -103,18 +109,18 @@ def _client_process(base_url: str, key: str, jobs: list[tuple[int, str, float]],
 def _ready() -> None:
     from openai.resources.audio import speech
 
-    assert speech.AsyncSpeech   # the client's imports are paid before the clock starts
+    assert speech.AsyncSpeech  # the client's imports are paid before the clock starts
 
 
-async def run_streams(base_url: str, key: str, texts: list[str], spread_s: float,
-                      voice: str = "alloy") -> list[Stream]:
+async def run_streams(base_url: str, key: str, texts: list[str], spread_s: float, voice: str = "alloy") -> list[Stream]:
     """``len(texts)`` streams arriving evenly over ``spread_s`` seconds, all on one client."""
     start, step = time.monotonic(), spread_s / max(1, len(texts))
     return await _streams(base_url, key, [(i, t, start + i * step) for i, t in enumerate(texts)], voice)
 
 
-def run_streams_in_processes(base_url: str | list[str], key: str, texts: list[str], spread_s: float,
-                             per_process: int = 32, voice: str = "alloy") -> tuple[list[Stream], list[float]]:
+def run_streams_in_processes(
+    base_url: str | list[str], key: str, texts: list[str], spread_s: float, per_process: int = 32, voice: str = "alloy"
+) -> tuple[list[Stream], list[float]]:
     """As ``run_streams``, the streams dealt over client processes of at most ``per_process``
     streams each, as the many apps of a real deployment would send them: one Python process
     reading hundreds of streams would be the bottleneck it measures. Also returns each client
@@ -128,8 +134,7 @@ def run_streams_in_processes(base_url: str | list[str], key: str, texts: list[st
             f.result()
         start, step = time.monotonic() + 1.0, spread_s / max(1, len(texts))
         jobs = [(i, t, start + i * step) for i, t in enumerate(texts)]
-        futures = [pool.submit(_client_process, urls[p % len(urls)], key, jobs[p::procs], voice)
-                   for p in range(procs)]
+        futures = [pool.submit(_client_process, urls[p % len(urls)], key, jobs[p::procs], voice) for p in range(procs)]
         results = [f.result() for f in futures]
     streams = sorted((s for got, _ in results for s in got), key=lambda s: s.index)
     return streams, [round(share, 3) for _, share in results]
@@ -148,14 +153,19 @@ def summarize(streams: list[Stream]) -> dict:
     dry = [s.underruns() for s in streams if not s.error]
     buffered = {ms: [s.underruns(ms / 1000)[0] for s in streams if not s.error] for ms in PLAYER_BUFFERS_MS}
     return {
-        "streams": len(streams), "errors": sum(1 for s in streams if s.error),
+        "streams": len(streams),
+        "errors": sum(1 for s in streams if s.error),
         "error_examples": sorted({s.error for s in streams if s.error})[:3],
-        "ttfb_p50_ms": _ms(percentile(ttfb, 50)), "ttfb_p95_ms": _ms(percentile(ttfb, 95)),
-        "ttfb_p99_ms": _ms(percentile(ttfb, 99)), "ttfb_max_ms": _ms(max(ttfb) if ttfb else None),
-        "underruns": sum(n for n, _ in dry), "streams_dry": sum(1 for n, _ in dry if n),
+        "ttfb_p50_ms": _ms(percentile(ttfb, 50)),
+        "ttfb_p95_ms": _ms(percentile(ttfb, 95)),
+        "ttfb_p99_ms": _ms(percentile(ttfb, 99)),
+        "ttfb_max_ms": _ms(max(ttfb) if ttfb else None),
+        "underruns": sum(n for n, _ in dry),
+        "streams_dry": sum(1 for n, _ in dry if n),
         "stall_s": round(sum(s for _, s in dry), 3),
         **{f"streams_dry_{ms}ms": sum(1 for n in counts if n) for ms, counts in buffered.items()},
-        "rtf_max": round(max(rtf), 3) if rtf else None, "rtf_p50": _r(percentile(rtf, 50)),
+        "rtf_max": round(max(rtf), 3) if rtf else None,
+        "rtf_p50": _r(percentile(rtf, 50)),
         "streams_over_rtf_0.8": sum(1 for r in rtf if r >= 0.8),
         "streams_over_rtf_1": sum(1 for r in rtf if r >= 1.0),
         "audio_s": round(sum(s.audio_s for s in streams), 1),

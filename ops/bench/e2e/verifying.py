@@ -46,11 +46,12 @@ def tree_cpu_seconds(pid: int) -> float:
         p = todo.pop()
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            children = [int(c) for task in Path(f"/proc/{p}/task").iterdir()
-                        for c in (task / "children").read_text().split()]
+            children = [
+                int(c) for task in Path(f"/proc/{p}/task").iterdir() for c in (task / "children").read_text().split()
+            ]
         except (OSError, ValueError):
             continue
-        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")    # utime stime cutime cstime
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
         todo += children
     return total
 
@@ -60,8 +61,14 @@ def verify_worker(processes: int, env: dict, workdir: Path, command: list[str]) 
     """`synth worker --verify -c processes`, once Celery says it is ready; stopped on the way out."""
     log = workdir / "verify-worker.log"
     with open(log, "ab") as f:
-        proc = subprocess.Popen([*command, "worker", "--verify", "-c", str(processes), "--loglevel", "INFO"],
-                                cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [*command, "worker", "--verify", "-c", str(processes), "--loglevel", "INFO"],
+            cwd=REPO,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         while " ready." not in log.read_text(errors="replace"):
@@ -82,9 +89,13 @@ def verdict_counts(db_url: str, batch: str) -> tuple[dict[str, int], float]:
     """The batch's jobs by verdict (``pending``: its check not in yet; ``none``: not checked by
     SYNTH_VERIFY), and the audio seconds of the jobs checked."""
     with make_sessionmaker(make_engine(db_url))() as s:
-        rows = s.execute(select(JobMetrics.verdict, func.count(), func.sum(JobMetrics.audio_s))
-                         .join(Job, Job.id == JobMetrics.job_id).join(Batch, Batch.id == Job.batch_id)
-                         .where(Batch.name == batch).group_by(JobMetrics.verdict)).all()
+        rows = s.execute(
+            select(JobMetrics.verdict, func.count(), func.sum(JobMetrics.audio_s))
+            .join(Job, Job.id == JobMetrics.job_id)
+            .join(Batch, Batch.id == Job.batch_id)
+            .where(Batch.name == batch)
+            .group_by(JobMetrics.verdict)
+        ).all()
     counts = {verdict or "none": n for verdict, n, _ in rows}
     checked_audio = sum(float(a or 0) for verdict, _, a in rows if verdict not in (None, PENDING))
     return counts, checked_audio
@@ -93,8 +104,7 @@ def verdict_counts(db_url: str, batch: str) -> tuple[dict[str, int], float]:
 class CheckMeter:
     """The verify worker's CPU from the batch's start to its last check."""
 
-    def __init__(self, proc: subprocess.Popen, processes: int, cpu_render_workers: bool,
-                 wait_s: float = 1800) -> None:
+    def __init__(self, proc: subprocess.Popen, processes: int, cpu_render_workers: bool, wait_s: float = 1800) -> None:
         """``wait_s``: how long to wait after the batch for its last check (the queue drains at the
         pool's pace; random weights' noise takes the recognizer longer than speech)."""
         self.proc, self.processes, self.cpu_render_workers = proc, processes, cpu_render_workers
@@ -118,12 +128,15 @@ class CheckMeter:
         cpu = tree_cpu_seconds(self.proc.pid) - self.cpu0
         jobs = sum(at_end.values())
         return {
-            "verify_processes": self.processes, "rerender_budget": 0,
+            "verify_processes": self.processes,
+            "rerender_budget": 0,
             "verdicts": {k: counts.get(k, 0) for k in ("clean", "suspect", "bad", "not_checked")},
             "still_pending": counts.get(PENDING, 0),
-            "checked_at_batch_end": jobs - at_end.get(PENDING, 0) - at_end.get("none", 0), "jobs": jobs,
+            "checked_at_batch_end": jobs - at_end.get(PENDING, 0) - at_end.get("none", 0),
+            "jobs": jobs,
             "checks_done_after_batch_s": round(after, 2) if not counts.get(PENDING) else None,
-            "checked_audio_s": round(audio, 1), "verify_cpu_s": round(cpu, 1),
+            "checked_audio_s": round(audio, 1),
+            "verify_cpu_s": round(cpu, 1),
             "audio_s_per_verify_cpu_s": round(audio / cpu, 2) if cpu > 0 else None,
             # a render worker whose engine runs on the CPU takes checks too: the figure overstates
             "render_workers_check_too": self.cpu_render_workers,
@@ -134,7 +147,9 @@ def summary(v: dict) -> str:
     """One line for the console."""
     rate = v["audio_s_per_verify_cpu_s"]
     done = v["checks_done_after_batch_s"]
-    return (f"checks ({v['verify_processes']} CPU processes, SYNTH_VERIFY=all, SYNTH_RERENDER_BUDGET=0: no job "
-            f"rendered again): {v['verdicts']}, {v['checked_at_batch_end']} of {v['jobs']} checked when the "
-            f"batch ended, the last {'still pending' if done is None else f'{done} s after it'}; "
-            f"{rate} s of audio per verify CPU second")
+    return (
+        f"checks ({v['verify_processes']} CPU processes, SYNTH_VERIFY=all, SYNTH_RERENDER_BUDGET=0: no job "
+        f"rendered again): {v['verdicts']}, {v['checked_at_batch_end']} of {v['jobs']} checked when the "
+        f"batch ended, the last {'still pending' if done is None else f'{done} s after it'}; "
+        f"{rate} s of audio per verify CPU second"
+    )

@@ -8,21 +8,21 @@ import torch
 from pipeline.engines.orpheus.kernels import fused
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B, tiny_llama_config
 
-HIDDEN = ORPHEUS_3B["hidden_size"]                   # 3072
-HEADS = ORPHEUS_3B["num_attention_heads"]            # 24
-KV_HEADS = ORPHEUS_3B["num_key_value_heads"]         # 8
-HEAD_DIM = ORPHEUS_3B["head_dim"]                    # 128
-INTERMEDIATE = ORPHEUS_3B["intermediate_size"]       # 8192
+HIDDEN = ORPHEUS_3B["hidden_size"]  # 3072
+HEADS = ORPHEUS_3B["num_attention_heads"]  # 24
+KV_HEADS = ORPHEUS_3B["num_key_value_heads"]  # 8
+HEAD_DIM = ORPHEUS_3B["head_dim"]  # 128
+INTERMEDIATE = ORPHEUS_3B["intermediate_size"]  # 8192
 THETA = ORPHEUS_3B["rope_theta"]
-EPS = 1e-5                                           # Llama's rms_norm_eps
+EPS = 1e-5  # Llama's rms_norm_eps
 CONTEXT = 2048
 
 
 def rope_tables(dtype, device):
     inv = 1.0 / THETA ** (torch.arange(0, HEAD_DIM, 2, device=device).float() / HEAD_DIM)
-    freqs = torch.arange(CONTEXT + 1, device=device).float().view(-1, 1) * inv   # [T+1, D/2]
+    freqs = torch.arange(CONTEXT + 1, device=device).float().view(-1, 1) * inv  # [T+1, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)                              # [T+1, D]
+    return emb.cos().to(dtype), emb.sin().to(dtype)  # [T+1, D]
 
 
 def random_model(layers: int, dtype, device):

@@ -22,8 +22,16 @@ from pipeline.engines.orpheus.tiny import SNAC_24KHZ
 
 # (lane, windows, frames a window): the realtime lane's first chunks (3 frames; 2 with a
 # lookahead of 1) and ramp windows, the batch lane's slices of 16-frame chunks and first chunks
-CELLS = ((True, 1, 3), (True, 4, 3), (True, 16, 5), (True, 32, 7), (True, 64, 7),
-         (False, 32, 19), (False, 64, 19), (False, 64, 4))
+CELLS = (
+    (True, 1, 3),
+    (True, 4, 3),
+    (True, 16, 5),
+    (True, 32, 7),
+    (True, 64, 7),
+    (False, 32, 19),
+    (False, 64, 19),
+    (False, 64, 4),
+)
 
 
 def codecs(device: str):
@@ -61,26 +69,30 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
     plain, fused = codecs("cuda")
-    print(f"fused codec: {fused.fused_units} residual units swapped, fallbacks: {fused.fallbacks}",
-          flush=True)
+    print(f"fused codec: {fused.fused_units} residual units swapped, fallbacks: {fused.fallbacks}", flush=True)
     for codec in (plain, fused):
         codec.capture_graphs(realtime_windows(), batch_windows(), codec.fallbacks)
     rng = np.random.default_rng(1)
-    print(f"{'lane':>8} {'windows':>7} {'frames':>6} | {'module ms':>9} {'fused ms':>8} "
-          f"{'x':>5} | {'fused us/frame':>14}", flush=True)
+    print(
+        f"{'lane':>8} {'windows':>7} {'frames':>6} | {'module ms':>9} {'fused ms':>8} "
+        f"{'x':>5} | {'fused us/frame':>14}",
+        flush=True,
+    )
     for urgent, g, w in CELLS:
         frames = rng.integers(0, 4096, size=(g, w, 7))
         keys = rng.integers(0, 2**40, size=g)
         a = wall_ms(lambda: plain.decode_windows(frames, keys, urgent), args.reps)
         b = wall_ms(lambda: fused.decode_windows(frames, keys, urgent), args.reps)
-        print(f"{'realtime' if urgent else 'batch':>8} {g:>7} {w:>6} | {a:>9.3f} {b:>8.3f} "
-              f"{a / b:>5.2f} | {1000 * b / (g * w):>14.1f}", flush=True)
+        print(
+            f"{'realtime' if urgent else 'batch':>8} {g:>7} {w:>6} | {a:>9.3f} {b:>8.3f} "
+            f"{a / b:>5.2f} | {1000 * b / (g * w):>14.1f}",
+            flush=True,
+        )
     for codec, label in ((plain, "module"), (fused, "fused")):
         frames = rng.integers(0, 4096, size=(16, 5, 7))
         keys = np.arange(16)
         kernels = step_kernels(lambda: codec.decode_windows(frames, keys, True), reps=5, top=12)
-        print(f"kernels of one realtime call, 16 windows x 5 frames, {label} (us; calls per call):",
-              flush=True)
+        print(f"kernels of one realtime call, 16 windows x 5 frames, {label} (us; calls per call):", flush=True)
         for name, calls, us in kernels:
             print(f"  {us:8.1f} {calls:5.0f}  {name}", flush=True)
     return 0

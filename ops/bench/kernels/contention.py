@@ -54,7 +54,7 @@ class Done:
 class TimedRunner(InstantRunner):
     def __init__(self, rows: int, ends: dict[int, int]):
         super().__init__(rows, ends)
-        self.free_at = 0.0          # when the simulated device finishes what is queued
+        self.free_at = 0.0  # when the simulated device finishes what is queued
         self.busy_s = 0.0
 
     def launch(self, plan):
@@ -101,7 +101,7 @@ def run(streams: int, rows: int, seconds: float, callers: bool, seed: int = 0) -
                 if chunk.key == "rt":
                     loop.submit([(work.make(True), "rt")], sink)
 
-    def stream_caller() -> None:                    # one stream after another, as a task would
+    def stream_caller() -> None:  # one stream after another, as a task would
         sink: queue.SimpleQueue = queue.SimpleQueue()
         while not stop.is_set():
             loop.submit([(work.make(True), "rt")], sink)
@@ -117,27 +117,30 @@ def run(streams: int, rows: int, seconds: float, callers: bool, seed: int = 0) -
     threads = [threading.Thread(target=drain, args=(shared,), daemon=True)]
     if callers:
         threads += [threading.Thread(target=stream_caller, daemon=True) for _ in range(streams)]
-    else:           # the streams' chunks go to the queue the batch's caller drains
+    else:  # the streams' chunks go to the queue the batch's caller drains
         loop.submit([(work.make(True), "rt") for _ in range(streams)], shared)
     for t in threads:
         t.start()
-    time.sleep(1.0)                                 # admitted, prefilled, under way
+    time.sleep(1.0)  # admitted, prefilled, under way
     st = loop.stats
-    before = (st.steps, st.realtime_steps, st.launch_s, st.realtime_launch_s, st.tokens,
-              runner.busy_s)
+    before = (st.steps, st.realtime_steps, st.launch_s, st.realtime_launch_s, st.tokens, runner.busy_s)
     t0 = time.perf_counter()
     time.sleep(seconds)
     wall = time.perf_counter() - t0
-    after = (st.steps, st.realtime_steps, st.launch_s, st.realtime_launch_s, st.tokens,
-             runner.busy_s)
+    after = (st.steps, st.realtime_steps, st.launch_s, st.realtime_launch_s, st.tokens, runner.busy_s)
     stop.set()
     loop.close()
     steps, rt_steps, launch, rt_launch, tokens, busy = (b - a for a, b in zip(before, after))
     full = steps - rt_steps
-    return {"streams": streams, "callers": callers, "steps": steps,
-            "launch_ms_realtime_only": 1000 * rt_launch / max(1, rt_steps),
-            "launch_ms_full": 1000 * (launch - rt_launch) / max(1, full),
-            "device_idle": max(0.0, 1 - busy / wall), "tok_s": tokens / wall}
+    return {
+        "streams": streams,
+        "callers": callers,
+        "steps": steps,
+        "launch_ms_realtime_only": 1000 * rt_launch / max(1, rt_steps),
+        "launch_ms_full": 1000 * (launch - rt_launch) / max(1, full),
+        "device_idle": max(0.0, 1 - busy / wall),
+        "tok_s": tokens / wall,
+    }
 
 
 def main(argv=None) -> int:
@@ -146,14 +149,19 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=384)
     ap.add_argument("--seconds", type=float, default=8.0)
     args = ap.parse_args(argv)
-    print(f"{'streams':>7} {'callers':>8} {'steps':>6} {'launch ms rt-only':>18} "
-          f"{'launch ms full':>15} {'device idle':>12} {'tok/s':>8}")
+    print(
+        f"{'streams':>7} {'callers':>8} {'steps':>6} {'launch ms rt-only':>18} "
+        f"{'launch ms full':>15} {'device idle':>12} {'tok/s':>8}"
+    )
     for streams in map(int, args.streams.split(",")):
         for callers in (False, True):
             r = run(streams, args.rows, args.seconds, callers)
-            print(f"{streams:>7} {str(callers):>8} {r['steps']:>6} "
-                  f"{r['launch_ms_realtime_only']:>18.2f} {r['launch_ms_full']:>15.2f} "
-                  f"{r['device_idle']:>12.1%} {r['tok_s']:>8.0f}", flush=True)
+            print(
+                f"{streams:>7} {str(callers):>8} {r['steps']:>6} "
+                f"{r['launch_ms_realtime_only']:>18.2f} {r['launch_ms_full']:>15.2f} "
+                f"{r['device_idle']:>12.1%} {r['tok_s']:>8.0f}",
+                flush=True,
+            )
     return 0
 
 

@@ -31,8 +31,8 @@ from pipeline.engines.orpheus.model.kv_cache import KVCache
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
-STEP_CONTEXT = 512         # the step timing's cache: 256 rows x 28 layers at 512 positions is 15 GB
-STEP_POS = 200             # where its rows write; each row's attention reads its 201 positions
+STEP_CONTEXT = 512  # the step timing's cache: 256 rows x 28 layers at 512 positions is 15 GB
+STEP_POS = 200  # where its rows write; each row's attention reads its 201 positions
 
 
 def timing(name: str, kernel, reference) -> None:
@@ -45,18 +45,24 @@ def time_kernels(b: int, dtype) -> None:
     print(f"batch {b}:", flush=True)
     x, delta = torch.randn(b, HIDDEN, **rnd), torch.randn(b, HIDDEN, **rnd)
     w = (1 + 0.1 * torch.randn(HIDDEN, device="cuda")).to(dtype)
-    timing(f"add_rms_norm B={b}", lambda: fused.add_rms_norm_triton(x, delta, w, EPS),
-           lambda: fused.add_rms_norm_ref(x, delta, w, EPS))
+    timing(
+        f"add_rms_norm B={b}",
+        lambda: fused.add_rms_norm_triton(x, delta, w, EPS),
+        lambda: fused.add_rms_norm_ref(x, delta, w, EPS),
+    )
     # q, k, v as the decoder has them: column slices of the fused projection's output
     qkv = torch.randn(b, (HEADS + 2 * KV_HEADS) * HEAD_DIM, **rnd)
-    q, k, v = (t.view(b, -1, HEAD_DIM) for t in
-               qkv.split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1))
+    q, k, v = (
+        t.view(b, -1, HEAD_DIM) for t in qkv.split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1)
+    )
     cos, sin = rope_tables(dtype, "cuda")
     wpos = torch.randperm(CONTEXT, device="cuda")[:b]
     caches = [torch.zeros(b + 3, KV_HEADS, CONTEXT + 1, HEAD_DIM, **rnd) for _ in range(4)]
-    timing(f"rope_store B={b}",
-           lambda: fused.rope_store_triton(q, k, v, cos, sin, wpos, caches[2], caches[3]),
-           lambda: fused.rope_store_ref(q, k, v, cos, sin, wpos, caches[0], caches[1]))
+    timing(
+        f"rope_store B={b}",
+        lambda: fused.rope_store_triton(q, k, v, cos, sin, wpos, caches[2], caches[3]),
+        lambda: fused.rope_store_ref(q, k, v, cos, sin, wpos, caches[0], caches[1]),
+    )
     gate_up = 2 * torch.randn(b, 2 * INTERMEDIATE, **rnd)
     timing(f"silu_mul B={b}", lambda: fused.silu_mul_triton(gate_up), lambda: fused.silu_mul_ref(gate_up))
 
@@ -66,13 +72,13 @@ def time_step(batches, dtype) -> None:
     (timed in turn)."""
     model = random_model(ORPHEUS_3B["num_hidden_layers"], dtype, "cuda")
     cfg = model.config
-    cache = KVCache(cfg.num_hidden_layers, max(batches), cfg.num_key_value_heads, STEP_CONTEXT, HEAD_DIM,
-                    model.dtype, model.device)
+    cache = KVCache(
+        cfg.num_hidden_layers, max(batches), cfg.num_key_value_heads, STEP_CONTEXT, HEAD_DIM, model.dtype, model.device
+    )
     plain = Decoder(model, cache, CUSTOM_TOKEN_BASE, fuse=False, ops=fused.REFERENCE)
     fast = Decoder(model, cache, CUSTOM_TOKEN_BASE, ops=fused.TRITON)
     weights = sum(p.nbytes for p in model.model.layers.parameters()) + fast.head_w.nbytes
-    print(f"decode step, 28 layers, one graph per batch ({weights / 1e9:.2f} GB of weights "
-          f"read per step):", flush=True)
+    print(f"decode step, 28 layers, one graph per batch ({weights / 1e9:.2f} GB of weights read per step):", flush=True)
     with torch.inference_mode():
         for b in batches:
             tokens = torch.randint(CUSTOM_TOKEN_BASE, cfg.vocab_size, (b,), device="cuda")

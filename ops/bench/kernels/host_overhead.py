@@ -29,7 +29,8 @@ from pipeline.engines.orpheus.config import RealtimeConfig
 from pipeline.engines.orpheus.engine import scheduler_config, stream_state
 from pipeline.engines.orpheus.model.sampling import SamplingParams
 from pipeline.engines.orpheus.serving.loop import EngineLoop
-from pipeline.engines.orpheus.serving.runner import ModelRunner, _LaunchedStep, ladder
+from pipeline.engines.orpheus.serving.launched import LaunchedStep
+from pipeline.engines.orpheus.serving.runner import ModelRunner, ladder
 from pipeline.engines.orpheus.serving.scheduler import Plan, Scheduler, Seq
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE, END_OF_SPEECH, audio_range
 
@@ -44,7 +45,7 @@ class Workload:
 
     def __init__(self, seed: int = 0):
         self.rng = random.Random(seed)
-        self.ends: dict[int, int] = {}      # key -> the token number that is end-of-speech
+        self.ends: dict[int, int] = {}  # key -> the token number that is end-of-speech
         self._keys = itertools.count()
 
     def make(self, realtime: bool) -> Seq:
@@ -60,26 +61,30 @@ class InstantRunner(ModelRunner):
     ``collect`` and ``padded_batch`` are the real ones, ``launch`` hands over host tensors as the
     real one does. Its own time (``launch_s``) is not the loop's and is taken out of the figures."""
 
-    def __init__(self, rows: int, ends: dict[int, int]):       # no model, no device state
+    def __init__(self, rows: int, ends: dict[int, int]):  # no model, no device state
         self.batch_sizes = ladder(rows)
         self.ends = ends
         self.launch_s = 0.0
 
-    def launch(self, plan: Plan) -> _LaunchedStep:
+    def launch(self, plan: Plan) -> LaunchedStep:
         t0 = time.perf_counter()
         b = self.padded_batch(plan.rows) if plan.decode else 0
         decoded = [0] * b
         for seq in plan.decode:
             decoded[seq.row] = self._draw(seq)
         first = [c.seq for c in plan.prefill if c.last]
-        launched = _LaunchedStep([s.row for s in plan.decode], torch.tensor(decoded) if b else None,
-                             [s.row for s in first],
-                             torch.tensor([self._draw(s) for s in first]) if first else None, None)
+        launched = LaunchedStep(
+            [s.row for s in plan.decode],
+            torch.tensor(decoded) if b else None,
+            [s.row for s in first],
+            torch.tensor([self._draw(s) for s in first]) if first else None,
+            None,
+        )
         self.launch_s += time.perf_counter() - t0
         return launched
 
     def _draw(self, seq: Seq) -> int:
-        n = seq.generated + seq.inflight        # this token's number (1-based), counted at schedule
+        n = seq.generated + seq.inflight  # this token's number (1-based), counted at schedule
         if n == self.ends[seq.key]:
             return END_OF_SPEECH
         return audio_range((n - 1) % SNAC_TOKENS_PER_FRAME)[0] + (n * 37 + seq.key) % 4096
@@ -88,17 +93,17 @@ class InstantRunner(ModelRunner):
 def scheduler_for(rows: int, realtime_max_rows: int = 0) -> Scheduler:
     """As engine.build_loop sets it up on a GPU, with ``realtime_max_rows`` allowed to decode
     beside streams (by default every row, so the step covers all of them)."""
-    config = replace(scheduler_config(rows, RealtimeConfig(), on_gpu=True),
-                     realtime_max_rows=realtime_max_rows or rows)
+    config = replace(scheduler_config(rows, RealtimeConfig(), on_gpu=True), realtime_max_rows=realtime_max_rows or rows)
     return Scheduler(rows, CONTEXT, config=config)
 
 
 def steady_loop(rows: int, seed: int = 0) -> tuple[EngineLoop, InstantRunner, Workload]:
     work = Workload(seed)
     runner = InstantRunner(rows, work.ends)
-    loop = EngineLoop(runner, scheduler_for(rows), codec=None, on_final=lambda live, audio: None,
-                      stream_factory=stream_state)
-    loop.close()        # its threads stop; this thread steps it by hand
+    loop = EngineLoop(
+        runner, scheduler_for(rows), codec=None, on_final=lambda live, audio: None, stream_factory=stream_state
+    )
+    loop.close()  # its threads stop; this thread steps it by hand
     realtime = rows // 3
     loop.submit([(work.make(i < realtime), None) for i in range(rows)], sink=None)
     return loop, runner, work
@@ -135,12 +140,16 @@ def measure(rows: int, steps: int, warmup: int, seed: int = 0) -> dict:
     us = 1e6
     full = [t for t, r in zip(totals, rt) if not r]
     only = [t for t, r in zip(totals, rt) if r]
-    return dict(rows=rows, decoded=loop.stats.decode_rows / max(1, loop.stats.steps),
-                schedule=statistics.mean(schedules) * us,
-                rest=statistics.mean(t - s for t, s in zip(totals, schedules)) * us,
-                total=statistics.mean(totals) * us, median=statistics.median(totals) * us,
-                full=statistics.mean(full) * us if full else 0.0,
-                realtime_only=statistics.mean(only) * us if only else 0.0)
+    return dict(
+        rows=rows,
+        decoded=loop.stats.decode_rows / max(1, loop.stats.steps),
+        schedule=statistics.mean(schedules) * us,
+        rest=statistics.mean(t - s for t, s in zip(totals, schedules)) * us,
+        total=statistics.mean(totals) * us,
+        median=statistics.median(totals) * us,
+        full=statistics.mean(full) * us if full else 0.0,
+        realtime_only=statistics.mean(only) * us if only else 0.0,
+    )
 
 
 class NoDecodeRunner(ModelRunner):
@@ -161,8 +170,7 @@ def measure_launch(rows: int, reps: int) -> dict:
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(tiny_llama_config()).eval()
-    runner = NoDecodeRunner(model, rows, CONTEXT, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE,
-                            use_graphs=False)
+    runner = NoDecodeRunner(model, rows, CONTEXT, SamplingParams(), logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False)
     seqs = [Seq(i, [1], 100, row=i) for i in range(rows)]
 
     def plan(decode: list[Seq]) -> Plan:
@@ -170,8 +178,11 @@ def measure_launch(rows: int, reps: int) -> dict:
 
     full, rt = plan(seqs), plan(seqs[: max(1, rows // 3)])
     changing = [plan([s for s in seqs if s.row != i]) for i in range(rows)]
-    cases = {"same": lambda i: full, "alternating": lambda i: (full, rt)[i % 2],
-             "changing": lambda i: changing[i % rows]}
+    cases = {
+        "same": lambda i: full,
+        "alternating": lambda i: (full, rt)[i % 2],
+        "changing": lambda i: changing[i % rows],
+    }
     out = {}
     for name, pick in cases.items():
         for i in range(reps // 10):
@@ -200,32 +211,37 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", default="16,128,384", help="comma list of row counts")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=600, help="steps before timing: all admitted")
-    ap.add_argument("--repeats", type=int, default=3,
-                    help="runs per size (the same sequences); the fastest is shown")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per size (the same sequences); the fastest is shown")
     ap.add_argument("--launch-reps", type=int, default=2000, help="0: skip the runner's launch")
     ap.add_argument("--profile", type=int, default=0, help="cProfile the loop at this many rows")
     args = ap.parse_args(argv)
     if args.profile:
         profile(args.profile, args.steps, args.warmup)
         return 0
-    print("loop thread, host us/step (mean; fake runner excluded): schedule = Scheduler.schedule; "
-          "rest = inbox, launch bookkeeping, collect, postprocess, assemblers, stats")
-    print(f"{'rows':>5} {'decoded':>8} {'schedule':>9} {'rest':>8} {'total':>8} {'median':>8} "
-          f"{'full':>8} {'rt-only':>8}")
+    print(
+        "loop thread, host us/step (mean; fake runner excluded): schedule = Scheduler.schedule; "
+        "rest = inbox, launch bookkeeping, collect, postprocess, assemblers, stats"
+    )
+    print(
+        f"{'rows':>5} {'decoded':>8} {'schedule':>9} {'rest':>8} {'total':>8} {'median':>8} {'full':>8} {'rt-only':>8}"
+    )
     for rows in map(int, args.rows.split(",")):
         runs = [measure(rows, args.steps, args.warmup) for _ in range(args.repeats)]
         r = min(runs, key=lambda m: m["total"])
-        print(f"{rows:>5} {r['decoded']:>8.1f} {r['schedule']:>9.1f} {r['rest']:>8.1f} "
-              f"{r['total']:>8.1f} {r['median']:>8.1f} {r['full']:>8.1f} {r['realtime_only']:>8.1f}",
-              flush=True)
+        print(
+            f"{rows:>5} {r['decoded']:>8.1f} {r['schedule']:>9.1f} {r['rest']:>8.1f} "
+            f"{r['total']:>8.1f} {r['median']:>8.1f} {r['full']:>8.1f} {r['realtime_only']:>8.1f}",
+            flush=True,
+        )
     if args.launch_reps:
-        print("ModelRunner.launch + collect, decode-only, tiny model on the CPU, decode step left "
-              "out (us/step; on the GPU add pinned staging, copies and events)")
+        print(
+            "ModelRunner.launch + collect, decode-only, tiny model on the CPU, decode step left "
+            "out (us/step; on the GPU add pinned staging, copies and events)"
+        )
         print(f"{'rows':>5} {'same':>8} {'altern.':>8} {'changing':>8}")
         for rows in map(int, args.rows.split(",")):
             r = measure_launch(rows, args.launch_reps)
-            print(f"{rows:>5} {r['same']:>8.1f} {r['alternating']:>8.1f} {r['changing']:>8.1f}",
-                  flush=True)
+            print(f"{rows:>5} {r['same']:>8.1f} {r['alternating']:>8.1f} {r['changing']:>8.1f}", flush=True)
     return 0
 
 

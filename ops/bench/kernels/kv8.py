@@ -24,7 +24,7 @@ from pipeline.engines.orpheus.tiny import ORPHEUS_3B
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
 TIMED_BATCH, TIMED_LEN = 256, 1000
-SCALES = ((1.0, 1.0), (0.5, 2.0))        # (k_scale, v_scale): the default and powers of two
+SCALES = ((1.0, 1.0), (0.5, 2.0))  # (k_scale, v_scale): the default and powers of two
 
 
 def rel_l2(got, want) -> float:
@@ -34,15 +34,16 @@ def rel_l2(got, want) -> float:
 
 def attention_inputs(b: int, length: int, dtype):
     q = torch.randn(b, KV_HEADS, HEADS // KV_HEADS, HEAD_DIM, dtype=dtype, device="cuda")
-    k, v = (torch.randn(b, KV_HEADS, length + 1, HEAD_DIM, dtype=dtype, device="cuda")
-            for _ in range(2))                                          # [B, Hkv, T+1, D]
+    k, v = (
+        torch.randn(b, KV_HEADS, length + 1, HEAD_DIM, dtype=dtype, device="cuda") for _ in range(2)
+    )  # [B, Hkv, T+1, D]
     lens = torch.randint(length * 9 // 10, length + 1, (b,), device="cuda")
     return q, k, v, lens
 
 
 def attention_error(b: int, length: int, dtype) -> None:
     q, k, v, lens = attention_inputs(b, length, dtype)
-    scale = HEAD_DIM ** -0.5
+    scale = HEAD_DIM**-0.5
     plain = attention.decode_attention(q, k, v, lens, scale)
     for ks, vs in SCALES:
         (k8, v8), _ = quantized((k, v), ks, vs, dtype)
@@ -55,7 +56,7 @@ def time_attention(b: int, length: int, dtype) -> None:
     (k8, v8), _ = quantized((k, v), 1.0, 1.0, dtype)
     cells = []
     for name, kc, vc in ((str(dtype)[6:], k, v), ("fp8", k8, v8)):
-        ms = median_device_ms(lambda: attention.decode_attention(q, kc, vc, lens, HEAD_DIM ** -0.5))
+        ms = median_device_ms(lambda: attention.decode_attention(q, kc, vc, lens, HEAD_DIM**-0.5))
         read = 2 * lens.sum().item() * KV_HEADS * HEAD_DIM * kc.element_size()
         cells.append(f"{name} {ms * 1e3:7.1f} us ({read / ms / 1e6:5.0f} GB/s of {read / 1e9:.2f} GB)")
     print(f"  decode_attention B={b} rows ~{length} tokens, one layer: " + "   ".join(cells), flush=True)
@@ -65,8 +66,15 @@ def step_logits(decoder, ids, prompt: int, per_row: bool) -> list:
     """Prefill ``ids[:, :prompt]`` into rows 0..N-1, then decode the rest teacher-forced: the
     prefill's logits and each step's."""
     n, dev = ids.shape[0], ids.device
-    out = [decoder.prefill(ids[:, :prompt], torch.zeros(n, dtype=torch.long, device=dev),
-                           torch.full((n,), prompt, device=dev), torch.arange(n, device=dev), prompt)]
+    out = [
+        decoder.prefill(
+            ids[:, :prompt],
+            torch.zeros(n, dtype=torch.long, device=dev),
+            torch.full((n,), prompt, device=dev),
+            torch.arange(n, device=dev),
+            prompt,
+        )
+    ]
     for t in range(prompt, ids.shape[1]):
         out.append(decoder.decode(ids[:, t], torch.full((n,), t, device=dev), t + 1, per_row))
     return out
@@ -83,25 +91,29 @@ def decoder_error(model, batches, prompt: int, fp8_weights=None) -> None:
     n, steps, cfg = max(batches), 4, model.config
 
     def decoder(m, kv_dtype):
-        cache = KVCache(cfg.num_hidden_layers, n + 1, cfg.num_key_value_heads, 512, HEAD_DIM,
-                        m.dtype, m.device, kv_dtype)
+        cache = KVCache(
+            cfg.num_hidden_layers, n + 1, cfg.num_key_value_heads, 512, HEAD_DIM, m.dtype, m.device, kv_dtype
+        )
         return Decoder(m, cache, CUSTOM_TOKEN_BASE, ops=fused.TRITON)
 
     plain, fp8 = decoder(model, None), decoder(model, "fp8")
-    print(f"decoder, {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size} ({n} rows, prompt {prompt}):",
-          flush=True)
+    print(f"decoder, {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size} ({n} rows, prompt {prompt}):", flush=True)
     ids = torch.randint(CUSTOM_TOKEN_BASE, cfg.vocab_size, (n, prompt + steps), device=model.device)
     with torch.inference_mode():
         for b in batches:
             for per_row in (False, True):
                 err = worst(step_logits(fp8, ids[:b], prompt, per_row), step_logits(plain, ids[:b], prompt, per_row))
-                print(f"  logits fp8 against bf16 cache B={b} ({'per-row kernel' if per_row else 'SDPA'}): "
-                      f"rel L2 {err:.3e}", flush=True)
+                print(
+                    f"  logits fp8 against bf16 cache B={b} ({'per-row kernel' if per_row else 'SDPA'}): "
+                    f"rel L2 {err:.3e}",
+                    flush=True,
+                )
         k, v = (c[:, :n].abs().max().item() for c in (plain.cache.k, plain.cache.v))
         print(f"  largest |K| {k:.2f}, |V| {v:.2f} written (e4m3 saturates at 448)", flush=True)
         if fp8_weights is not None:
-            err = worst(step_logits(decoder(fp8_weights, None), ids, prompt, False),
-                        step_logits(plain, ids, prompt, False))
+            err = worst(
+                step_logits(decoder(fp8_weights, None), ids, prompt, False), step_logits(plain, ids, prompt, False)
+            )
             print(f"  for scale, fp8 weights (bf16 cache) against bf16 B={n} (SDPA): {err:.3e}", flush=True)
 
 
@@ -109,8 +121,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[8, 64], help="decoder batches")
     ap.add_argument("--layers", type=int, default=ORPHEUS_3B["num_hidden_layers"], help="random decoder's layers")
-    ap.add_argument("--model", help="a checkpoint folder for the decoder (default: random weights at "
-                                     "Orpheus-3B shapes)")
+    ap.add_argument(
+        "--model", help="a checkpoint folder for the decoder (default: random weights at Orpheus-3B shapes)"
+    )
     args = ap.parse_args(argv)
     dtype = torch.bfloat16
     print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
@@ -125,11 +138,11 @@ def main(argv=None) -> int:
             from pipeline.engines.orpheus.model.loading import load_lm
 
             return load_lm(args.model, "bfloat16", "cuda")[1]
-        return random_model(args.layers, dtype, "cuda")          # seeded: the same weights each call
+        return random_model(args.layers, dtype, "cuda")  # seeded: the same weights each call
 
     fp8_weights = model()
     if quantize(fp8_weights, "fp8", "cuda", dtype).applied != "fp8":
-        fp8_weights = None                        # the reason is logged
+        fp8_weights = None  # the reason is logged
     decoder_error(model(), args.batches, 200, fp8_weights)
     return 0
 

@@ -38,13 +38,11 @@ def check_attention() -> None:
     v = torch.randn_like(k)
     lens = torch.randint(1, t, (b,), device="cuda")
     mask = (torch.arange(t, device="cuda").view(1, -1) < lens.view(-1, 1)).view(b, 1, 1, t)
-    ref = F.scaled_dot_product_attention(q.float(), k[:b].float(), v[:b].float(), attn_mask=mask,
-                                         scale=d ** -0.5)
-    out = decode_attention(q, k, v, lens, d ** -0.5).float()
-    print(f"per-row attention vs fp32 SDPA: rel L2 {float((out - ref).norm() / ref.norm()):.2e}",
-          flush=True)
+    ref = F.scaled_dot_product_attention(q.float(), k[:b].float(), v[:b].float(), attn_mask=mask, scale=d**-0.5)
+    out = decode_attention(q, k, v, lens, d**-0.5).float()
+    print(f"per-row attention vs fp32 SDPA: rel L2 {float((out - ref).norm() / ref.norm()):.2e}", flush=True)
     kv_bytes = 2 * int(lens.sum()) * hkv * d * 2
-    ms = mean_device_ms(lambda: decode_attention(q, k, v, lens, d ** -0.5))
+    ms = mean_device_ms(lambda: decode_attention(q, k, v, lens, d**-0.5))
     print(f"per-row attention: {ms:.3f} ms, {kv_bytes / ms / 1e9:.0f} GB/s of live KV", flush=True)
 
 
@@ -58,20 +56,28 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("quant", nargs="?", default="none", help="weights: none, fp8, ...")
-    ap.add_argument("--kv-dtype", default="model", choices=("model", "fp8"),
-                    help="the KV cache's dtype: the model's, or fp8")
+    ap.add_argument(
+        "--kv-dtype", default="model", choices=("model", "fp8"), help="the KV cache's dtype: the model's, or fp8"
+    )
     ap.add_argument("--rows", type=int, default=384)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 64, 192, 384])
-    ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048],
-                    help="positions every row holds (each row at the length or up to 10%% less)")
+    ap.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=[256, 1024, 2048],
+        help="positions every row holds (each row at the length or up to 10%% less)",
+    )
     ap.add_argument("--no-codec", action="store_true")
-    ap.add_argument("--profile", action="store_true",
-                    help="also each graph's kernels under the torch profiler, in us per step")
+    ap.add_argument(
+        "--profile", action="store_true", help="also each graph's kernels under the torch profiler, in us per step"
+    )
     args = ap.parse_args(argv)
     check_attention()
     lm = load_model("random-3b", "auto", "auto", args.quant)
-    runner = ModelRunner(lm.model, args.rows, 2048, SamplingParams(ignore_eos=True),
-                         logits_lo=CUSTOM_TOKEN_BASE, kv_dtype=args.kv_dtype)
+    runner = ModelRunner(
+        lm.model, args.rows, 2048, SamplingParams(ignore_eos=True), logits_lo=CUSTOM_TOKEN_BASE, kv_dtype=args.kv_dtype
+    )
     print(f"decode graph, weights {args.quant}, KV cache {runner.cache.k[0].dtype}:", flush=True)
     runner.active.fill_(True)
     gen = torch.Generator().manual_seed(0)
@@ -79,7 +85,7 @@ def main(argv=None) -> int:
     for b in args.batches:
         cells = []
         for length in args.lengths:
-            g = runner.graphs[(runner.padded_batch(b), runner.context)]   # one length: the row's
+            g = runner.graphs[(runner.padded_batch(b), runner.context)]  # one length: the row's
             spread = torch.randint(0, max(1, length // 10), (args.rows,), generator=gen)
             runner.pos.copy_(torch.clamp(length - 30 - spread, min=1).to(runner.pos.device))
             cells.append(f"L{length}={mean_device_ms(g.replay):.2f}")
@@ -101,14 +107,12 @@ def main(argv=None) -> int:
         for g, w in ((64, 4), (32, 19), (64, 19), (16, 7)):
             frames = rng.integers(0, 4096, size=(g, w, 7))
             keys = np.arange(g)
-            urgent = w in realtime_windows() and w not in batch_windows()     # that lane's graphs
+            urgent = w in realtime_windows() and w not in batch_windows()  # that lane's graphs
             t = mean_device_ms(lambda: lm.codec.decode_windows(frames, keys, urgent), reps=5)
-            print(f"codec {label} {g} windows x {w} frames: {t:.2f} ms "
-                  f"({t / (g * w):.3f} ms per frame)", flush=True)
+            print(f"codec {label} {g} windows x {w} frames: {t:.2f} ms ({t / (g * w):.3f} ms per frame)", flush=True)
             if args.profile and label == "graphs" and (g, w) in ((64, 4), (32, 19)):
                 print(f"kernels of one codec call, {g} windows x {w} frames (us; calls):")
-                for name, calls, us in step_kernels(lambda: lm.codec.decode_windows(frames, keys),
-                                                    reps=5, top=15):
+                for name, calls, us in step_kernels(lambda: lm.codec.decode_windows(frames, keys), reps=5, top=15):
                     print(f"  {us:8.1f} {calls:5.0f}  {name}", flush=True)
     return 0
 

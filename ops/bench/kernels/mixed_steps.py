@@ -34,8 +34,9 @@ def plan_for(rows: int, prompt_len: int, gen, positions) -> Plan:
     decode = [Seq(i, [1] * 120, 2000, row=i) for i in range(rows)]
     prompt = torch.randint(0, CUSTOM_TOKEN_BASE, (prompt_len,), generator=gen).tolist()
     new = Seq("new", prompt, 2000, row=rows, seed=7)
-    return Plan(prefill=[PrefillChunk(new, 0, prompt_len, True)], decode=decode, rows=rows + 1,
-                context=int(positions.max()) + 1)
+    return Plan(
+        prefill=[PrefillChunk(new, 0, prompt_len, True)], decode=decode, rows=rows + 1, context=int(positions.max()) + 1
+    )
 
 
 def timed(runner, plan) -> tuple[float, float]:
@@ -60,35 +61,51 @@ def main(argv=None) -> int:
     from pipeline.engines.orpheus.model.sampling import SamplingParams
     from pipeline.engines.orpheus.serving.runner import ModelRunner
 
-    print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; "
-          f"KV cache {'fp8' if args.kv8 else 'bf16'}", flush=True)
+    print(
+        f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; KV cache {'fp8' if args.kv8 else 'bf16'}",
+        flush=True,
+    )
     model = random_model(ORPHEUS_3B["num_hidden_layers"], torch.bfloat16, "cuda")
     t0 = time.monotonic()
-    runner = ModelRunner(model, args.rows, args.context, SamplingParams(temperature=0),
-                         logits_lo=CUSTOM_TOKEN_BASE, kv_dtype="fp8" if args.kv8 else None,
-                         prefill_lengths=RANDOM_SERVING.prefill_lengths)    # 192 among them
-    print(f"boot: {len(runner.graphs)} decode, {len(runner.prefill_graphs.graphs)} prefill and "
-          f"{len(runner.mixed_graphs)} mixed graphs in {time.monotonic() - t0:.1f} s", flush=True)
+    runner = ModelRunner(
+        model,
+        args.rows,
+        args.context,
+        SamplingParams(temperature=0),
+        logits_lo=CUSTOM_TOKEN_BASE,
+        kv_dtype="fp8" if args.kv8 else None,
+        prefill_lengths=RANDOM_SERVING.prefill_lengths,
+    )  # 192 among them
+    print(
+        f"boot: {len(runner.graphs)} decode, {len(runner.prefill_graphs.graphs)} prefill and "
+        f"{len(runner.mixed_graphs)} mixed graphs in {time.monotonic() - t0:.1f} s",
+        flush=True,
+    )
     if not runner.mixed_graphs:
         print(f"no mixed graphs ({runner.fallbacks})", flush=True)
         return 1
     sizes = runner.mixed_sizes
     gen = torch.Generator().manual_seed(0)
-    print(f"{'rows':>4} {'prompt':>6} | {'apart ms':>8} {'mixed ms':>8} {'saved':>6} | "
-          f"{'wall apart':>10} {'wall mixed':>10}", flush=True)
+    print(
+        f"{'rows':>4} {'prompt':>6} | {'apart ms':>8} {'mixed ms':>8} {'saved':>6} | "
+        f"{'wall apart':>10} {'wall mixed':>10}",
+        flush=True,
+    )
     with torch.inference_mode():
         for rows, prompt_len in MIXED_CASES:
             if rows + 1 > args.rows:
                 continue
             fill(runner, rows, gen)
             plan = plan_for(rows, prompt_len, gen, runner.pos[:rows].cpu())
-            runner.mixed_sizes = ()              # the same plan, prefilled apart
+            runner.mixed_sizes = ()  # the same plan, prefilled apart
             apart_ms, apart_wall = timed(runner, plan)
             runner.mixed_sizes = sizes
             mixed_ms, mixed_wall = timed(runner, plan)
-            print(f"{rows:>4} {prompt_len:>6} | {apart_ms:>8.2f} {mixed_ms:>8.2f} "
-                  f"{apart_ms - mixed_ms:>6.2f} | {apart_wall:>10.2f} {mixed_wall:>10.2f}",
-                  flush=True)
+            print(
+                f"{rows:>4} {prompt_len:>6} | {apart_ms:>8.2f} {mixed_ms:>8.2f} "
+                f"{apart_ms - mixed_ms:>6.2f} | {apart_wall:>10.2f} {mixed_wall:>10.2f}",
+                flush=True,
+            )
     return 0
 
 

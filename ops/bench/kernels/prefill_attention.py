@@ -25,8 +25,9 @@ def time_steps(layers: int, kv_dtype) -> None:
     over one cache (timed in turn), each built with its ``prefill_attention`` setting."""
     model = random_model(layers, torch.bfloat16, "cuda")
     cfg = model.config
-    cache = KVCache(cfg.num_hidden_layers, 136, cfg.num_key_value_heads, 1024, HEAD_DIM,
-                    model.dtype, "cuda", kv_dtype=kv_dtype)
+    cache = KVCache(
+        cfg.num_hidden_layers, 136, cfg.num_key_value_heads, 1024, HEAD_DIM, model.dtype, "cuda", kv_dtype=kv_dtype
+    )
     decoders = [Decoder(model, cache, CUSTOM_TOKEN_BASE, prefill_attention=kernel) for kernel in (False, True)]
     print(f"device ms, {layers} layers, {kv_dtype or 'bf16'} cache (graph replays, median of 20):", flush=True)
 
@@ -36,8 +37,7 @@ def time_steps(layers: int, kv_dtype) -> None:
     wpos = torch.randint(250, 450, (127,), device="cuda")
     tokens = torch.randint(CUSTOM_TOKEN_BASE, CUSTOM_TOKEN_BASE + 4000, (127,), device="cuda")
     one = (torch.randint(0, 1000, (1, 128), device="cuda"), t([0]), t([120]), t([130]))
-    four = (torch.randint(0, 1000, (4, 64), device="cuda"), t([0] * 4), t([64, 50, 40, 20]),
-            t([130, 131, 132, 133]))
+    four = (torch.randint(0, 1000, (4, 64), device="cuda"), t([0] * 4), t([64, 50, 40, 20]), t([130, 131, 132, 133]))
     cases = {
         "prefill 1 x 128": lambda dec: dec.prefill(*one, 128),
         "prefill 4 x 64": lambda dec: dec.prefill(*four, 64),
@@ -50,8 +50,10 @@ def time_steps(layers: int, kv_dtype) -> None:
                 replay, _ = graphed(lambda: fn(dec))
                 cells.append(median_device_ms(replay, 20))
                 del replay
-            print(f"  {name:<22} torch path {cells[0]:.3f}  kernels {cells[1]:.3f}  "
-                  f"saved {cells[0] - cells[1]:.3f} ms", flush=True)
+            print(
+                f"  {name:<22} torch path {cells[0]:.3f}  kernels {cells[1]:.3f}  saved {cells[0] - cells[1]:.3f} ms",
+                flush=True,
+            )
 
 
 def main(argv=None) -> int:

@@ -29,8 +29,15 @@ ROWS, CONTEXT = 8, 1024
 REPS = 20
 # (prompt lengths, cache rows): one stream alone at each S of the ladder, then several arriving
 # together, one of them with a padding row and row 0 in use.
-CASES = [((20,), (3,)), ((57,), (1,)), ((120,), (2,)), ((250,), (5,)), ((40, 90), (1, 6)),
-         ((23, 100, 64), (0, 4, 2)), ((200, 256, 130, 180), (1, 2, 3, 7))]
+CASES = [
+    ((20,), (3,)),
+    ((57,), (1,)),
+    ((120,), (2,)),
+    ((250,), (5,)),
+    ((40, 90), (1, 6)),
+    ((23, 100, 64), (0, 4, 2)),
+    ((200, 256, 130, 180), (1, 2, 3, 7)),
+]
 
 
 def chunks_for(lengths, rows, gen) -> list[PrefillChunk]:
@@ -64,20 +71,29 @@ def boot(rows: int, context: int):
     from pipeline.engines.orpheus.serving.runner import ModelRunner
 
     model = random_model(ORPHEUS_3B["num_hidden_layers"], torch.bfloat16, "cuda")
-    runner = ModelRunner(model, rows, context, SamplingParams(temperature=0),
-                         logits_lo=CUSTOM_TOKEN_BASE, use_graphs=False,
-                         prefill_lengths=RANDOM_SERVING.prefill_lengths)     # the benches' ladder
-    runner._capture_all()                     # what __init__ does with use_graphs, in turn
+    runner = ModelRunner(
+        model,
+        rows,
+        context,
+        SamplingParams(temperature=0),
+        logits_lo=CUSTOM_TOKEN_BASE,
+        use_graphs=False,
+        prefill_lengths=RANDOM_SERVING.prefill_lengths,
+    )  # the benches' ladder
+    runner._capture_all()  # what __init__ does with use_graphs, in turn
     torch.cuda.synchronize()
     free_before = torch.cuda.mem_get_info()[0]
     runner._capture_prefill()
     torch.cuda.synchronize()
     free_after = torch.cuda.mem_get_info()[0]
     pg = runner.prefill_graphs
-    print(f"boot: {len(runner.graphs)} decode graphs in {runner.capture_s:.2f} s; "
-          f"{len(pg.graphs)} prefill graphs (N {pg.batches} x S {pg.lengths}) in "
-          f"{pg.capture_s:.2f} s, {(free_before - free_after) / 2**20:.0f} MiB of device memory "
-          f"({pg.bytes / 2**20:.0f} MiB reserved by the caching allocator)", flush=True)
+    print(
+        f"boot: {len(runner.graphs)} decode graphs in {runner.capture_s:.2f} s; "
+        f"{len(pg.graphs)} prefill graphs (N {pg.batches} x S {pg.lengths}) in "
+        f"{pg.capture_s:.2f} s, {(free_before - free_after) / 2**20:.0f} MiB of device memory "
+        f"({pg.bytes / 2**20:.0f} MiB reserved by the caching allocator)",
+        flush=True,
+    )
     return runner
 
 
@@ -91,9 +107,12 @@ def time_case(runner, lengths, rows, gen) -> None:
     with torch.inference_mode():
         e_launch, e_wall = timed(lambda: runner._prefill_eager(chunks))
         g_launch, g_wall = timed(lambda: pg.run(chunks))
-    print(f"prompts {'+'.join(map(str, lengths))} -> graph {n}x{s}, per call: eager {e_wall:.2f} ms "
-          f"(launch {e_launch:.2f} ms)   graph {g_wall:.2f} ms (launch {g_launch:.2f} ms)   "
-          f"x{e_wall / g_wall:.2f}", flush=True)
+    print(
+        f"prompts {'+'.join(map(str, lengths))} -> graph {n}x{s}, per call: eager {e_wall:.2f} ms "
+        f"(launch {e_launch:.2f} ms)   graph {g_wall:.2f} ms (launch {g_launch:.2f} ms)   "
+        f"x{e_wall / g_wall:.2f}",
+        flush=True,
+    )
 
 
 def main(argv=None) -> int:

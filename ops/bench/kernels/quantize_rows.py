@@ -27,8 +27,7 @@ def main(argv=None) -> int:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16) * 3
         t_triton = median_device_ms(lambda: quantize_rows(x, rows))
         t_torch = median_device_ms(lambda: quantize_rows_reference(x, rows))
-        print(f"quantize rows m={m} k={k}: triton {t_triton * 1e3:.1f} us, torch {t_torch * 1e3:.1f} us",
-              flush=True)
+        print(f"quantize rows m={m} k={k}: triton {t_triton * 1e3:.1f} us, torch {t_torch * 1e3:.1f} us", flush=True)
     return 0
 
 

@@ -37,8 +37,15 @@ class Shapes:
     @classmethod
     def of(cls, config, logits_width: int) -> Shapes:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        return cls(config.hidden_size, config.intermediate_size, config.num_hidden_layers,
-                   config.num_attention_heads, config.num_key_value_heads, head_dim, logits_width)
+        return cls(
+            config.hidden_size,
+            config.intermediate_size,
+            config.num_hidden_layers,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            head_dim,
+            logits_width,
+        )
 
     def linear_params(self) -> int:
         q_o = 2 * self.hidden * self.heads * self.head_dim
@@ -61,14 +68,12 @@ class StepCost:
         return self.weight_gb + self.kv_gb + self.logits_gb
 
 
-def step_cost(shapes: Shapes, rows: int, length: int, weight_bytes: float = 2.0,
-              kv_bytes: float = 1.0) -> StepCost:
+def step_cost(shapes: Shapes, rows: int, length: int, weight_bytes: float = 2.0, kv_bytes: float = 1.0) -> StepCost:
     """Bytes and FLOPs of one decode step over ``rows`` rows that each hold ``length`` positions."""
     weights = shapes.linear_params() * weight_bytes
     kv = rows * length * shapes.layers * 2 * shapes.kv_heads * shapes.head_dim * kv_bytes
-    logits = rows * shapes.logits_width * (2 + 2 + 1)     # bf16 written and read, the seen mask
-    flops = 2 * shapes.linear_params() * rows + \
-        4 * rows * length * shapes.layers * shapes.heads * shapes.head_dim
+    logits = rows * shapes.logits_width * (2 + 2 + 1)  # bf16 written and read, the seen mask
+    flops = 2 * shapes.linear_params() * rows + 4 * rows * length * shapes.layers * shapes.heads * shapes.head_dim
     return StepCost(rows, length, weights / 1e9, kv / 1e9, logits / 1e9, flops / 1e12)
 
 
@@ -90,25 +95,31 @@ def measure_peaks() -> tuple[float, float]:
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     mm_ms = mean_device_ms(lambda: a @ b)
-    return 2 * (2 << 30) / copy_ms / 1e6, 2 * n ** 3 / mm_ms / 1e9
+    return 2 * (2 << 30) / copy_ms / 1e6, 2 * n**3 / mm_ms / 1e9
 
 
 def table(rows: list[dict], peaks: tuple[float, float]) -> str:
     bw, tf = peaks
-    head = ("| rows | weights GB | KV GB | logits GB | TFLOP | floor ms | step ms | of floor | "
-            "GEMM ms | attention ms | norm/rope/silu ms | other ms | codec ms | x real time |")
-    lines = [f"Peaks measured in this run: copy {bw:.0f} GB/s, bf16 GEMM {tf:.0f} TFLOP/s.", "",
-             head, "|" + "---|" * (head.count("|") - 1)]
+    head = (
+        "| rows | weights GB | KV GB | logits GB | TFLOP | floor ms | step ms | of floor | "
+        "GEMM ms | attention ms | norm/rope/silu ms | other ms | codec ms | x real time |"
+    )
+    lines = [
+        f"Peaks measured in this run: copy {bw:.0f} GB/s, bf16 GEMM {tf:.0f} TFLOP/s.",
+        "",
+        head,
+        "|" + "---|" * (head.count("|") - 1),
+    ]
     for r in rows:
         k = r["by_kind_ms"]
-        other = r["step_ms"] - k.get("GEMM", 0) - k.get("decode attention", 0) - \
-            k.get("norm, rope, silu (Triton)", 0)
+        other = r["step_ms"] - k.get("GEMM", 0) - k.get("decode attention", 0) - k.get("norm, rope, silu (Triton)", 0)
         lines.append(
             f"| {r['rows']} | {r['weight_gb']:.2f} | {r['kv_gb']:.2f} | {r['logits_gb']:.3f} | "
             f"{r['tflop']:.2f} | {r['floor_ms']:.2f} | {r['step_ms']:.2f} | {r['of_floor']:.2f} | "
             f"{k.get('GEMM', 0):.2f} | {k.get('decode attention', 0):.2f} | "
             f"{k.get('norm, rope, silu (Triton)', 0):.2f} | {max(other, 0):.2f} | {r['codec_ms']:.2f} | "
-            f"{r['x_real_time']:.0f} |")
+            f"{r['x_real_time']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -132,15 +143,22 @@ def main(argv=None) -> int:
     ap.add_argument("quant", nargs="?", default="none", help="weights: none (bf16), fp8, ...")
     ap.add_argument("--kv-dtype", default="fp8", choices=("model", "fp8"))
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 64, 256, 512])
-    ap.add_argument("--length", type=int, default=350,
-                    help="positions each row holds (350: the batch workload's mean at 255 rows)")
+    ap.add_argument(
+        "--length", type=int, default=350, help="positions each row holds (350: the batch workload's mean at 255 rows)"
+    )
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--json", help="write the rows here too")
     args = ap.parse_args(argv)
     peaks = measure_peaks()
     lm = load_model("random-3b", "auto", "auto", args.quant)
-    runner = ModelRunner(lm.model, max(args.batches), args.context, SamplingParams(ignore_eos=True),
-                         logits_lo=CUSTOM_TOKEN_BASE, kv_dtype=args.kv_dtype)
+    runner = ModelRunner(
+        lm.model,
+        max(args.batches),
+        args.context,
+        SamplingParams(ignore_eos=True),
+        logits_lo=CUSTOM_TOKEN_BASE,
+        kv_dtype=args.kv_dtype,
+    )
     shapes = Shapes.of(lm.model.config, runner.width)
     weight_bytes = 1.0 if args.quant.startswith("fp8") else 2.0
     kv_bytes = float(runner.cache.k[0].element_size())
@@ -151,7 +169,7 @@ def main(argv=None) -> int:
     out = []
     for b in args.batches:
         pb = runner.padded_batch(b)
-        graph = runner.graphs[(pb, runner.context)]      # on CUDA every graph runs the whole row
+        graph = runner.graphs[(pb, runner.context)]  # on CUDA every graph runs the whole row
         runner.pos.copy_(torch.full((runner.rows,), args.length - 1, device=runner.pos.device))
         step_ms = mean_device_ms(graph.replay, reps=50)
         by_kind: dict[str, float] = {}
@@ -160,12 +178,23 @@ def main(argv=None) -> int:
         cost = step_cost(shapes, b, args.length, weight_bytes, kv_bytes)
         floor_ms = max(cost.gb / peaks[0] * 1000, cost.tflop / peaks[1] * 1000)
         codec_ms = b / (FRAME_TOKENS * 16) * window_ms
-        out.append({**asdict(cost), "graph_rows": pb, "floor_ms": floor_ms, "step_ms": step_ms,
-                    "of_floor": floor_ms / step_ms, "by_kind_ms": by_kind, "codec_ms": codec_ms,
-                    "x_real_time": audio_s_per_step(b) / ((step_ms + codec_ms) / 1000)})
+        out.append(
+            {
+                **asdict(cost),
+                "graph_rows": pb,
+                "floor_ms": floor_ms,
+                "step_ms": step_ms,
+                "of_floor": floor_ms / step_ms,
+                "by_kind_ms": by_kind,
+                "codec_ms": codec_ms,
+                "x_real_time": audio_s_per_step(b) / ((step_ms + codec_ms) / 1000),
+            }
+        )
         print(f"rows {b}: step {step_ms:.2f} ms, floor {floor_ms:.2f} ms", flush=True)
-    print(f"\n{torch.cuda.get_device_name()}, weights {args.quant}, KV {runner.cache.k[0].dtype}, "
-          f"each row at {args.length} positions:\n")
+    print(
+        f"\n{torch.cuda.get_device_name()}, weights {args.quant}, KV {runner.cache.k[0].dtype}, "
+        f"each row at {args.length} positions:\n"
+    )
     print(table(out, peaks), flush=True)
     if args.json:
         with open(args.json, "w") as f:

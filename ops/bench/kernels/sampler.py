@@ -32,17 +32,19 @@ def main(argv=None) -> int:
     rows, dev = args.rows, "cuda"
     width = 7 * 4096 + 10 + (END_OF_SPEECH - CUSTOM_TOKEN_BASE + 1)
     gen = torch.Generator().manual_seed(0)
-    logits = (torch.randn(rows, width, generator=gen) * 8.0).to(dev)      # peaked, as a trained model's
+    logits = (torch.randn(rows, width, generator=gen) * 8.0).to(dev)  # peaked, as a trained model's
     seen = (torch.rand(rows, width + 1, generator=gen) < 0.02).to(dev)
     steps = torch.randint(0, 700, (rows,), generator=gen).to(dev)
     keys = torch.randint(0, 2**32, (rows,), generator=gen).to(dev)
     for name, params in SETTINGS.items():
         sampler = RowSampler(params, width, CUSTOM_TOKEN_BASE, dev, fused=False)
         t_torch = mean_device_ms(lambda: sampler(logits, seen, steps, keys))
-        t_fused = mean_device_ms(lambda: fused_draw(params, sampler.table, sampler.valid, CUSTOM_TOKEN_BASE,
-                                                    sampler.eos, logits, seen, steps, keys))
-        print(f"draw of {rows} rows, {name}: torch {t_torch * 1e3:.0f} us, fused {t_fused * 1e3:.0f} us",
-              flush=True)
+        t_fused = mean_device_ms(
+            lambda: fused_draw(
+                params, sampler.table, sampler.valid, CUSTOM_TOKEN_BASE, sampler.eos, logits, seen, steps, keys
+            )
+        )
+        print(f"draw of {rows} rows, {name}: torch {t_torch * 1e3:.0f} us, fused {t_fused * 1e3:.0f} us", flush=True)
     return 0
 
 

@@ -26,9 +26,8 @@ from ops.bench.timing import median_device_ms
 from pipeline.engines.orpheus.kernels import attention
 from pipeline.engines.orpheus.kernels.fused import to_cache
 
-CASES = ((16, 300), (16, 1000), (64, 600), (128, 300), (128, 600), (128, 1000), (256, 1000),
-         (256, 1800))
-CONTEXT = 2048             # positions per cache row, as the engine sizes them
+CASES = ((16, 300), (16, 1000), (64, 600), (128, 300), (128, 600), (128, 1000), (256, 1000), (256, 1800))
+CONTEXT = 2048  # positions per cache row, as the engine sizes them
 BLOCKS, WARPS, STAGES = (64, 128), (4, 8), (2, 3)
 
 
@@ -38,7 +37,7 @@ COPIES, CALLS = 4, 8
 def graph_us(fn, calls: int = CALLS) -> float:
     """Microseconds per call of ``fn(i)``, i = 0..calls-1, replayed as one CUDA graph."""
     for i in range(COPIES):
-        fn(i)                               # compiles, outside the capture
+        fn(i)  # compiles, outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -57,8 +56,7 @@ def random_case(name: str, b: int, length: int):
     q = torch.randn(b, KV_HEADS, HEADS // KV_HEADS, HEAD_DIM, dtype=dtype, device=dev)
     caches = []
     for _ in range(COPIES):
-        k, v = (torch.randn(b, KV_HEADS, CONTEXT + 1, HEAD_DIM, dtype=dtype, device=dev)
-                for _ in range(2))
+        k, v = (torch.randn(b, KV_HEADS, CONTEXT + 1, HEAD_DIM, dtype=dtype, device=dev) for _ in range(2))
         caches.append((to_cache(k, 1.0), to_cache(v, 1.0)) if name == "fp8" else (k, v))
         del k, v
     lens = torch.randint(length * 9 // 10, length + 1, (b,), device=dev)
@@ -68,7 +66,7 @@ def random_case(name: str, b: int, length: int):
 
 def settings(fp8: bool, blocks=BLOCKS, warps_=WARPS, stages_=STAGES):
     for block, warps, stages in itertools.product(blocks, warps_, stages_):
-        for f16 in ((False, True) if fp8 else (False,)):
+        for f16 in (False, True) if fp8 else (False,):
             yield block, warps, stages, f16
 
 
@@ -78,8 +76,7 @@ def main(argv=None) -> int:
     ints = lambda text: tuple(int(x) for x in text.split(","))  # noqa: E731
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtypes", default="bf16,fp8")
-    ap.add_argument("--cases", default=",".join(f"{b}x{n}" for b, n in CASES),
-                    help="ROWSxPOSITIONS,...")
+    ap.add_argument("--cases", default=",".join(f"{b}x{n}" for b, n in CASES), help="ROWSxPOSITIONS,...")
     ap.add_argument("--blocks", type=ints, default=BLOCKS)
     ap.add_argument("--warps", type=ints, default=WARPS)
     ap.add_argument("--stages", type=ints, default=STAGES)
@@ -89,35 +86,40 @@ def main(argv=None) -> int:
         print("needs CUDA and Triton")
         return 2
     print("device:", torch.cuda.get_device_name(), flush=True)
-    scale = HEAD_DIM ** -0.5
+    scale = HEAD_DIM**-0.5
     for name in args.dtypes.split(","):
         per_batch: dict[int, dict] = defaultdict(lambda: defaultdict(float))
         for b, length in cases:
             q, caches, lens, read = random_case(name, b, length)
             times = {}
             current = attention.launch_for(caches[0][0].element_size(), b)
-            for launch in {current, *settings(name == "fp8", args.blocks, args.warps,
-                                              args.stages)}:
+            for launch in {current, *settings(name == "fp8", args.blocks, args.warps, args.stages)}:
                 try:
-                    times[launch] = graph_us(lambda i: attention.decode_attention(
-                        q, *caches[i], lens, scale, launch=launch)) / 1e3
+                    times[launch] = (
+                        graph_us(lambda i: attention.decode_attention(q, *caches[i], lens, scale, launch=launch)) / 1e3
+                    )
                 except Exception as e:  # noqa: BLE001 - a setting that does not compile is skipped
                     print(f"  {name} {launch}: {type(e).__name__}: {e}", file=sys.stderr)
             for launch, ms in times.items():
                 per_batch[b][launch] += ms
             best = sorted(times, key=times.get)[:3]
-            print(f"{name} B={b} L={length}: current {current} {times[current] * 1e3:.1f} us "
-                  f"({read / times[current] / 1e6:.0f} GB/s); best " +
-                  ", ".join(f"{lc} {times[lc] * 1e3:.1f} us ({read / times[lc] / 1e6:.0f} GB/s)"
-                            for lc in best), flush=True)
-            caches = None    # frees the device copies before the next case
+            print(
+                f"{name} B={b} L={length}: current {current} {times[current] * 1e3:.1f} us "
+                f"({read / times[current] / 1e6:.0f} GB/s); best "
+                + ", ".join(f"{lc} {times[lc] * 1e3:.1f} us ({read / times[lc] / 1e6:.0f} GB/s)" for lc in best),
+                flush=True,
+            )
+            caches = None  # frees the device copies before the next case
         for b, totals in per_batch.items():
             overall = min(totals, key=totals.get)
             plain = min((lc for lc in totals if not lc[3]), key=totals.get)
             current = attention.launch_for(1 if name == "fp8" else 2, b)
-            print(f"{name} B={b}: fastest over its lengths {overall} ({totals[overall] * 1e3:.0f} us"
-                  f" in all); without fp16 dots {plain} {totals[plain] * 1e3:.0f} us; current {current} "
-                  f"{totals[current] * 1e3:.0f} us", flush=True)
+            print(
+                f"{name} B={b}: fastest over its lengths {overall} ({totals[overall] * 1e3:.0f} us"
+                f" in all); without fp16 dots {plain} {totals[plain] * 1e3:.0f} us; current {current} "
+                f"{totals[current] * 1e3:.0f} us",
+                flush=True,
+            )
     return 0
 
 

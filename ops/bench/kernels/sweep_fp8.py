@@ -51,9 +51,8 @@ def block_ms(m: int) -> list[int]:
 
 
 def configs(m: int):
-    for bm, bn, bk, stages, split in itertools.product(block_ms(m), (32, 64, 128), (128, 256),
-                                                        (3, 4), (0, 1, 2, 4, 8)):
-        if (bm * bk * 2 + bn * bk) * stages > 200_000:       # past the shared memory
+    for bm, bn, bk, stages, split in itertools.product(block_ms(m), (32, 64, 128), (128, 256), (3, 4), (0, 1, 2, 4, 8)):
+        if (bm * bk * 2 + bn * bk) * stages > 200_000:  # past the shared memory
             continue
         yield bm, bn, bk, 4, stages, True, split
 
@@ -83,8 +82,10 @@ def main(argv=None) -> int:
 
             def scaled(i):
                 xq, xs_ = quantize_rows(x, rows)
-                return torch._scaled_mm(xq, w8[i].t(), scale_a=xs_, scale_b=scales[i].view(1, -1),
-                                        out_dtype=torch.bfloat16)
+                return torch._scaled_mm(
+                    xq, w8[i].t(), scale_a=xs_, scale_b=scales[i].view(1, -1), out_dtype=torch.bfloat16
+                )
+
             base["scaled_mm"][name] = graph_us(scaled)
             for cfg in configs(m):
                 try:
@@ -104,15 +105,18 @@ def main(argv=None) -> int:
             x = xs[name]
             bf_t[name] = graph_us(lambda i: linear_w8a16(x, w8[i], scales[i], bf))
         print(f"rows {m}: us per call (one layer = the sum)", flush=True)
-        for label, t in (("bf16 F.linear", base["bf16"]), ("scaled_mm + quant", base["scaled_mm"]),
-                         (f"w8a16 {best_all}", complete[best_all]), (f"w8a16 {bf}", bf_t)):
+        for label, t in (
+            ("bf16 F.linear", base["bf16"]),
+            ("scaled_mm + quant", base["scaled_mm"]),
+            (f"w8a16 {best_all}", complete[best_all]),
+            (f"w8a16 {bf}", bf_t),
+        ):
             cells = " ".join(f"{name}={t[name]:.1f}" for name in SHAPES)
             print(f"  {label:<42} {cells}  layer={sum(t.values()):.1f}", flush=True)
         for name, (n, k) in SHAPES.items():
             cfg = min(times, key=lambda c: times[c].get(name, float("inf")))
             t = times[cfg][name]
-            print(f"  best for {name}: {cfg} {t:.1f} us, {n * k / t / 1e3:.0f} GB/s of fp8 weight",
-                  flush=True)
+            print(f"  best for {name}: {cfg} {t:.1f} us, {n * k / t / 1e3:.0f} GB/s of fp8 weight", flush=True)
     return 0
 
 

@@ -32,17 +32,28 @@ def bench_streams(args, fast: FastEngine, batch: list[Job], rt: list[Job], mode:
         sched = fast.engine.loop.scheduler.config
         steady, pause = sched.playing_every, sched.pause_batch
         lead, lookahead = tuning.realtime.low_lead_ms, tuning.realtime.first_lookahead
-        config = (sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows,
-                  float(c.switch_interval_ms))
+        config = (sched.batch_every, sched.batch_every_starting, sched.realtime_max_rows, float(c.switch_interval_ms))
         sys.setswitchinterval(config[3] / 1000 or switch)
-        name = streams_key(config, (steady, pause, lookahead, lead),
-                           (base_steady, base_pause, base_lookahead, base_lead), defaults)
-        mode[name] = {"config": dict(zip(("batch_every", "batch_every_starting",
-                                         "realtime_max_rows", "switch_interval_ms",
-                                         "playing_every", "pause_batch", "first_lookahead",
-                                         "low_lead_ms"),
-                                        config[:3] + (config[3] or switch * 1000, steady,
-                                                      pause, lookahead, lead)))}
+        name = streams_key(
+            config, (steady, pause, lookahead, lead), (base_steady, base_pause, base_lookahead, base_lead), defaults
+        )
+        mode[name] = {
+            "config": dict(
+                zip(
+                    (
+                        "batch_every",
+                        "batch_every_starting",
+                        "realtime_max_rows",
+                        "switch_interval_ms",
+                        "playing_every",
+                        "pause_batch",
+                        "first_lookahead",
+                        "low_lead_ms",
+                    ),
+                    config[:3] + (config[3] or switch * 1000, steady, pause, lookahead, lead),
+                )
+            )
+        }
         for count in map(int, args.stream_counts.split(",")):
             summary = mode[name][count] = streams_run(args, fast.engine, background, rt[:count])
             print(name, count, summary, flush=True)
@@ -55,12 +66,14 @@ def streams_key(config: tuple, settings: tuple, base: tuple, defaults: tuple) ->
     steady, pause, lookahead, lead = settings
     if config[:3] == defaults and not config[3] and settings == base:
         return "streams"
-    return "streams_every{}_starting{}_max{}".format(*config) + \
-        (f"_switch{config[3]:g}ms" if config[3] else "") + \
-        (f"_steady{steady}" if steady > 1 else "") + \
-        ("_paused" if pause else "_preempting") + \
-        (f"_lookahead{lookahead}" if lookahead != 2 else "") + \
-        (f"_lead{lead}ms" if lead != base[3] else "")
+    return (
+        "streams_every{}_starting{}_max{}".format(*config)
+        + (f"_switch{config[3]:g}ms" if config[3] else "")
+        + (f"_steady{steady}" if steady > 1 else "")
+        + ("_paused" if pause else "_preempting")
+        + (f"_lookahead{lookahead}" if lookahead != 2 else "")
+        + (f"_lead{lead}ms" if lead != base[3] else "")
+    )
 
 
 def streams_run(args, fast, background: list[Job], streams: list[Job]) -> dict:
@@ -76,7 +89,8 @@ def streams_run(args, fast, background: list[Job], streams: list[Job]) -> dict:
     if forced:
         summary["stalls"]["forced_collection"] = forced
     summary["stalls"]["underrun_at_ms"] = sorted(
-        round(1000 * (t - since), 1) for st in r.streams for t in st.underrun_at)[:24]
+        round(1000 * (t - since), 1) for st in r.streams for t in st.underrun_at
+    )[:24]
     summary.update(streams_step_figures(before, streams_counters(fast)))
     summary["first_chunk_ms"] = phases_ms(fast.loop.observer.first_chunk_phases(clear=True))
     if r.background is not None:
@@ -89,9 +103,12 @@ def streams_counters(fast) -> dict[str, float]:
     streams' differences."""
     sched = fast.loop.scheduler
     out = loop_stats(fast)()
-    out.update(preempted=sched.preempted, realtime_only_steps=sched.realtime_steps,
-               starting_only_steps=sched.starting_steps,
-               mixed_steps=fast.loop.runner.mixed_steps)
+    out.update(
+        preempted=sched.preempted,
+        realtime_only_steps=sched.realtime_steps,
+        starting_only_steps=sched.starting_steps,
+        mixed_steps=fast.loop.runner.mixed_steps,
+    )
     out.update({f"host_{k}": v for k, v in vars(fast.loop.runner.host).items()})
     out["clock_s"] = time.monotonic()
     return out
@@ -107,23 +124,26 @@ def streams_step_figures(before: dict, after: dict) -> dict:
         return round(1000 * total / max(1, steps), digits)
 
     return {
-        "preempted": d["preempted"], "realtime_only_steps": d["realtime_only_steps"],
-        "starting_only_steps": d["starting_only_steps"], "steps": d["steps"],
-        "device_ms_per_step": {"realtime_only": per(d["realtime_device_s"], rt_steps),
-                               "full": per(d["full_device_s"], full_steps)},
+        "preempted": d["preempted"],
+        "realtime_only_steps": d["realtime_only_steps"],
+        "starting_only_steps": d["starting_only_steps"],
+        "steps": d["steps"],
+        "device_ms_per_step": {
+            "realtime_only": per(d["realtime_device_s"], rt_steps),
+            "full": per(d["full_device_s"], full_steps),
+        },
         # device time before the decode step (moves, prefill), per step that prefilled apart (a
         # mixed step's prefill is inside its decode pass: not timed apart)
-        "prefill_device_ms_per_prefill_step": per(d["prefill_device_s"],
-                                                  d["prefill_steps"] - d["mixed_steps"]),
+        "prefill_device_ms_per_prefill_step": per(d["prefill_device_s"], d["prefill_steps"] - d["mixed_steps"]),
         "prefill_steps": d["prefill_steps"],
         # of those, steps that prefilled inside the decode pass (runner.py's mixed steps)
         "mixed_steps": d["mixed_steps"],
         # the runner's part of the launch time, by part, per step (realtime-only or not)
-        "runner_host_ms_per_step": {k[5:]: per(v, d["steps"], 3) for k, v in d.items()
-                                    if k.startswith("host_")},
+        "runner_host_ms_per_step": {k[5:]: per(v, d["steps"], 3) for k, v in d.items() if k.startswith("host_")},
         "launch_ms_per_step": {
             "realtime_only": per(d["realtime_launch_s"], rt_steps),
-            "full": per(d["launch_s"] - d["realtime_launch_s"], full_steps)},
+            "full": per(d["launch_s"] - d["realtime_launch_s"], full_steps),
+        },
         # the loop's wall time per step, and the shares of it the device had the steps' work and
         # the loop waited for it (near 1: device-bound; low: the host holds the steps back)
         "wall_ms_per_step": per(d["clock_s"], d["steps"]),
@@ -135,18 +155,24 @@ def streams_step_figures(before: dict, after: dict) -> dict:
 def stall_record(fast, since: float, alloc_before: dict) -> dict:
     """Where a run of streams stalled: the loop's slow steps and the codec lanes' slow rounds that
     began after ``since`` (time.monotonic), in ms from it, and the allocator's counts in the run."""
+
     def ms(v: float) -> float:
         return round(1000 * v, 1)
 
     steps = [s for s in fast.loop.stats.slow_steps if s[0] >= since]
-    out = {"slow_steps": len(steps),
-           # (at, gap before, launch, wait, post; ms) and the sequences live, the 12 longest
-           "slowest_steps": [[ms(s[0] - since), *map(ms, s[1:5]), s[5]] for s in
-                             sorted(steps, key=lambda s: -(s[1] + s[2] + s[3] + s[4]))[:12]]}
+    out = {
+        "slow_steps": len(steps),
+        # (at, gap before, launch, wait, post; ms) and the sequences live, the 12 longest
+        "slowest_steps": [
+            [ms(s[0] - since), *map(ms, s[1:5]), s[5]]
+            for s in sorted(steps, key=lambda s: -(s[1] + s[2] + s[3] + s[4]))[:12]
+        ],
+    }
     for lane in fast.loop.codec_thread.lanes.values():
         rounds = [r for r in lane.stats.slow_rounds if r[0] >= since]
-        out[f"codec_{lane.name}_slow_rounds"] = [[ms(r[0] - since), ms(r[1]), r[2]] for r in
-                                                 sorted(rounds, key=lambda r: -r[1])[:8]]
+        out[f"codec_{lane.name}_slow_rounds"] = [
+            [ms(r[0] - since), ms(r[1]), r[2]] for r in sorted(rounds, key=lambda r: -r[1])[:8]
+        ]
     after = allocator_counts()
     out["allocator"] = {k: after[k] - alloc_before.get(k, 0) for k in after}
     return out
@@ -160,8 +186,9 @@ def allocator_counts() -> dict[str, int]:
     if not torch.cuda.is_available():
         return {}
     m = torch.cuda.memory_stats()
-    return {k: m.get(k, 0) for k in ("num_alloc_retries", "num_device_alloc",
-                                     "num_sync_all_streams", "num_device_free")}
+    return {
+        k: m.get(k, 0) for k in ("num_alloc_retries", "num_device_alloc", "num_sync_all_streams", "num_device_free")
+    }
 
 
 @contextmanager
@@ -203,13 +230,24 @@ def phases_ms(phases: list[dict]) -> dict:
 def loop_stats(engine):
     def snap():
         s = engine.loop.stats
-        return {"steps": s.steps, "tokens": s.tokens, "decode_rows": s.decode_rows,
-                "padded_rows": s.padded_rows, "codec_calls": engine.loop.codec_thread.calls,
-                "codec_s": engine.loop.codec_thread.busy_s, "launch_s": s.launch_s,
-                "schedule_s": s.schedule_s, "wait_s": s.wait_s,
-                "post_s": s.post_s, "prefill_steps": s.prefill_steps,
-                "device_s": s.full_device_s + s.realtime_device_s,
-                "realtime_steps": s.realtime_steps, "realtime_device_s": s.realtime_device_s,
-                "full_device_s": s.full_device_s, "realtime_launch_s": s.realtime_launch_s,
-                "prefill_device_s": s.prefill_device_s}
+        return {
+            "steps": s.steps,
+            "tokens": s.tokens,
+            "decode_rows": s.decode_rows,
+            "padded_rows": s.padded_rows,
+            "codec_calls": engine.loop.codec_thread.calls,
+            "codec_s": engine.loop.codec_thread.busy_s,
+            "launch_s": s.launch_s,
+            "schedule_s": s.schedule_s,
+            "wait_s": s.wait_s,
+            "post_s": s.post_s,
+            "prefill_steps": s.prefill_steps,
+            "device_s": s.full_device_s + s.realtime_device_s,
+            "realtime_steps": s.realtime_steps,
+            "realtime_device_s": s.realtime_device_s,
+            "full_device_s": s.full_device_s,
+            "realtime_launch_s": s.realtime_launch_s,
+            "prefill_device_s": s.prefill_device_s,
+        }
+
     return snap

@@ -67,58 +67,88 @@ from pipeline.engines.orpheus.reference import ReferenceEngine
 
 WARM_TOKENS = 35
 DEFAULT_APPROACHES = "logits,fast,single,streams,reference,static,generate1"
-COMMANDS = {"batch": "logits,fast,reference,static,generate1", "streams": "streams", "single": "single",
-            "profile": "profile"}
+COMMANDS = {
+    "batch": "logits,fast,reference,static,generate1",
+    "streams": "streams",
+    "single": "single",
+    "profile": "profile",
+}
 
 
 def parse(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv.pop(0) if argv and argv[0] in COMMANDS else None
-    ap = argparse.ArgumentParser(prog="python -m ops.bench.orpheus [batch|streams|single|profile]",
-                                 description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m ops.bench.orpheus [batch|streams|single|profile]",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
     ap.add_argument("--model", default="random-3b", help="random-3b or a checkpoint folder/hub id")
     ap.add_argument("--corpus", type=Path, default=SHARED_CORPUS)
-    ap.add_argument("--lines", type=int, default=500,
-                    help="corpus lines of the batch workload, spread over the file")
+    ap.add_argument("--lines", type=int, default=500, help="corpus lines of the batch workload, spread over the file")
     ap.add_argument("--subset", type=int, default=32, help="lines for the slow baselines")
     ap.add_argument("--max-budget", type=int, default=2000, help="token cap per chunk")
     ap.add_argument("--streams", type=int, default=128, help="realtime streams")
     ap.add_argument("--spread", type=float, default=2.0, help="the streams arrive over this many s")
-    ap.add_argument("--stream-counts", default="16,64,128",
-                    help="counts of streams beside batch work, each over its own background batch")
-    ap.add_argument("--batch-lines", type=int, default=150,
-                    help="lines of the batch workload behind each run of streams")
+    ap.add_argument(
+        "--stream-counts",
+        default="16,64,128",
+        help="counts of streams beside batch work, each over its own background batch",
+    )
+    ap.add_argument(
+        "--batch-lines", type=int, default=150, help="lines of the batch workload behind each run of streams"
+    )
     ap.add_argument("--realtime-max-rows", type=int, default=0)
-    ap.add_argument("--scenario", type=Path, action="append", default=[],
-                    help="a TOML file of scheduler settings to run the streams under, one "
-                         "[[config]] table each (ops/bench/scenarios/; repeatable); none: the "
-                         "engine's defaults only")
-    ap.add_argument("--lead", type=float, default=3.0,
-                    help="s the background batch runs before the first stream arrives")
-    ap.add_argument("--collect-at", type=float, default=0.0,
-                    help="force a full GC collection this many s into each run of streams (they "
-                         "arrive from --lead s on), and record how long it held the GIL; 0: none")
-    ap.add_argument("--lookaheads", default="2",
-                    help="comma list of first-chunk lookaheads (frames) for the single stream")
+    ap.add_argument(
+        "--scenario",
+        type=Path,
+        action="append",
+        default=[],
+        help="a TOML file of scheduler settings to run the streams under, one "
+        "[[config]] table each (ops/bench/scenarios/; repeatable); none: the "
+        "engine's defaults only",
+    )
+    ap.add_argument(
+        "--lead", type=float, default=3.0, help="s the background batch runs before the first stream arrives"
+    )
+    ap.add_argument(
+        "--collect-at",
+        type=float,
+        default=0.0,
+        help="force a full GC collection this many s into each run of streams (they "
+        "arrive from --lead s on), and record how long it held the GIL; 0: none",
+    )
+    ap.add_argument(
+        "--lookaheads", default="2", help="comma list of first-chunk lookaheads (frames) for the single stream"
+    )
     ap.add_argument("--single-runs", type=int, default=5)
     ap.add_argument("--generate1-jobs", type=int, default=2)
-    ap.add_argument("--quant", default="none",
-                    help="comma list of none,int8,nf4,fp8; MODE/kv8 or MODE/kvmodel: that "
-                         "mode's fast engine with an fp8 KV cache or one in the model's dtype "
-                         "(none: the GPU's default, fp8 from sm_89); e.g. none/kvmodel,none/kv8")
+    ap.add_argument(
+        "--quant",
+        default="none",
+        help="comma list of none,int8,nf4,fp8; MODE/kv8 or MODE/kvmodel: that "
+        "mode's fast engine with an fp8 KV cache or one in the model's dtype "
+        "(none: the GPU's default, fp8 from sm_89); e.g. none/kvmodel,none/kv8",
+    )
     ap.add_argument("--approaches", default=COMMANDS.get(command, DEFAULT_APPROACHES))
     ap.add_argument("--profile-jobs", type=int, default=300)
     ap.add_argument("--max-batch", type=int, default=64, help="batch of the static baselines")
     ap.add_argument("--rows", type=int, default=0, help="KV-cache rows (0: from free memory)")
-    ap.add_argument("--kv8-rows", type=int, default=0,
-                    help="KV-cache rows of the modes with an fp8 cache (0: --rows); the same "
-                         "memory holds twice bf16's rows")
+    ap.add_argument(
+        "--kv8-rows",
+        type=int,
+        default=0,
+        help="KV-cache rows of the modes with an fp8 cache (0: --rows); the same memory holds twice bf16's rows",
+    )
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--realtime-rows", type=int, default=0)
     ap.add_argument("--no-graphs", action="store_true")
-    ap.add_argument("--disable", default="",
-                    help=f"comma list of the engine's faster paths to turn off ({', '.join(SWITCHES)}), "
-                         "as SYNTH_ORPHEUS_DISABLE does")
+    ap.add_argument(
+        "--disable",
+        default="",
+        help=f"comma list of the engine's faster paths to turn off ({', '.join(SWITCHES)}), "
+        "as SYNTH_ORPHEUS_DISABLE does",
+    )
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--json", type=Path)
@@ -135,17 +165,21 @@ def workload(args) -> tuple[list[Job], list[Job], list[Job]]:
     budget = lambda text: token_budget(text, 1.0, 28, args.max_budget)  # noqa: E731
 
     def chunks(picked, prefix):
-        return [Job(f"{prefix}{i}.{k}", c, budget(c))
-                for i, line in enumerate(picked)
-                for k, c in enumerate(texts.split_chunks(texts.normalize(line), chars))]
+        return [
+            Job(f"{prefix}{i}.{k}", c, budget(c))
+            for i, line in enumerate(picked)
+            for k, c in enumerate(texts.split_chunks(texts.normalize(line), chars))
+        ]
 
     batch = chunks(lines[:: max(1, len(lines) // args.lines)][: args.lines], "batch-")
     sub = chunks(lines[:: max(1, len(lines) // args.subset)][: args.subset], "sub-")
     # as many streams as the largest count asks for: the corpus's lines again where it has too few
     wanted = max([args.streams, *(int(c) for c in args.stream_counts.split(",") if c)])
     pool = chunks(lines[1::3], "x")
-    rt = [Job(f"rt-{i}", c.text, c.budget, realtime=True)
-          for i, c in enumerate((pool * (1 + wanted // max(1, len(pool))))[:wanted])]
+    rt = [
+        Job(f"rt-{i}", c.text, c.budget, realtime=True)
+        for i, c in enumerate((pool * (1 + wanted // max(1, len(pool))))[:wanted])
+    ]
     return batch, sub, rt
 
 
@@ -168,24 +202,45 @@ def measure(label, fn, lm, quant, rows, stats=None):
         rows[-1]["ms_per_step"] = 1000 * res.wall_s / max(1, d["steps"])
         rows[-1]["prefill_step_share"] = d["prefill_steps"] / max(1, d["steps"])
         rows[-1]["device_ms_per_step"] = 1000 * d["device_s"] / max(1, d["steps"])
-        rows[-1]["host_ms_per_step"] = {k[:-2]: round(1000 * d[k] / max(1, d["steps"]), 2)
-                                        for k in ("schedule_s", "launch_s", "codec_s", "wait_s",
-                                                  "post_s")}
+        rows[-1]["host_ms_per_step"] = {
+            k[:-2]: round(1000 * d[k] / max(1, d["steps"]), 2)
+            for k in ("schedule_s", "launch_s", "codec_s", "wait_s", "post_s")
+        }
         print("  ms per step by stage:", rows[-1]["host_ms_per_step"], flush=True)
     print(report.line(rows[-1]), f"[{time.perf_counter() - t:.1f}s]", flush=True)
 
 
-def make_engine(args, lm, max_batch: int = 0, budget_max: int | None = None,
-                kv_dtype: str = "auto", engine=OrpheusEngine, tuning: Tuning | None = None):
+def make_engine(
+    args,
+    lm,
+    max_batch: int = 0,
+    budget_max: int | None = None,
+    kv_dtype: str = "auto",
+    engine=OrpheusEngine,
+    tuning: Tuning | None = None,
+):
     """The fast engine (``engine``: ``ReferenceEngine`` for the reference loop); ``tuning``: the
     scheduler settings of a run (none: the command line's)."""
     rows = args.kv8_rows if kv_dtype == "fp8" and args.kv8_rows else args.rows
     tuning = tuning or base_tuning(args)
-    config = OrpheusConfig(context=args.context, cuda_graphs=not args.no_graphs,
-                           kv_dtype=kv_dtype, switches=switches(args), realtime=tuning.realtime)
-    return engine(lm, config, max_batch=max_batch or rows, params=PARAMS, budget_policy="keep",
-                  budget_slack=1.0, budget_min=28 if budget_max is None else budget_max,
-                  budget_max=budget_max or args.max_budget, scheduling=tuning.scheduling)
+    config = OrpheusConfig(
+        context=args.context,
+        cuda_graphs=not args.no_graphs,
+        kv_dtype=kv_dtype,
+        switches=switches(args),
+        realtime=tuning.realtime,
+    )
+    return engine(
+        lm,
+        config,
+        max_batch=max_batch or rows,
+        params=PARAMS,
+        budget_policy="keep",
+        budget_slack=1.0,
+        budget_min=28 if budget_max is None else budget_max,
+        budget_max=budget_max or args.max_budget,
+        scheduling=tuning.scheduling,
+    )
 
 
 def base_tuning(args) -> Tuning:
@@ -205,8 +260,9 @@ def parse_mode(item: str) -> tuple[str, str]:
     """``none``, ``fp8/kv8`` ... -> (weight quantization, kv_dtype)."""
     quant, _, kv = item.partition("/")
     if kv not in KV_SUFFIXES:
-        raise SystemExit(f"--quant {item!r}: after the slash only kv8 (an fp8 KV cache) or "
-                         "kvmodel (a cache in the model's dtype)")
+        raise SystemExit(
+            f"--quant {item!r}: after the slash only kv8 (an fp8 KV cache) or kvmodel (a cache in the model's dtype)"
+        )
     return quant, KV_SUFFIXES[kv]
 
 
@@ -226,43 +282,55 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
     label = f"{quant}" if lm.quant.applied == quant else f"{quant}->{lm.quant.applied}"
     fast_label = label + ("/kv8" if kv_dtype == "fp8" else "")
     mode = meta.setdefault("modes", {})[item] = {
-        "applied": lm.quant.applied, "kernel": lm.quant.kernel, "fallback": lm.quant.fallback,
-        "dtype": lm.choice.dtype_name, "kv_dtype": kv_dtype, "weights_gib": weight_gib(lm.model)}
+        "applied": lm.quant.applied,
+        "kernel": lm.quant.kernel,
+        "fallback": lm.quant.fallback,
+        "dtype": lm.choice.dtype_name,
+        "kv_dtype": kv_dtype,
+        "weights_gib": weight_gib(lm.model),
+    }
     if "logits" in todo:
         from pipeline.engines.orpheus.prompt import prompt_ids
 
         prompts = [prompt_ids(lm.tokenizer, j.text, "tara") for j in sub[:4]]
         mode["logits_vs_transformers"] = logits_check(lm, prompts, kv_dtype=kv_dtype)
         print("logits", mode["logits_vs_transformers"], flush=True)
-    fast = FastEngine(partial(make_engine, args, lm, kv_dtype=kv_dtype),
-                      lambda engine: run_synth(engine, [Job(j.key, j.text, WARM_TOKENS) for j in batch[:64]]),
-                      base_tuning(args))                                          # warms the paths
+    fast = FastEngine(
+        partial(make_engine, args, lm, kv_dtype=kv_dtype),
+        lambda engine: run_synth(engine, [Job(j.key, j.text, WARM_TOKENS) for j in batch[:64]]),
+        base_tuning(args),
+    )  # warms the paths
     mode["fast_boot_s"] = fast.boot_s
-    mode["fast_info"] = {k: fast.engine.info.extra.get(k) for k in
-                         ("cuda_graphs", "codec_graphs", "mixed_graphs", "graph_capture_s",
-                          "context", "kv_dtype", "fallbacks")}
+    mode["fast_info"] = {
+        k: fast.engine.info.extra.get(k)
+        for k in ("cuda_graphs", "codec_graphs", "mixed_graphs", "graph_capture_s", "context", "kv_dtype", "fallbacks")
+    }
     mode["fast_rows"] = fast.rows
     print("fast engine", mode["fast_rows"], "rows", mode["fast_info"], flush=True)
     if "fast" in todo:
-        measure("fast batch", lambda: run_synth(fast.engine, batch), lm, fast_label, rows,
-                loop_stats(fast.engine))
-        measure("fast subset", lambda: run_synth(fast.engine, sub), lm, fast_label, rows,
-                loop_stats(fast.engine))
+        measure("fast batch", lambda: run_synth(fast.engine, batch), lm, fast_label, rows, loop_stats(fast.engine))
+        measure("fast subset", lambda: run_synth(fast.engine, sub), lm, fast_label, rows, loop_stats(fast.engine))
     if "profile" in todo and lm.device.startswith("cuda"):
         from ops.bench.orpheus.profile import profile_kernels
 
         mode["profile"] = profile_kernels(lambda: run_synth(fast.engine, batch[: args.profile_jobs]))
         print("profile", json.dumps(mode["profile"], indent=1), flush=True)
-    if "sync" in todo:       # the same engine, one step at a time: what the overlap is worth
+    if "sync" in todo:  # the same engine, one step at a time: what the overlap is worth
         fast.engine.loop.overlap = False
-        measure("fast batch, no overlap", lambda: run_synth(fast.engine, batch), lm, fast_label, rows,
-                loop_stats(fast.engine))
+        measure(
+            "fast batch, no overlap",
+            lambda: run_synth(fast.engine, batch),
+            lm,
+            fast_label,
+            rows,
+            loop_stats(fast.engine),
+        )
         fast.engine.loop.overlap = True
     if "single" in todo:
         bench_single(args, fast, rt, mode)
     if "streams" in todo:
         bench_streams(args, fast, batch, rt, mode)
-    fast.close()            # the engine's device memory goes before the baselines load theirs
+    fast.close()  # the engine's device memory goes before the baselines load theirs
     bench_baselines(args, lm, sub, label, rows, todo)
     del lm
 
@@ -274,8 +342,11 @@ def bench_single(args, fast: FastEngine, rt: list[Job], mode: dict) -> None:
         fast.engine.loop.observer.first_chunk_phases(clear=True)
         res = [run_streams(fast.engine, [], [j], 0, 0).streams[0] for j in rt[: args.single_runs]]
         key = "single_stream" if lookahead == 2 else f"single_stream_lookahead{lookahead}"
-        mode[key] = {"ttfb_s": sorted(s.ttfb for s in res), "rtf": sorted(s.rtf for s in res),
-                     "first_chunk_ms": phases_ms(fast.engine.loop.observer.first_chunk_phases(clear=True))}
+        mode[key] = {
+            "ttfb_s": sorted(s.ttfb for s in res),
+            "rtf": sorted(s.rtf for s in res),
+            "first_chunk_ms": phases_ms(fast.engine.loop.observer.first_chunk_phases(clear=True)),
+        }
         print("single, lookahead", lookahead, mode[key], flush=True)
 
 
@@ -289,8 +360,7 @@ def bench_baselines(args, lm, sub: list[Job], label: str, rows: list[dict], todo
         reference.close()
     if "static" in todo:
         run_generate(lm, [Job(j.key, j.text, WARM_TOKENS) for j in sub[:8]], args.max_batch)
-        measure("generate() static subset", lambda: run_generate(lm, sub, args.max_batch), lm,
-                label, rows)
+        measure("generate() static subset", lambda: run_generate(lm, sub, args.max_batch), lm, label, rows)
     if "generate1" in todo:
         jobs1 = sub[: args.generate1_jobs]
         measure("generate() 1-at-a-time", lambda: run_generate(lm, jobs1, 1), lm, label, rows)
@@ -309,18 +379,25 @@ def main(argv=None) -> int:
     args = parse(argv)
     jobs = workload(args)
     batch = jobs[0]
-    meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "commit": git_commit(), "model": args.model, "batch_lines": args.lines,
-            "batch_chunks": len(batch), "batch_tokens": sum(j.budget for j in batch),
-            "subset_lines": args.subset, "subset_chunks": len(jobs[1]),
-            "subset_tokens": sum(j.budget for j in jobs[1]), "streams": len(jobs[2]),
-            "context": args.context, "max_budget": args.max_budget,
-            "budgets": "82.03 tok per expected second (15 chars/s), ignore_eos (random weights "
-                       "never stop)"}
+    meta = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "model": args.model,
+        "batch_lines": args.lines,
+        "batch_chunks": len(batch),
+        "batch_tokens": sum(j.budget for j in batch),
+        "subset_lines": args.subset,
+        "subset_chunks": len(jobs[1]),
+        "subset_tokens": sum(j.budget for j in jobs[1]),
+        "streams": len(jobs[2]),
+        "context": args.context,
+        "max_budget": args.max_budget,
+        "budgets": "82.03 tok per expected second (15 chars/s), ignore_eos (random weights never stop)",
+    }
     rows: list[dict] = []
     items = args.quant.split(",")
     for item in items:
-        parse_mode(item)                   # a typo fails now, not after the first mode's runs
+        parse_mode(item)  # a typo fails now, not after the first mode's runs
     load_scenarios(args.scenario)
     for n, item in enumerate(items):
         bench_mode(args, item, jobs, rows, meta, first=n == 0)

@@ -34,13 +34,18 @@ class Tuning:
     def under(self, c: StreamsConfig) -> Tuning:
         """These settings with a scenario config's over them (its 0 or absent keys: these)."""
         rt = self.realtime
-        return Tuning(replace(rt, batch_every=c.batch_every or rt.batch_every,
-                              batch_every_starting=c.batch_every_starting or rt.batch_every_starting,
-                              max_rows=c.realtime_max_rows or rt.max_rows,
-                              playing_every=c.playing_every or rt.playing_every,
-                              first_lookahead=c.first_lookahead or rt.first_lookahead,
-                              low_lead_ms=rt.low_lead_ms if c.low_lead_ms is None else c.low_lead_ms),
-                      self.pause_batch if c.pause_batch is None else c.pause_batch)
+        return Tuning(
+            replace(
+                rt,
+                batch_every=c.batch_every or rt.batch_every,
+                batch_every_starting=c.batch_every_starting or rt.batch_every_starting,
+                max_rows=c.realtime_max_rows or rt.max_rows,
+                playing_every=c.playing_every or rt.playing_every,
+                first_lookahead=c.first_lookahead or rt.first_lookahead,
+                low_lead_ms=rt.low_lead_ms if c.low_lead_ms is None else c.low_lead_ms,
+            ),
+            self.pause_batch if c.pause_batch is None else c.pause_batch,
+        )
 
 
 class FastEngine:
@@ -48,15 +53,14 @@ class FastEngine:
     first boot's time is ``boot_s``), ``warm`` runs it once before it is measured. Read ``engine`` where
     it is used, and hold it nowhere else: ``use`` must be able to free the one it replaces."""
 
-    def __init__(self, boot: Callable[..., OrpheusEngine],
-                 warm: Callable[[OrpheusEngine], None], tuning: Tuning):
+    def __init__(self, boot: Callable[..., OrpheusEngine], warm: Callable[[OrpheusEngine], None], tuning: Tuning):
         self._boot, self._warm = boot, warm
         self.base = self.tuning = tuning
         started = time.perf_counter()
         self.engine: OrpheusEngine | None = boot(tuning=tuning, max_batch=0)
         self.boot_s = time.perf_counter() - started
         self.rows = self.engine.info.max_batch
-        self.base_scheduler = self.engine.loop.scheduler.config    # the engine's own settings
+        self.base_scheduler = self.engine.loop.scheduler.config  # the engine's own settings
         warm(self.engine)
 
     def use(self, tuning: Tuning) -> None:

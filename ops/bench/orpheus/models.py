@@ -10,6 +10,7 @@ from pipeline.engines.orpheus.model.loading import LoadedModel, load
 from pipeline.engines.orpheus.model.quant import quantize
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B, RANDOM_SERVING, SNAC_24KHZ, build_tokenizer, tiny_llama_config
 
+
 def random_3b(device: str, dtype_name: str, quant: str, switches: Switches = Switches()) -> LoadedModel:
     import torch
     from snac import SNAC
@@ -22,8 +23,16 @@ def random_3b(device: str, dtype_name: str, quant: str, switches: Switches = Swi
         model = LlamaForCausalLM(tiny_llama_config(**ORPHEUS_3B)).to(dtype).eval()
     report = quantize(model, quant, choice.device, dtype, small_rows=switches.fp8_small_rows)
     codec = SnacCodec(SNAC(**SNAC_24KHZ), choice.device, fuse=None if switches.codec_fused else False)
-    return LoadedModel("random Orpheus-3B shapes", build_tokenizer(), model, codec, choice, report,
-                       random_weights=True, serving=RANDOM_SERVING)     # as make-tiny's checkpoint
+    return LoadedModel(
+        "random Orpheus-3B shapes",
+        build_tokenizer(),
+        model,
+        codec,
+        choice,
+        report,
+        random_weights=True,
+        serving=RANDOM_SERVING,
+    )  # as make-tiny's checkpoint
 
 
 def load_model(spec: str, device: str, dtype: str, quant: str, switches: Switches = Switches()) -> LoadedModel:

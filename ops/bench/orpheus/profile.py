@@ -51,9 +51,12 @@ def device_busy(prof) -> dict:
         if e.device_type() == DeviceType.CUDA and e.duration_ns() > 0:
             by_stream.setdefault(e.device_resource_id(), []).append((e.start_ns(), e.end_ns()))
     every = [i for intervals in by_stream.values() for i in intervals]
-    return {"busy_ms": round(busy_ms(every), 1),
-            "busy_ms_by_stream": {str(k): round(busy_ms(v), 1) for k, v in
-                                  sorted(by_stream.items(), key=lambda kv: -len(kv[1]))}}
+    return {
+        "busy_ms": round(busy_ms(every), 1),
+        "busy_ms_by_stream": {
+            str(k): round(busy_ms(v), 1) for k, v in sorted(by_stream.items(), key=lambda kv: -len(kv[1]))
+        },
+    }
 
 
 def profile_kernels(fn, top: int = 30) -> dict:
@@ -81,7 +84,9 @@ def profile_kernels(fn, top: int = 30) -> dict:
         kernels.append((e.key, e.count, us / 1000))
         totals[kind(e.key)] = totals.get(kind(e.key), 0.0) + us / 1000
     kernels.sort(key=lambda k: -k[2])
-    return {"wall_ms": round(wall * 1000, 1), **device_busy(prof),
-            "device_ms_by_kind": {k: round(v, 1) for k, v in sorted(totals.items(),
-                                                                    key=lambda kv: -kv[1])},
-            "top_kernels": [(name[:120], calls, round(ms, 3)) for name, calls, ms in kernels[:top]]}
+    return {
+        "wall_ms": round(wall * 1000, 1),
+        **device_busy(prof),
+        "device_ms_by_kind": {k: round(v, 1) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])},
+        "top_kernels": [(name[:120], calls, round(ms, 3)) for name, calls, ms in kernels[:top]],
+    }

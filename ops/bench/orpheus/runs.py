@@ -43,10 +43,10 @@ class Result:
     tokens: int = 0
     audio_s: float = 0.0
     wall_s: float = 0.0
-    ttfb: dict = field(default_factory=dict)        # key -> seconds
-    done: dict = field(default_factory=dict)        # key -> seconds
+    ttfb: dict = field(default_factory=dict)  # key -> seconds
+    done: dict = field(default_factory=dict)  # key -> seconds
     underruns: int = 0
-    padded_tokens: int = 0                          # generated past a job's own budget (static)
+    padded_tokens: int = 0  # generated past a job's own budget (static)
     stream_audio: dict = field(default_factory=dict)  # key -> audio seconds
 
 
@@ -81,9 +81,8 @@ def run_generate(lm, jobs: list[Job], batch: int) -> Result:
 def run_synth(engine: OrpheusEngine, jobs: list[Job]) -> Result:
     res = Result("synth", len(jobs))
     budgets = {j.key: j.budget for j in jobs}
-    played: dict = {}                              # key -> (first chunk time, audio seconds so far)
-    reqs = [SynthesisRequest(j.key, j.text, "tara", seed=n, realtime=j.realtime)
-            for n, j in enumerate(jobs)]
+    played: dict = {}  # key -> (first chunk time, audio seconds so far)
+    reqs = [SynthesisRequest(j.key, j.text, "tara", seed=n, realtime=j.realtime) for n, j in enumerate(jobs)]
     t0 = time.perf_counter()
     for chunk in engine.synthesize(reqs):
         now = time.perf_counter() - t0
@@ -106,7 +105,7 @@ def run_synth(engine: OrpheusEngine, jobs: list[Job]) -> Result:
             res.done[chunk.key] = now
     res.wall_s = time.perf_counter() - t0
     missing = set(budgets) - set(res.done)
-    if missing:      # the figures would count work that never came back
+    if missing:  # the figures would count work that never came back
         raise RuntimeError(f"{len(missing)} jobs got no final chunk, e.g. {sorted(missing)[:3]}")
     res.tokens = sum(budgets.values())
     return res

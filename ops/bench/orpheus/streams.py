@@ -28,7 +28,7 @@ class Stream:
     done: float | None = None
     audio_s: float = 0.0
     underruns: int = 0
-    underrun_at: list[float] = field(default_factory=list)     # time.monotonic of each
+    underrun_at: list[float] = field(default_factory=list)  # time.monotonic of each
     error: str | None = None
 
     @property
@@ -49,12 +49,19 @@ class StreamsResult:
         ok = [s for s in self.streams if s.error is None and s.first is not None]
         p50, p95, p99 = percentiles(s.ttfb for s in ok)
         rtfs = [s.rtf for s in ok]
-        return {"streams": len(self.streams), "ok": len(ok), "ttfb_p50": p50, "ttfb_p95": p95,
-                "ttfb_p99": p99, "rtf_max": max(rtfs) if rtfs else None,
-                "rtf_p50": percentiles(rtfs)[0], "rtf_lt_1": sum(r < 1 for r in rtfs),
-                "rtf_lt_0_8": sum(r < 0.8 for r in rtfs),
-                "underruns": sum(s.underruns for s in ok),
-                "errors": [s.error for s in self.streams if s.error][:3]}
+        return {
+            "streams": len(self.streams),
+            "ok": len(ok),
+            "ttfb_p50": p50,
+            "ttfb_p95": p95,
+            "ttfb_p99": p99,
+            "rtf_max": max(rtfs) if rtfs else None,
+            "rtf_p50": percentiles(rtfs)[0],
+            "rtf_lt_1": sum(r < 1 for r in rtfs),
+            "rtf_lt_0_8": sum(r < 0.8 for r in rtfs),
+            "underruns": sum(s.underruns for s in ok),
+            "errors": [s.error for s in self.streams if s.error][:3],
+        }
 
 
 def one_stream(engine, job: Job, seed: int, out: Stream) -> None:
@@ -109,14 +116,14 @@ def gc_pauses():
             g["max_ms"], g["total_ms"] = round(g["max_ms"], 2), round(g["total_ms"], 1)
 
 
-def run_streams(engine, background: list[Job], streams: list[Job], spread_s: float,
-                lead_s: float) -> StreamsResult:
+def run_streams(engine, background: list[Job], streams: list[Job], spread_s: float, lead_s: float) -> StreamsResult:
     res = StreamsResult(streams=[Stream(j.key) for j in streams])
-    bg = threading.Thread(target=lambda: setattr(res, "background", run_synth(engine, background))
-                          if background else None)
+    bg = threading.Thread(
+        target=lambda: setattr(res, "background", run_synth(engine, background)) if background else None
+    )
     bg.start()
     if background:
-        time.sleep(lead_s)          # let the batch fill its rows first
+        time.sleep(lead_s)  # let the batch fill its rows first
     threads = []
     t0 = time.perf_counter()
     for i, (job, st) in enumerate(zip(streams, res.streams)):
@@ -145,8 +152,9 @@ def logits_check(lm, prompts: list[list[int]], context: int = 512, kv_dtype: str
     from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
     params = SamplingParams(temperature=0, ignore_eos=True)
-    runner = ModelRunner(lm.model, len(prompts), context, params, logits_lo=CUSTOM_TOKEN_BASE,
-                         use_graphs=True, kv_dtype=kv_dtype)
+    runner = ModelRunner(
+        lm.model, len(prompts), context, params, logits_lo=CUSTOM_TOKEN_BASE, use_graphs=True, kv_dtype=kv_dtype
+    )
     sched = Scheduler(len(prompts), context)
     seqs = [Seq(i, p, 9) for i, p in enumerate(prompts)]
     for s in seqs:
@@ -181,8 +189,12 @@ def logits_check(lm, prompts: list[list[int]], context: int = 512, kv_dtype: str
                 hf_vs_32.append(rel(ref, r32))
                 ours_vs_32.append(rel(ours, r32))
     del fp32
-    out = {"rel_l2_max": max(errors), "rel_l2_mean": sum(errors) / len(errors),
-           "graphs": len(runner.graphs), "fallbacks": runner.fallbacks}
+    out = {
+        "rel_l2_max": max(errors),
+        "rel_l2_mean": sum(errors) / len(errors),
+        "graphs": len(runner.graphs),
+        "fallbacks": runner.fallbacks,
+    }
     if hf_vs_32:
         out.update(ours_vs_fp32_max=max(ours_vs_32), transformers_vs_fp32_max=max(hf_vs_32))
     return out

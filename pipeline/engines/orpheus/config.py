@@ -48,8 +48,7 @@ class Switches:
         names = tuple(names)
         unknown = sorted(set(names) - set(SWITCHES))
         if unknown:
-            raise ValueError(f"unknown Orpheus switch {', '.join(unknown)}; choose from "
-                             f"{', '.join(SWITCHES)}")
+            raise ValueError(f"unknown Orpheus switch {', '.join(unknown)}; choose from {', '.join(SWITCHES)}")
         return cls(**dict.fromkeys(names, False))
 
 
@@ -90,8 +89,7 @@ class RealtimeConfig:
         if min(self.rows, self.max_rows) < 0:
             raise ValueError("realtime rows and max_rows must be >= 0 (0: derived from the rows)")
         if min(self.batch_every, self.batch_every_starting, self.playing_every) < 1:
-            raise ValueError("realtime batch_every, batch_every_starting and playing_every must "
-                             "be >= 1")
+            raise ValueError("realtime batch_every, batch_every_starting and playing_every must be >= 1")
         if self.low_lead_ms < 0:
             raise ValueError("realtime low_lead_ms must be >= 0 (0: off)")
         if self.first_lookahead not in (1, 2):

@@ -54,17 +54,18 @@ from pipeline.textfront import speech_seconds
 
 log = logging.getLogger(__name__)
 
-BUDGET_SLACK = 2.0           # budget = 2x the expected speech length from the text ...
-BUDGET_MIN_TOKENS = 28 * 7   # ... and never under 28 frames (2.4 s)
+BUDGET_SLACK = 2.0  # budget = 2x the expected speech length from the text ...
+BUDGET_MIN_TOKENS = 28 * 7  # ... and never under 28 frames (2.4 s)
 BUDGET_MAX_TOKENS = 1170 * 7  # 8190: the model's 8192-token context caps every job
-PROMPT_TOKENS_PER_CHAR = 0.35   # Llama-3 BPE on English: about 3 characters a token, with margin
-PROMPT_OVERHEAD_TOKENS = 16     # voice name and the control tokens around the text
+PROMPT_TOKENS_PER_CHAR = 0.35  # Llama-3 BPE on English: about 3 characters a token, with margin
+PROMPT_OVERHEAD_TOKENS = 16  # voice name and the control tokens around the text
 BUDGET_POLICIES = ("error", "keep")
-ADMIT_EVERY = 8   # GPU: batch prompts are prefilled together every 8 steps (realtime: every step)
+ADMIT_EVERY = 8  # GPU: batch prompts are prefilled together every 8 steps (realtime: every step)
 
 
-def token_budget(text: str, slack: float = BUDGET_SLACK, minimum: int = BUDGET_MIN_TOKENS,
-                 maximum: int = BUDGET_MAX_TOKENS) -> int:
+def token_budget(
+    text: str, slack: float = BUDGET_SLACK, minimum: int = BUDGET_MIN_TOKENS, maximum: int = BUDGET_MAX_TOKENS
+) -> int:
     """LM tokens a text may take: expected seconds of speech x 82.03 tokens/s x slack, whole frames
     (an inline tag such as <laugh> counts as a second of audio, not as its characters)."""
     seconds = speech_seconds(text)
@@ -79,12 +80,19 @@ def default_seed(request: SynthesisRequest) -> int:
 
 
 class OrpheusEngine(Engine):
-    def __init__(self, loaded: LoadedModel, config: OrpheusConfig = OrpheusConfig(),
-                 voices: Sequence[str] = VOICES, max_batch: int = 0,
-                 params: SamplingParams = SamplingParams(), budget_policy: str | None = None,
-                 budget_slack: float | None = None, budget_min: int = BUDGET_MIN_TOKENS,
-                 budget_max: int = BUDGET_MAX_TOKENS,
-                 scheduling: Callable[[SchedulerConfig], SchedulerConfig] | None = None):
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        config: OrpheusConfig = OrpheusConfig(),
+        voices: Sequence[str] = VOICES,
+        max_batch: int = 0,
+        params: SamplingParams = SamplingParams(),
+        budget_policy: str | None = None,
+        budget_slack: float | None = None,
+        budget_min: int = BUDGET_MIN_TOKENS,
+        budget_max: int = BUDGET_MAX_TOKENS,
+        scheduling: Callable[[SchedulerConfig], SchedulerConfig] | None = None,
+    ):
         """``scheduling``: a change to the scheduler's config as the engine derives it from
         ``config.realtime`` and the rows (``scheduler_config``), made before the scheduler is
         built; benchmarks set what serving does not (ops/bench/orpheus/fast.py)."""
@@ -97,55 +105,75 @@ class OrpheusEngine(Engine):
         self.budget_policy = budget_policy or hints.budget_policy or "error"
         if self.budget_policy not in BUDGET_POLICIES:
             raise ValueError(f"budget_policy must be one of {BUDGET_POLICIES}")
-        devices.resolve_kv_dtype(config.kv_dtype, None)      # refuses an unknown setting
+        devices.resolve_kv_dtype(config.kv_dtype, None)  # refuses an unknown setting
         self.stats = {"tokens": 0, "invalid_tokens": 0, "dropped_frames": 0, "budget_stops": 0}
         self._prepare_lock = threading.Lock()
         batch, max_chars = self._start(max_batch, budget_slack)
         self.info = EngineInfo(
-            name="orpheus", model=loaded.source, quantization=loaded.quant.applied,
-            device_type=loaded.choice.name, sample_rate=SNAC_SAMPLE_RATE, voices=tuple(voices),
-            max_batch=batch, max_text_chars=max_chars, extra=self._extra(),
-            languages={v: (LANGUAGE,) for v in voices}, inline_tags=INLINE_TAGS)
+            name="orpheus",
+            model=loaded.source,
+            quantization=loaded.quant.applied,
+            device_type=loaded.choice.name,
+            sample_rate=SNAC_SAMPLE_RATE,
+            voices=tuple(voices),
+            max_batch=batch,
+            max_text_chars=max_chars,
+            extra=self._extra(),
+            languages={v: (LANGUAGE,) for v in voices},
+            inline_tags=INLINE_TAGS,
+        )
 
     def _start(self, max_batch: int, budget_slack: float | None) -> tuple[int, int | None]:
         """Boot the loop; returns its rows and the longest text one row holds."""
-        self.loop = build_loop(self.lm, self.params, max_batch, self.config, self._final_live,
-                               self.scheduling)
+        self.loop = build_loop(self.lm, self.params, max_batch, self.config, self._final_live, self.scheduling)
         if self.lm.device.startswith("cuda") and self.config.switches.gc_freeze:
-            freeze_boot_objects("engine")    # on CUDA only: a CPU test session builds many
-        return self.loop.scheduler.capacity, text_chars_for(self.config.context,
-                                                             budget_slack or BUDGET_SLACK)
+            freeze_boot_objects("engine")  # on CUDA only: a CPU test session builds many
+        return self.loop.scheduler.capacity, text_chars_for(self.config.context, budget_slack or BUDGET_SLACK)
 
     def _extra(self) -> dict:
         runner, codec = self.loop.runner, self.lm.codec
-        return {"cuda_graphs": len(runner.graphs),
-                "graph_capture_s": round(runner.capture_s, 2), "codec_graphs": codec.graph_count,
-                "mixed_graphs": len(runner.mixed_graphs), "context": runner.context,
-                "kv_dtype": str(runner.cache.k.dtype).removeprefix("torch."),
-                **({"kv_scales": [runner.cache.k_scale, runner.cache.v_scale]}
-                   if runner.cache.fp8 else {}),
-                **self._device_extra(runner.fallbacks)}
+        return {
+            "cuda_graphs": len(runner.graphs),
+            "graph_capture_s": round(runner.capture_s, 2),
+            "codec_graphs": codec.graph_count,
+            "mixed_graphs": len(runner.mixed_graphs),
+            "context": runner.context,
+            "kv_dtype": str(runner.cache.k.dtype).removeprefix("torch."),
+            **({"kv_scales": [runner.cache.k_scale, runner.cache.v_scale]} if runner.cache.fp8 else {}),
+            **self._device_extra(runner.fallbacks),
+        }
 
     def _device_extra(self, fallbacks: list[str]) -> dict:
         """What every job records of the device, the weights and the paths that fell back."""
         c, q, codec = self.lm.choice, self.lm.quant, self.lm.codec
-        return {"device": c.device, "dtype": c.dtype_name, "compute_capability": c.capability,
-                "quantization_requested": q.requested, "kernel": q.kernel,
-                "fallbacks": list(fallbacks),
-                "random_weights": self.lm.random_weights, "budget_policy": self.budget_policy,
-                "codec_noise": "keyed per window",
-                "codec_fused_units": getattr(codec, "fused_units", 0)}
+        return {
+            "device": c.device,
+            "dtype": c.dtype_name,
+            "compute_capability": c.capability,
+            "quantization_requested": q.requested,
+            "kernel": q.kernel,
+            "fallbacks": list(fallbacks),
+            "random_weights": self.lm.random_weights,
+            "budget_policy": self.budget_policy,
+            "codec_noise": "keyed per window",
+            "codec_fused_units": getattr(codec, "fused_units", 0),
+        }
 
     @classmethod
     def from_settings(cls, settings) -> OrpheusEngine:
-        loaded = load(settings.model, settings.codec, settings.dtype, settings.quantization,
-                      settings.device, settings.orpheus.switches)
+        loaded = load(
+            settings.model,
+            settings.codec,
+            settings.dtype,
+            settings.quantization,
+            settings.device,
+            settings.orpheus.switches,
+        )
         if loaded.device == "cpu" and settings.threads > 0:
             import torch
 
             torch.set_num_threads(settings.threads)
-        return cls(loaded, settings.orpheus, voices=settings.voices or VOICES,
-                   max_batch=settings.max_batch)
+        return cls(loaded, settings.orpheus, voices=settings.voices or VOICES, max_batch=settings.max_batch)
 
     # The Engine interface ---------------------------------------------------------------------
 
@@ -178,8 +206,11 @@ class OrpheusEngine(Engine):
                     continue
                 prompt = prompt_ids(self.lm.tokenizer, req.text, req.voice)
                 seed = req.seed if req.seed is not None else default_seed(req)
-                seqs.append(Seq(req.key, prompt, token_budget(req.text, *self.budget),
-                                req.realtime, seed, stop, group=req.group))
+                seqs.append(
+                    Seq(
+                        req.key, prompt, token_budget(req.text, *self.budget), req.realtime, seed, stop, group=req.group
+                    )
+                )
         return refused, seqs
 
     def _run_continuous(self, seqs: list[Seq]) -> Iterator[AudioChunk]:
@@ -197,9 +228,13 @@ class OrpheusEngine(Engine):
     def _final_live(self, live, audio) -> AudioChunk:
         chunk = self._final(live.key, live.stream, live.seq.finish_reason, audio)
         seq = live.seq
-        chunk.stats = {"tokens": seq.generated, "slot_steps": round(seq.slot_steps, 3),
-                       "idle_slot_steps": round(seq.idle_slot_steps, 3),
-                       "preemptions": seq.preemptions, "max_batch": self.info.max_batch}
+        chunk.stats = {
+            "tokens": seq.generated,
+            "slot_steps": round(seq.slot_steps, 3),
+            "idle_slot_steps": round(seq.idle_slot_steps, 3),
+            "preemptions": seq.preemptions,
+            "max_batch": self.info.max_batch,
+        }
         return chunk
 
     def close(self) -> None:
@@ -227,14 +262,12 @@ class OrpheusEngine(Engine):
         self.stats["dropped_frames"] += a.dropped_frames
         audio = np.zeros(0, np.float32) if audio is None else audio
         if a.invalid_tokens:
-            log.warning("job %r: %d invalid audio tokens, %d frames dropped", key,
-                        a.invalid_tokens, a.dropped_frames)
+            log.warning("job %r: %d invalid audio tokens, %d frames dropped", key, a.invalid_tokens, a.dropped_frames)
         error = None
         if reason == "budget":
             self.stats["budget_stops"] += 1
             if self.budget_policy == "error":
-                error = EngineError(f"token budget blown: no end of speech after {a.audio_tokens} "
-                                    "audio tokens")
+                error = EngineError(f"token budget blown: no end of speech after {a.audio_tokens} audio tokens")
         if not a.frames and error is None:
             error = EngineError("the model produced no valid audio frame")
         return AudioChunk(key, audio, True, error)
@@ -244,8 +277,9 @@ def realtime_windows() -> tuple[int, ...]:
     """Codec window lengths of realtime chunks: the ramp's sizes (with a first lookahead of one
     frame too) and the full realtime chunk (codec/streaming.py)."""
     edge = LEFT_CONTEXT_FRAMES + RIGHT_CONTEXT_FRAMES
-    ramp = [RAMP_FIRST_FRAMES + RIGHT_CONTEXT_FRAMES, RAMP_FIRST_FRAMES + 1] + \
-        [c + edge for c in range(1, REALTIME_CHUNK_FRAMES)]
+    ramp = [RAMP_FIRST_FRAMES + RIGHT_CONTEXT_FRAMES, RAMP_FIRST_FRAMES + 1] + [
+        c + edge for c in range(1, REALTIME_CHUNK_FRAMES)
+    ]
     return tuple(sorted({REALTIME_CHUNK_FRAMES + edge, *ramp}))
 
 
@@ -259,8 +293,7 @@ def stream_state(seed: int, realtime: bool, first_lookahead: int = RIGHT_CONTEXT
     """Realtime streams get small, growing chunks (latency, no underruns); batch work big ones
     (fewer codec frames)."""
     if realtime:
-        return StreamState(seed=seed, chunk_frames=REALTIME_CHUNK_FRAMES, ramp=True,
-                           first_right=first_lookahead)
+        return StreamState(seed=seed, chunk_frames=REALTIME_CHUNK_FRAMES, ramp=True, first_right=first_lookahead)
     return StreamState(seed=seed, chunk_frames=BATCH_CHUNK_FRAMES)
 
 
@@ -280,50 +313,94 @@ def scheduler_config(rows: int, rt: RealtimeConfig, on_gpu: bool) -> SchedulerCo
     """How the engine's scheduler shares ``rows`` between realtime and batch work."""
     first = stream_state(0, True, rt.first_lookahead).first_ready_frames * SNAC_TOKENS_PER_FRAME
     return SchedulerConfig(
-        reserved=rt.rows or max(1, rows // 8) if rows > 1 else 0, batch_floor=rows // 8,
-        admit_every=ADMIT_EVERY if on_gpu else 1, realtime_max_rows=rt.max_rows or max(1, rows // 3),
-        batch_every=rt.batch_every, batch_every_starting=rt.batch_every_starting, first_tokens=first,
-        playing_every=rt.playing_every, pause_batch=PAUSE_BATCH, frame_tokens=SNAC_TOKENS_PER_FRAME,
-        playback_tokens_per_s=LM_TOKENS_PER_AUDIO_SECOND, low_lead_s=rt.low_lead_ms / 1000)
+        reserved=rt.rows or max(1, rows // 8) if rows > 1 else 0,
+        batch_floor=rows // 8,
+        admit_every=ADMIT_EVERY if on_gpu else 1,
+        realtime_max_rows=rt.max_rows or max(1, rows // 3),
+        batch_every=rt.batch_every,
+        batch_every_starting=rt.batch_every_starting,
+        first_tokens=first,
+        playing_every=rt.playing_every,
+        pause_batch=PAUSE_BATCH,
+        frame_tokens=SNAC_TOKENS_PER_FRAME,
+        playback_tokens_per_s=LM_TOKENS_PER_AUDIO_SECOND,
+        low_lead_s=rt.low_lead_ms / 1000,
+    )
 
 
-def build_loop(loaded: LoadedModel, params: SamplingParams, max_rows: int, config: OrpheusConfig,
-               on_final, scheduling: Callable[[SchedulerConfig], SchedulerConfig] | None = None):
+def kv_cache_plan(loaded: LoadedModel, config: OrpheusConfig):
+    """The KV cache's dtype (the setting resolved for the card), its storage dtype and its bytes
+    per row; an fp8 cache on a card without e4m3 kernels is refused."""
+    from pipeline.engines.orpheus.model.kv_cache import KVCache, kv_storage_dtype
+
+    cap = loaded.choice.capability
+    kv_dtype = devices.resolve_kv_dtype(config.kv_dtype, cap)
+    if kv_dtype == "fp8" and cap is not None and cap < devices.FP8_KV_CAPABILITY:
+        raise EngineUnavailableError(
+            f"an fp8 KV cache needs compute capability >= {devices.FP8_KV_CAPABILITY} for its "
+            f"e4m3 kernels (Ada, Hopper); {loaded.choice.name} is sm_{cap[0]}{cap[1]}: set "
+            "SYNTH_ORPHEUS_KV_DTYPE=auto or model"
+        )
+    cfg = loaded.model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    store = kv_storage_dtype(kv_dtype, loaded.model.dtype)
+    per_row = KVCache.bytes_per_row(
+        cfg.num_hidden_layers, cfg.num_key_value_heads, config.context, head_dim, store.itemsize
+    )
+    return kv_dtype, store, per_row
+
+
+def build_loop(
+    loaded: LoadedModel,
+    params: SamplingParams,
+    max_rows: int,
+    config: OrpheusConfig,
+    on_final,
+    scheduling: Callable[[SchedulerConfig], SchedulerConfig] | None = None,
+):
     """Size the KV cache from free memory (an fp8 cache: twice the rows of bf16), capture the
     graphs, start the loop thread."""
     from pipeline.engines.orpheus.model import kv_scales
-    from pipeline.engines.orpheus.model.kv_cache import KVCache, kv_storage_dtype
     from pipeline.engines.orpheus.serving.graphs import LENGTHS as PREFILL_LENGTHS
     from pipeline.engines.orpheus.serving.loop import EngineLoop
     from pipeline.engines.orpheus.serving.runner import ModelRunner
     from pipeline.engines.orpheus.serving.scheduler import Scheduler
 
-    context, rt, cap = config.context, config.realtime, loaded.choice.capability
-    kv_dtype = devices.resolve_kv_dtype(config.kv_dtype, cap)
-    cfg = loaded.model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    store = kv_storage_dtype(kv_dtype, loaded.model.dtype)
-    if kv_dtype == "fp8" and cap is not None and cap < devices.FP8_KV_CAPABILITY:
-        raise EngineUnavailableError(
-            f"an fp8 KV cache needs compute capability >= {devices.FP8_KV_CAPABILITY} for its "
-            f"e4m3 kernels (Ada, Hopper); {loaded.choice.name} is sm_{cap[0]}{cap[1]}: set "
-            "SYNTH_ORPHEUS_KV_DTYPE=auto or model")
+    context, rt = config.context, config.realtime
+    kv_dtype, store, per_row = kv_cache_plan(loaded, config)
     scales = kv_scales.fp8_scales(loaded) if kv_dtype == "fp8" else None
-    per_row = KVCache.bytes_per_row(cfg.num_hidden_layers, cfg.num_key_value_heads, context,
-                                    head_dim, store.itemsize)
     rows = devices.choose_max_batch(max_rows, loaded.device, per_row, cap=devices.GPU_MAX_ROWS)
     lo = CUSTOM_TOKEN_BASE if params.constrain_codes else 0
-    runner = ModelRunner(loaded.model, rows, context, params, logits_lo=lo,
-                         use_graphs=config.cuda_graphs, kv_dtype=kv_dtype, kv_range=scales,
-                         switches=config.switches, fallbacks=loaded.fallbacks,
-                         prefill_lengths=loaded.serving.prefill_lengths or PREFILL_LENGTHS)
+    runner = ModelRunner(
+        loaded.model,
+        rows,
+        context,
+        params,
+        logits_lo=lo,
+        use_graphs=config.cuda_graphs,
+        kv_dtype=kv_dtype,
+        kv_range=scales,
+        switches=config.switches,
+        fallbacks=loaded.fallbacks,
+        prefill_lengths=loaded.serving.prefill_lengths or PREFILL_LENGTHS,
+    )
     on_gpu = loaded.device.startswith("cuda")
     derived = scheduler_config(rows, rt, on_gpu)
     scheduler = Scheduler(rows, context, config=scheduling(derived) if scheduling else derived)
     if config.cuda_graphs:
         loaded.codec.capture_graphs(realtime_windows(), batch_windows(), runner.fallbacks)
-    log.info("continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for "
-             "realtime", rows, context, rows * per_row / 2**30, store, scheduler.reserved)
-    return EngineLoop(runner, scheduler, loaded.codec, on_final,
-                      stream_factory=lambda seed, realtime: stream_state(seed, realtime,
-                                                                         rt.first_lookahead))
+    log.info(
+        "continuous loop: %d rows of %d tokens (%.1f GiB of %s KV cache), %d reserved for realtime",
+        rows,
+        context,
+        rows * per_row / 2**30,
+        store,
+        scheduler.reserved,
+    )
+    return EngineLoop(
+        runner,
+        scheduler,
+        loaded.codec,
+        on_final,
+        stream_factory=lambda seed, realtime: stream_state(seed, realtime, rt.first_lookahead),
+    )

@@ -36,7 +36,7 @@ class Graph:
     ``inputs`` and writes ``output``."""
 
     graph: torch.cuda.CUDAGraph
-    inputs: Any                     # a tensor, or a tuple of them (the codec's)
+    inputs: Any  # a tensor, or a tuple of them (the codec's)
     output: Any
 
     def replay(self):
@@ -44,9 +44,17 @@ class Graph:
         return self.output
 
 
-def capture_graphs(shapes: Iterable[Hashable], inputs_for: Callable, step: Callable, *, device,
-                   what: str, instead: str, fallbacks: list[str],
-                   warm_up: Callable[[], None] | None = None) -> dict:
+def capture_graphs(
+    shapes: Iterable[Hashable],
+    inputs_for: Callable,
+    step: Callable,
+    *,
+    device,
+    what: str,
+    instead: str,
+    fallbacks: list[str],
+    warm_up: Callable[[], None] | None = None,
+) -> dict:
     """A CUDA graph of ``step(shape, inputs)`` for each shape, in order, all in one memory pool
     (largest first: the pool then holds about the largest one's activations); ``inputs_for(shape)``
     makes the static input a replay reads. Before its capture each step runs once on a side stream

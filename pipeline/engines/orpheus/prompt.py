@@ -38,4 +38,5 @@ def check_prompt_start(tokenizer, source: str) -> None:
         raise EngineUnavailableError(
             f"the tokenizer of {source!r} makes prompts that start {ids[:3]}; Orpheus expects "
             f"{want} (start of human, then the tokenizer's BOS <|begin_of_text|>) and then the "
-            "text: use the checkpoint's own tokenizer, which adds exactly one BOS")
+            "text: use the checkpoint's own tokenizer, which adds exactly one BOS"
+        )

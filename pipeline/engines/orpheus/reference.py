@@ -53,8 +53,8 @@ class GenJob:
 
 @dataclass(frozen=True)
 class Step:
-    tokens: list[tuple[Hashable, int]]          # one new token per job still running
-    finished: list[tuple[Hashable, str]]        # (key, "eos" | "budget") ended by this step
+    tokens: list[tuple[Hashable, int]]  # one new token per job still running
+    finished: list[tuple[Hashable, str]]  # (key, "eos" | "budget") ended by this step
 
 
 def left_pad(prompts: list[list[int]], device):
@@ -65,8 +65,8 @@ def left_pad(prompts: list[list[int]], device):
     ids = torch.full((len(prompts), width), PAD, dtype=torch.int64)
     attn = torch.zeros((len(prompts), width), dtype=torch.int64)
     for row, p in enumerate(prompts):
-        ids[row, width - len(p):] = torch.tensor(p, dtype=torch.int64)
-        attn[row, width - len(p):] = 1
+        ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.int64)
+        attn[row, width - len(p) :] = 1
     return ids.to(device), attn.to(device)
 
 
@@ -74,25 +74,25 @@ def prefill(model, ids, attn):
     """Run the prompts; returns last-position logits [B, V] fp32, the cache, positions [B, 1]."""
     from transformers import DynamicCache
 
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)                         # [B, S]
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, S]
     cache = DynamicCache(config=model.config)
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
-                use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True, logits_to_keep=1
+    )
     return out.logits[:, -1].float(), cache, pos[:, -1:]
 
 
 def decode_step(model, tokens, attn, pos, cache):
     """One token for every row: tokens [B, 1], attn [B, S+1], pos [B, 1] -> logits [B, V] fp32."""
-    out = model(input_ids=tokens, attention_mask=attn, position_ids=pos, past_key_values=cache,
-                use_cache=True)
+    out = model(input_ids=tokens, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True)
     return out.logits[:, -1].float()
 
 
 class _Batch:
     """Device state of the running rows; ``keep`` drops finished rows everywhere at once."""
 
-    pos: torch.Tensor       # [B, 1] positions, from the prefill on
-    last: torch.Tensor      # [B] the tokens last drawn
+    pos: torch.Tensor  # [B, 1] positions, from the prefill on
+    last: torch.Tensor  # [B] the tokens last drawn
 
     def __init__(self, model, jobs: list[GenJob]):
         import torch
@@ -127,7 +127,7 @@ def generate_batched(model, jobs: list[GenJob], params: SamplingParams) -> Itera
         logits, cache, b.pos = prefill(model, b.ids, b.attn)
         step = 0
         while b.jobs:
-            b.last = sampler(logits, b.seen, step, b.keys)             # [B]
+            b.last = sampler(logits, b.seen, step, b.keys)  # [B]
             b.seen.scatter_(1, b.last.view(-1, 1), True)
             step += 1
             tokens = b.last.tolist()
@@ -171,8 +171,9 @@ def _reference_processor(prompt_width: int, params: SamplingParams, vocab: int, 
     return CodeConstraint()
 
 
-def reference_generate(model, prompts: list[list[int]], params: SamplingParams,
-                       max_new_tokens: list[int], seed: int = 0) -> list[list[int]]:
+def reference_generate(
+    model, prompts: list[list[int]], params: SamplingParams, max_new_tokens: list[int], seed: int = 0
+) -> list[list[int]]:
     """transformers ``generate()`` on a padded static batch (one prompt: the one-at-a-time path).
 
     The batch runs until every row ended or the largest budget; each row is then cut at its own
@@ -182,20 +183,25 @@ def reference_generate(model, prompts: list[list[int]], params: SamplingParams,
     from transformers import GenerationConfig, LogitsProcessorList
 
     ids, attn = left_pad(prompts, model.device)
-    sample = {} if params.greedy else dict(temperature=params.temperature, top_p=params.top_p,
-                                           top_k=params.top_k or None)
+    sample = (
+        {} if params.greedy else dict(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
+    )
     config = GenerationConfig(
-        do_sample=not params.greedy, max_new_tokens=max(max_new_tokens),
-        repetition_penalty=params.repetition_penalty, eos_token_id=END_OF_SPEECH,
-        pad_token_id=PAD, **sample)
+        do_sample=not params.greedy,
+        max_new_tokens=max(max_new_tokens),
+        repetition_penalty=params.repetition_penalty,
+        eos_token_id=END_OF_SPEECH,
+        pad_token_id=PAD,
+        **sample,
+    )
     processors = LogitsProcessorList(
-        [_reference_processor(ids.shape[1], params, model.config.vocab_size, model.device)])
+        [_reference_processor(ids.shape[1], params, model.config.vocab_size, model.device)]
+    )
     torch.manual_seed(seed)
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=attn, generation_config=config,
-                             logits_processor=processors)
+        out = model.generate(input_ids=ids, attention_mask=attn, generation_config=config, logits_processor=processors)
     rows = []
-    for row, budget in zip(out[:, ids.shape[1]:].tolist(), max_new_tokens):
+    for row, budget in zip(out[:, ids.shape[1] :].tolist(), max_new_tokens):
         row = row[:budget]
         if END_OF_SPEECH in row and not params.ignore_eos:
             row = row[: row.index(END_OF_SPEECH) + 1]
@@ -210,16 +216,16 @@ class ReferenceEngine(OrpheusEngine):
 
     def _start(self, max_batch: int, budget_slack: float | None) -> tuple[int, None]:
         if self.config.kv_dtype == "fp8":
-            raise ValueError(f"kv_dtype {self.config.kv_dtype!r} is our KV cache's: the reference "
-                             "loop runs transformers' cache")
+            raise ValueError(
+                f"kv_dtype {self.config.kv_dtype!r} is our KV cache's: the reference loop runs transformers' cache"
+            )
         self.loop = None
         model = self.lm.model
         per_seq = devices.kv_bytes_per_token(model.config, model.dtype.itemsize) * MAX_CONTEXT_TOKENS
         return devices.choose_max_batch(max_batch, self.lm.device, per_seq), None
 
     def _extra(self) -> dict:
-        return {"loop": "reference", "kv_dtype": self.lm.choice.dtype_name,
-                **self._device_extra(self.lm.fallbacks)}
+        return {"loop": "reference", "kv_dtype": self.lm.choice.dtype_name, **self._device_extra(self.lm.fallbacks)}
 
     def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
         refused, seqs = self._admit(requests)
@@ -228,7 +234,7 @@ class ReferenceEngine(OrpheusEngine):
             yield from self._run_batch(batch)
 
     def submit(self, requests: Sequence[SynthesisRequest], sink) -> None:
-        Engine.submit(self, requests, sink)     # a thread of the call's own: there is no loop
+        Engine.submit(self, requests, sink)  # a thread of the call's own: there is no loop
 
     def _run_batch(self, batch: list[GenJob]) -> Iterator[AudioChunk]:
         streams = {j.key: stream_state(j.seed, j.realtime, self.config.realtime.first_lookahead) for j in batch}

@@ -31,8 +31,13 @@ from pipeline.engines.orpheus.vocab import (
 # without it is wrong only past a few hundred positions, which the tests must reach.
 LLAMA3_ROPE = dict(
     rope_theta=500_000.0,
-    rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    rope_scaling={
+        "rope_type": "llama3",
+        "factor": 32.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
     max_position_embeddings=131_072,
     rms_norm_eps=1e-5,
 )
@@ -45,30 +50,36 @@ TINY_LLAMA = dict(
     head_dim=16,
     **LLAMA3_ROPE,
     tie_word_embeddings=True,
-    initializer_range=0.02,     # Llama's own; quantization errors then look like a real model's
+    initializer_range=0.02,  # Llama's own; quantization errors then look like a real model's
 )
 TINY_SNAC = dict(
     sampling_rate=SNAC_SAMPLE_RATE,
     encoder_dim=8,
     encoder_rates=[2, 4, 8, 8],
     decoder_dim=64,
-    decoder_rates=[8, 8, 4, 2],   # hop 512, as snac_24khz
+    decoder_rates=[8, 8, 4, 2],  # hop 512, as snac_24khz
     attn_window_size=None,
     codebook_size=4096,
     codebook_dim=8,
-    vq_strides=[4, 2, 1],         # 3 levels at 11.7, 23.4, 46.9 Hz, as snac_24khz
+    vq_strides=[4, 2, 1],  # 3 levels at 11.7, 23.4, 46.9 Hz, as snac_24khz
     noise=True,
     depthwise=True,
 )
-LLAMA3_SPECIALS = {BEGIN_OF_TEXT: "<|begin_of_text|>", BEGIN_OF_TEXT + 1: "<|end_of_text|>",
-                   BEGIN_OF_TEXT + 6: "<|start_header_id|>", BEGIN_OF_TEXT + 7: "<|end_header_id|>",
-                   END_OF_TEXT: "<|eot_id|>"}
+LLAMA3_SPECIALS = {
+    BEGIN_OF_TEXT: "<|begin_of_text|>",
+    BEGIN_OF_TEXT + 1: "<|end_of_text|>",
+    BEGIN_OF_TEXT + 6: "<|start_header_id|>",
+    BEGIN_OF_TEXT + 7: "<|end_header_id|>",
+    END_OF_TEXT: "<|eot_id|>",
+}
 
 
 def special_token_names() -> list[str]:
     """Names for ids BEGIN_OF_TEXT..VOCAB_SIZE-1, in id order."""
-    names = [LLAMA3_SPECIALS.get(i, f"<|reserved_special_token_{i - BEGIN_OF_TEXT}|>")
-             for i in range(BEGIN_OF_TEXT, CUSTOM_TOKEN_BASE)]
+    names = [
+        LLAMA3_SPECIALS.get(i, f"<|reserved_special_token_{i - BEGIN_OF_TEXT}|>")
+        for i in range(BEGIN_OF_TEXT, CUSTOM_TOKEN_BASE)
+    ]
     return names + [f"<custom_token_{i}>" for i in range(VOCAB_SIZE - CUSTOM_TOKEN_BASE)]
 
 
@@ -83,36 +94,56 @@ def build_tokenizer():
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(n, special=True, normalized=False)
-                            for n in special_token_names()])
+    tok.add_special_tokens([AddedToken(n, special=True, normalized=False) for n in special_token_names()])
     bos = LLAMA3_SPECIALS[BEGIN_OF_TEXT]
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, BEGIN_OF_TEXT)])
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, BEGIN_OF_TEXT)]
+    )
     if tok.token_to_id("<custom_token_10>") != CUSTOM_TOKEN_BASE + 10:
         raise RuntimeError("tiny tokenizer ids drifted from the Orpheus layout")
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=bos, eos_token=LLAMA3_SPECIALS[END_OF_TEXT],
-        pad_token=f"<custom_token_{PAD - CUSTOM_TOKEN_BASE}>")
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token=LLAMA3_SPECIALS[END_OF_TEXT],
+        pad_token=f"<custom_token_{PAD - CUSTOM_TOKEN_BASE}>",
+    )
 
 
 def tiny_llama_config(**overrides):
     from transformers import LlamaConfig
 
     fields = {**TINY_LLAMA, **overrides}
-    return LlamaConfig(vocab_size=VOCAB_SIZE, bos_token_id=BEGIN_OF_TEXT, eos_token_id=END_OF_SPEECH,
-                       pad_token_id=PAD, **fields)
+    return LlamaConfig(
+        vocab_size=VOCAB_SIZE, bos_token_id=BEGIN_OF_TEXT, eos_token_id=END_OF_SPEECH, pad_token_id=PAD, **fields
+    )
 
 
 # ANCHORS.md's Orpheus-3B shapes (LlamaForCausalLM, tied) and hubertsiuzdak/snac_24khz's config:
 # random weights at full size, for speed work on a GPU with nothing downloaded.
-ORPHEUS_3B = dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
-                  num_attention_heads=24, num_key_value_heads=8, head_dim=128,
-                  **LLAMA3_ROPE, tie_word_embeddings=True,
-                  initializer_range=0.02)
-SNAC_24KHZ = dict(sampling_rate=24_000, encoder_dim=48, encoder_rates=[2, 4, 8, 8],
-                  decoder_dim=1024, decoder_rates=[8, 8, 4, 2], attn_window_size=None,
-                  codebook_size=4096, codebook_dim=8, vq_strides=[4, 2, 1], noise=True,
-                  depthwise=True)
+ORPHEUS_3B = dict(
+    hidden_size=3072,
+    intermediate_size=8192,
+    num_hidden_layers=28,
+    num_attention_heads=24,
+    num_key_value_heads=8,
+    head_dim=128,
+    **LLAMA3_ROPE,
+    tie_word_embeddings=True,
+    initializer_range=0.02,
+)
+SNAC_24KHZ = dict(
+    sampling_rate=24_000,
+    encoder_dim=48,
+    encoder_rates=[2, 4, 8, 8],
+    decoder_dim=1024,
+    decoder_rates=[8, 8, 4, 2],
+    attn_window_size=None,
+    codebook_size=4096,
+    codebook_dim=8,
+    vq_strides=[4, 2, 1],
+    noise=True,
+    depthwise=True,
+)
 SHAPES = ("tiny", "orpheus-3b")
 
 # What a random checkpoint asks of the engine. Its weights never draw end of speech on purpose, so
@@ -121,8 +152,7 @@ SHAPES = ("tiny", "orpheus-3b")
 # tokens a job. Its byte-level tokenizer makes a token a character, four times Llama-3's count (a
 # 180-character stream's prompt: about 200 tokens), so the prefill graphs add 96 and 192 to the
 # serving ladder, which would pad prompts of 129-192 tokens up to 256.
-RANDOM_SERVING = ServingHints(budget_slack=1.0, budget_policy="keep",
-                              prefill_lengths=(32, 64, 96, 128, 192, 256))
+RANDOM_SERVING = ServingHints(budget_slack=1.0, budget_policy="keep", prefill_lengths=(32, 64, 96, 128, 192, 256))
 
 
 def make_tiny(out_dir: str | Path, seed: int = 0, shape: str = "tiny") -> Path:

@@ -58,10 +58,9 @@ class PiperEngine(Engine):
         for name, path in models.items():
             config = json.loads(Path(f"{path}.json").read_text(encoding="utf-8"))
             languages[name] = (voice_language(config),)
-            session = onnxruntime.InferenceSession(str(path), sess_options=options,
-                                                   providers=["CPUExecutionProvider"])
+            session = onnxruntime.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
             self._voices[name] = PiperVoice(session=session, config=PiperConfig.from_dict(config))
-        self._synthesis_config = SynthesisConfig   # built per request, with its rate
+        self._synthesis_config = SynthesisConfig  # built per request, with its rate
         self._phonemize_lock = threading.Lock()
         self._pool = _UrgentFirstPool(threads)
         rates = {v.config.sample_rate for v in self._voices.values()}
@@ -69,9 +68,16 @@ class PiperEngine(Engine):
             raise EngineUnavailableError(f"Piper voices with different sample rates: {sorted(rates)}")
         first = next(iter(models.values()))
         self.info = EngineInfo(
-            name="piper", model=first.stem, quantization="none", device_type=cpu_name(),
-            sample_rate=rates.pop(), voices=tuple(models), max_batch=threads,
-            languages=languages, rate_control=True, phoneme_input=True,
+            name="piper",
+            model=first.stem,
+            quantization="none",
+            device_type=cpu_name(),
+            sample_rate=rates.pop(),
+            voices=tuple(models),
+            max_batch=threads,
+            languages=languages,
+            rate_control=True,
+            phoneme_input=True,
         )
 
     @classmethod
@@ -114,8 +120,9 @@ class PiperEngine(Engine):
         syn = self._synthesis_config(normalize_audio=False, length_scale=voice.config.length_scale / request.rate)
         self._pool.resubmit(place, self._sentence, request, voice, syn, sentences, 0, out)
 
-    def _sentence(self, place, request: SynthesisRequest, voice, syn, sentences: list, i: int,
-                  out: queue.Queue[AudioChunk]) -> None:
+    def _sentence(
+        self, place, request: SynthesisRequest, voice, syn, sentences: list, i: int, out: queue.Queue[AudioChunk]
+    ) -> None:
         """Runs on a pool thread: one sentence's chunk, then the next sentence in the same place."""
         try:
             ids = voice.phonemes_to_ids(sentences[i])
@@ -151,12 +158,13 @@ class _UrgentFirstPool:
 
     def __init__(self, threads: int) -> None:
         self._ready = threading.Condition()
-        self._turns: OrderedDict[Hashable, list] = OrderedDict()   # realtime: group -> its heap
-        self._batch: list = []                                      # heap
+        self._turns: OrderedDict[Hashable, list] = OrderedDict()  # realtime: group -> its heap
+        self._batch: list = []  # heap
         self._order = itertools.count()
         self._closed = False
-        self._threads = [threading.Thread(target=self._work, name=f"piper-{i}", daemon=True)
-                         for i in range(max(1, threads))]
+        self._threads = [
+            threading.Thread(target=self._work, name=f"piper-{i}", daemon=True) for i in range(max(1, threads))
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -164,7 +172,7 @@ class _UrgentFirstPool:
         self.resubmit((0 if urgent else 1, next(self._order), group), fn, *args)
 
     def resubmit(self, place: tuple[int, int, Hashable], fn: Callable, *args) -> None:
-        item = (place[:2], next(self._order), place, fn, args)   # ordered by (class, arrival)
+        item = (place[:2], next(self._order), place, fn, args)  # ordered by (class, arrival)
         with self._ready:
             heapq.heappush(self._turns.setdefault(place[2], []) if place[0] == 0 else self._batch, item)
             self._ready.notify()
@@ -186,7 +194,7 @@ class _UrgentFirstPool:
                 group, heap = self._turns.popitem(last=False)
                 item = heapq.heappop(heap)
                 if heap:
-                    self._turns[group] = heap      # its next turn comes after every other group's
+                    self._turns[group] = heap  # its next turn comes after every other group's
                 return item
             return heapq.heappop(self._batch) if self._batch else None
 

@@ -21,9 +21,20 @@ def run_in_the_interpreter(*modules: str, timeout: int = 600) -> None:
     if torch.cuda.is_available():
         pytest.skip("the kernel tests run on the GPU in this process")
     assert modules, "with no modules the pytest would run the whole suite"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           *(f"tests/orpheus/kernels/{module}" for module in modules)], cwd=REPO,
-                          env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *(f"tests/orpheus/kernels/{module}" for module in modules),
+        ],
+        cwd=REPO,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-

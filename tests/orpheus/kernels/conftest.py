@@ -19,5 +19,6 @@ def device() -> str:
         return "cuda"
     if os.environ.get("TRITON_INTERPRET") == "1":
         return "cpu"
-    pytest.skip("Triton has no GPU here and no interpreter in this process "
-                "(test_triton_interpreter.py runs these under it)")
+    pytest.skip(
+        "Triton has no GPU here and no interpreter in this process (test_triton_interpreter.py runs these under it)"
+    )

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-KERNEL_TOL = (1e-5, 1e-6)          # fp32 against fp32: reordered sums
-TF32_TOL = (5e-3, 2e-3)            # the pointwise GEMM's TF32 products against torch's (TF32 too)
-DECODE_TOL = {"cpu": (1e-4, 1e-5), "cuda": (2e-2, 1e-2)}   # cuda: TF32 convolutions in the module
+KERNEL_TOL = (1e-5, 1e-6)  # fp32 against fp32: reordered sums
+TF32_TOL = (5e-3, 2e-3)  # the pointwise GEMM's TF32 products against torch's (TF32 too)
+DECODE_TOL = {"cpu": (1e-4, 1e-5), "cuda": (2e-2, 1e-2)}  # cuda: TF32 convolutions in the module
 
 
 def assert_close(got, want, tol, what: str) -> None:
@@ -21,8 +21,9 @@ def assert_close(got, want, tol, what: str) -> None:
     g, w = got.float(), want.float()
     top = w.abs().max().item() or 1.0
     max_abs, rel = (g - w).abs().max().item(), ((g - w).norm() / w.norm().clamp_min(1e-30)).item()
-    assert max_abs <= tol[0] * top and rel <= tol[1], \
+    assert max_abs <= tol[0] * top and rel <= tol[1], (
         f"{what}: max abs {max_abs:.3e} (max |ref| {top:.2f}), rel L2 {rel:.3e}"
+    )
 
 
 @pytest.mark.parametrize("dilation", [1, 3, 9])
@@ -34,18 +35,21 @@ def test_the_residual_unit_kernels_match_their_references(device, dilation):
     big = device == "cuda"
     torch.manual_seed(dilation)
     for c in (512, 64) if big else (16, 8):
-        for t in (24, 1000) if big else (5, 40):        # 5: shorter than the taps' reach
+        for t in (24, 1000) if big else (5, 40):  # 5: shorter than the taps' reach
             x = torch.randn(2, c, t, device=device) * 3
             a1, a2 = (torch.rand(c, device=device) * 1.7 + 0.3 for _ in range(2))
             w = torch.randn(c * 7, device=device) * 0.3
             wb, pb = torch.randn(c, device=device), torch.randn(c, device=device)
             h = codec.snake_dw_snake(x, a1, w, wb, a2, dilation)
-            want = codec.snake_dw_snake_ref(x, a1.view(1, -1, 1), w.view(c, 1, 7), wb,
-                                            a2.view(1, -1, 1), dilation)
+            want = codec.snake_dw_snake_ref(x, a1.view(1, -1, 1), w.view(c, 1, 7), wb, a2.view(1, -1, 1), dilation)
             assert_close(h, want, KERNEL_TOL, f"snake_dw_snake C={c} T={t}")
-            pw = torch.randn(c, c, device=device) / c ** 0.5
-            assert_close(codec.pointwise_residual(pw, h, pb, x), codec.pointwise_residual_ref(pw, h, pb, x),
-                         TF32_TOL if big else KERNEL_TOL, f"pointwise_residual C={c} T={t}")
+            pw = torch.randn(c, c, device=device) / c**0.5
+            assert_close(
+                codec.pointwise_residual(pw, h, pb, x),
+                codec.pointwise_residual_ref(pw, h, pb, x),
+                TF32_TOL if big else KERNEL_TOL,
+                f"pointwise_residual C={c} T={t}",
+            )
 
 
 def test_the_noise_kernel_draws_the_references_normals(device):
@@ -53,8 +57,12 @@ def test_the_noise_kernel_draws_the_references_normals(device):
 
     keys = torch.randint(0, 2**40, (3,), device=device)
     for first, length in ((0, 37), (3 << 20, 2000)):
-        assert_close(codec.keyed_normal(keys, first, length), codec.keyed_normal_ref(keys, first, length),
-                     KERNEL_TOL, f"keyed_normal start={first} T={length}")
+        assert_close(
+            codec.keyed_normal(keys, first, length),
+            codec.keyed_normal_ref(keys, first, length),
+            KERNEL_TOL,
+            f"keyed_normal start={first} T={length}",
+        )
 
 
 def random_snac(tiny: bool):

@@ -15,11 +15,18 @@ W8A16_TOLERANCE = {"cuda": 4e-3, "cpu": 8e-3, "fp16": 1e-3}
 
 # (rows, n, k, launch): small, masked tiles and uneven K splits in the interpreter; the model's
 # shapes, an uneven K split and bf16 dots on the GPU. "fp16": fp16 activations, the table's launch.
-SMALL = [(3, 64, 96, (16, 32, 32, 4, 2, True, 1)), (20, 48, 80, (16, 16, 32, 4, 2, True, 3)),
-         (33, 64, 64, (32, 32, 32, 4, 2, True, 2)), (5, 32, 64, None), (7, 32, 64, "fp16")]
+SMALL = [
+    (3, 64, 96, (16, 32, 32, 4, 2, True, 1)),
+    (20, 48, 80, (16, 16, 32, 4, 2, True, 3)),
+    (33, 64, 64, (32, 32, 32, 4, 2, True, 2)),
+    (5, 32, 64, None),
+    (7, 32, 64, "fp16"),
+]
 MODEL = [(m, 5120, 3072, None) for m in (1, 16, 33, 64, 128)] + [
-    (40, 3072, 8192, None), (16, 3072, 3000, (16, 64, 128, 4, 3, True, 4)),
-    (16, 4096, 3072, (16, 32, 256, 4, 3, False, 1))]
+    (40, 3072, 8192, None),
+    (16, 3072, 3000, (16, 64, 128, 4, 3, True, 4)),
+    (16, 4096, 3072, (16, 32, 256, 4, 3, False, 1)),
+]
 
 
 def e4m3_weight(n: int, k: int, gen: torch.Generator):
@@ -55,8 +62,14 @@ def test_float8linear_sends_few_rows_to_the_weight_only_kernel_unless_told_not_t
     from pipeline.engines.orpheus.model.quant import _float8_linear_class
 
     cls = _float8_linear_class()
-    opted_out = cls(torch.zeros(1, 1, dtype=torch.float8_e4m3fn), torch.ones(1), None, torch.bfloat16,
-                    use_scaled_mm=True, small_rows=False)
+    opted_out = cls(
+        torch.zeros(1, 1, dtype=torch.float8_e4m3fn),
+        torch.ones(1),
+        None,
+        torch.bfloat16,
+        use_scaled_mm=True,
+        small_rows=False,
+    )
     assert opted_out.small_rows is None
     gen = torch.Generator().manual_seed(1)
     linear = torch.nn.Linear(64, 32, bias=False)

@@ -13,14 +13,20 @@ import torch
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B, tiny_llama_config
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
-EPS = 1e-5                                           # Llama's rms_norm_eps
+EPS = 1e-5  # Llama's rms_norm_eps
 # (max abs error / max |reference|, relative L2 error). A kernel rounds where its reference rounds,
 # so they differ by a rounding flip of the fp32 reductions: one bf16 ulp is 2^-8 relative.
-TOLERANCE = {torch.bfloat16: (2 ** -6, 4e-3), torch.float32: (1e-5, 1e-6)}
+TOLERANCE = {torch.bfloat16: (2**-6, 4e-3), torch.float32: (1e-5, 1e-6)}
 # The decoder's logits: rounding differences (GEMM tiling of fused weights too) through 2 layers.
 DECODER_TOLERANCE = {torch.bfloat16: (0.05, 2e-2), torch.float32: (1e-4, 1e-5)}
-SMALL = dict(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
-             head_dim=64, rope_theta=ORPHEUS_3B["rope_theta"])
+SMALL = dict(
+    hidden_size=256,
+    intermediate_size=512,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    rope_theta=ORPHEUS_3B["rope_theta"],
+)
 
 
 def assert_close(got, want, tol, what: str) -> None:
@@ -28,8 +34,9 @@ def assert_close(got, want, tol, what: str) -> None:
     top = w.abs().max().item() or 1.0
     max_abs = (g - w).abs().max().item()
     rel = ((g - w).norm() / w.norm().clamp_min(1e-30)).item()
-    assert max_abs <= tol[0] * top and rel <= tol[1], \
+    assert max_abs <= tol[0] * top and rel <= tol[1], (
         f"{what}: max abs {max_abs:.3e} (max |ref| {top:.2f}), rel L2 {rel:.3e}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +50,9 @@ def shape(device):
 def rope_tables(widths, context, dtype, device):
     d = widths["head_dim"]
     inv = 1.0 / widths["rope_theta"] ** (torch.arange(0, d, 2, device=device).float() / d)
-    freqs = torch.arange(context + 1, device=device).float().view(-1, 1) * inv   # [T+1, D/2]
+    freqs = torch.arange(context + 1, device=device).float().view(-1, 1) * inv  # [T+1, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)                              # [T+1, D]
+    return emb.cos().to(dtype), emb.sin().to(dtype)  # [T+1, D]
 
 
 def test_the_norm_rope_and_silu_kernels_match_their_references(device, shape):
@@ -63,15 +70,19 @@ def test_the_norm_rope_and_silu_kernels_match_their_references(device, shape):
         s, h = fused.add_rms_norm_triton(x, delta, w, EPS)
         assert_close(s, s_ref, tol, f"add_rms_norm sum B={b}")
         assert_close(h, h_ref, tol, f"add_rms_norm norm B={b}")
-        assert_close(fused.add_rms_norm_triton(x, None, w, EPS)[1],
-                     fused.add_rms_norm_ref(x, None, w, EPS)[1], tol, f"rms_norm B={b}")
+        assert_close(
+            fused.add_rms_norm_triton(x, None, w, EPS)[1],
+            fused.add_rms_norm_ref(x, None, w, EPS)[1],
+            tol,
+            f"rms_norm B={b}",
+        )
 
         # q, k, v as the decoder has them: column slices of the fused projection's output
         qkv = torch.randn(b, (heads + 2 * kv_heads) * d, **rnd)
         q, k, v = (t.view(b, -1, d) for t in qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1))
         cos, sin = rope_tables(widths, context, dtype, device)
         wpos = torch.randperm(context, device=device)[:b]
-        wpos[-1] = context                                   # an idle row writes the scratch slot
+        wpos[-1] = context  # an idle row writes the scratch slot
         caches = [torch.zeros(b + 3, kv_heads, context + 1, d, **rnd) for _ in range(4)]
         q_ref = fused.rope_store_ref(q, k, v, cos, sin, wpos, caches[0], caches[1])
         q_out = fused.rope_store_triton(q, k, v, cos, sin, wpos, caches[2], caches[3])
@@ -108,16 +119,16 @@ def test_the_fused_decoder_matches_the_unfused_torch_decoder(device, shape):
     widths, batches, _, dtype = shape
     tol = DECODER_TOLERANCE[dtype]
     torch.manual_seed(0)
-    config = tiny_llama_config(**{**ORPHEUS_3B, "num_hidden_layers": 2}) if device == "cuda" \
-        else tiny_llama_config()
+    config = tiny_llama_config(**{**ORPHEUS_3B, "num_hidden_layers": 2}) if device == "cuda" else tiny_llama_config()
     with torch.device(device):
         model = LlamaForCausalLM(config).to(dtype).eval()
     n, prompt, steps, context = max(batches), 40, 4, 512
     cfg = model.config
 
     def cache():
-        return KVCache(cfg.num_hidden_layers, n + 1, cfg.num_key_value_heads, context, cfg.head_dim,
-                       model.dtype, model.device)
+        return KVCache(
+            cfg.num_hidden_layers, n + 1, cfg.num_key_value_heads, context, cfg.head_dim, model.dtype, model.device
+        )
 
     plain = Decoder(model, cache(), CUSTOM_TOKEN_BASE, fuse=False, ops=fused.REFERENCE)
     fast = Decoder(model, cache(), CUSTOM_TOKEN_BASE, ops=fused.TRITON)
@@ -126,16 +137,23 @@ def test_the_fused_decoder_matches_the_unfused_torch_decoder(device, shape):
     zero = torch.zeros(n, dtype=torch.long, device=device)
     full, rows = torch.full((n,), prompt, device=device), torch.arange(n, device=device)
     with torch.inference_mode():
-        assert_close(fast.prefill(ids[:, :prompt], zero, full, rows, prompt),
-                     plain.prefill(ids[:, :prompt], zero, full, rows, prompt), tol, "prefill logits")
+        assert_close(
+            fast.prefill(ids[:, :prompt], zero, full, rows, prompt),
+            plain.prefill(ids[:, :prompt], zero, full, rows, prompt),
+            tol,
+            "prefill logits",
+        )
         for t in range(prompt, prompt + steps):
             wpos = torch.full((n,), t, device=device)
-            wpos[-1] = fast.cache.scratch                                 # one idle row
+            wpos[-1] = fast.cache.scratch  # one idle row
             for b in batches:
                 per_row = attention.available(device)
-                assert_close(fast.decode(ids[:b, t], wpos[:b], context, per_row),
-                             plain.decode(ids[:b, t], wpos[:b], context, per_row), tol,
-                             f"decode logits t={t} B={b}")
+                assert_close(
+                    fast.decode(ids[:b, t], wpos[:b], context, per_row),
+                    plain.decode(ids[:b, t], wpos[:b], context, per_row),
+                    tol,
+                    f"decode logits t={t} B={b}",
+                )
         assert_close(fast.cache.k[:, :n], plain.cache.k[:, :n], tol, "k cache after decode")
         assert_close(fast.cache.v[:, :n], plain.cache.v[:, :n], tol, "v cache after decode")
         if device == "cuda":

@@ -19,10 +19,10 @@ from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
 HEADS, KV_HEADS, HEAD_DIM = (ORPHEUS_3B[k] for k in ("num_attention_heads", "num_key_value_heads", "head_dim"))
 THETA = ORPHEUS_3B["rope_theta"]
-TOLERANCE = {torch.bfloat16: (2 ** -6, 4e-3), torch.float32: (1e-5, 1e-6)}
+TOLERANCE = {torch.bfloat16: (2**-6, 4e-3), torch.float32: (1e-5, 1e-6)}
 # fp16 dots over an fp8 cache round the query and the softmax weights to 11 bits, where bf16 has 8
 # and the fp32 interpreter 24: against the fp32 dots it is off by about 2^-12 relative.
-F16_TOLERANCE = {torch.bfloat16: TOLERANCE[torch.bfloat16], torch.float32: (2 ** -9, 2e-4)}
+F16_TOLERANCE = {torch.bfloat16: TOLERANCE[torch.bfloat16], torch.float32: (2**-9, 2e-4)}
 # e4m3 rounds each entry by up to 2^-4 (3.6% rms), so attention over random K and V (near-uniform
 # weights) is off by about 4% from the cache it came from.
 ATTENTION_FP8_REL = 0.06
@@ -35,15 +35,16 @@ DECODER_FP8_REL = 0.35
 # model dtype on the way. On random data they differ by a step, rarely two (7e-6 of the entries on
 # an H200).
 ROPE_DIFFERING, ROPE_MAX_STEPS = 0.01, 2
-SCALES = ((1.0, 1.0), (0.5, 2.0))        # (k_scale, v_scale): the default and powers of two
+SCALES = ((1.0, 1.0), (0.5, 2.0))  # (k_scale, v_scale): the default and powers of two
 
 
 def assert_close(got, want, tol, what: str) -> None:
     g, w = got.float(), want.float()
     top = w.abs().max().item() or 1.0
     max_abs, rel = (g - w).abs().max().item(), ((g - w).norm() / w.norm().clamp_min(1e-30)).item()
-    assert max_abs <= tol[0] * top and rel <= tol[1], \
+    assert max_abs <= tol[0] * top and rel <= tol[1], (
         f"{what}: max abs {max_abs:.3e} (max |ref| {top:.2f}), rel L2 {rel:.3e}"
+    )
 
 
 def rel_l2(got, want) -> float:
@@ -62,9 +63,11 @@ def quantized(cache, k_scale: float, v_scale: float, like):
 
 def e4m3_steps(a, b) -> torch.Tensor:
     """|a - b| in e4m3 steps, per entry (sign-magnitude bytes as ordinals: +0 and -0 are equal)."""
+
     def ordinal(t):
         bits = t.view(torch.uint8).int()
         return torch.where(bits >= 128, -(bits - 128), bits)
+
     return (ordinal(a) - ordinal(b)).abs()
 
 
@@ -82,18 +85,22 @@ def test_attention_over_fp8_is_attention_over_the_cache_converted_back(device, d
 
     torch.manual_seed(0)
     length, ks, vs = (1000 if device == "cuda" else 100), *scales
-    g, scale = HEADS // KV_HEADS, HEAD_DIM ** -0.5
+    g, scale = HEADS // KV_HEADS, HEAD_DIM**-0.5
     for b in (1, 256) if device == "cuda" else (1, 3):
         q = torch.randn(b, KV_HEADS, g, HEAD_DIM, dtype=dtype, device=device)
-        k, v = (torch.randn(b, KV_HEADS, length + 1, HEAD_DIM, dtype=dtype, device=device)
-                for _ in range(2))                                          # [B, Hkv, T+1, D]
+        k, v = (
+            torch.randn(b, KV_HEADS, length + 1, HEAD_DIM, dtype=dtype, device=device) for _ in range(2)
+        )  # [B, Hkv, T+1, D]
         lens = torch.randint(length * 9 // 10, length + 1, (b,), device=device)
         plain = attention.decode_attention(q, k, v, lens, scale)
         same = attention.launch_for(1, b)[:3] + (False,)
         (k8, v8), (kb, vb) = quantized((k, v), ks, vs, dtype)
-        assert_close(attention.decode_attention(q, k8, v8, lens, scale * ks, vs, launch=same),
-                     attention.decode_attention(q, kb, vb, lens, scale, launch=same), TOLERANCE[dtype],
-                     f"fp8 against its copy B={b}")
+        assert_close(
+            attention.decode_attention(q, k8, v8, lens, scale * ks, vs, launch=same),
+            attention.decode_attention(q, kb, vb, lens, scale, launch=same),
+            TOLERANCE[dtype],
+            f"fp8 against its copy B={b}",
+        )
         assert rel_l2(attention.decode_attention(q, k8, v8, lens, scale * ks, vs), plain) <= ATTENTION_FP8_REL
 
 
@@ -104,16 +111,19 @@ def test_fp16_dots_over_fp8_are_the_query_dtypes_dots_within_rounding(device, dt
 
     torch.manual_seed(1)
     b, length = (64, 1800) if device == "cuda" else (5, 80)
-    g, scale = HEADS // KV_HEADS, HEAD_DIM ** -0.5
+    g, scale = HEADS // KV_HEADS, HEAD_DIM**-0.5
     q = torch.randn(b, KV_HEADS, g, HEAD_DIM, dtype=dtype, device=device)
     k, v = (torch.randn(b + 1, KV_HEADS, length + 1, HEAD_DIM, dtype=dtype, device=device) for _ in range(2))
     lens = torch.linspace(1, length, b, device=device).long()
     (k8, v8), _ = quantized((k, v), 0.5, 2.0, dtype)
     launch = attention.launch_for(1, b)
     assert launch[3], "fp16 dots are the fp8 cache's default"
-    assert_close(attention.decode_attention(q, k8, v8, lens, scale * 0.5, 2.0),
-                 attention.decode_attention(q, k8, v8, lens, scale * 0.5, 2.0, launch=launch[:3] + (False,)),
-                 F16_TOLERANCE[dtype], "fp16 dots")
+    assert_close(
+        attention.decode_attention(q, k8, v8, lens, scale * 0.5, 2.0),
+        attention.decode_attention(q, k8, v8, lens, scale * 0.5, 2.0, launch=launch[:3] + (False,)),
+        F16_TOLERANCE[dtype],
+        "fp16 dots",
+    )
 
 
 def rope_cases(device, dtype, context: int):
@@ -139,14 +149,14 @@ def test_rope_store_into_fp8_writes_the_references_bytes(device, dtype):
     hq, hkv, d, context = HEADS, KV_HEADS, HEAD_DIM, 256
     for b in (1, 64) if device == "cuda" else (1, 5):
         wpos = torch.randperm(context, device=device)[:b]
-        wpos[-1] = context                                   # an idle row writes the scratch slot
+        wpos[-1] = context  # an idle row writes the scratch slot
         for name, cos, sin, (ks, vs) in rope_cases(device, dtype, context):
             qkv = torch.randn(b, (hq + 2 * hkv) * d, device=device)
-            if name == "grid":                              # e4m3 values times the scales: exact
+            if name == "grid":  # e4m3 values times the scales: exact
                 qkv = fused.to_cache(qkv * 16, 1.0).float()
-                qkv[:, hq * d:(hq + hkv) * d] *= ks
-                qkv[:, (hq + hkv) * d:] *= vs
-            else:                                           # some past 448: saturated
+                qkv[:, hq * d : (hq + hkv) * d] *= ks
+                qkv[:, (hq + hkv) * d :] *= vs
+            else:  # some past 448: saturated
                 qkv[:, ::97] *= 1000
             q, k, v = (t.view(b, -1, d) for t in qkv.to(dtype).split([hq * d, hkv * d, hkv * d], dim=-1))
             caches = [torch.zeros(b + 3, hkv, context + 1, d, dtype=fused.FP8, device=device) for _ in range(4)]
@@ -160,7 +170,7 @@ def test_rope_store_into_fp8_writes_the_references_bytes(device, dtype):
                 else:
                     assert (steps > 0).float().mean().item() <= ROPE_DIFFERING, f"{part} cache B={b}"
                     assert steps.max().item() <= ROPE_MAX_STEPS, f"{part} cache B={b}"
-                    assert got.float().abs().max().item() == FP8_MAX       # NaN fails this too
+                    assert got.float().abs().max().item() == FP8_MAX  # NaN fails this too
 
 
 def test_a_decoders_logits_over_an_fp8_cache_stay_within_bound_of_a_plain_cache(device, dtype):
@@ -182,14 +192,29 @@ def test_a_decoders_logits_over_an_fp8_cache_stay_within_bound_of_a_plain_cache(
     n = max(batches)
 
     def decoder(kv_dtype):
-        cache = KVCache(cfg.num_hidden_layers, n + 1, cfg.num_key_value_heads, 512, cfg.head_dim,
-                        model.dtype, model.device, kv_dtype)
+        cache = KVCache(
+            cfg.num_hidden_layers,
+            n + 1,
+            cfg.num_key_value_heads,
+            512,
+            cfg.head_dim,
+            model.dtype,
+            model.device,
+            kv_dtype,
+        )
         return Decoder(model, cache, CUSTOM_TOKEN_BASE, ops=ops)
 
     def logits(dec, ids, per_row):
         rows, dev = ids.shape[0], ids.device
-        out = [dec.prefill(ids[:, :prompt], torch.zeros(rows, dtype=torch.long, device=dev),
-                           torch.full((rows,), prompt, device=dev), torch.arange(rows, device=dev), prompt)]
+        out = [
+            dec.prefill(
+                ids[:, :prompt],
+                torch.zeros(rows, dtype=torch.long, device=dev),
+                torch.full((rows,), prompt, device=dev),
+                torch.arange(rows, device=dev),
+                prompt,
+            )
+        ]
         for t in range(prompt, ids.shape[1]):
             out.append(dec.decode(ids[:, t], torch.full((rows,), t, device=dev), t + 1, per_row))
         return out

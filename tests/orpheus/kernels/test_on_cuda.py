@@ -18,8 +18,7 @@ from pipeline.engines.orpheus.tiny import ORPHEUS_3B, tiny_llama_config
 from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 from synth_testkit.runner_state import MIXED_CASES, fill
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 # bf16 across 28 layers: the two ways run their GEMMs and attention at other shapes (N x longest
 # against N x S, decode rows and prompt tokens together against apart), so cuBLAS may tile and
@@ -27,15 +26,16 @@ pytestmark = [pytest.mark.slow,
 # relative L2 error)
 SHAPE_TOLERANCE = (0.1, 5e-2)
 # the same kernels at the same shape: a rounding flip of the fp32 reductions at most
-SAME_SHAPE_TOLERANCE = (2 ** -6, 4e-3)
+SAME_SHAPE_TOLERANCE = (2**-6, 4e-3)
 
 
 def assert_close(got, want, tol, what: str) -> None:
     g, w = got.float(), want.float()
     top = w.abs().max().item() or 1.0
     max_abs, rel = (g - w).abs().max().item(), ((g - w).norm() / w.norm().clamp_min(1e-30)).item()
-    assert max_abs <= tol[0] * top and rel <= tol[1], \
+    assert max_abs <= tol[0] * top and rel <= tol[1], (
         f"{what}: max abs {max_abs:.3e} (max |ref| {top:.2f}), rel L2 {rel:.3e}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +57,15 @@ def runner_for(model, rows: int, context: int, params=SamplingParams(temperature
 
 # (prompt lengths, cache rows): one stream alone at each S of the ladder, then several arriving
 # together, one of them with a padding row and row 0 in use.
-PREFILL_CASES = [((20,), (3,)), ((57,), (1,)), ((120,), (2,)), ((250,), (5,)), ((40, 90), (1, 6)),
-                 ((23, 100, 64), (0, 4, 2)), ((200, 256, 130, 180), (1, 2, 3, 7))]
+PREFILL_CASES = [
+    ((20,), (3,)),
+    ((57,), (1,)),
+    ((120,), (2,)),
+    ((250,), (5,)),
+    ((40, 90), (1, 6)),
+    ((23, 100, 64), (0, 4, 2)),
+    ((200, 256, 130, 180), (1, 2, 3, 7)),
+]
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +83,9 @@ def cache_at(runner, chunks):
     return torch.cat([t[:, c.seq.row, :, : c.end].reshape(-1) for c in chunks for t in (k, v)])
 
 
-@pytest.mark.parametrize("lengths,rows", PREFILL_CASES,
-                         ids=["+".join(map(str, lengths)) for lengths, _ in PREFILL_CASES])
+@pytest.mark.parametrize(
+    "lengths,rows", PREFILL_CASES, ids=["+".join(map(str, lengths)) for lengths, _ in PREFILL_CASES]
+)
 def test_a_prefill_graph_matches_the_eager_prefill(prefill_runner, lengths, rows):
     """Replayed from the smallest graph that holds the prompts, against the eager prefill (the
     prompts right-padded to the longest only), logits and cache; and against the same padded
@@ -86,8 +94,15 @@ def test_a_prefill_graph_matches_the_eager_prefill(prefill_runner, lengths, rows
     assert not [r for r in runner.fallbacks if r.startswith("prefill graph capture")]
     graphs = runner.prefill_graphs
     gen = torch.Generator().manual_seed(sum(lengths))
-    chunks = [PrefillChunk(Seq(key=row, prompt=torch.randint(0, CUSTOM_TOKEN_BASE, (n,), generator=gen).tolist(),
-                               budget=100, row=row), 0, n, True) for n, row in zip(lengths, rows)]
+    chunks = [
+        PrefillChunk(
+            Seq(key=row, prompt=torch.randint(0, CUSTOM_TOKEN_BASE, (n,), generator=gen).tolist(), budget=100, row=row),
+            0,
+            n,
+            True,
+        )
+        for n, row in zip(lengths, rows)
+    ]
     n, s = graphs.shape(chunks)
     with torch.inference_mode():
         eager = runner._prefill_eager(chunks).clone()
@@ -106,8 +121,7 @@ def test_a_prefill_graph_matches_the_eager_prefill(prefill_runner, lengths, rows
 
 
 def state(runner) -> list:
-    return [runner.tokens, runner.pos, runner.steps, runner.keys, runner.seen, runner.cache.k,
-            runner.cache.v]
+    return [runner.tokens, runner.pos, runner.steps, runner.keys, runner.seen, runner.cache.k, runner.cache.v]
 
 
 def written(runner, rows: int, pos, prompt_len: int) -> list:
@@ -134,11 +148,19 @@ def test_a_mixed_step_matches_its_prefill_and_decode_run_apart(model, kv8):
         with torch.inference_mode():
             for rows, prompt_len in MIXED_CASES:
                 fill(runner, rows, gen)
-                new = Seq("new", torch.randint(0, CUSTOM_TOKEN_BASE, (prompt_len,), generator=gen).tolist(),
-                          2000, row=rows, seed=7)
-                plan = Plan(prefill=[PrefillChunk(new, 0, prompt_len, True)],
-                            decode=[Seq(i, [1] * 120, 2000, row=i) for i in range(rows)], rows=rows + 1,
-                            context=int(runner.pos[:rows].max()) + 1)
+                new = Seq(
+                    "new",
+                    torch.randint(0, CUSTOM_TOKEN_BASE, (prompt_len,), generator=gen).tolist(),
+                    2000,
+                    row=rows,
+                    seed=7,
+                )
+                plan = Plan(
+                    prefill=[PrefillChunk(new, 0, prompt_len, True)],
+                    decode=[Seq(i, [1] * 120, 2000, row=i) for i in range(rows)],
+                    rows=rows + 1,
+                    context=int(runner.pos[:rows].max()) + 1,
+                )
                 snapshot, pos = [t.clone() for t in state(runner)], runner.pos[:rows].clone()
                 runner.mixed_sizes = sizes
                 shape = runner._mixed_shape(plan)
@@ -149,13 +171,16 @@ def test_a_mixed_step_matches_its_prefill_and_decode_run_apart(model, kv8):
                 for t, saved in zip(state(runner), snapshot):
                     t.copy_(saved)
                 del snapshot
-                runner.mixed_sizes = ()              # the same plan, prefilled apart
+                runner.mixed_sizes = ()  # the same plan, prefilled apart
                 runner.collect(runner.launch(plan))
                 apart_logits = runner.prefill_graphs.graphs[runner.prefill_graphs.shape(plan.prefill)].output[:1]
                 what = f"{rows} rows + {prompt_len} tokens"
                 assert_close(mixed_logits, apart_logits, SHAPE_TOLERANCE, f"{what}: prompt logits")
-                for part, got, want in zip(("K decode rows", "K prompt", "V decode rows", "V prompt"),
-                                           mixed_cache, written(runner, rows, pos, prompt_len)):
+                for part, got, want in zip(
+                    ("K decode rows", "K prompt", "V decode rows", "V prompt"),
+                    mixed_cache,
+                    written(runner, rows, pos, prompt_len),
+                ):
                     assert_close(got, want, SHAPE_TOLERANCE, f"{what}: cache {part}")
     finally:
         del runner
@@ -168,8 +193,13 @@ SLEEP_MS = 60.0
 # Steps of every kind: realtime prompts through the prefill graphs, batch prompts through the
 # eager prefill, a prompt longer than a step's prefill budget (chunked), the moves of rows that
 # finish, decode-only and realtime-only steps.
-ARRIVALS = {0: [(True, 40), (True, 90)], 3: [(False, 300)] * 6, 8: [(False, 1500)],
-            14: [(True, 60)], 20: [(False, 200)] * 3}
+ARRIVALS = {
+    0: [(True, 40), (True, 90)],
+    3: [(False, 300)] * 6,
+    8: [(False, 1500)],
+    14: [(True, 60)],
+    20: [(False, 200)] * 3,
+}
 WATCHED = {0: [(True, 50), (False, 400), (False, 400)], 5: [(False, 1300)]}
 
 
@@ -195,8 +225,15 @@ def test_no_kind_of_step_waits_for_the_device_at_launch(model):
 
     def arrive(arrivals, step, budget, phase):
         for realtime, n in arrivals.get(step, []):
-            sched.add(Seq(key=(phase, step, n, realtime, len(sched.by_row)), budget=budget, realtime=realtime,
-                          seed=step, prompt=torch.randint(1000, 20000, (n,), generator=gen).tolist()))
+            sched.add(
+                Seq(
+                    key=(phase, step, n, realtime, len(sched.by_row)),
+                    budget=budget,
+                    realtime=realtime,
+                    seed=step,
+                    prompt=torch.randint(1000, 20000, (n,), generator=gen).tolist(),
+                )
+            )
 
     try:
         cycles, waited = sleep_cycles(SLEEP_MS), []
@@ -206,7 +243,7 @@ def test_no_kind_of_step_waits_for_the_device_at_launch(model):
             if plan.empty:
                 continue
             with torch.cuda.stream(runner.stream or torch.cuda.current_stream()):
-                torch.cuda._sleep(cycles)        # on the stream the runner launches on
+                torch.cuda._sleep(cycles)  # on the stream the runner launches on
             launched = runner.launch(plan)
             if launched.done.query():
                 waited.append((step, plan))

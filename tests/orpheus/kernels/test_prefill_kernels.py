@@ -17,16 +17,16 @@ from pipeline.engines.orpheus.vocab import CUSTOM_TOKEN_BASE
 
 HEADS, KV_HEADS, HEAD_DIM = (ORPHEUS_3B[k] for k in ("num_attention_heads", "num_key_value_heads", "head_dim"))
 CONTEXT = 600
-TOLERANCE = {torch.bfloat16: (2 ** -6, 4e-3), torch.float32: (1e-5, 1e-6)}
-F16_TOLERANCE = {torch.bfloat16: TOLERANCE[torch.bfloat16], torch.float32: (2 ** -9, 2e-4)}
+TOLERANCE = {torch.bfloat16: (2**-6, 4e-3), torch.float32: (1e-5, 1e-6)}
+F16_TOLERANCE = {torch.bfloat16: TOLERANCE[torch.bfloat16], torch.float32: (2**-9, 2e-4)}
 DECODER_TOLERANCE = {torch.bfloat16: (0.05, 2e-2), torch.float32: (1e-4, 1e-5)}
 # An fp8 cache after the first layer: the two paths' inputs to a layer differ by bf16 rounding,
 # and where an entry lies near an e4m3 rounding boundary that flips it by a step (2^-3 of it at
 # most); the H200 measured 1.9% relative L2 over the cache and logits off by 1.5-2.1%.
-KV8_DECODER_TOLERANCE = (2 ** -3, 4e-2)
+KV8_DECODER_TOLERANCE = (2**-3, 4e-2)
 # The first layer over an fp8 cache: the Triton rotation differs from torch's by a bf16 ulp in some
 # entries, and an ulp can flip an entry's e4m3 rounding.
-KV8_FIRST_LAYER_TOLERANCE = (2 ** -3, 1e-2)
+KV8_FIRST_LAYER_TOLERANCE = (2**-3, 1e-2)
 # (start, valid tokens) per chunk, S = the longest: fresh prompts, a one-token chunk, chunks that
 # continue a row (a long prompt's later chunk, a resumed sequence), a padding-heavy one, and a
 # graph's padding chunk (length 0).
@@ -38,8 +38,9 @@ def assert_close(got, want, tol, what: str) -> None:
     g, w = got.float(), want.float()
     top = w.abs().max().item() or 1.0
     max_abs, rel = (g - w).abs().max().item(), ((g - w).norm() / w.norm().clamp_min(1e-30)).item()
-    assert max_abs <= tol[0] * top and rel <= tol[1], \
+    assert max_abs <= tol[0] * top and rel <= tol[1], (
         f"{what}: max abs {max_abs:.3e} (max |ref| {top:.2f}), rel L2 {rel:.3e}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +65,13 @@ def test_rope_store_with_rows_matches_the_reference(device, dtype):
     t = n * s
     rnd = dict(dtype=dtype, device=device)
     qkv = torch.randn(t, (HEADS + 2 * KV_HEADS) * HEAD_DIM, **rnd)
-    q, k, v = (x.view(t, -1, HEAD_DIM) for x in
-               qkv.split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1))
+    q, k, v = (
+        x.view(t, -1, HEAD_DIM) for x in qkv.split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1)
+    )
     cos, sin = rope_tables(dtype, device)
     rows = torch.tensor([4, 0, 2], device=device).repeat_interleave(s)
     wpos = torch.arange(t, device=device) % s + torch.tensor([0, 30, 500], device=device).repeat_interleave(s)
-    wpos[-1] = CONTEXT                                             # padding: the scratch slot
+    wpos[-1] = CONTEXT  # padding: the scratch slot
     caches = [torch.zeros(6, KV_HEADS, CONTEXT + 1, HEAD_DIM, **rnd) for _ in range(4)]
     q_ref = fused.rope_store_ref(q, k, v, cos, sin, wpos, caches[0], caches[1], rows=rows)
     q_out = fused.rope_store_triton(q, k, v, cos, sin, wpos, caches[2], caches[3], rows=rows)
@@ -85,12 +87,13 @@ def reference_attention(q, kc, vc, rows, start, lens, s: int, scale: float, v_sc
     g = q.shape[1] // kc.shape[1]
     for n, (row, first, length) in enumerate(zip(rows.tolist(), start.tolist(), lens.tolist())):
         end = first + length
-        k = kc[row, :, :end].float().repeat_interleave(g, 0)                # [Hq, L, D]
+        k = kc[row, :, :end].float().repeat_interleave(g, 0)  # [Hq, L, D]
         v = vc[row, :, :end].float().repeat_interleave(g, 0) * v_scale
-        qn = q[n * s : n * s + length].float().transpose(0, 1)             # [Hq, len, D]
-        scores = qn @ k.transpose(1, 2) * scale                            # [Hq, len, L]
-        allowed = torch.arange(end, device=q.device).view(1, -1) <= \
-            (first + torch.arange(length, device=q.device)).view(-1, 1)
+        qn = q[n * s : n * s + length].float().transpose(0, 1)  # [Hq, len, D]
+        scores = qn @ k.transpose(1, 2) * scale  # [Hq, len, L]
+        allowed = torch.arange(end, device=q.device).view(1, -1) <= (
+            first + torch.arange(length, device=q.device)
+        ).view(-1, 1)
         out[n * s : n * s + length] = (scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v).transpose(0, 1)
     return out
 
@@ -106,10 +109,11 @@ def test_prefill_attention_matches_attention_written_out(device, dtype):
     heads, kv_heads = (HEADS, KV_HEADS) if device == "cuda" else (4, 2)
     s, n = max(length for _, length in CHUNKS), len(CHUNKS)
     # columns of one packed tensor, strided as the graphs' inputs are (serving/graphs.py pack)
-    meta = torch.tensor([[row, first, length] for row, (first, length) in zip((3, 0, 5, 1, 6, 0), CHUNKS)],
-                        device=device)
+    meta = torch.tensor(
+        [[row, first, length] for row, (first, length) in zip((3, 0, 5, 1, 6, 0), CHUNKS)], device=device
+    )
     rows, start, lens = meta[:, 0], meta[:, 1], meta[:, 2]
-    scale = HEAD_DIM ** -0.5
+    scale = HEAD_DIM**-0.5
     q = torch.randn(n * s, heads, HEAD_DIM, dtype=dtype, device=device)
     k, v = (torch.randn(7, kv_heads, 256 + 1, HEAD_DIM, dtype=dtype, device=device) for _ in range(2))
     keep = torch.cat([torch.arange(i * s, i * s + int(length)) for i, length in enumerate(lens.tolist())]).to(device)
@@ -143,9 +147,25 @@ def test_a_decoders_prefill_and_mixed_step_match_the_torch_path(device, dtype, k
     with torch.device(device):
         model = LlamaForCausalLM(config).to(dtype).eval()
     cfg = model.config
-    paths = [Decoder(model, KVCache(cfg.num_hidden_layers, 8, cfg.num_key_value_heads, 512, cfg.head_dim,
-                                    model.dtype, model.device, kv_dtype=kv),
-                     CUSTOM_TOKEN_BASE, ops=fused.TRITON, prefill_attention=kernel) for kernel in (False, True)]
+    paths = [
+        Decoder(
+            model,
+            KVCache(
+                cfg.num_hidden_layers,
+                8,
+                cfg.num_key_value_heads,
+                512,
+                cfg.head_dim,
+                model.dtype,
+                model.device,
+                kv_dtype=kv,
+            ),
+            CUSTOM_TOKEN_BASE,
+            ops=fused.TRITON,
+            prefill_attention=kernel,
+        )
+        for kernel in (False, True)
+    ]
     torch_path, kernel = paths
     # the decoder takes the kernels only where attention.available says they serve (CUDA); the
     # interpreter runs them too
@@ -174,12 +194,20 @@ def test_a_decoders_prefill_and_mixed_step_match_the_torch_path(device, dtype, k
             assert_close(x, y, tol, f"{what}: {part}")
 
     with torch.inference_mode():
-        for i, (x, start, lens, rows) in enumerate([
-                packed(ids(1, 48), [0], [48], [2]), packed(ids(1, 48), [48], [30], [2]),
-                packed(ids(3, 40), [0, 0, 0], [40, 17, 1], [0, 5, 1])]):
+        for i, (x, start, lens, rows) in enumerate(
+            [
+                packed(ids(1, 48), [0], [48], [2]),
+                packed(ids(1, 48), [48], [30], [2]),
+                packed(ids(3, 40), [0, 0, 0], [40, 17, 1], [0, 5, 1]),
+            ]
+        ):
             length = int((start + lens).max())
-            assert_close(kernel.prefill(x, start, lens, rows, length),
-                         torch_path.prefill(x, start, lens, rows, length), tol, f"prefill {i} logits")
+            assert_close(
+                kernel.prefill(x, start, lens, rows, length),
+                torch_path.prefill(x, start, lens, rows, length),
+                tol,
+                f"prefill {i} logits",
+            )
         caches_close((0, 1, 2, 5), "after the prefills")
         # rows 0..2 decode (row 1 idle: the scratch slot), a prompt fills row 3
         tokens, wpos = ids(1, 3)[0], t([40, kernel.cache.scratch, 78])

@@ -31,7 +31,7 @@ class FrameAssembler:
     frames: list[np.ndarray] = field(default_factory=list)  # each [7] int64 codes
     invalid_tokens: int = 0
     dropped_frames: int = 0
-    ended: bool = False           # END_OF_SPEECH seen
+    ended: bool = False  # END_OF_SPEECH seen
     _partial: list[int] = field(default_factory=list)
     _spoiled: bool = False
 

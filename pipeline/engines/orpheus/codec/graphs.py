@@ -27,9 +27,15 @@ class CodecGraphs:
         self.model, self.keys, self.device = model, keys_holder, device
         shapes = [(g, w) for w in sorted(windows, reverse=True) for g in reversed(BATCHES)]
         try:
-            self.graphs = capture_graphs(shapes, self._inputs, self._decode, device=device,
-                                         what="codec graph capture", instead="decoding eagerly",
-                                         fallbacks=fallbacks)
+            self.graphs = capture_graphs(
+                shapes,
+                self._inputs,
+                self._decode,
+                device=device,
+                what="codec graph capture",
+                instead="decoding eagerly",
+                fallbacks=fallbacks,
+            )
         finally:
             self.keys.value = None
 
@@ -41,7 +47,7 @@ class CodecGraphs:
 
     def _decode(self, _shape, inputs):
         codes, keys = inputs
-        self.keys.value = keys          # what the keyed noise blocks read (snac.py)
+        self.keys.value = keys  # what the keyed noise blocks read (snac.py)
         return self.model.decode(codes)
 
     def decode(self, codes: list, keys):
@@ -50,7 +56,7 @@ class CodecGraphs:
         sizes = [b for b, ww in self.graphs if ww == w]
         if not sizes:
             return None
-        with torch.inference_mode():           # the static inputs are inference tensors
+        with torch.inference_mode():  # the static inputs are inference tensors
             return self._replay(codes, keys, g, w, max(sizes))
 
     def _replay(self, codes: list, keys, g: int, w: int, largest: int):

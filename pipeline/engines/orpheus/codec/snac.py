@@ -45,11 +45,11 @@ def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
         def __init__(self):
             super().__init__()
             self.linear = block.linear
-            self.fused = False      # the noise in one kernel and one addcmul (fuse_kernels)
+            self.fused = False  # the noise in one kernel and one addcmul (fuse_kernels)
 
-        def forward(self, x):                       # x: [B, C, T]
+        def forward(self, x):  # x: [B, C, T]
             key = keys.value
-            assert key is not None   # set for the length of a decode (decode_windows)
+            assert key is not None  # set for the length of a decode (decode_windows)
             if self.fused:
                 noise = codec_kernels.keyed_normal(key.view(-1), salt << 20, x.shape[-1])
                 return torch.addcmul(x, noise.to(x.dtype), self.linear(x))
@@ -63,8 +63,9 @@ def _keyed_noise_block(block, keys: _NoiseKeys, salt: int):
 class SnacCodec:
     """Decodes batches of equal-length windows of frames into audio on one device."""
 
-    def __init__(self, model, device: str, fold: bool = True, fuse: bool | None = None,
-                 fallbacks: list[str] | None = None):
+    def __init__(
+        self, model, device: str, fold: bool = True, fuse: bool | None = None, fallbacks: list[str] | None = None
+    ):
         """``fuse``: the decoder's residual units and noise as Triton kernels (kernels/codec.py);
         None: where they can run (CUDA with Triton). ``fallbacks``: where the kernels say why
         they fell back (fallbacks.py)."""
@@ -78,9 +79,8 @@ class SnacCodec:
 
             # The lanes' streams: normal priority, and the highest for the realtime lane (a
             # priority below the device's range is mapped to its highest: torch's Stream docs).
-            self._cuda_streams = (torch.cuda.Stream(device),
-                                  torch.cuda.Stream(device, priority=-100))
-        self.graphs: dict = {}          # urgent (realtime lane) -> that lane's CodecGraphs
+            self._cuda_streams = (torch.cuda.Stream(device), torch.cuda.Stream(device, priority=-100))
+        self.graphs: dict = {}  # urgent (realtime lane) -> that lane's CodecGraphs
         self.keyed_noise_blocks = self._swap_noise_blocks()
         self.folded_weight_norms = fold_weight_norms(self.model) if fold else 0
         self.fused_units = 0
@@ -102,12 +102,9 @@ class SnacCodec:
             with torch.inference_mode():
                 x = torch.ones((1, 64, 8), device=self.device)
                 one = torch.ones(64, device=self.device)
-                h = codec_kernels.snake_dw_snake(x, one, torch.ones(64 * 7, device=self.device),
-                                                 one, one, 1)
-                codec_kernels.pointwise_residual(torch.ones((64, 64), device=self.device), h,
-                                                 one, x)
-                codec_kernels.keyed_normal(torch.zeros(1, dtype=torch.int64,
-                                                       device=self.device), 0, 8)
+                h = codec_kernels.snake_dw_snake(x, one, torch.ones(64 * 7, device=self.device), one, one, 1)
+                codec_kernels.pointwise_residual(torch.ones((64, 64), device=self.device), h, one, x)
+                codec_kernels.keyed_normal(torch.zeros(1, dtype=torch.int64, device=self.device), 0, 8)
         except Exception as e:  # noqa: BLE001 - any failure means "the module's ops, say why"
             fall_back(self.fallbacks, "fused codec kernels", e, "the codec runs its own ops")
             return
@@ -145,14 +142,13 @@ class SnacCodec:
                 self._keys.value = key_t.view(-1, 1, 1)
                 try:
                     with torch.inference_mode():
-                        audio = self.model.decode(codes)    # [B, 1, w * 2048]
+                        audio = self.model.decode(codes)  # [B, 1, w * 2048]
                 finally:
                     self._keys.value = None
             expected = frames.shape[1] * SNAC_SAMPLES_PER_FRAME
             return audio[:, 0, :expected].float().cpu().numpy()
 
-    def capture_graphs(self, realtime: tuple[int, ...], batch: tuple[int, ...],
-                       fallbacks: list[str]) -> None:
+    def capture_graphs(self, realtime: tuple[int, ...], batch: tuple[int, ...], fallbacks: list[str]) -> None:
         """Capture the decode for these window lengths of each lane (CUDA only): each lane its
         own graphs, so their static buffers are never shared. A lane whose capture fails says
         why in ``fallbacks`` and decodes eagerly."""
@@ -203,8 +199,13 @@ def fold_weight_norms(model) -> int:
     return folded
 
 
-def load_codec(name_or_path: str | None, device: str, fuse: bool | None = None,
-               fallbacks: list[str] | None = None, origin: str = "SYNTH_CODEC") -> SnacCodec:
+def load_codec(
+    name_or_path: str | None,
+    device: str,
+    fuse: bool | None = None,
+    fallbacks: list[str] | None = None,
+    origin: str = "SYNTH_CODEC",
+) -> SnacCodec:
     """SNAC from a local folder (config.json + pytorch_model.bin) or a hub id; ``fuse`` and
     ``fallbacks`` as ``SnacCodec``'s; ``origin`` says where the name came from, for the error."""
     try:
@@ -219,6 +220,7 @@ def load_codec(name_or_path: str | None, device: str, fuse: bool | None = None,
         reason = " ".join(str(e).split()).rstrip(".")
         raise EngineUnavailableError(
             f"cannot load the SNAC codec {source!r} ({origin}): {reason}; set SYNTH_CODEC to a local "
-            "SNAC folder (config.json and pytorch_model.bin) or a hub id") from e
+            "SNAC folder (config.json and pytorch_model.bin) or a hub id"
+        ) from e
     log.info("loaded SNAC codec %s on %s", source, device)
     return SnacCodec(model, device, fuse=fuse, fallbacks=fallbacks)

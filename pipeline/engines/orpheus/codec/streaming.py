@@ -43,14 +43,14 @@ from pipeline.constants import SNAC_SAMPLES_PER_FRAME
 from pipeline.engines.orpheus.codec.codes import FrameAssembler
 from pipeline.engines.orpheus.rng import mix_keys
 
-FIRST_CHUNK_FRAMES = 2     # the first chunk: 171 ms of audio, out after 4 frames (28 tokens)
+FIRST_CHUNK_FRAMES = 2  # the first chunk: 171 ms of audio, out after 4 frames (28 tokens)
 LEFT_CONTEXT_FRAMES = 1
 RIGHT_CONTEXT_FRAMES = 2
 REALTIME_CHUNK_FRAMES = 4  # 341 ms of audio per chunk
 BATCH_CHUNK_FRAMES = 16
-RAMP_FIRST_FRAMES = 1      # realtime: the first chunk, out after 3 frames (21 tokens)
-RAMP_DIVISOR = 4           # realtime: chunk size 1 + (frames sent) // 4, up to chunk_frames
-LOW_RIGHT_FRAMES = 4       # first_right < 2: chunks starting before this frame keep that context
+RAMP_FIRST_FRAMES = 1  # realtime: the first chunk, out after 3 frames (21 tokens)
+RAMP_DIVISOR = 4  # realtime: chunk size 1 + (frames sent) // 4, up to chunk_frames
+LOW_RIGHT_FRAMES = 4  # first_right < 2: chunks starting before this frame keep that context
 
 
 @dataclass
@@ -60,10 +60,10 @@ class StreamState:
     seed: int
     chunk_frames: int = REALTIME_CHUNK_FRAMES
     assembler: FrameAssembler = field(default_factory=FrameAssembler)
-    emitted: int = 0        # frames already sent (always a chunk boundary)
+    emitted: int = 0  # frames already sent (always a chunk boundary)
     chunks: int = 0
-    ramp: bool = False      # realtime: small first chunks, growing (see the module's text)
-    first_right: int = RIGHT_CONTEXT_FRAMES   # right context of the first chunk
+    ramp: bool = False  # realtime: small first chunks, growing (see the module's text)
+    first_right: int = RIGHT_CONTEXT_FRAMES  # right context of the first chunk
 
     @property
     def first_ready_frames(self) -> int:
@@ -75,7 +75,7 @@ class StreamState:
             if start == 0:
                 return RAMP_FIRST_FRAMES
             size = 1 + start // RAMP_DIVISOR
-            if self._low_start() and start >= LOW_RIGHT_FRAMES:   # a frame less in hand
+            if self._low_start() and start >= LOW_RIGHT_FRAMES:  # a frame less in hand
                 size = max(1, size - 1)
             return start + min(self.chunk_frames, size)
         return FIRST_CHUNK_FRAMES if start == 0 else start + self.chunk_frames
@@ -119,7 +119,7 @@ def decode_ready(codec, streams: dict, finished: set, urgent: bool = False, stat
     realtime lane (its high-priority stream and graphs). ``stats`` (thread.LaneStats):
     counts the calls, windows and window frames.
     """
-    plan: dict[int, list] = defaultdict(list)       # window length -> [(key, chunk)]
+    plan: dict[int, list] = defaultdict(list)  # window length -> [(key, chunk)]
     for key, st in streams.items():
         for chunk in st.ready_chunks(key in finished):
             plan[chunk[3] - chunk[2]].append((key, chunk))
@@ -127,13 +127,13 @@ def decode_ready(codec, streams: dict, finished: set, urgent: bool = False, stat
     for w, items in plan.items():
         frames = np.stack([np.stack(streams[k].assembler.frames[s:e]) for k, (_a, _b, s, e) in items])
         keys = np.array([streams[k].window_key(s) for k, (_a, _b, s, _e) in items], dtype=np.int64)
-        audio = codec.decode_windows(frames, keys, urgent)    # [G, w * 2048]
+        audio = codec.decode_windows(frames, keys, urgent)  # [G, w * 2048]
         if stats is not None:
             stats.calls += 1
             stats.windows += len(items)
             stats.frames += len(items) * w
         for i, (key, (a, b, s, _e)) in enumerate(items):
-            pieces[key].append((a, audio[i, (a - s) * SNAC_SAMPLES_PER_FRAME:(b - s) * SNAC_SAMPLES_PER_FRAME]))
+            pieces[key].append((a, audio[i, (a - s) * SNAC_SAMPLES_PER_FRAME : (b - s) * SNAC_SAMPLES_PER_FRAME]))
     out = {}
     for key, parts in pieces.items():
         parts.sort(key=lambda p: p[0])
@@ -144,13 +144,22 @@ def decode_ready(codec, streams: dict, finished: set, urgent: bool = False, stat
     return out
 
 
-def decode_frames(codec, frames: list[np.ndarray], seed: int,
-                  chunk_frames: int = REALTIME_CHUNK_FRAMES, ramp: bool = False,
-                  first_right: int = RIGHT_CONTEXT_FRAMES) -> np.ndarray:
+def decode_frames(
+    codec,
+    frames: list[np.ndarray],
+    seed: int,
+    chunk_frames: int = REALTIME_CHUNK_FRAMES,
+    ramp: bool = False,
+    first_right: int = RIGHT_CONTEXT_FRAMES,
+) -> np.ndarray:
     """The one-shot (non-streamed) decode of a whole stream: the same chunks and windows."""
-    st = StreamState(seed=seed, chunk_frames=chunk_frames,
-                     assembler=FrameAssembler(frames=list(frames)), ramp=ramp,
-                     first_right=first_right)
+    st = StreamState(
+        seed=seed,
+        chunk_frames=chunk_frames,
+        assembler=FrameAssembler(frames=list(frames)),
+        ramp=ramp,
+        first_right=first_right,
+    )
     if not frames:
         return np.zeros(0, dtype=np.float32)
     return decode_ready(codec, {0: st}, finished={0})[0]

@@ -35,15 +35,15 @@ from pipeline.errors import EngineError
 log = logging.getLogger(__name__)
 
 TICK_S = 0.002
-SLOW_ROUND_S = 0.03     # a round longer than this is kept in LaneStats.slow_rounds
+SLOW_ROUND_S = 0.03  # a round longer than this is kept in LaneStats.slow_rounds
 
 
 @dataclass
 class LaneStats:
-    calls: int = 0          # codec calls that rendered audio
-    windows: int = 0        # windows rendered
-    frames: int = 0         # frames of those windows (context included)
-    busy_s: float = 0.0     # wall time in rendering (the device's time included)
+    calls: int = 0  # codec calls that rendered audio
+    windows: int = 0  # windows rendered
+    frames: int = 0  # frames of those windows (context included)
+    busy_s: float = 0.0  # wall time in rendering (the device's time included)
     # the slow rounds, newest last: (time.monotonic at the start, seconds, windows rendered)
     slow_rounds: deque = field(default_factory=lambda: deque(maxlen=256))
 
@@ -53,10 +53,10 @@ class _Lane:
 
     def __init__(self, name: str, urgent: bool):
         self.name, self.urgent = name, urgent
-        self.streams: dict[int, Any] = {}   # serving/loop.py's InFlight (that module imports this one)
+        self.streams: dict[int, Any] = {}  # serving/loop.py's InFlight (that module imports this one)
         self.ended: queue.SimpleQueue = queue.SimpleQueue()
         self.stats = LaneStats()
-        self.finalized: set[int] = set()    # streams sent their final chunk in this round
+        self.finalized: set[int] = set()  # streams sent their final chunk in this round
 
     def take_ended(self, timeout: float) -> list:
         final = []
@@ -74,14 +74,15 @@ class CodecThread:
         self.codec, self.on_final = codec, on_final
         self.batch_interval_s = batch_interval_s
         self.batch_slice = batch_slice
-        self.first_chunks: deque = deque(maxlen=4096)   # realtime streams' FirstChunkMarks
+        self.first_chunks: deque = deque(maxlen=4096)  # realtime streams' FirstChunkMarks
         self.lanes = {True: _Lane("realtime", urgent=True), False: _Lane("batch", urgent=False)}
-        self._fed = threading.Event()       # the loop fed realtime frames (or one ended)
+        self._fed = threading.Event()  # the loop fed realtime frames (or one ended)
         self._last_batch = 0.0
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(lane,), daemon=True,
-                                          name=f"orpheus-codec-{lane.name}")
-                         for lane in self.lanes.values()]
+        self._threads = [
+            threading.Thread(target=self._run, args=(lane,), daemon=True, name=f"orpheus-codec-{lane.name}")
+            for lane in self.lanes.values()
+        ]
         for t in self._threads:
             t.start()
 
@@ -123,8 +124,8 @@ class CodecThread:
     def _run(self, lane: _Lane) -> None:
         while not self._stop.is_set():
             if lane.urgent:
-                self._fed.wait(TICK_S)      # woken by the loop; the tick is a backstop
-                self._fed.clear()           # before reading: frames fed from now on wake it again
+                self._fed.wait(TICK_S)  # woken by the loop; the tick is a backstop
+                self._fed.clear()  # before reading: frames fed from now on wake it again
                 final = lane.take_ended(0)
             else:
                 final = lane.take_ended(TICK_S)
@@ -157,15 +158,14 @@ class CodecThread:
             self._last_batch = now
             streams = dict(lane.streams)
         streams.update(ended)
-        items = list(streams.items())     # each stream once: an ended one gets one final chunk
+        items = list(streams.items())  # each stream once: an ended one gets one final chunk
         for i in range(0, len(items), self.batch_slice):
-            self._render(lane, dict(items[i:i + self.batch_slice]), ended)
+            self._render(lane, dict(items[i : i + self.batch_slice]), ended)
 
     def _render(self, lane: _Lane, todo: dict, ended: dict) -> None:
         if not todo:
             return
-        audio = decode_ready(self.codec, {k: lv.stream for k, lv in todo.items()}, set(ended),
-                             lane.urgent, lane.stats)
+        audio = decode_ready(self.codec, {k: lv.stream for k, lv in todo.items()}, set(ended), lane.urgent, lane.stats)
         for k, pcm in audio.items():
             if k not in ended:
                 lv = todo[k]
@@ -185,6 +185,6 @@ class CodecThread:
         err.__cause__ = error
         for lv in final:
             if id(lv) in lane.finalized:
-                continue            # its final chunk went out before the failing call
+                continue  # its final chunk went out before the failing call
             self.drop(lv)
             lv.sink.put(AudioChunk(lv.key, np.zeros(0, np.float32), True, err))

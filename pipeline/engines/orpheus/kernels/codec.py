@@ -41,10 +41,10 @@ try:
     import triton.language as tl
     from triton.language.extra import libdevice
     from triton.runtime.interpreter import InterpretedFunction
-except ImportError:        # the CPU install has no Triton: the modules' own ops run
+except ImportError:  # the CPU install has no Triton: the modules' own ops run
     triton = None
 
-SNAKE_EPS = 1e-9            # snac.layers.snake: 1 / (alpha + 1e-9)
+SNAKE_EPS = 1e-9  # snac.layers.snake: 1 / (alpha + 1e-9)
 
 
 def snake_ref(x, alpha):
@@ -55,9 +55,9 @@ def snake_ref(x, alpha):
 def snake_dw_snake_ref(x, alpha1, dw_w, dw_b, alpha2, dilation: int):
     """The first three layers of a residual unit: x [B, C, T] -> snake(dwconv(snake(x)))."""
     k = dw_w.shape[-1]
-    h = torch.nn.functional.conv1d(snake_ref(x, alpha1), dw_w, dw_b,
-                                   padding=(k - 1) * dilation // 2, dilation=dilation,
-                                   groups=x.shape[1])
+    h = torch.nn.functional.conv1d(
+        snake_ref(x, alpha1), dw_w, dw_b, padding=(k - 1) * dilation // 2, dilation=dilation, groups=x.shape[1]
+    )
     return snake_ref(h, alpha2)
 
 
@@ -89,9 +89,20 @@ if triton is not None:
         return x + inv * (s * s)
 
     @triton.jit
-    def _snake_dw_snake_kernel(x_ptr, h_ptr, a1_ptr, w_ptr, wb_ptr, a2_ptr, T, C,
-                               DIL: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
-                               LIBDEVICE: tl.constexpr):
+    def _snake_dw_snake_kernel(
+        x_ptr,
+        h_ptr,
+        a1_ptr,
+        w_ptr,
+        wb_ptr,
+        a2_ptr,
+        T,
+        C,
+        DIL: tl.constexpr,
+        K: tl.constexpr,
+        BLOCK: tl.constexpr,
+        LIBDEVICE: tl.constexpr,
+    ):
         """Program (row b * C + c, block of samples); x, h contiguous [B, C, T]."""
         row = tl.program_id(0).to(tl.int64)
         c = row % C
@@ -111,8 +122,19 @@ if triton is not None:
         tl.store(h_ptr + base + t, _snake(acc, a2, 1.0 / (a2 + 1e-9), LIBDEVICE), mask=live)
 
     @triton.jit
-    def _pointwise_residual_kernel(w_ptr, h_ptr, b_ptr, x_ptr, o_ptr, C, T, BM: tl.constexpr,
-                                   BN: tl.constexpr, BK: tl.constexpr, TF32: tl.constexpr):
+    def _pointwise_residual_kernel(
+        w_ptr,
+        h_ptr,
+        b_ptr,
+        x_ptr,
+        o_ptr,
+        C,
+        T,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+        TF32: tl.constexpr,
+    ):
         """Program (block of output channels, block of samples, window): o = x + bias + W h over
         contiguous [B, C, T]; W [C, C] row-major."""
         rm = tl.program_id(0) * BM + tl.arange(0, BM)
@@ -122,10 +144,12 @@ if triton is not None:
         acc = tl.zeros([BM, BN], tl.float32)
         for k0 in range(0, C, BK):
             kk = k0 + rk
-            a = tl.load(w_ptr + rm[:, None] * C + kk[None, :],
-                        mask=(rm[:, None] < C) & (kk[None, :] < C), other=0.0)       # [BM, BK]
-            b = tl.load(h_ptr + base + kk[:, None] * T + rn[None, :],
-                        mask=(kk[:, None] < C) & (rn[None, :] < T), other=0.0)       # [BK, BN]
+            a = tl.load(
+                w_ptr + rm[:, None] * C + kk[None, :], mask=(rm[:, None] < C) & (kk[None, :] < C), other=0.0
+            )  # [BM, BK]
+            b = tl.load(
+                h_ptr + base + kk[:, None] * T + rn[None, :], mask=(kk[:, None] < C) & (rn[None, :] < T), other=0.0
+            )  # [BK, BN]
             if TF32:
                 acc = tl.dot(a, b, acc, input_precision="tf32")
             else:
@@ -151,8 +175,7 @@ if triton is not None:
         return ((x >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
 
     @triton.jit
-    def _keyed_normal_kernel(keys_ptr, out_ptr, start, T, BLOCK: tl.constexpr,
-                             LIBDEVICE: tl.constexpr):
+    def _keyed_normal_kernel(keys_ptr, out_ptr, start, T, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
         """Program (window b, block of counters): out [B, T] fp32."""
         b = tl.program_id(0).to(tl.int64)
         t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -190,8 +213,20 @@ def snake_dw_snake(x, alpha1, dw_w, dw_b, alpha2, dilation: int):
     h = torch.empty_like(x)
     k = dw_w.numel() // c
     _snake_dw_snake_kernel[(b * c, triton.cdiv(t, SNAKE_BLOCK))](
-        x, h, alpha1, dw_w, dw_b, alpha2, t, c, DIL=dilation, K=k, BLOCK=SNAKE_BLOCK,
-        LIBDEVICE=_libdevice(_snake_dw_snake_kernel), num_warps=4)
+        x,
+        h,
+        alpha1,
+        dw_w,
+        dw_b,
+        alpha2,
+        t,
+        c,
+        DIL=dilation,
+        K=k,
+        BLOCK=SNAKE_BLOCK,
+        LIBDEVICE=_libdevice(_snake_dw_snake_kernel),
+        num_warps=4,
+    )
     return h
 
 
@@ -206,8 +241,20 @@ def pointwise_residual(w, h, bias, x, tf32: bool = True):
     out = torch.empty_like(x)
     bm, bn, bk = POINTWISE_TILE
     _pointwise_residual_kernel[(triton.cdiv(c, bm), triton.cdiv(t, bn), b)](
-        w, h, bias, x, out, c, t, BM=bm, BN=bn, BK=bk,
-        TF32=tf32 and _libdevice(_pointwise_residual_kernel), num_warps=4, num_stages=3)
+        w,
+        h,
+        bias,
+        x,
+        out,
+        c,
+        t,
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        TF32=tf32 and _libdevice(_pointwise_residual_kernel),
+        num_warps=4,
+        num_stages=3,
+    )
     return out
 
 
@@ -216,8 +263,8 @@ def keyed_normal(keys, start: int, length: int):
     b = keys.shape[0]
     out = torch.empty((b, 1, length), dtype=torch.float32, device=keys.device)
     _keyed_normal_kernel[(b, triton.cdiv(length, NOISE_BLOCK))](
-        keys, out, start, length, BLOCK=NOISE_BLOCK, LIBDEVICE=_libdevice(_keyed_normal_kernel),
-        num_warps=4)
+        keys, out, start, length, BLOCK=NOISE_BLOCK, LIBDEVICE=_libdevice(_keyed_normal_kernel), num_warps=4
+    )
     return out
 
 
@@ -229,26 +276,35 @@ class FusedResidualUnit(torch.nn.Module):
     def __init__(self, unit, use_triton: bool = True):
         super().__init__()
         snake1, dw, snake2, pw = unit.block
-        if dw.groups != dw.in_channels or pw.kernel_size != (1,) or dw.padding[0] * 2 != \
-                (dw.kernel_size[0] - 1) * dw.dilation[0]:
+        if (
+            dw.groups != dw.in_channels
+            or pw.kernel_size != (1,)
+            or dw.padding[0] * 2 != (dw.kernel_size[0] - 1) * dw.dilation[0]
+        ):
             raise ValueError("not a depthwise SNAC residual unit with 'same' padding")
         c = dw.in_channels
         flat = lambda p: p.detach().reshape(-1).contiguous().float()  # noqa: E731
         self.alpha1, self.alpha2 = flat(snake1.alpha), flat(snake2.alpha)
-        self.dw_w, self.dw_b = flat(dw.weight), flat(dw.bias)                # [C * K], [C]
-        self.pw_w = pw.weight.detach().reshape(c, c).float().contiguous()    # [C_out, C_in]
+        self.dw_w, self.dw_b = flat(dw.weight), flat(dw.bias)  # [C * K], [C]
+        self.pw_w = pw.weight.detach().reshape(c, c).float().contiguous()  # [C_out, C_in]
         self.pw_b = flat(pw.bias)
         self.dilation = dw.dilation[0]
         self.use_triton = use_triton
 
-    def forward(self, x):                                       # [B, C, T]
+    def forward(self, x):  # [B, C, T]
         c = x.shape[1]
         if self.use_triton:
             x = x.contiguous()
             h = snake_dw_snake(x, self.alpha1, self.dw_w, self.dw_b, self.alpha2, self.dilation)
             return pointwise_residual(self.pw_w, h, self.pw_b, x)
-        h = snake_dw_snake_ref(x, self.alpha1.view(1, -1, 1), self.dw_w.view(c, 1, -1), self.dw_b,
-                               self.alpha2.view(1, -1, 1), self.dilation)
+        h = snake_dw_snake_ref(
+            x,
+            self.alpha1.view(1, -1, 1),
+            self.dw_w.view(c, 1, -1),
+            self.dw_b,
+            self.alpha2.view(1, -1, 1),
+            self.dilation,
+        )
         return pointwise_residual_ref(self.pw_w, h, self.pw_b, x)
 
 
@@ -264,6 +320,6 @@ def fuse_codec(model, use_triton: bool = True) -> int:
                 try:
                     parent._modules[name] = FusedResidualUnit(child, use_triton)
                 except ValueError:
-                    continue            # a unit of another shape keeps its own ops
+                    continue  # a unit of another shape keeps its own ops
                 swapped += 1
     return swapped

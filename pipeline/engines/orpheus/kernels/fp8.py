@@ -19,8 +19,7 @@ BLOCK = 1024
 
 
 @triton.jit
-def _quant_rows_kernel(x_ptr, q_ptr, s_ptr, m, k, stride_x, stride_q, fp8_max,
-                       BLOCK: tl.constexpr):
+def _quant_rows_kernel(x_ptr, q_ptr, s_ptr, m, k, stride_x, stride_q, fp8_max, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     live = row < m
@@ -33,8 +32,7 @@ def _quant_rows_kernel(x_ptr, q_ptr, s_ptr, m, k, stride_x, stride_q, fp8_max,
     for k0 in range(0, k, BLOCK):
         mask = live & (k0 + offs < k)
         x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=mask, other=0.0).to(tl.float32)
-        tl.store(q_ptr + row * stride_q + k0 + offs, (x / scale).to(tl.float8e4nv),
-                 mask=k0 + offs < k)
+        tl.store(q_ptr + row * stride_q + k0 + offs, (x / scale).to(tl.float8e4nv), mask=k0 + offs < k)
     tl.store(s_ptr + row, scale)
 
 
@@ -46,8 +44,7 @@ def quantize_rows(x: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tenso
     m, k = x.shape
     q = torch.empty((rows, k), dtype=torch.float8_e4m3fn, device=x.device)
     s = torch.empty((rows, 1), dtype=torch.float32, device=x.device)
-    _quant_rows_kernel[(rows,)](x, q, s, m, k, x.stride(0), q.stride(0), FP8_MAX, BLOCK=BLOCK,
-                                num_warps=4)
+    _quant_rows_kernel[(rows,)](x, q, s, m, k, x.stride(0), q.stride(0), FP8_MAX, BLOCK=BLOCK, num_warps=4)
     return q, s
 
 
@@ -89,12 +86,28 @@ F16_MAX = tl.constexpr(65504.0)
 
 
 @triton.jit
-def _w8a16_kernel(x_ptr, w_ptr, s_ptr, y_ptr, m, n, k, k_span, sx, sw, sy,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN_NK: tl.constexpr,
-                  F16: tl.constexpr, SPLIT: tl.constexpr):
+def _w8a16_kernel(
+    x_ptr,
+    w_ptr,
+    s_ptr,
+    y_ptr,
+    m,
+    n,
+    k,
+    k_span,
+    sx,
+    sw,
+    sy,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    EVEN_NK: tl.constexpr,
+    F16: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
     pm = tl.program_id(0)
     pn = tl.program_id(1)
-    ps = tl.program_id(2)           # which part of K (SPLIT > 1: partial sums, added after)
+    ps = tl.program_id(2)  # which part of K (SPLIT > 1: partial sums, added after)
     rm = pm * BM + tl.arange(0, BM)
     rn = pn * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -112,7 +125,7 @@ def _w8a16_kernel(x_ptr, w_ptr, s_ptr, y_ptr, m, n, k, k_span, sx, sw, sy,
             in_k = k0 + rk[None, :] < k_hi
             x = tl.load(x_ptrs, mask=live_m & in_k, other=0.0)
             w = tl.load(w_ptrs, mask=(rn[:, None] < n) & in_k, other=0.0)
-        if F16:     # e4m3 -> fp16 is one instruction (exact); x clamped to fp16's range
+        if F16:  # e4m3 -> fp16 is one instruction (exact); x clamped to fp16's range
             x = tl.minimum(tl.maximum(x.to(tl.float32), -F16_MAX), F16_MAX).to(tl.float16)
             acc += tl.dot(x, tl.trans(w.to(tl.float16)))
         else:
@@ -122,7 +135,7 @@ def _w8a16_kernel(x_ptr, w_ptr, s_ptr, y_ptr, m, n, k, k_span, sx, sw, sy,
     s = tl.load(s_ptr + rn, mask=rn < n, other=0.0)
     y = acc * s[None, :]
     live = live_m & (rn[None, :] < n)
-    if SPLIT > 1:                   # fp32 partials [SPLIT, m, n]
+    if SPLIT > 1:  # fp32 partials [SPLIT, m, n]
         at = (ps * m + rm[:, None]).to(tl.int64) * n + rn[None, :]
         tl.store(y_ptr + at, y, mask=live)
     else:
@@ -146,8 +159,7 @@ _SMS: dict = {}
 
 def _multiprocessors(device) -> int:
     if device not in _SMS:
-        _SMS[device] = (torch.cuda.get_device_properties(device).multi_processor_count
-                        if device.type == "cuda" else 1)
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
     return _SMS[device]
 
 
@@ -164,19 +176,37 @@ def linear_w8a16(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, lau
     n = weight.shape[0]
     bm, bn, bk, warps, stages, f16, split = launch or w8a16_launch(m) or W8A16_LAUNCH[-1][1]
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    if split == 0:              # auto: enough programs for two on every multiprocessor
+    if split == 0:  # auto: enough programs for two on every multiprocessor
         split = max(1, min(triton.cdiv(2 * _multiprocessors(x.device), tiles), k // (2 * bk)))
-    span = triton.cdiv(triton.cdiv(k, split), bk) * bk        # K per split, whole blocks
+    span = triton.cdiv(triton.cdiv(k, split), bk) * bk  # K per split, whole blocks
     split = triton.cdiv(k, span)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     out = y if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
-    _w8a16_kernel[grid](x, weight, scale, out, m, n, k, span, x.stride(0), weight.stride(0),
-                        y.stride(0), BM=bm, BN=bn, BK=bk,
-                        EVEN_NK=(n % bn == 0 and k % span == 0), F16=f16, SPLIT=split,
-                        num_warps=warps, num_stages=stages)
+    _w8a16_kernel[grid](
+        x,
+        weight,
+        scale,
+        out,
+        m,
+        n,
+        k,
+        span,
+        x.stride(0),
+        weight.stride(0),
+        y.stride(0),
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        EVEN_NK=(n % bn == 0 and k % span == 0),
+        F16=f16,
+        SPLIT=split,
+        num_warps=warps,
+        num_stages=stages,
+    )
     if split > 1:
         total = m * n
         _split_sum_kernel[(triton.cdiv(total, SPLIT_SUM_BLOCK),)](
-            out, y, total, SPLIT=split, BLOCK=SPLIT_SUM_BLOCK, num_warps=4)
+            out, y, total, SPLIT=split, BLOCK=SPLIT_SUM_BLOCK, num_warps=4
+        )
     return y

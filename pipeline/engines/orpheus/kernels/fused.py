@@ -32,7 +32,7 @@ from pipeline.engines.orpheus.kernels import FP8_MAX
 try:
     import triton
     import triton.language as tl
-except ImportError:        # the CPU install has no Triton: the references run
+except ImportError:  # the CPU install has no Triton: the references run
     triton = None
 
 
@@ -41,6 +41,7 @@ def available(device) -> bool:
 
 
 # References -------------------------------------------------------------------------------------
+
 
 def add_rms_norm_ref(x, delta, w, eps: float):
     if delta is not None:
@@ -78,11 +79,10 @@ def gather_fp8(cache, index, dtype):
     return cache.view(torch.uint8)[index].view(FP8).to(dtype)
 
 
-def rope_store_ref(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale: float = 1.0,
-                   v_scale: float = 1.0, rows=None):
+def rope_store_ref(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale: float = 1.0, v_scale: float = 1.0, rows=None):
     """q [B, Hq, D], k and v [B, Hkv, D], cos/sin tables [T+1, D], wpos [B], caches
     [R, Hkv, T+1, D], rows [B] or None (0 .. B-1) -> rotated q [B, Hq, D]."""
-    c, s = cos[wpos].unsqueeze(1), sin[wpos].unsqueeze(1)                # [B, 1, D]
+    c, s = cos[wpos].unsqueeze(1), sin[wpos].unsqueeze(1)  # [B, 1, D]
     if rows is None:
         rows = torch.arange(q.shape[0], device=q.device)
     if k_cache.dtype == FP8:
@@ -103,10 +103,24 @@ def silu_mul_ref(gate_up):
 # Triton -----------------------------------------------------------------------------------------
 
 if triton is not None:
+
     @triton.jit
-    def _add_rms_norm_kernel(x_ptr, d_ptr, xo_ptr, h_ptr, w_ptr, sx, sd, sxo, sh, eps,
-                             N: tl.constexpr, BLOCK: tl.constexpr, HAS_DELTA: tl.constexpr):
-        r = tl.program_id(0).to(tl.int64)         # offsets past 2^31 at large batches
+    def _add_rms_norm_kernel(
+        x_ptr,
+        d_ptr,
+        xo_ptr,
+        h_ptr,
+        w_ptr,
+        sx,
+        sd,
+        sxo,
+        sh,
+        eps,
+        N: tl.constexpr,
+        BLOCK: tl.constexpr,
+        HAS_DELTA: tl.constexpr,
+    ):
+        r = tl.program_id(0).to(tl.int64)  # offsets past 2^31 at large batches
         c = tl.arange(0, BLOCK)
         live = c < N
         x = tl.load(x_ptr + r * sx + c, mask=live, other=0.0)
@@ -139,12 +153,35 @@ if triton is not None:
         return x.to(ty)
 
     @triton.jit
-    def _rope_store_kernel(q_ptr, k_ptr, v_ptr, qo_ptr, cos_ptr, sin_ptr, wpos_ptr, rows_ptr,
-                           kc_ptr, vc_ptr, sq_b, sk_b, sv_b, sqo_b, sc_t, skc_r, skc_h, skc_t,
-                           k_scale, v_scale, HQ: tl.constexpr, D: tl.constexpr,
-                           HALF: tl.constexpr, FP8_CACHE: tl.constexpr, ROWS: tl.constexpr):
+    def _rope_store_kernel(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        qo_ptr,
+        cos_ptr,
+        sin_ptr,
+        wpos_ptr,
+        rows_ptr,
+        kc_ptr,
+        vc_ptr,
+        sq_b,
+        sk_b,
+        sv_b,
+        sqo_b,
+        sc_t,
+        skc_r,
+        skc_h,
+        skc_t,
+        k_scale,
+        v_scale,
+        HQ: tl.constexpr,
+        D: tl.constexpr,
+        HALF: tl.constexpr,
+        FP8_CACHE: tl.constexpr,
+        ROWS: tl.constexpr,
+    ):
         b = tl.program_id(0).to(tl.int64)
-        h = tl.program_id(1)                       # 0..HQ-1: a query head; then the KV heads
+        h = tl.program_id(1)  # 0..HQ-1: a query head; then the KV heads
         ty = qo_ptr.dtype.element_ty
         i = tl.arange(0, HALF)
         p = tl.load(wpos_ptr + b)
@@ -202,15 +239,27 @@ def add_rms_norm_triton(x, delta, w, eps: float):
     h = torch.empty((m, n), dtype=x.dtype, device=x.device)
     xo, d2 = (x2, x2) if delta is None else (torch.empty_like(h), _rows(delta, n))
     block = triton.next_power_of_2(n)
-    _add_rms_norm_kernel[(m,)](x2, d2, xo, h, w, x2.stride(0), d2.stride(0), xo.stride(0),
-                               h.stride(0), eps, N=n, BLOCK=block, HAS_DELTA=delta is not None,
-                               num_warps=min(8, max(1, block // 512)))
+    _add_rms_norm_kernel[(m,)](
+        x2,
+        d2,
+        xo,
+        h,
+        w,
+        x2.stride(0),
+        d2.stride(0),
+        xo.stride(0),
+        h.stride(0),
+        eps,
+        N=n,
+        BLOCK=block,
+        HAS_DELTA=delta is not None,
+        num_warps=min(8, max(1, block // 512)),
+    )
     shape = x.shape
     return (x if delta is None else xo.view(shape)), h.view(shape)
 
 
-def rope_store_triton(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale: float = 1.0,
-                      v_scale: float = 1.0, rows=None):
+def rope_store_triton(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale: float = 1.0, v_scale: float = 1.0, rows=None):
     b, hq, d = q.shape
     hkv = k.shape[1]
     heads_packed = all(t.stride(-1) == 1 and t.stride(-2) == d for t in (q, k, v))
@@ -220,10 +269,33 @@ def rope_store_triton(q, k, v, cos, sin, wpos, k_cache, v_cache, k_scale: float 
     rows = None if rows is None else rows.contiguous()
     out = torch.empty((b, hq, d), dtype=q.dtype, device=q.device)
     _rope_store_kernel[(b, hq + hkv)](
-        q, k, v, out, cos, sin, wpos, wpos if rows is None else rows, k_cache, v_cache,
-        q.stride(0), k.stride(0), v.stride(0), out.stride(0), cos.stride(0), k_cache.stride(0),
-        k_cache.stride(1), k_cache.stride(2), k_scale, v_scale, HQ=hq, D=d, HALF=d // 2,
-        FP8_CACHE=k_cache.dtype == FP8, ROWS=rows is not None, num_warps=1)
+        q,
+        k,
+        v,
+        out,
+        cos,
+        sin,
+        wpos,
+        wpos if rows is None else rows,
+        k_cache,
+        v_cache,
+        q.stride(0),
+        k.stride(0),
+        v.stride(0),
+        out.stride(0),
+        cos.stride(0),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        k_scale,
+        v_scale,
+        HQ=hq,
+        D=d,
+        HALF=d // 2,
+        FP8_CACHE=k_cache.dtype == FP8,
+        ROWS=rows is not None,
+        num_warps=1,
+    )
     return out
 
 
@@ -235,13 +307,14 @@ def silu_mul_triton(gate_up):
     gu = _rows(gate_up, 2 * f)
     m = gu.shape[0]
     out = torch.empty((m, f), dtype=gate_up.dtype, device=gate_up.device)
-    _silu_mul_kernel[(m, triton.cdiv(f, SILU_BLOCK))](gu, out, gu.stride(0), out.stride(0), FF=f,
-                                                      BLOCK=SILU_BLOCK, num_warps=4)
+    _silu_mul_kernel[(m, triton.cdiv(f, SILU_BLOCK))](
+        gu, out, gu.stride(0), out.stride(0), FF=f, BLOCK=SILU_BLOCK, num_warps=4
+    )
     return out.view(*gate_up.shape[:-1], f)
 
 
 class Ops(NamedTuple):
-    add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]   # (x + delta, its norm)
+    add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]  # (x + delta, its norm)
     rope_store: Callable[..., torch.Tensor]
     silu_mul: Callable[..., torch.Tensor]
 

@@ -42,17 +42,53 @@ def _hash32(x):
 
 
 @triton.jit
-def _sample_kernel(logits_ptr, seen_ptr, steps_ptr, keys_ptr, table_ptr, valid_ptr, out_ptr,
-                   s_logits, s_seen, penalty, temperature, top_p, eos, lo,
-                   C: tl.constexpr, BLOCK: tl.constexpr, GREEDY: tl.constexpr,
-                   PENALTY: tl.constexpr, TOP_P: tl.constexpr, NO_EOS: tl.constexpr):
+def _top_p(x, top_p):
+    """``x`` with every score outside the nucleus of mass ``top_p`` set to -inf."""
+    e = tl.exp(x - tl.max(x, axis=0))  # -inf -> 0
+    p = e / tl.sum(e, axis=0)
+    # the smallest v (as float32 bits) with mass(p > v) <= top_p; keep p >= v
+    low = tl.zeros([], dtype=tl.int32)
+    high = tl.zeros([], dtype=tl.int32) + 0x3F800000  # 1.0
+    for _ in range(31):
+        mid = low + (high - low) // 2
+        v = mid.to(tl.float32, bitcast=True)
+        above = tl.sum(tl.where(p > v, p, 0.0), axis=0)
+        fits = above <= top_p
+        high = tl.where(fits, mid, high)
+        low = tl.where(fits, low, mid + 1)
+    return tl.where(p >= high.to(tl.float32, bitcast=True), x, float("-inf"))
+
+
+@triton.jit
+def _sample_kernel(
+    logits_ptr,
+    seen_ptr,
+    steps_ptr,
+    keys_ptr,
+    table_ptr,
+    valid_ptr,
+    out_ptr,
+    s_logits,
+    s_seen,
+    penalty,
+    temperature,
+    top_p,
+    eos,
+    lo,
+    C: tl.constexpr,
+    BLOCK: tl.constexpr,
+    GREEDY: tl.constexpr,
+    PENALTY: tl.constexpr,
+    TOP_P: tl.constexpr,
+    NO_EOS: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     step = tl.load(steps_ptr + row)
     key = tl.load(keys_ptr + row)
     i = tl.arange(0, BLOCK)
     live = i < C
     at = (step % _FRAME) * C + i
-    cand = tl.load(table_ptr + at, mask=live, other=0)                  # ids from ``lo``
+    cand = tl.load(table_ptr + at, mask=live, other=0)  # ids from ``lo``
     keep = tl.load(valid_ptr + at, mask=live, other=0) != 0
     x = tl.load(logits_ptr + row * s_logits + cand, mask=live, other=0.0)
     if PENALTY:
@@ -66,19 +102,7 @@ def _sample_kernel(logits_ptr, seen_ptr, steps_ptr, keys_ptr, table_ptr, valid_p
     else:
         x = x / temperature
         if TOP_P:
-            e = tl.exp(x - tl.max(x, axis=0))                            # -inf -> 0
-            p = e / tl.sum(e, axis=0)
-            # the smallest v (as float32 bits) with mass(p > v) <= top_p; keep p >= v
-            low = tl.zeros([], dtype=tl.int32)
-            high = tl.zeros([], dtype=tl.int32) + 0x3F800000            # 1.0
-            for _ in range(31):
-                mid = low + (high - low) // 2
-                v = mid.to(tl.float32, bitcast=True)
-                above = tl.sum(tl.where(p > v, p, 0.0), axis=0)
-                fits = above <= top_p
-                high = tl.where(fits, mid, high)
-                low = tl.where(fits, low, mid + 1)
-            x = tl.where(p >= high.to(tl.float32, bitcast=True), x, float("-inf"))
+            x = _top_p(x, top_p)
         k = (key + step * _STEP) & _MASK32
         h = _hash32(k & _MASK32)
         u = _hash32((h + (cand + lo) * _GOLDEN) & _MASK32)
@@ -88,8 +112,7 @@ def _sample_kernel(logits_ptr, seen_ptr, steps_ptr, keys_ptr, table_ptr, valid_p
     tl.store(out_ptr + row, token + lo)
 
 
-def fused_draw(params, table, valid, lo: int, eos: int, logits, seen, steps,
-               keys) -> torch.Tensor:
+def fused_draw(params, table, valid, lo: int, eos: int, logits, seen, steps, keys) -> torch.Tensor:
     """``RowSampler.__call__``'s tokens [B] (see there) from one kernel; no top-k. ``params``: the
     ``SamplingParams`` (model/sampling.py, which imports this module)."""
     if params.top_k > 0:
@@ -98,8 +121,26 @@ def fused_draw(params, table, valid, lo: int, eos: int, logits, seen, steps,
     out = torch.empty(b, dtype=torch.int64, device=logits.device)
     block = triton.next_power_of_2(c)
     _sample_kernel[(b,)](
-        logits, seen, steps, keys, table, valid, out, logits.stride(0), seen.stride(0),
-        params.repetition_penalty, max(params.temperature, 1e-6), params.top_p, eos, lo,
-        C=c, BLOCK=block, GREEDY=params.greedy, PENALTY=params.repetition_penalty != 1.0,
-        TOP_P=params.top_p < 1.0, NO_EOS=params.ignore_eos, num_warps=16 if block >= 8192 else 4)
+        logits,
+        seen,
+        steps,
+        keys,
+        table,
+        valid,
+        out,
+        logits.stride(0),
+        seen.stride(0),
+        params.repetition_penalty,
+        max(params.temperature, 1e-6),
+        params.top_p,
+        eos,
+        lo,
+        C=c,
+        BLOCK=block,
+        GREEDY=params.greedy,
+        PENALTY=params.repetition_penalty != 1.0,
+        TOP_P=params.top_p < 1.0,
+        NO_EOS=params.ignore_eos,
+        num_warps=16 if block >= 8192 else 4,
+    )
     return out

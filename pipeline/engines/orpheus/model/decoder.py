@@ -43,14 +43,13 @@ def fuse_weights(linears) -> torch.Tensor | None:
     if len({(w.dtype, w.device, w.shape[1]) for w in ws}) > 1:
         return None
     rows, cols = sum(w.shape[0] for w in ws), ws[0].shape[1]
-    if _adjacent(ws):                          # fused by an earlier decoder over the same model
+    if _adjacent(ws):  # fused by an earlier decoder over the same model
         return ws[0].detach().as_strided((rows, cols), (cols, 1))
     with torch.inference_mode(False), torch.no_grad():
-        whole = torch.cat([w.detach() for w in ws])                     # [N1 + N2 + .., K]
+        whole = torch.cat([w.detach() for w in ws])  # [N1 + N2 + .., K]
         start = 0
         for m, w in zip(linears, ws):
-            m.weight = torch.nn.Parameter(whole[start:start + w.shape[0]],
-                                          requires_grad=w.requires_grad)
+            m.weight = torch.nn.Parameter(whole[start : start + w.shape[0]], requires_grad=w.requires_grad)
             start += w.shape[0]
     return whole
 
@@ -59,8 +58,7 @@ def _adjacent(ws) -> bool:
     """The weights lie back to back in one storage, in order."""
     storage = ws[0].untyped_storage().data_ptr()
     for a, b in zip(ws, ws[1:]):
-        if b.untyped_storage().data_ptr() != storage or \
-                b.storage_offset() != a.storage_offset() + a.numel():
+        if b.untyped_storage().data_ptr() != storage or b.storage_offset() != a.storage_offset() + a.numel():
             return False
     return all(w.is_contiguous() for w in ws)
 
@@ -72,49 +70,61 @@ class Decoder:
     CUDA; False keeps the torch path (rotations, indexed cache writes and reads, SDPA), which the
     CPU runs."""
 
-    def __init__(self, model, cache: KVCache, logits_lo: int = 0, fuse: bool = True,
-                 ops: fused.Ops | None = None, prefill_attention: bool = True):
+    def __init__(
+        self,
+        model,
+        cache: KVCache,
+        logits_lo: int = 0,
+        fuse: bool = True,
+        ops: fused.Ops | None = None,
+        prefill_attention: bool = True,
+    ):
         inner = model.model
         cfg = model.config
         self.embed, self.layers, self.norm = inner.embed_tokens, inner.layers, inner.norm
         self.heads = cfg.num_attention_heads
         self.kv_heads = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         self.cache = cache
-        self.qk_scale = self.scale * cache.k_scale     # an fp8 cache's key scale folded in
+        self.qk_scale = self.scale * cache.k_scale  # an fp8 cache's key scale folded in
         device = self.embed.weight.device
         self.ops = ops or fused.ops_for(device)
         # The checkpoint's own rotary module makes the tables (rope scaling included), once.
         positions = torch.arange(cache.context + 1, device=device).view(1, -1)
         probe = torch.zeros(1, device=device, dtype=self.embed.weight.dtype)
-        cos, sin = inner.rotary_emb(probe, positions)                 # [1, T+1, D]
+        cos, sin = inner.rotary_emb(probe, positions)  # [1, T+1, D]
         self.cos, self.sin = cos[0].contiguous(), sin[0].contiguous()  # [T+1, D]
         self.key_pos = torch.arange(cache.context + 1, device=device)  # [T+1]
-        self.head_w = model.lm_head.weight[logits_lo:]                # [Vs, H] view, tied or not
+        self.head_w = model.lm_head.weight[logits_lo:]  # [Vs, H] view, tied or not
         self.logits_lo = logits_lo
         # The norm each layer's MLP output is added in front of: the next layer's input norm.
         self.after_mlp = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
         self.qkv_split = (self.heads * self.head_dim,) + (self.kv_heads * self.head_dim,) * 2
         silu = getattr(cfg, "hidden_act", "silu") == "silu"
-        self.qkv_w = [fuse_weights([layer.self_attn.q_proj, layer.self_attn.k_proj,
-                                    layer.self_attn.v_proj]) if fuse else None
-                      for layer in self.layers]                        # [Hq*D + 2*Hkv*D, H]
-        self.gate_up_w = [fuse_weights([layer.mlp.gate_proj, layer.mlp.up_proj])
-                          if fuse and silu else None for layer in self.layers]   # [2F, H]
+        self.qkv_w = [
+            fuse_weights([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]) if fuse else None
+            for layer in self.layers
+        ]  # [Hq*D + 2*Hkv*D, H]
+        self.gate_up_w = [
+            fuse_weights([layer.mlp.gate_proj, layer.mlp.up_proj]) if fuse and silu else None for layer in self.layers
+        ]  # [2F, H]
         # fp8 projections (quant.py) are fused as modules: one activation quantization, one GEMM.
-        self.qkv_fp8 = [fuse_float8([layer.self_attn.q_proj, layer.self_attn.k_proj,
-                                     layer.self_attn.v_proj]) if fuse and w is None else None
-                        for layer, w in zip(self.layers, self.qkv_w)]
-        self.gate_up_fp8 = [fuse_float8([layer.mlp.gate_proj, layer.mlp.up_proj])
-                            if fuse and silu and w is None else None
-                            for layer, w in zip(self.layers, self.gate_up_w)]
+        self.qkv_fp8 = [
+            fuse_float8([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj])
+            if fuse and w is None
+            else None
+            for layer, w in zip(self.layers, self.qkv_w)
+        ]
+        self.gate_up_fp8 = [
+            fuse_float8([layer.mlp.gate_proj, layer.mlp.up_proj]) if fuse and silu and w is None else None
+            for layer, w in zip(self.layers, self.gate_up_w)
+        ]
         # Prefill attention as two Triton kernels (rope_store with each token's row, then
         # attention.prefill_attention over the cache).
-        self.prefill_kernel = prefill_attention and self.ops is fused.TRITON and \
-            attention.available(device)
+        self.prefill_kernel = prefill_attention and self.ops is fused.TRITON and attention.available(device)
         if str(device).startswith("cuda"):
-            torch.cuda.empty_cache()              # the unfused copies' blocks, for the sizing after
+            torch.cuda.empty_cache()  # the unfused copies' blocks, for the sizing after
 
     @property
     def logits_width(self) -> int:
@@ -146,8 +156,7 @@ class Decoder:
         scales are folded in (the key scale into the softmax scale, the value scale after)."""
         if not self.cache.fp8:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, **kw)
-        o = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask,
-                                           scale=self.qk_scale, **kw)
+        o = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=self.qk_scale, **kw)
         return o * self.cache.v_scale if self.cache.v_scale != 1.0 else o
 
     def _prefill_attention(self, q, k, v, mask):
@@ -174,8 +183,7 @@ class Decoder:
         Returns the final norm's output [T, H]."""
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(i, h)
-            x, h = self._norm(x, layer.self_attn.o_proj(attend(i, q, k, v)),
-                              layer.post_attention_layernorm)
+            x, h = self._norm(x, layer.self_attn.o_proj(attend(i, q, k, v)), layer.post_attention_layernorm)
             x, h = self._norm(x, self._mlp(i, h), self.after_mlp[i])
         return h
 
@@ -192,10 +200,19 @@ class Decoder:
         mask = (self.key_pos[:length].view(1, -1) <= wpos.view(-1, 1)).view(b, 1, 1, length)
 
         def attend(i, q, k, v):
-            kc, vc = self.cache.k[i], self.cache.v[i]                      # [R, Hkv, T+1, D]
-            q = self.ops.rope_store(q.view(b, self.heads, d), k.view(b, self.kv_heads, d),
-                                    v.view(b, self.kv_heads, d), self.cos, self.sin, wpos, kc, vc,
-                                    self.cache.k_scale, self.cache.v_scale)
+            kc, vc = self.cache.k[i], self.cache.v[i]  # [R, Hkv, T+1, D]
+            q = self.ops.rope_store(
+                q.view(b, self.heads, d),
+                k.view(b, self.kv_heads, d),
+                v.view(b, self.kv_heads, d),
+                self.cos,
+                self.sin,
+                wpos,
+                kc,
+                vc,
+                self.cache.k_scale,
+                self.cache.v_scale,
+            )
             # The query heads of one KV head, all at the same position, go in as its queries:
             # [B, Hkv, G, D] against [B, Hkv, L, D], so K and V are read once, never repeated.
             q = q.view(b, self.kv_heads, -1, d)
@@ -204,6 +221,7 @@ class Decoder:
             else:
                 o = self._sdpa(q, kc[:b, :, :length], vc[:b, :, :length], mask)
             return o.reshape(b, -1)
+
         return attend
 
     @staticmethod
@@ -216,7 +234,7 @@ class Decoder:
         """Prompt chunks' positions [N, S], and where each token writes: its position, or the
         scratch slot past its chunk's length."""
         col = torch.arange(ids.shape[1], device=ids.device).view(1, -1)
-        positions = start.view(-1, 1) + col                               # [N, S]
+        positions = start.view(-1, 1) + col  # [N, S]
         return positions, torch.where(col < lens.view(-1, 1), positions, self.cache.scratch)
 
     def _prefill_attention_of(self, ids, start, lens, rows, length: int):
@@ -231,20 +249,32 @@ class Decoder:
 
             def attend_kernel(i, q, k, v):
                 kc, vc = self.cache.k[i], self.cache.v[i]
-                q = self.ops.rope_store(q.view(n * s, self.heads, d), k.view(n * s, -1, d),
-                                        v.view(n * s, -1, d), self.cos, self.sin, wpos, kc, vc,
-                                        self.cache.k_scale, self.cache.v_scale, rows=token_rows)
-                return attention.prefill_attention(q, kc, vc, rows, start, lens, self.qk_scale,
-                                                   self.cache.v_scale).view(n * s, -1)
+                q = self.ops.rope_store(
+                    q.view(n * s, self.heads, d),
+                    k.view(n * s, -1, d),
+                    v.view(n * s, -1, d),
+                    self.cos,
+                    self.sin,
+                    wpos,
+                    kc,
+                    vc,
+                    self.cache.k_scale,
+                    self.cache.v_scale,
+                    rows=token_rows,
+                )
+                return attention.prefill_attention(
+                    q, kc, vc, rows, start, lens, self.qk_scale, self.cache.v_scale
+                ).view(n * s, -1)
+
             return attend_kernel
-        if ids.is_cuda:     # the efficient kernel's mask rows are read 16-aligned (see below)
+        if ids.is_cuda:  # the efficient kernel's mask rows are read 16-aligned (see below)
             length = min(-(-length // 16) * 16, self.cache.context + 1)
         cos, sin = self.cos[wpos].unsqueeze(1), self.sin[wpos].unsqueeze(1)  # [N, 1, S, D]
         mask = (self.key_pos[:length].view(1, 1, -1) <= positions.unsqueeze(-1)).unsqueeze(1)
 
         def attend(i, q, k, v):
-            q = q.view(n, s, self.heads, d).transpose(1, 2)                # [N, Hq, S, D]
-            k = k.view(n, s, self.kv_heads, d).transpose(1, 2)             # [N, Hkv, S, D]
+            q = q.view(n, s, self.heads, d).transpose(1, 2)  # [N, Hq, S, D]
+            k = k.view(n, s, self.kv_heads, d).transpose(1, 2)  # [N, Hkv, S, D]
             v = v.view(n, s, self.kv_heads, d).transpose(1, 2)
             q, k = fused.rotate(q, cos, sin), fused.rotate(k, cos, sin)
             kc, vc = self.cache.k[i], self.cache.v[i]
@@ -252,14 +282,16 @@ class Decoder:
                 at = (rows.view(-1, 1), slice(None), wpos)
                 fused.store_fp8(kc, at, k.transpose(1, 2), self.cache.k_scale)
                 fused.store_fp8(vc, at, v.transpose(1, 2), self.cache.v_scale)
-                kr, vr = (fused.gather_fp8(c, (rows, slice(None), slice(0, length)), q.dtype)
-                          for c in (kc, vc))                               # [N, Hkv, L, D]
+                kr, vr = (
+                    fused.gather_fp8(c, (rows, slice(None), slice(0, length)), q.dtype) for c in (kc, vc)
+                )  # [N, Hkv, L, D]
             else:
-                kc[rows.view(-1, 1), :, wpos] = k.transpose(1, 2)          # [N, S, Hkv, D]
+                kc[rows.view(-1, 1), :, wpos] = k.transpose(1, 2)  # [N, S, Hkv, D]
                 vc[rows.view(-1, 1), :, wpos] = v.transpose(1, 2)
                 kr, vr = kc[rows, :, :length], vc[rows, :, :length]
             o = self._prefill_attention(q, kr, vr, mask)
             return o.transpose(1, 2).reshape(n * s, -1)
+
         return attend
 
     def decode(self, tokens, wpos, length: int, per_row: bool = False):
@@ -274,13 +306,11 @@ class Decoder:
         lens [N] (valid ids), rows [N] (cache rows); attends over [0, length). Returns the logits
         of each chunk's last valid position, [N, Vs] fp32."""
         n, s = ids.shape
-        h = self._layers(*self._embed(ids.reshape(-1)),
-                         self._prefill_attention_of(ids, start, lens, rows, length))
-        last = h.view(n, s, -1)[torch.arange(n, device=ids.device), lens - 1]   # [N, H]
+        h = self._layers(*self._embed(ids.reshape(-1)), self._prefill_attention_of(ids, start, lens, rows, length))
+        last = h.view(n, s, -1)[torch.arange(n, device=ids.device), lens - 1]  # [N, H]
         return F.linear(last, self.head_w).float()
 
-    def mixed(self, tokens, wpos, length: int, per_row: bool, ids, start, lens, rows,
-              prefill_length: int):
+    def mixed(self, tokens, wpos, length: int, per_row: bool, ids, start, lens, rows, prefill_length: int):
         """``decode`` and ``prefill`` in one pass: the decode rows' B tokens and the chunks' N * S
         go through each projection together, so the weights are read once for both (a decode
         step over many rows is still largely bound by reading the weights, and a prefill of a
@@ -302,7 +332,7 @@ class Decoder:
                 return torch.cat([dec(i, q[:b], k[:b], v[:b]), pre(i, q[b:], k[b:], v[b:])])
 
         h = self._layers(*self._embed(torch.cat([tokens, ids.reshape(-1)])), attend)
-        last = h[b:].view(n, s, -1)[torch.arange(n, device=ids.device), lens - 1]   # [N, H]
+        last = h[b:].view(n, s, -1)[torch.arange(n, device=ids.device), lens - 1]  # [N, H]
         logits = F.linear(torch.cat([h[:b], last]), self.head_w).float()
         return logits[:b], logits[b:]
 
@@ -313,20 +343,37 @@ class Decoder:
         b, (n, s), d = wpos.shape[0], ids.shape, self.head_dim
         t = b + n * s
         lens_b = torch.where(wpos == self.cache.scratch, 1, wpos + 1)
-        token_rows = torch.cat([torch.arange(b, device=ids.device),
-                                self._token_rows(rows, s)])
+        token_rows = torch.cat([torch.arange(b, device=ids.device), self._token_rows(rows, s)])
         token_pos = torch.cat([wpos, self._prefill_positions(ids, start, lens)[1].reshape(-1)])
 
         def attend(i, q, k, v):
             kc, vc = self.cache.k[i], self.cache.v[i]
-            q = self.ops.rope_store(q.view(t, self.heads, d), k.view(t, -1, d),
-                                    v.view(t, -1, d), self.cos, self.sin, token_pos, kc, vc,
-                                    self.cache.k_scale, self.cache.v_scale, rows=token_rows)
-            out = torch.empty_like(q)                                     # [T, Hq, D]
-            attention.decode_attention(q[:b].view(b, self.kv_heads, -1, d), kc, vc, lens_b,
-                                       self.qk_scale, self.cache.v_scale,
-                                       out=out[:b].view(b, self.kv_heads, -1, d))
-            attention.prefill_attention(q[b:], kc, vc, rows, start, lens, self.qk_scale,
-                                        self.cache.v_scale, out=out[b:])
+            q = self.ops.rope_store(
+                q.view(t, self.heads, d),
+                k.view(t, -1, d),
+                v.view(t, -1, d),
+                self.cos,
+                self.sin,
+                token_pos,
+                kc,
+                vc,
+                self.cache.k_scale,
+                self.cache.v_scale,
+                rows=token_rows,
+            )
+            out = torch.empty_like(q)  # [T, Hq, D]
+            attention.decode_attention(
+                q[:b].view(b, self.kv_heads, -1, d),
+                kc,
+                vc,
+                lens_b,
+                self.qk_scale,
+                self.cache.v_scale,
+                out=out[:b].view(b, self.kv_heads, -1, d),
+            )
+            attention.prefill_attention(
+                q[b:], kc, vc, rows, start, lens, self.qk_scale, self.cache.v_scale, out=out[b:]
+            )
             return out.view(t, -1)
+
         return attend

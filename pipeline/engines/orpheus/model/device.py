@@ -10,20 +10,20 @@ log = logging.getLogger(__name__)
 
 CPU_MAX_BATCH = 8
 GPU_MAX_BATCH_CAP = 128
-GPU_MAX_ROWS = 512             # the continuous loop's cap on KV-cache rows
-GPU_MEMORY_HEADROOM = 0.85     # fraction of free memory the KV cache may take
+GPU_MAX_ROWS = 512  # the continuous loop's cap on KV-cache rows
+GPU_MEMORY_HEADROOM = 0.85  # fraction of free memory the KV cache may take
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-KV_DTYPES = ("auto", "model", "fp8")   # what kv_cache.KVCache stores; resolve_kv_dtype
-FP8_KV_CAPABILITY = (8, 9)     # Triton's e4m3 (fp8e4nv) loads and casts need Ada or Hopper
+KV_DTYPES = ("auto", "model", "fp8")  # what kv_cache.KVCache stores; resolve_kv_dtype
+FP8_KV_CAPABILITY = (8, 9)  # Triton's e4m3 (fp8e4nv) loads and casts need Ada or Hopper
 
 
 @dataclass(frozen=True)
 class DeviceChoice:
-    device: str                 # "cuda:0" or "cpu"
-    name: str                   # GPU name or CPU model, recorded per job
+    device: str  # "cuda:0" or "cpu"
+    name: str  # GPU name or CPU model, recorded per job
     capability: tuple[int, int] | None
-    dtype_name: str             # what the weights run in
-    fallback: str | None        # why dtype differs from what was asked, if it does
+    dtype_name: str  # what the weights run in
+    fallback: str | None  # why dtype differs from what was asked, if it does
 
 
 def resolve_device(setting: str) -> str:
@@ -36,7 +36,8 @@ def resolve_device(setting: str) -> str:
 
         raise EngineUnavailableError(
             f"SYNTH_DEVICE={setting} asks for CUDA, which torch does not see here (no GPU, a CPU-only "
-            "torch, or `synth worker --cpu`); set SYNTH_DEVICE=auto or cpu")
+            "torch, or `synth worker --cpu`); set SYNTH_DEVICE=auto or cpu"
+        )
     # The worker pins one GPU through CUDA_VISIBLE_DEVICES; inside the process it is always cuda:0.
     return "cuda:0" if setting.startswith("cuda") else setting
 
@@ -65,7 +66,7 @@ def choose(device_setting: str, dtype_setting: str) -> DeviceChoice:
 
 
 def resolve_kv_dtype(setting: str, capability: tuple[int, int] | None) -> str:
-    """"model" or "fp8" for a ``kv_dtype`` setting on a device of ``capability`` (None: the CPU).
+    """ "model" or "fp8" for a ``kv_dtype`` setting on a device of ``capability`` (None: the CPU).
     "auto" is fp8 where the GPU has the e4m3 kernels: the cache then takes half the bytes, so
     twice the rows fit, and a decode step's attention, which reads the whole cache of every row,
     reads half as much (kv_scales.py keeps the entries inside e4m3's range). Elsewhere it is the
@@ -89,8 +90,7 @@ def kv_bytes_per_token(config, dtype_bytes: int) -> int:
     return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * dtype_bytes
 
 
-def choose_max_batch(setting: int, device: str, per_sequence_bytes: int,
-                     cap: int = GPU_MAX_BATCH_CAP) -> int:
+def choose_max_batch(setting: int, device: str, per_sequence_bytes: int, cap: int = GPU_MAX_BATCH_CAP) -> int:
     """``setting`` if positive, else what the free memory holds (GPU) or a small CPU default."""
     if setting > 0:
         return setting

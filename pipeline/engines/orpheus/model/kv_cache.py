@@ -32,14 +32,24 @@ class KVCache:
     --model`` prints a checkpoint's largest |K| and |V| over a longer run.
     """
 
-    def __init__(self, layers: int, rows: int, kv_heads: int, context: int, head_dim: int,
-                 dtype, device, kv_dtype: str | None = None, k_scale: float = 1.0,
-                 v_scale: float = 1.0):
+    def __init__(
+        self,
+        layers: int,
+        rows: int,
+        kv_heads: int,
+        context: int,
+        head_dim: int,
+        dtype,
+        device,
+        kv_dtype: str | None = None,
+        k_scale: float = 1.0,
+        v_scale: float = 1.0,
+    ):
         store = kv_storage_dtype(kv_dtype, dtype)
         self.fp8 = store == torch.float8_e4m3fn
         if not self.fp8 and (k_scale, v_scale) != (1.0, 1.0):
             raise ValueError("k_scale and v_scale apply to an fp8 KV cache only")
-        shape = (layers, rows, kv_heads, context + 1, head_dim)   # [L, R, Hkv, T+1, D]
+        shape = (layers, rows, kv_heads, context + 1, head_dim)  # [L, R, Hkv, T+1, D]
         self.k = torch.zeros(shape, dtype=store, device=device)
         self.v = torch.zeros(shape, dtype=store, device=device)
         self.k_scale, self.v_scale = float(k_scale), float(v_scale)
@@ -64,6 +74,5 @@ def kv_storage_dtype(kv_dtype: str | None, dtype):
     if kv_dtype == "fp8":
         return torch.float8_e4m3fn
     if kv_dtype == "auto":
-        raise ValueError('kv_dtype "auto" depends on the device: resolve it first '
-                         "(device.resolve_kv_dtype)")
+        raise ValueError('kv_dtype "auto" depends on the device: resolve it first (device.resolve_kv_dtype)')
     raise ValueError(f"unknown KV cache dtype {kv_dtype!r}; choose one of {KV_DTYPES}")

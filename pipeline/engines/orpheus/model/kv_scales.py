@@ -30,14 +30,14 @@ PROBE_TEXTS = (
     ("leo", "Wait... did you really say forty-two thousand, six hundred and ten?"),
     ("mia", "<laugh> Oh, that's wonderful news; tell me everything about it."),
 )
-PROBE_AUDIO_TOKENS = 112            # 16 frames of codes after each prompt
+PROBE_AUDIO_TOKENS = 112  # 16 frames of codes after each prompt
 
 
 @dataclass(frozen=True)
 class KVRange:
-    k_max: float                    # the largest |K| the probe wrote (after RoPE)
+    k_max: float  # the largest |K| the probe wrote (after RoPE)
     v_max: float
-    k_scale: float                  # what KVCache divides by before rounding to e4m3
+    k_scale: float  # what KVCache divides by before rounding to e4m3
     v_scale: float
 
 
@@ -51,8 +51,7 @@ def probe_ids(tokenizer, vocab: int) -> list[list[int]]:
     small test model's vocabulary wrap into it."""
     gen = torch.Generator().manual_seed(0)
     codes = torch.randint(AUDIO_TOKEN_BASE, AUDIO_TOKEN_END, (PROBE_AUDIO_TOKENS,), generator=gen)
-    return [[i % vocab for i in prompt_ids(tokenizer, text, voice) + codes.tolist()]
-            for voice, text in PROBE_TEXTS]
+    return [[i % vocab for i in prompt_ids(tokenizer, text, voice) + codes.tolist()] for voice, text in PROBE_TEXTS]
 
 
 def measure(model, sequences: list[list[int]], ops=None) -> KVRange:
@@ -60,27 +59,36 @@ def measure(model, sequences: list[list[int]], ops=None) -> KVRange:
     cfg, device = model.config, model.device
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     n, length = len(sequences), max(len(s) for s in sequences)
-    cache = KVCache(cfg.num_hidden_layers, n, cfg.num_key_value_heads, length, head_dim,
-                    model.dtype, device)
+    cache = KVCache(cfg.num_hidden_layers, n, cfg.num_key_value_heads, length, head_dim, model.dtype, device)
     ids = torch.zeros(n, length, dtype=torch.long)
     for i, seq in enumerate(sequences):
-        ids[i, :len(seq)] = torch.tensor(seq)
+        ids[i, : len(seq)] = torch.tensor(seq)
     lens = torch.tensor([len(s) for s in sequences])
-    decoder = Decoder(model, cache, fuse=False, ops=ops)     # leaves the modules' weights as they are
+    decoder = Decoder(model, cache, fuse=False, ops=ops)  # leaves the modules' weights as they are
     with torch.inference_mode():
-        decoder.prefill(ids.to(device), torch.zeros(n, dtype=torch.long, device=device),
-                        lens.to(device), torch.arange(n, device=device), length)
+        decoder.prefill(
+            ids.to(device),
+            torch.zeros(n, dtype=torch.long, device=device),
+            lens.to(device),
+            torch.arange(n, device=device),
+            length,
+        )
         k_max = cache.k[..., :length, :].abs().amax().float().item()
         v_max = cache.v[..., :length, :].abs().amax().float().item()
     del decoder, cache
     if str(device).startswith("cuda"):
-        torch.cuda.empty_cache()            # before the serving cache is sized from free memory
+        torch.cuda.empty_cache()  # before the serving cache is sized from free memory
     return KVRange(k_max, v_max, scale_for(k_max), scale_for(v_max))
 
 
 def fp8_scales(loaded, ops=None) -> KVRange:
     """The scales for ``loaded``'s fp8 cache (model/loading.py LoadedModel)."""
     found = measure(loaded.model, probe_ids(loaded.tokenizer, loaded.model.config.vocab_size), ops)
-    log.info("fp8 KV cache: largest |K| %.1f, |V| %.1f over the probe; scales %g, %g",
-             found.k_max, found.v_max, found.k_scale, found.v_scale)
+    log.info(
+        "fp8 KV cache: largest |K| %.1f, |V| %.1f over the probe; scales %g, %g",
+        found.k_max,
+        found.v_max,
+        found.k_scale,
+        found.v_scale,
+    )
     return found

@@ -56,13 +56,13 @@ class ServingHints:
 @dataclass
 class LoadedModel:
     source: str
-    tokenizer: Any              # transformers' tokenizer of the checkpoint
-    model: Any                  # transformers LlamaForCausalLM (decoder layers maybe quantized)
+    tokenizer: Any  # transformers' tokenizer of the checkpoint
+    model: Any  # transformers LlamaForCausalLM (decoder layers maybe quantized)
     codec: SnacCodec
     choice: devices.DeviceChoice
     quant: QuantReport
-    random_weights: bool        # the checkpoint says its weights are random (make-tiny)
-    serving: ServingHints = field(default_factory=ServingHints)   # what it asks of the engine
+    random_weights: bool  # the checkpoint says its weights are random (make-tiny)
+    serving: ServingHints = field(default_factory=ServingHints)  # what it asks of the engine
 
     @property
     def device(self) -> str:
@@ -94,7 +94,7 @@ def load_lm(source: str, dtype_name: str, device: str):
         raise EngineUnavailableError("the Orpheus engine needs transformers") from e
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        check_prompt_start(tokenizer, source)       # before the weights: a wrong one fails fast
+        check_prompt_start(tokenizer, source)  # before the weights: a wrong one fails fast
         model = AutoModelForCausalLM.from_pretrained(source, dtype=devices.torch_dtype(dtype_name))
     except (OSError, ValueError) as e:
         raise EngineUnavailableError(load_failure(source, e)) from e
@@ -111,27 +111,31 @@ def load_failure(source: str, error: Exception) -> str:
     machine without hub access cannot load."""
     which = "the default when SYNTH_MODEL is not set" if source == DEFAULT_MODEL else "SYNTH_MODEL"
     reason = " ".join(str(error).split()).rstrip(".")
-    return (f"cannot load the Orpheus model {source!r} ({which}): {reason}; set SYNTH_MODEL to a local "
-            "checkpoint folder or a hub id (`synth models make-tiny DIR` makes a tiny random one for a CPU try)")
+    return (
+        f"cannot load the Orpheus model {source!r} ({which}): {reason}; set SYNTH_MODEL to a local "
+        "checkpoint folder or a hub id (`synth models make-tiny DIR` makes a tiny random one for a CPU try)"
+    )
 
 
-def load(model: str | None, codec: str | None, dtype: str, quantization: str,
-         device: str, switches: Switches = Switches()) -> LoadedModel:
+def load(
+    model: str | None, codec: str | None, dtype: str, quantization: str, device: str, switches: Switches = Switches()
+) -> LoadedModel:
     """Everything the engine needs, on one device, quantized as asked (or as the device allows);
     ``switches``: the fp8 small-rows kernel and the fused codec kernels, where they can run."""
     choice = devices.choose(device, dtype)
     source = model or DEFAULT_MODEL
     tokenizer, lm = load_lm(source, choice.dtype_name, choice.device)
-    report = quantize(lm, quantization, choice.device, devices.torch_dtype(choice.dtype_name),
-                      small_rows=switches.fp8_small_rows)
+    report = quantize(
+        lm, quantization, choice.device, devices.torch_dtype(choice.dtype_name), small_rows=switches.fp8_small_rows
+    )
     codec_name, codec_origin = codec_source(source, codec)
-    snac = load_codec(codec_name, choice.device, fuse=None if switches.codec_fused else False,
-                      origin=codec_origin)
+    snac = load_codec(codec_name, choice.device, fuse=None if switches.codec_fused else False, origin=codec_origin)
     random_weights = bool(getattr(lm.config, "synth_random_weights", False))
     try:
         serving = ServingHints.from_config(getattr(lm.config, "synth_serving", None))
     except (TypeError, ValueError) as e:
         raise EngineUnavailableError(f"{source!r}: config.json's synth_serving: {e}") from e
-    log.info("Orpheus %s on %s (%s, %s, quant %s)", source, choice.name, choice.device,
-             choice.dtype_name, report.applied)
+    log.info(
+        "Orpheus %s on %s (%s, %s, quant %s)", source, choice.name, choice.device, choice.dtype_name, report.applied
+    )
     return LoadedModel(source, tokenizer, lm, snac, choice, report, random_weights, serving)

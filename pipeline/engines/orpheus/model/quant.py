@@ -29,15 +29,15 @@ log = logging.getLogger(__name__)
 MODES = ("none", "int8", "nf4", "fp8")
 INT8_OUTLIER_THRESHOLD = 6.0
 NF4_BLOCKSIZE = 64
-SCALED_MM_ALIGN = 16                # _scaled_mm wants rows in multiples of 16
+SCALED_MM_ALIGN = 16  # _scaled_mm wants rows in multiples of 16
 
 
 @dataclass(frozen=True)
 class QuantReport:
     requested: str
     applied: str
-    kernel: str                     # "bf16", "bitsandbytes", "scaled_mm", "dequant"
-    fallback: str | None = None     # why applied != requested
+    kernel: str  # "bf16", "bitsandbytes", "scaled_mm", "dequant"
+    fallback: str | None = None  # why applied != requested
 
 
 def _float8_linear_class():
@@ -45,14 +45,13 @@ def _float8_linear_class():
     import torch.nn.functional as F
 
     class Float8Linear(torch.nn.Module):
-        weight: torch.Tensor   # buffers, registered below
+        weight: torch.Tensor  # buffers, registered below
         scale: torch.Tensor
 
-        def __init__(self, weight, scale, bias, out_dtype, use_scaled_mm: bool,
-                     small_rows: bool = True):
+        def __init__(self, weight, scale, bias, out_dtype, use_scaled_mm: bool, small_rows: bool = True):
             super().__init__()
-            self.register_buffer("weight", weight)                        # [N, K] e4m3
-            self.register_buffer("scale", scale)                          # [N] fp32
+            self.register_buffer("weight", weight)  # [N, K] e4m3
+            self.register_buffer("scale", scale)  # [N] fp32
             self.bias = bias
             self.out_dtype = out_dtype
             self.use_scaled_mm = use_scaled_mm
@@ -61,12 +60,18 @@ def _float8_linear_class():
 
         @classmethod
         def quantize(cls, linear, use_scaled_mm: bool, small_rows: bool = True):
-            w = linear.weight.detach().float()                            # [N, K]
-            scale = w.abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX        # [N]
-            return cls((w / scale[:, None]).to(torch.float8_e4m3fn), scale, linear.bias,
-                       linear.weight.dtype, use_scaled_mm, small_rows)
+            w = linear.weight.detach().float()  # [N, K]
+            scale = w.abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX  # [N]
+            return cls(
+                (w / scale[:, None]).to(torch.float8_e4m3fn),
+                scale,
+                linear.bias,
+                linear.weight.dtype,
+                use_scaled_mm,
+                small_rows,
+            )
 
-        def forward(self, x):                                             # x: [..., K]
+        def forward(self, x):  # x: [..., K]
             if not self.use_scaled_mm:
                 w = (self.weight.float() * self.scale[:, None]).to(x.dtype)
                 return F.linear(x, w, self.bias)
@@ -78,15 +83,16 @@ def _float8_linear_class():
             m = x2.shape[0]
             if self.small_rows is not None and x.dtype in (torch.bfloat16, torch.float16):
                 launch = self.small_rows[0](m)
-                if launch is not None:       # few rows: the weight-only kernel (kernels/fp8.py)
+                if launch is not None:  # few rows: the weight-only kernel (kernels/fp8.py)
                     out = self.small_rows[1](x2, self.weight, self.scale, launch)
                     out = out.to(self.out_dtype).reshape(*lead, -1)
                     return out if self.bias is None else out + self.bias
             rows = m + (-m) % SCALED_MM_ALIGN
-            assert self.quantize_rows is not None   # made with use_scaled_mm, which _scaled runs under
+            assert self.quantize_rows is not None  # made with use_scaled_mm, which _scaled runs under
             xq, x_scale = self.quantize_rows(x2, rows)
-            out = torch._scaled_mm(xq, self.weight.t(), scale_a=x_scale,
-                                   scale_b=self.scale.view(1, -1), out_dtype=self.out_dtype)
+            out = torch._scaled_mm(
+                xq, self.weight.t(), scale_a=x_scale, scale_b=self.scale.view(1, -1), out_dtype=self.out_dtype
+            )
             out = out[:m].reshape(*lead, -1)
             return out if self.bias is None else out + self.bias
 
@@ -107,11 +113,10 @@ def fuse_float8(modules):
     start = 0
     for m in modules:
         n = m.weight.shape[0]
-        m.weight, m.scale = weight[start:start + n], scale[start:start + n]
+        m.weight, m.scale = weight[start : start + n], scale[start : start + n]
         start += n
     first = modules[0]
-    return type(first)(weight, scale, None, first.out_dtype, first.use_scaled_mm,
-                       first.small_rows is not None)
+    return type(first)(weight, scale, None, first.out_dtype, first.use_scaled_mm, first.small_rows is not None)
 
 
 def quantize_rows_reference(x, rows: int):
@@ -129,7 +134,7 @@ def _quantize_rows():
     """The one-kernel Triton version where Triton is installed, else plain torch."""
     try:
         from pipeline.engines.orpheus.kernels.fp8 import quantize_rows
-    except ImportError:         # no Triton (the CPU install)
+    except ImportError:  # no Triton (the CPU install)
         return quantize_rows_reference
     return quantize_rows
 
@@ -145,7 +150,7 @@ def _small_rows_kernel():
     ``_scaled_mm`` at every batch."""
     try:
         from pipeline.engines.orpheus.kernels.fp8 import linear_w8a16, w8a16_launch
-    except ImportError:         # no Triton (the CPU install)
+    except ImportError:  # no Triton (the CPU install)
         return None
     return w8a16_launch, linear_w8a16
 
@@ -162,25 +167,29 @@ def _make_swapper(mode: str, device: str, dtype, small_rows: bool = True):
     if mode == "fp8":
         cls = _float8_linear_class()
         fast = _fp8_has_kernel(device)
-        return (lambda lin: cls.quantize(lin, fast, small_rows).to(device)), \
-            ("scaled_mm" if fast else "dequant")
+        return (lambda lin: cls.quantize(lin, fast, small_rows).to(device)), ("scaled_mm" if fast else "dequant")
     import bitsandbytes as bnb  # ImportError is the fallback signal
 
     def swap_bnb(lin):
         w = lin.weight.detach().to(dtype)
         q: torch.nn.Module
         if mode == "int8":
-            q = bnb.nn.Linear8bitLt(lin.in_features, lin.out_features, bias=lin.bias is not None,
-                                    has_fp16_weights=False, threshold=INT8_OUTLIER_THRESHOLD)
+            q = bnb.nn.Linear8bitLt(
+                lin.in_features,
+                lin.out_features,
+                bias=lin.bias is not None,
+                has_fp16_weights=False,
+                threshold=INT8_OUTLIER_THRESHOLD,
+            )
             q.weight = bnb.nn.Int8Params(w.cpu(), requires_grad=False, has_fp16_weights=False)
         else:
-            q = bnb.nn.Linear4bit(lin.in_features, lin.out_features, bias=lin.bias is not None,
-                                  compute_dtype=dtype, quant_type="nf4")
-            q.weight = bnb.nn.Params4bit(w.cpu(), requires_grad=False, quant_type="nf4",
-                                         blocksize=NF4_BLOCKSIZE)
+            q = bnb.nn.Linear4bit(
+                lin.in_features, lin.out_features, bias=lin.bias is not None, compute_dtype=dtype, quant_type="nf4"
+            )
+            q.weight = bnb.nn.Params4bit(w.cpu(), requires_grad=False, quant_type="nf4", blocksize=NF4_BLOCKSIZE)
         if lin.bias is not None:
             q.bias = lin.bias
-        return q.to(device)          # bitsandbytes quantizes on the move
+        return q.to(device)  # bitsandbytes quantizes on the move
 
     return swap_bnb, "bitsandbytes"
 

@@ -18,12 +18,12 @@ from pipeline.engines.orpheus.vocab import END_OF_SPEECH, audio_range
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.6        # 0: greedy
-    top_p: float = 0.95             # 1.0: off
-    top_k: int = 0                  # 0: off
+    temperature: float = 0.6  # 0: greedy
+    top_p: float = 0.95  # 1.0: off
+    top_k: int = 0  # 0: off
     repetition_penalty: float = 1.1  # 1.0: off
     constrain_codes: bool = True
-    ignore_eos: bool = False        # benchmarks with random weights: run every job to its budget
+    ignore_eos: bool = False  # benchmarks with random weights: run every job to its budget
 
     @property
     def greedy(self) -> bool:
@@ -34,8 +34,7 @@ def code_mask(vocab_size: int, device, dtype=None):
     """[7, V] additive mask: 0 where position p may emit the token, -inf elsewhere."""
     import torch
 
-    mask = torch.full((SNAC_TOKENS_PER_FRAME, vocab_size), float("-inf"), device=device,
-                      dtype=dtype or torch.float32)
+    mask = torch.full((SNAC_TOKENS_PER_FRAME, vocab_size), float("-inf"), device=device, dtype=dtype or torch.float32)
     for p in range(SNAC_TOKENS_PER_FRAME):
         start, end = audio_range(p)
         mask[p, start:end] = 0.0
@@ -113,7 +112,7 @@ def _filter_top(scores, params: SamplingParams):
     if params.top_p < 1.0:
         sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
         probs = sorted_scores.softmax(dim=-1)
-        before = probs.cumsum(dim=-1) - probs          # mass strictly above each token
+        before = probs.cumsum(dim=-1) - probs  # mass strictly above each token
         drop_sorted = before > params.top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
@@ -129,8 +128,15 @@ class RowSampler:
     (positions 1-6 have 4,096 and one padding entry that is masked out).
     """
 
-    def __init__(self, params: SamplingParams, width: int, lo: int, device,
-                 fused: bool | None = None, fallbacks: list[str] | None = None):
+    def __init__(
+        self,
+        params: SamplingParams,
+        width: int,
+        lo: int,
+        device,
+        fused: bool | None = None,
+        fallbacks: list[str] | None = None,
+    ):
         """``fused``: draw with one Triton kernel (kernels/sample.py; with the code constraint and
         no top-k); None: on CUDA. A kernel that fails its first draw says why in ``fallbacks``
         (fallbacks.py), and the torch draw runs. It draws the same tokens as the torch draw, whose some 67 small
@@ -143,7 +149,7 @@ class RowSampler:
         if fused and params.top_k == 0 and params.constrain_codes:
             try:
                 from pipeline.engines.orpheus.kernels.sample import fused_draw
-            except ImportError:      # no Triton: the torch draw
+            except ImportError:  # no Triton: the torch draw
                 pass
             else:
                 self.fused = fused_draw
@@ -158,14 +164,18 @@ class RowSampler:
             valid = torch.ones_like(table, dtype=torch.bool)
         if table.min() < 0 or table.max() >= width:
             raise ValueError("the logits slice does not cover every candidate")
-        self.table, self.valid = table.to(device), valid.to(device)     # [7, C]
+        self.table, self.valid = table.to(device), valid.to(device)  # [7, C]
         self.eos = END_OF_SPEECH - lo
         self.fallbacks = [] if fallbacks is None else fallbacks
-        if self.fused is not None:      # one draw first: a kernel that fails is said, not used
+        if self.fused is not None:  # one draw first: a kernel that fails is said, not used
             try:
                 z = torch.zeros(1, dtype=torch.int64, device=device)
-                self(torch.zeros(1, width, device=device),
-                     torch.zeros(1, width + 1, dtype=torch.bool, device=device), z, z)
+                self(
+                    torch.zeros(1, width, device=device),
+                    torch.zeros(1, width + 1, dtype=torch.bool, device=device),
+                    z,
+                    z,
+                )
             except Exception as e:  # noqa: BLE001 - any failure means "the torch draw, say why"
                 self.fused = None
                 fall_back(self.fallbacks, "fused sampler", e, "torch draw")
@@ -178,7 +188,7 @@ class RowSampler:
         if self.fused is not None:
             return self.fused(p, self.table, self.valid, self.lo, self.eos, logits, seen, steps, keys)
         pos = steps % SNAC_TOKENS_PER_FRAME
-        cand = self.table[pos]                                          # [B, C]
+        cand = self.table[pos]  # [B, C]
         scores = apply_penalty(logits.gather(1, cand), seen.gather(1, cand), p.repetition_penalty)
         drop = ~self.valid[pos]
         if p.ignore_eos:

@@ -47,31 +47,37 @@ class SchedulerConfig:
     scheduler's; the engine derives its own from RealtimeConfig and the rows (engine.py
     ``scheduler_config``)."""
 
-    reserved: int = 0               # rows batch work leaves free for realtime arrivals
-    batch_floor: int = 0            # batch rows that preemption leaves running
-    prefill_tokens: int = 2048      # prompt tokens prefilled per step
-    admit_every: int = 1            # batch work is admitted every Nth step
-    realtime_max_rows: int = 0      # rows decoding while realtime streams run (0: all)
-    batch_every: int = 1            # while streams run, batch rows decode every Nth step ...
-    batch_every_starting: int = 1   # ... and every Nth while a stream waits for its first chunk
-    first_tokens: int = 0           # tokens a stream's first chunk needs
-    playing_every: int = 1          # playing streams join every Nth realtime-only step then
-    pause_batch: bool = False       # batch rows over the realtime cap pause (else: preempted)
-    frame_tokens: int = 7           # tokens of one audio frame (its first chunk holds one frame)
+    reserved: int = 0  # rows batch work leaves free for realtime arrivals
+    batch_floor: int = 0  # batch rows that preemption leaves running
+    prefill_tokens: int = 2048  # prompt tokens prefilled per step
+    admit_every: int = 1  # batch work is admitted every Nth step
+    realtime_max_rows: int = 0  # rows decoding while realtime streams run (0: all)
+    batch_every: int = 1  # while streams run, batch rows decode every Nth step ...
+    batch_every_starting: int = 1  # ... and every Nth while a stream waits for its first chunk
+    first_tokens: int = 0  # tokens a stream's first chunk needs
+    playing_every: int = 1  # playing streams join every Nth realtime-only step then
+    pause_batch: bool = False  # batch rows over the realtime cap pause (else: preempted)
+    frame_tokens: int = 7  # tokens of one audio frame (its first chunk holds one frame)
     playback_tokens_per_s: float = 0.0  # tokens a player consumes a second (0: leads not tracked)
-    low_lead_s: float = 0.0         # a playing stream this little ahead of its player starts again
+    low_lead_s: float = 0.0  # a playing stream this little ahead of its player starts again
     clock: Callable[[], float] = time.monotonic
 
     def fitted(self, rows: int) -> SchedulerConfig:
         """This config for ``rows`` rows: every count at least 1, the realtime cap at most the
         rows (0: all of them), and no low-lead rule where leads are not tracked."""
         return replace(
-            self, reserved=min(self.reserved, rows - 1), batch_floor=min(self.batch_floor, rows - 1),
-            prefill_tokens=max(1, self.prefill_tokens), admit_every=max(1, self.admit_every),
-            realtime_max_rows=self.realtime_max_rows or rows, batch_every=max(1, self.batch_every),
+            self,
+            reserved=min(self.reserved, rows - 1),
+            batch_floor=min(self.batch_floor, rows - 1),
+            prefill_tokens=max(1, self.prefill_tokens),
+            admit_every=max(1, self.admit_every),
+            realtime_max_rows=self.realtime_max_rows or rows,
+            batch_every=max(1, self.batch_every),
             batch_every_starting=max(1, self.batch_every_starting),
-            playing_every=max(1, self.playing_every), frame_tokens=max(1, self.frame_tokens),
-            low_lead_s=self.low_lead_s if self.playback_tokens_per_s > 0 else 0.0)
+            playing_every=max(1, self.playing_every),
+            frame_tokens=max(1, self.frame_tokens),
+            low_lead_s=self.low_lead_s if self.playback_tokens_per_s > 0 else 0.0,
+        )
 
 
 class Admission:
@@ -86,14 +92,14 @@ class Admission:
         self.max_context = max_context
         self.config = config.fitted(rows)
         self.reserved, self.batch_floor = self.config.reserved, self.config.batch_floor
-        self._decode_limit = rows      # full steps decode rows 0 .. this - 1 (pause_batch)
+        self._decode_limit = rows  # full steps decode rows 0 .. this - 1 (pause_batch)
         self.preempted = 0
-        self._rt_rows = 0                    # realtime rows (rows 0 .. r-1), from each schedule() on
-        self._held: Counter | None = None    # realtime rows per job this step (_next_realtime)
+        self._rt_rows = 0  # realtime rows (rows 0 .. r-1), from each schedule() on
+        self._held: Counter | None = None  # realtime rows per job this step (_next_realtime)
         self.waiting_rt: deque[Seq] = deque()
         self.waiting_batch: deque[Seq] = deque()
-        self.by_row: list[Seq] = []             # row i holds by_row[i]
-        self._free_rows: list[int] = []         # holes: finished, cancelled or preempted
+        self.by_row: list[Seq] = []  # row i holds by_row[i]
+        self._free_rows: list[int] = []  # holes: finished, cancelled or preempted
         self._arrivals = itertools.count()
 
     # Queue ----------------------------------------------------------------------------------
@@ -102,8 +108,7 @@ class Admission:
         if len(seq.prompt) < 1:
             raise ValueError(f"sequence {seq.key!r} has an empty prompt")
         if len(seq.prompt) + 1 > self.max_context:
-            raise ValueError(f"prompt of {len(seq.prompt)} tokens does not fit a context of "
-                             f"{self.max_context}")
+            raise ValueError(f"prompt of {len(seq.prompt)} tokens does not fit a context of {self.max_context}")
         # A sequence never outgrows its row: the budget is cut to the context that is left.
         seq.budget = max(1, min(seq.budget, self.max_context - len(seq.prompt)))
         seq.order = next(self._arrivals)
@@ -157,8 +162,11 @@ class Admission:
         if realtime_only or not (batch_waiting and batch_turn and free > keep_free):
             return None
         # (but never below the batch floor: a steady flood of streams must not starve batch work)
-        if (running_rt or self.waiting_rt) and self.running_rows >= self.config.realtime_max_rows \
-                and self.running_rows - running_rt >= self.batch_floor:
+        if (
+            (running_rt or self.waiting_rt)
+            and self.running_rows >= self.config.realtime_max_rows
+            and self.running_rows - running_rt >= self.batch_floor
+        ):
             return None
         return self.waiting_batch.popleft()
 
@@ -174,8 +182,7 @@ class Admission:
             if self._held is None:
                 self._held = Counter(s.group for s in self._live(self._rt_rows) if s.group is not None)
             held = self._held
-            seq = min(itertools.islice(waiting, FAIR_WINDOW),
-                      key=lambda s: held[s.group] if s.group is not None else 0)
+            seq = min(itertools.islice(waiting, FAIR_WINDOW), key=lambda s: held[s.group] if s.group is not None else 0)
             if seq is waiting[0]:
                 waiting.popleft()
             else:
@@ -201,10 +208,10 @@ class Admission:
         given back only when a stream needs a row and none is free."""
         self._decode_limit = self.capacity
         if not (self.waiting_rt or (self.by_row and self.by_row[0].realtime)):
-            return                              # no stream: the realtime tier is empty
+            return  # no stream: the realtime tier is empty
         cap = self.config.realtime_max_rows
         if self.running_rows + len(self.waiting_rt) <= min(self.capacity, cap):
-            return          # within the lowest limit below (which the count of streams only raises)
+            return  # within the lowest limit below (which the count of streams only raises)
         realtime = len(self._live(self._realtime_rows()))
         wanted = realtime + len(self.waiting_rt)
         if not wanted:
@@ -273,10 +280,9 @@ class Admission:
             slots[s.row] = s
         for tier, lo, hi in ((rt, 0, r), (batch, r, n)):
             holes = [i for i in range(lo, hi) if slots[i] is None]
-            for seq, hole in zip(sorted((s for s in tier if not lo <= s.row < hi),
-                                        key=lambda s: -s.row), holes):
+            for seq, hole in zip(sorted((s for s in tier if not lo <= s.row < hi), key=lambda s: -s.row), holes):
                 moves.append((seq.row, hole, seq.context))
                 slots[seq.row], slots[hole] = None, seq
                 seq.row = hole
-        self.by_row = cast("list[Seq]", slots[:n])   # rows 0 .. n-1 are all held now
+        self.by_row = cast("list[Seq]", slots[:n])  # rows 0 .. n-1 are all held now
         return moves

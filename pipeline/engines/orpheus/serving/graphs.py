@@ -69,7 +69,7 @@ def padded_prefill(decoder, packed):
     """``decoder.prefill`` of a packed input [N, S + 2] (``pack``): every row from position 0,
     attending over [0, S). Returns logits [N, Vs] fp32; a padding row's are garbage."""
     s = packed.shape[1] - 2
-    ids, lens, rows = packed[:, :s], packed[:, s], packed[:, s + 1]      # [N, S], [N], [N]
+    ids, lens, rows = packed[:, :s], packed[:, s], packed[:, s + 1]  # [N, S], [N], [N]
     return decoder.prefill(ids, torch.zeros_like(lens), lens, rows, s)
 
 
@@ -86,8 +86,9 @@ class PrefillGraphs:
     and context). ``capture=False`` (the CPU, tests): the same padded prefill runs eagerly. A failed
     capture says why in ``fallbacks`` (fallbacks.py); every prefill then runs eagerly."""
 
-    def __init__(self, decoder, batches=BATCHES, lengths=LENGTHS, capture: bool = True,
-                 fallbacks: list[str] | None = None):
+    def __init__(
+        self, decoder, batches=BATCHES, lengths=LENGTHS, capture: bool = True, fallbacks: list[str] | None = None
+    ):
         cache = decoder.cache
         self.decoder, self.device = decoder, cache.k.device
         self.batches = tuple(sorted({min(b, cache.k.shape[1]) for b in batches}))
@@ -95,7 +96,7 @@ class PrefillGraphs:
         self.graphs: dict[tuple[int, int], Graph] = {}
         self.fallbacks = [] if fallbacks is None else fallbacks
         self.capture_s = 0.0
-        self.bytes = 0                  # the pool and the static buffers
+        self.bytes = 0  # the pool and the static buffers
         if capture:
             self._capture_all()
 
@@ -124,22 +125,33 @@ class PrefillGraphs:
         started = time.monotonic()
         torch.cuda.empty_cache()
         before = torch.cuda.memory_reserved(self.device)
-        shapes = sorted(((n, s) for n in self.batches for s in self.lengths),
-                        key=lambda ns: ns[0] * ns[1], reverse=True)       # largest first
+        shapes = sorted(
+            ((n, s) for n in self.batches for s in self.lengths), key=lambda ns: ns[0] * ns[1], reverse=True
+        )  # largest first
 
-        def padding(shape):     # all padding rows: warm-up and capture write only row 0's scratch slot
+        def padding(shape):  # all padding rows: warm-up and capture write only row 0's scratch slot
             return torch.zeros((shape[0], shape[1] + 2), dtype=torch.int64, device=self.device)
 
         self.graphs = capture_graphs(
-            shapes, padding, lambda _shape, packed: padded_prefill(self.decoder, packed),
-            device=self.device, what="prefill graph capture", instead="prefilling eagerly",
-            fallbacks=self.fallbacks)
+            shapes,
+            padding,
+            lambda _shape, packed: padded_prefill(self.decoder, packed),
+            device=self.device,
+            what="prefill graph capture",
+            instead="prefilling eagerly",
+            fallbacks=self.fallbacks,
+        )
         if not self.graphs:
             self.batches = self.lengths = ()
-        torch.cuda.empty_cache()          # the warm-ups' blocks; the pool stays with its graphs
+        torch.cuda.empty_cache()  # the warm-ups' blocks; the pool stays with its graphs
         self.bytes = max(0, torch.cuda.memory_reserved(self.device) - before)
         self.capture_s = time.monotonic() - started
         if self.graphs:
-            log.info("captured %d prefill graphs (N %s x S %s) in %.2f s, %.0f MiB",
-                     len(self.graphs), self.batches, self.lengths, self.capture_s,
-                     self.bytes / 2**20)
+            log.info(
+                "captured %d prefill graphs (N %s x S %s) in %.2f s, %.0f MiB",
+                len(self.graphs),
+                self.batches,
+                self.lengths,
+                self.capture_s,
+                self.bytes / 2**20,
+            )

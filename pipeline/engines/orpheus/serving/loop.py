@@ -46,16 +46,23 @@ class InFlight:
 
 
 class EngineLoop:
-    def __init__(self, runner, scheduler: Scheduler, codec, on_final,
-                 stream_factory=lambda seed, realtime: StreamState(seed=seed), overlap: bool = True):
+    def __init__(
+        self,
+        runner,
+        scheduler: Scheduler,
+        codec,
+        on_final,
+        stream_factory=lambda seed, realtime: StreamState(seed=seed),
+        overlap: bool = True,
+    ):
         self.runner, self.scheduler = runner, scheduler
         self.overlap = overlap
-        self._pending: tuple[Plan, object] | None = None   # (plan, launched), not yet collected
+        self._pending: tuple[Plan, object] | None = None  # (plan, launched), not yet collected
         # on_final: (live, last audio) -> the final AudioChunk (the engine's policy)
         self.codec_thread = CodecThread(codec, on_final)
         self.stream_factory = stream_factory
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.live: dict[int, InFlight] = {}   # id(seq) -> InFlight
+        self.live: dict[int, InFlight] = {}  # id(seq) -> InFlight
         self.observer = LoopObserver(self.codec_thread.first_chunks)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="orpheus-loop", daemon=True)
@@ -154,8 +161,7 @@ class EngineLoop:
             self.codec_thread.finish(self.live.pop(id(seq)))
         self.observer.post_ends()
 
-    def _feed(self, plan: Plan, tokens: dict[int, list[int]],
-              before: dict[int, int]) -> tuple[int, bool]:
+    def _feed(self, plan: Plan, tokens: dict[int, list[int]], before: dict[int, int]) -> tuple[int, bool]:
         """Each row's accepted tokens into its stream's frame assembler: tokens drawn after the
         sequence ended, or before it was preempted, were dropped (``before``: what each had
         generated). Returns the tokens fed and whether a realtime stream took any."""
@@ -168,14 +174,14 @@ class EngineLoop:
             if live is None or not accepted:
                 continue
             assembler = live.stream.assembler
-            if accepted == 1:           # the common case: one token a step
+            if accepted == 1:  # the common case: one token a step
                 assembler.feed(toks[0])
             else:
                 for tok in toks[:accepted]:
                     assembler.feed(tok)
             fed += accepted
             fed_realtime = fed_realtime or seq.realtime
-            if live.marks.ready_at is None:     # on its way to its first chunk
+            if live.marks.ready_at is None:  # on its way to its first chunk
                 starting.append(live)
         if starting:
             self.observer.fed(starting, now)
@@ -186,8 +192,11 @@ class EngineLoop:
         if oom:
             self.observer.stats.oom_events += 1
             self.scheduler.capacity = max(1, self.scheduler.capacity // 2)
-            log.error("out of device memory at %d rows; now %d rows; in-flight jobs will be retried",
-                      len(self.scheduler.by_row), self.scheduler.capacity)
+            log.error(
+                "out of device memory at %d rows; now %d rows; in-flight jobs will be retried",
+                len(self.scheduler.by_row),
+                self.scheduler.capacity,
+            )
             err: EngineError | EngineOverloadedError = EngineOverloadedError(f"out of device memory: {error}")
         else:
             log.exception("Orpheus step failed; failing the %d sequences in flight", len(self.live))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from dataclasses import dataclass
 
 import torch
 
@@ -33,46 +32,10 @@ from pipeline.engines.orpheus.model.sampling import RowSampler, SamplingParams
 from pipeline.engines.orpheus.rng import mix_keys
 from pipeline.engines.orpheus.serving.graphs import LENGTHS as PREFILL_LENGTHS
 from pipeline.engines.orpheus.serving.graphs import PrefillGraphs, pack, replay_packed, shape_for
+from pipeline.engines.orpheus.serving.launched import HostTimes, LaunchedStep
 from pipeline.engines.orpheus.serving.scheduler import Plan
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _LaunchedStep:
-    rows: list[int]                       # rows decoded this step
-    decoded: torch.Tensor | None          # host tensor [B] of last tokens (None: no decode)
-    first_rows: list[int]                 # rows whose prompt completed this step
-    first: torch.Tensor | None            # host tensor of their first tokens
-    done: torch.cuda.Event | None         # CUDA event after the copies (None on the CPU)
-    start: torch.cuda.Event | None = None       # CUDA event before the step's work (timing)
-    prefilled: torch.cuda.Event | None = None   # CUDA event after its moves and prefill (if any)
-
-    def device_ms(self) -> float | None:
-        """Device time from the step's first work to its last copy (after ``collect``): with
-        the overlap, the step starts when the one before it ends."""
-        if self.start is None or self.done is None:   # on the CPU: neither is recorded
-            return None
-        return self.start.elapsed_time(self.done)
-
-    def prefill_ms(self) -> float | None:
-        """The part of ``device_ms`` before the decode step: moves and prefill."""
-        if self.start is None or self.prefilled is None:
-            return None
-        return self.start.elapsed_time(self.prefilled)
-
-
-@dataclass
-class HostTimes:
-    """The runner's host seconds in ``launch``, by part (the loop's launch time, less the
-    scheduler's): where a slow launch goes. ``begin``: setting up the rows whose prompt completed
-    and drawing their first tokens (eager), inside ``prefill``."""
-
-    moves: float = 0.0           # with the step's start event
-    prefill: float = 0.0
-    begin: float = 0.0
-    decode: float = 0.0          # the active mask and the graph's replay (or the eager step)
-    copies: float = 0.0          # the tokens' device-to-host copies and the events
 
 
 # The CUDA stream priority of the language model's steps (lower is more urgent; 0: the default
@@ -93,7 +56,7 @@ BATCH_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128, 160, 192, 224, 
 # Where attention runs as SDPA over [0, L) (the CPU, eager), L is the step's longest row rounded up
 # to a multiple of this (or the full context).
 LENGTH_STEP = 256
-ACTIVE_MASKS = 4           # row sets whose active masks stay in host memory (ModelRunner._activate)
+ACTIVE_MASKS = 4  # row sets whose active masks stay in host memory (ModelRunner._activate)
 
 
 def ladder(limit: int) -> list[int]:
@@ -102,10 +65,20 @@ def ladder(limit: int) -> list[int]:
 
 
 class ModelRunner:
-    def __init__(self, model, rows: int, context: int, params: SamplingParams,
-                 logits_lo: int = 0, use_graphs: bool = True, kv_dtype: str | None = None,
-                 switches: Switches = Switches(), fallbacks: list[str] | None = None,
-                 kv_range=None, prefill_lengths: tuple[int, ...] = PREFILL_LENGTHS):
+    def __init__(
+        self,
+        model,
+        rows: int,
+        context: int,
+        params: SamplingParams,
+        logits_lo: int = 0,
+        use_graphs: bool = True,
+        kv_dtype: str | None = None,
+        switches: Switches = Switches(),
+        fallbacks: list[str] | None = None,
+        kv_range=None,
+        prefill_lengths: tuple[int, ...] = PREFILL_LENGTHS,
+    ):
         """``switches``: which of the faster paths run (config.py); all, by default.
         ``fallbacks``: the list where the paths that fell back say why (fallbacks.py).
         ``kv_range``: an fp8 cache's scales (model/kv_scales.py KVRange); None: 1.
@@ -114,42 +87,37 @@ class ModelRunner:
         cfg, device = model.config, model.device
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.device, self.rows, self.context = device, rows, context
-        self.cache = KVCache(cfg.num_hidden_layers, rows, cfg.num_key_value_heads, context, head_dim,
-                             model.dtype, device, kv_dtype,
-                             *((kv_range.k_scale, kv_range.v_scale) if kv_range else ()))
-        self.decoder = Decoder(model, self.cache, logits_lo,
-                               ops=fused.ops_for(device, switches.fused_ops),
-                               prefill_attention=switches.prefill_attention)
+        self.cache = KVCache(
+            cfg.num_hidden_layers,
+            rows,
+            cfg.num_key_value_heads,
+            context,
+            head_dim,
+            model.dtype,
+            device,
+            kv_dtype,
+            *((kv_range.k_scale, kv_range.v_scale) if kv_range else ()),
+        )
+        self.decoder = Decoder(
+            model,
+            self.cache,
+            logits_lo,
+            ops=fused.ops_for(device, switches.fused_ops),
+            prefill_attention=switches.prefill_attention,
+        )
         width = self.decoder.logits_width
-        self.sampler = RowSampler(params, width, logits_lo, device,
-                                  fused=None if switches.fused_sampler else False,
-                                  fallbacks=self.fallbacks)
+        self.sampler = RowSampler(
+            params, width, logits_lo, device, fused=None if switches.fused_sampler else False, fallbacks=self.fallbacks
+        )
         self.lo, self.width = logits_lo, width
-        i64 = dict(dtype=torch.int64, device=device)
-        self.tokens = torch.zeros(rows, **i64)            # the last token of each row
-        self.pos = torch.zeros(rows, **i64)               # where that token is written next step
-        self.steps = torch.zeros(rows, **i64)             # tokens generated (the sampler's step)
-        self.keys = torch.zeros(rows, **i64)
-        self.seen = torch.zeros(rows, width + 1, dtype=torch.bool, device=device)  # +1: idle rows
-        self.active = torch.zeros(rows, dtype=torch.bool, device=device)
-        self._active_rows: tuple[int, ...] = ()     # the rows ``active`` marks (once queued)
-        self._masks: dict[tuple[int, ...], torch.Tensor] = {}   # row set -> its host mask, LRU
+        self._allocate_rows(rows, width, device)
         self._cuda = str(device).startswith("cuda")
-        self.batch_sizes = ladder(rows)
         # Each row's attention over its own context (the Triton kernel, on CUDA); elsewhere SDPA
         # over the step's longest row, which reads an fp8 cache converted slice by slice.
         self.per_row = attention.available(device)
-        self.graphs: dict[tuple[int, int], Graph] = {}
         self.capture_s = 0.0
         self.host = HostTimes()
-        self.prefill_graphs: PrefillGraphs | None = None
-        # Mixed steps: on the CPU they run eagerly, on CUDA only from their graphs.
-        self.mixed_sizes = tuple(sorted({min(b, rows) for b in MIXED_BATCHES})) \
-            if switches.mixed_steps else ()
-        self.prefill_lengths = prefill_lengths
-        self.mixed_lengths = tuple(s for s in prefill_lengths if s <= context)
-        self.mixed_graphs: dict[tuple[int, int], Graph] = {}   # output: the prompt's logits
-        self.mixed_steps = 0
+        self._plan_graphs(rows, context, switches, prefill_lengths)
         if use_graphs and str(device).startswith("cuda"):
             self._capture_all()
             self._capture_prefill()
@@ -157,6 +125,30 @@ class ModelRunner:
         priority = LM_STREAM_PRIORITY if self._cuda and switches.stream_priority else 0
         # The steps' stream (None: the current one); launch() orders it after the current stream.
         self.stream = torch.cuda.Stream(device, priority=priority) if priority else None
+
+    def _allocate_rows(self, rows: int, width: int, device) -> None:
+        """Each row's state on the device: the graphs read and write these tensors in place."""
+        i64 = dict(dtype=torch.int64, device=device)
+        self.tokens = torch.zeros(rows, **i64)  # the last token of each row
+        self.pos = torch.zeros(rows, **i64)  # where that token is written next step
+        self.steps = torch.zeros(rows, **i64)  # tokens generated (the sampler's step)
+        self.keys = torch.zeros(rows, **i64)
+        self.seen = torch.zeros(rows, width + 1, dtype=torch.bool, device=device)  # +1: idle rows
+        self.active = torch.zeros(rows, dtype=torch.bool, device=device)
+        self._active_rows: tuple[int, ...] = ()  # the rows ``active`` marks (once queued)
+        self._masks: dict[tuple[int, ...], torch.Tensor] = {}  # row set -> its host mask, LRU
+
+    def _plan_graphs(self, rows: int, context: int, switches: Switches, prefill_lengths: tuple[int, ...]) -> None:
+        """The batch sizes and prompt lengths the graphs are captured at (none captured yet)."""
+        self.batch_sizes = ladder(rows)
+        self.graphs: dict[tuple[int, int], Graph] = {}
+        self.prefill_graphs: PrefillGraphs | None = None
+        # Mixed steps: on the CPU they run eagerly, on CUDA only from their graphs.
+        self.mixed_sizes = tuple(sorted({min(b, rows) for b in MIXED_BATCHES})) if switches.mixed_steps else ()
+        self.prefill_lengths = prefill_lengths
+        self.mixed_lengths = tuple(s for s in prefill_lengths if s <= context)
+        self.mixed_graphs: dict[tuple[int, int], Graph] = {}  # output: the prompt's logits
+        self.mixed_steps = 0
 
     def padded_batch(self, rows: int) -> int:
         """The graph batch size a step over ``rows`` rows runs at."""
@@ -185,8 +177,9 @@ class ModelRunner:
         wpos = torch.where(act, self.pos[:b], self.cache.scratch)
         s = packed.shape[1] - 2
         ids, lens, rows = packed[:, :s], packed[:, s], packed[:, s + 1]
-        logits, first = self.decoder.mixed(self.tokens[:b], wpos, length, self.per_row, ids,
-                                           torch.zeros_like(lens), lens, rows, s)
+        logits, first = self.decoder.mixed(
+            self.tokens[:b], wpos, length, self.per_row, ids, torch.zeros_like(lens), lens, rows, s
+        )
         self._advance(b, act, logits)
         # A copy: a graph's output keeps its tensor alive, and the decode rows' logits need not
         # stay (36 graphs of up to 129 rows of logits: about 240 MB for Orpheus).
@@ -204,7 +197,7 @@ class ModelRunner:
     def _capture_all(self) -> None:
         """The decode step's graphs, after two warm-ups at the largest and the smallest batch."""
         started = time.monotonic()
-        self.active.zero_()                      # capture with every row idle: no state changes
+        self.active.zero_()  # capture with every row idle: no state changes
         self._active_rows = ()
         big, small = (self.batch_sizes[-1], self.context), (self.batch_sizes[0], self.context)
 
@@ -215,9 +208,15 @@ class ModelRunner:
 
         shapes = [(b, self.context) for b in reversed(self.batch_sizes)]
         self.graphs = capture_graphs(
-            shapes, lambda shape: None, lambda shape, _: self._step(*shape), device=self.device,
-            what="CUDA graph capture", instead="running eagerly", fallbacks=self.fallbacks,
-            warm_up=warm_up)
+            shapes,
+            lambda shape: None,
+            lambda shape, _: self._step(*shape),
+            device=self.device,
+            what="CUDA graph capture",
+            instead="running eagerly",
+            fallbacks=self.fallbacks,
+            warm_up=warm_up,
+        )
         self.capture_s = time.monotonic() - started
         if self.graphs:
             log.info("captured %d decode graphs in %.1f s", len(self.graphs), self.capture_s)
@@ -228,7 +227,7 @@ class ModelRunner:
         """Carry out one plan; returns row -> tokens produced this step."""
         return self.collect(self.launch(plan))
 
-    def launch(self, plan: Plan) -> _LaunchedStep:
+    def launch(self, plan: Plan) -> LaunchedStep:
         """Queue one plan's device work (moves, prefill, the decode step) without waiting for it,
         on the runner's stream (after whatever the caller's stream has queued)."""
         if self.stream is None:
@@ -237,7 +236,7 @@ class ModelRunner:
         with torch.cuda.stream(self.stream):
             return self._launch(plan)
 
-    def _launch(self, plan: Plan) -> _LaunchedStep:
+    def _launch(self, plan: Plan) -> LaunchedStep:
         host, clock = self.host, time.perf_counter
         t0 = clock()
         start = torch.cuda.Event(enable_timing=True) if self._cuda else None
@@ -266,12 +265,12 @@ class ModelRunner:
             if done is not None:
                 done.record()
         t4 = clock()
-        begin = host.begin - begin     # a mixed step's first tokens: counted as its prefill's
+        begin = host.begin - begin  # a mixed step's first tokens: counted as its prefill's
         host.moves += t1 - t0
         host.prefill += t2 - t1 + begin
         host.decode += t3 - t2 - begin
         host.copies += t4 - t3
-        return _LaunchedStep(rows, decoded, first_rows, first_host, done, start, prefilled)
+        return LaunchedStep(rows, decoded, first_rows, first_host, done, start, prefilled)
 
     def _decode(self, plan: Plan, rows: list[int]) -> int:
         """The decode step over ``rows``, replayed from the smallest graph that fits (eager where
@@ -288,7 +287,7 @@ class ModelRunner:
             self._step(b, length)
         return b
 
-    def collect(self, launched: _LaunchedStep) -> dict[int, list[int]]:
+    def collect(self, launched: LaunchedStep) -> dict[int, list[int]]:
         """Wait for a launched step; returns row -> tokens it produced."""
         if launched.done is not None:
             launched.done.synchronize()
@@ -318,7 +317,7 @@ class ModelRunner:
             mask = torch.zeros(self.rows, dtype=torch.bool, pin_memory=self._cuda)
             mask.numpy()[rows] = True
             if len(self._masks) >= ACTIVE_MASKS - 1:
-                del self._masks[next(iter(self._masks))]        # the least recently used
+                del self._masks[next(iter(self._masks))]  # the least recently used
         self._masks[key] = mask
         self.active.copy_(mask, non_blocking=True)
         self._active_rows = key
@@ -345,15 +344,14 @@ class ModelRunner:
             t[dst] = t[src]
 
     def _capture_prefill(self) -> None:
-        self.prefill_graphs = PrefillGraphs(self.decoder, lengths=self.prefill_lengths,
-                                            fallbacks=self.fallbacks)
+        self.prefill_graphs = PrefillGraphs(self.decoder, lengths=self.prefill_lengths, fallbacks=self.fallbacks)
 
     def _prefill(self, plan: Plan):
         chunks = plan.prefill
         # Whole short prompts replay a captured prefill (graphs.py); the rest runs eagerly.
         logits = self.prefill_graphs.run(chunks) if self.prefill_graphs is not None else None
         if logits is None:
-            logits = self._prefill_eager(chunks)                                  # [N, Vs]
+            logits = self._prefill_eager(chunks)  # [N, Vs]
         return self._first_tokens(chunks, logits)
 
     def _first_tokens(self, chunks, logits):
@@ -405,30 +403,40 @@ class ModelRunner:
         if not self.mixed_sizes or not self.graphs or not self.per_row:
             return
         started = time.monotonic()
-        self.active.zero_()                  # every row idle, so capture changes no row's state
+        self.active.zero_()  # every row idle, so capture changes no row's state
         self._active_rows = ()
         lengths = self.mixed_lengths
         shapes = [(b, s) for b in reversed(self.mixed_sizes) for s in reversed(lengths)]
 
-        def padding(shape):         # padding only: the prompt writes row 0's scratch slot (graphs.py)
+        def padding(shape):  # padding only: the prompt writes row 0's scratch slot (graphs.py)
             return torch.zeros((1, shape[1] + 2), dtype=torch.int64, device=self.device)
 
         self.mixed_graphs = capture_graphs(
-            shapes, padding, lambda shape, packed: self._step_mixed(shape[0], self.context, packed),
-            device=self.device, what="mixed step capture",
-            instead="prefilling in steps of their own", fallbacks=self.fallbacks)
-        torch.cuda.empty_cache()          # the warm-ups' blocks; the pool stays with its graphs
+            shapes,
+            padding,
+            lambda shape, packed: self._step_mixed(shape[0], self.context, packed),
+            device=self.device,
+            what="mixed step capture",
+            instead="prefilling in steps of their own",
+            fallbacks=self.fallbacks,
+        )
+        torch.cuda.empty_cache()  # the warm-ups' blocks; the pool stays with its graphs
         took = time.monotonic() - started
         self.capture_s += took
-        log.info("captured %d mixed graphs (batches %s x prompts %s) in %.1f s",
-                 len(self.mixed_graphs), self.mixed_sizes, lengths, took)
+        log.info(
+            "captured %d mixed graphs (batches %s x prompts %s) in %.1f s",
+            len(self.mixed_graphs),
+            self.mixed_sizes,
+            lengths,
+            took,
+        )
 
     def _prefill_eager(self, chunks):
         """The chunks, right-padded to the longest, through ``decoder.prefill``: logits [N, Vs]."""
         n, width = len(chunks), max(c.end - c.start for c in chunks)
         ids = torch.zeros((n, width), dtype=torch.int64)
         for i, c in enumerate(chunks):
-            ids[i, : c.end - c.start] = torch.tensor(c.seq.prefix[c.start:c.end])
+            ids[i, : c.end - c.start] = torch.tensor(c.seq.prefix[c.start : c.end])
         meta = torch.tensor([[c.start, c.end - c.start, c.seq.row] for c in chunks]).T  # [3, N]
         start, lens, rows = self._h2d(meta.contiguous())
         length = max(c.end for c in chunks)
@@ -442,8 +450,7 @@ class ModelRunner:
         # in the middle of serving, on the loop thread while streams wait.
         n = len(seqs)
         meta = torch.zeros((4, n + n % 2), dtype=torch.int64)
-        meta[:, :n] = torch.tensor(
-            [[s.row, s.generated, mix_keys(s.seed, 0), len(s.prefix)] for s in seqs]).T
+        meta[:, :n] = torch.tensor([[s.row, s.generated, mix_keys(s.seed, 0), len(s.prefix)] for s in seqs]).T
         rows, done, keys, pos = self._h2d(meta)[:, :n]
         self.keys[rows] = keys
         seen = torch.zeros((len(seqs), self.width + 1), dtype=torch.bool)

@@ -55,10 +55,10 @@ __all__ = ["Plan", "PrefillChunk", "Scheduler", "SchedulerConfig", "Seq", "SeqSt
 class Scheduler(Admission):
     def __init__(self, rows: int, max_context: int, config: SchedulerConfig = SchedulerConfig()):
         super().__init__(rows, max_context, config)
-        self.realtime_steps = 0        # steps that decoded the realtime rows alone
-        self.starting_steps = 0        # ... of which the starting streams alone
+        self.realtime_steps = 0  # steps that decoded the realtime rows alone
+        self.starting_steps = 0  # ... of which the starting streams alone
         self._playing_turn = 0
-        self._steps = 0                # full steps (batch admission counts these)
+        self._steps = 0  # full steps (batch admission counts these)
         self._rt_turn = 0
 
     def reset(self) -> None:
@@ -68,11 +68,11 @@ class Scheduler(Admission):
     # One step -------------------------------------------------------------------------------
 
     def schedule(self) -> Plan:
-        self._held = None           # realtime rows per job, counted at this step's first need
+        self._held = None  # realtime rows per job, counted at this step's first need
         self._preempt_for_realtime()
         # Holes exist only where something finished, was cancelled or preempted since.
         plan = Plan(moves=self._compact() if self._free_rows else [])
-        self._rt_rows = self._realtime_rows()         # no holes now: rows 0 .. r-1 are the streams
+        self._rt_rows = self._realtime_rows()  # no holes now: rows 0 .. r-1 are the streams
         full = self._full_turn()
         starting = self._starting_turn() if not full or len(self.by_row) == self._rt_rows else None
         full = full and starting is None
@@ -93,7 +93,7 @@ class Scheduler(Admission):
             budget -= self._prefill_chunk(plan, admitted, budget)
         if full:
             plan.rows = min(len(self.by_row), self._decode_limit)
-        else:       # the realtime tier, rows 0 .. r-1
+        else:  # the realtime tier, rows 0 .. r-1
             plan.realtime_only = True
             plan.rows = self._rt_rows
         if starting is not None:
@@ -103,7 +103,7 @@ class Scheduler(Admission):
         for chunk in plan.prefill:
             seq = chunk.seq
             seq.prefilled = chunk.end
-            if chunk.last:      # its first token comes from this step's prefill logits
+            if chunk.last:  # its first token comes from this step's prefill logits
                 seq.state = SeqState.RUNNING
                 seq.inflight += 1
                 plan.owners[seq.row] = (seq, seq.epoch)
@@ -133,11 +133,12 @@ class Scheduler(Admission):
         if config.batch_every == 1 and config.batch_every_starting == 1:
             return True
         rt = self.by_row[: self._rt_rows]
-        if not (rt or self.waiting_rt) or len(self.by_row) == self._rt_rows:   # no batch rows
+        if not (rt or self.waiting_rt) or len(self.by_row) == self._rt_rows:  # no batch rows
             self._rt_turn = 0
             return True
         starting = bool(self.waiting_rt) or any(
-            s.state is SeqState.PREFILL or s.generated + s.inflight < config.first_tokens for s in rt)
+            s.state is SeqState.PREFILL or s.generated + s.inflight < config.first_tokens for s in rt
+        )
         self._rt_turn += 1
         period = config.batch_every_starting if starting else config.batch_every
         if self._rt_turn >= period:
@@ -153,12 +154,12 @@ class Scheduler(Admission):
         running, first = SeqState.RUNNING, self.config.first_tokens
         rt = [s for s in self.by_row[: self._rt_rows] if s.state is running]
         if not any(s.generated + s.inflight < first for s in rt):
-            self._playing_turn = 0       # none waits for its first chunk: an ordinary step
+            self._playing_turn = 0  # none waits for its first chunk: an ordinary step
             return None
         low = self._low_lead_rule()
         starting = [s for s in rt if s.generated + s.inflight < first or low is not None and low(s)]
         if len(starting) == len(rt):
-            self._playing_turn = 0       # none playing yet: an ordinary step
+            self._playing_turn = 0  # none playing yet: an ordinary step
             return None
         self._playing_turn += 1
         if self._playing_turn >= self.config.playing_every:
@@ -174,8 +175,9 @@ class Scheduler(Admission):
         if not lead:
             return None
         now, rate, behind = config.clock(), config.playback_tokens_per_s, config.first_tokens - config.frame_tokens
-        return lambda seq: seq.first_chunk_at is not None and \
-            (seq.generated - behind) / rate - (now - seq.first_chunk_at) < lead
+        return lambda seq: (
+            seq.first_chunk_at is not None and (seq.generated - behind) / rate - (now - seq.first_chunk_at) < lead
+        )
 
     def postprocess(self, plan: Plan, tokens: dict[int, list[int]]) -> list[Seq]:
         """``tokens``: row -> the tokens that row produced this step: one per decoded row, and one
@@ -187,10 +189,10 @@ class Scheduler(Admission):
         for row, toks in tokens.items():
             seq, epoch = owners[row]
             if seq.epoch != epoch or seq.state is not running:
-                continue    # preempted since (it draws these again on resume), or already ended
+                continue  # preempted since (it draws these again on resume), or already ended
             for tok in toks:
                 if seq.state is not running:
-                    break                   # it ended on an earlier token of this list
+                    break  # it ended on an earlier token of this list
                 seq.inflight -= 1
                 seq.generated += 1
                 seq.tokens.append(tok)

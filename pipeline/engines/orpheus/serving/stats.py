@@ -39,34 +39,32 @@ class FirstChunkMarks:
     def phases(self) -> dict | None:
         """Seconds spent queued, in prefill (to the first token), decoding the first chunk's
         frames, and in the codec (to the chunk handed over); None before the first chunk."""
-        marks = (self.submitted, self.admitted_at, self.first_token_at, self.ready_at,
-                 self.first_chunk_at)
+        marks = (self.submitted, self.admitted_at, self.first_token_at, self.ready_at, self.first_chunk_at)
         known = [m for m in marks if m is not None]
         if len(known) < len(marks):
             return None
-        return {name: b - a for name, a, b in
-                zip(("queued", "prefill", "decode", "codec"), known, known[1:])}
+        return {name: b - a for name, a, b in zip(("queued", "prefill", "decode", "codec"), known, known[1:])}
 
 
 @dataclass
 class LoopStats:
     steps: int = 0
     tokens: int = 0
-    decode_rows: int = 0            # sum over steps of rows decoded
-    padded_rows: int = 0            # sum over steps of graph batch size (idle-slot waste)
+    decode_rows: int = 0  # sum over steps of rows decoded
+    padded_rows: int = 0  # sum over steps of graph batch size (idle-slot waste)
     prefill_tokens: int = 0
     oom_events: int = 0
-    prefill_steps: int = 0          # steps that launched a prefill (an eager pass)
+    prefill_steps: int = 0  # steps that launched a prefill (an eager pass)
     busy_s: float = 0.0
     # Host time by stage: where a step's wall time goes (the device works during launch + wait).
-    schedule_s: float = 0.0         # the scheduler's part of launch_s
+    schedule_s: float = 0.0  # the scheduler's part of launch_s
     # Device time (CUDA events) and host launch time of the steps over the realtime rows alone,
     # and of the others.
     realtime_steps: int = 0
     realtime_device_s: float = 0.0
     realtime_launch_s: float = 0.0
     full_device_s: float = 0.0
-    prefill_device_s: float = 0.0   # of those, before the decode step: moves and prefill
+    prefill_device_s: float = 0.0  # of those, before the decode step: moves and prefill
     launch_s: float = 0.0
     wait_s: float = 0.0
     post_s: float = 0.0
@@ -86,9 +84,9 @@ class LoopObserver:
         self.stats = LoopStats()
         self.first_chunks = first_chunks
         self._turn: tuple[float, tuple[float, float, float]] | None = None
-        self._last: float | None = None     # when the last turn that ran a step ended
+        self._last: float | None = None  # when the last turn that ran a step ended
         self._block = False
-        self._post_from = 0.0                # when the step being post-processed was collected
+        self._post_from = 0.0  # when the step being post-processed was collected
 
     # A turn of the loop: the step and the host's time around it ---------------------------------
 
@@ -100,21 +98,23 @@ class LoopObserver:
     def turn_ends(self, live: int) -> None:
         """Count the turn's time; keep it among the slow steps, and log it as a stall, when it (with
         the host's gap before it) took too long."""
-        assert self._turn is not None   # turn_begins ran first
+        assert self._turn is not None  # turn_begins ran first
         s, (started, parts) = self.stats, self._turn
         ended = time.monotonic()
         s.busy_s += ended - started
         gap = 0.0 if self._block or self._last is None else started - self._last
         if ended - started + gap > SLOW_STEP_S:
-            slow = (started, gap, s.launch_s - parts[0], s.wait_s - parts[1],
-                    s.post_s - parts[2], live)
+            slow = (started, gap, s.launch_s - parts[0], s.wait_s - parts[1], s.post_s - parts[2], live)
             s.slow_steps.append(slow)
             if ended - started + gap > STALL_S:
-                log.warning("engine loop stalled %.0f ms (gap before the step %.0f, launch "
-                            "%.0f, wait for the device %.0f, post-processing %.0f; %d "
-                            "sequences live): realtime streams may run dry",
-                            1000 * (ended - started + gap), *(1000 * v for v in slow[1:5]),
-                            slow[5])
+                log.warning(
+                    "engine loop stalled %.0f ms (gap before the step %.0f, launch "
+                    "%.0f, wait for the device %.0f, post-processing %.0f; %d "
+                    "sequences live): realtime streams may run dry",
+                    1000 * (ended - started + gap),
+                    *(1000 * v for v in slow[1:5]),
+                    slow[5],
+                )
         self._last = ended
 
     # The stages of a step -----------------------------------------------------------------------
@@ -192,7 +192,7 @@ class LoopObserver:
     def first_chunk_phases(self, clear: bool = False) -> list[dict]:
         """Where the time to the first chunk went, per realtime stream (the last 4096)."""
         marks, kept = [], self.first_chunks
-        if clear:       # popleft, not clear(): the realtime lane may append meanwhile
+        if clear:  # popleft, not clear(): the realtime lane may append meanwhile
             while kept:
                 marks.append(kept.popleft())
         else:
