@@ -68,7 +68,9 @@ def run_batch(
                     embedded_worker(settings, broker_url) as child,
                     _told_when_interrupted(batch_id, embedded),
                 ):
-                    summary = wait_for_batch(sessions, batch_id, alive=child.alive, on_poll=on_poll)
+                    summary = wait_for_batch(
+                        sessions, batch_id, alive=child.alive, on_poll=on_poll, retakes=settings.rerender_budget
+                    )
             except EngineUnavailableError as e:
                 # Nothing ran; kept, the batch would render on whichever worker starts next, beside
                 # the one submitted again once the setting is fixed.

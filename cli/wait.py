@@ -20,12 +20,16 @@ from pipeline.errors import EngineUnavailableError, ServiceUnavailableError
 from pipeline.settings import Settings
 from pipeline.summary import BatchSummary, describe_text_notes, summarize
 from pipeline.plural import counted
+from pipeline.verify.retakes import coming as retakes_coming
 from worker.embedded import die_with_parent
 
 # The wait polls the batch's counts: often enough that the command ends within a few tens of ms of
 # its last job (a GPU renders a 500-line corpus in under 20 s), and never spending more than a
 # twentieth of its time on the count, which grows with the batch.
 POLL_MIN_S, POLL_MAX_S = 0.05, 0.5
+# A retake settles in about one render of its job; one not settled after this long was lost (its
+# message gone with a Redis restarted without its append-only file).
+RETAKE_STALL_S = 300.0
 
 
 @dataclass
@@ -83,8 +87,12 @@ def wait_for_batch(
     batch_id: str,
     alive: Callable[[], None] | None = None,
     on_poll: Callable[[Session, str], None] | None = None,
+    retakes: int = 0,
 ) -> BatchSummary:
-    """``on_poll(session, batch_id)``: called on each poll, for progress of its own (a document's chapters)."""
+    """``on_poll(session, batch_id)``: called on each poll, for progress of its own (a document's
+    chapters). ``retakes``: the retake budget of the worker this command runs (embedded), whose
+    retakes of bad jobs are waited for once every job is done, so the summary and the files
+    fetched are the kept renders."""
     with sessions() as session:
         total = session.get(Batch, batch_id).total_jobs
     # Redrawn in place on a terminal; into a log file, a line every 10 s rather than ten a second.
@@ -107,8 +115,32 @@ def wait_for_batch(
             if alive:
                 alive()
             time.sleep(pause)
+        if retakes:
+            _wait_for_retakes(sessions, batch_id, retakes, bar, alive)
     with sessions() as session:
         return summarize(session, session.get(Batch, batch_id))
+
+
+def _wait_for_retakes(sessions, batch_id: str, budget: int, bar: tqdm, alive: Callable[[], None] | None) -> None:
+    """Until no bad job has a retake on its way; or, where none settled in RETAKE_STALL_S (its
+    message lost), say so and stop waiting: the job keeps the render it has."""
+    last, since = None, time.monotonic()
+    while True:
+        with sessions() as session:
+            coming = retakes_coming(session, batch_id, budget)
+        if not coming:
+            return
+        if coming != last:
+            last, since = coming, time.monotonic()
+            bar.set_postfix(retakes=coming)
+        elif time.monotonic() - since > RETAKE_STALL_S:
+            click.echo(
+                f"{counted(coming, 'bad job')} not rendered again in {RETAKE_STALL_S:.0f} s; kept as rendered", err=True
+            )
+            return
+        if alive:
+            alive()
+        time.sleep(POLL_MAX_S)
 
 
 def wait_again(
@@ -125,7 +157,9 @@ def wait_again(
     does, waited for if ``wait``. None: not waited for."""
     if settings.redis_url is None:
         with embedded_worker(settings, broker_url) as child:
-            return wait_for_batch(sessions, batch_id, alive=child.alive, on_poll=on_poll)
+            return wait_for_batch(
+                sessions, batch_id, alive=child.alive, on_poll=on_poll, retakes=settings.rerender_budget
+            )
     return wait_for_batch(sessions, batch_id, on_poll=on_poll) if wait else None
 
 

@@ -143,3 +143,24 @@ def test_a_worker_killed_during_the_retake_leaves_one_object_and_two_renders(
     assert [r["render"] for r in metrics.extra["retakes"]] == [2]  # settled once
     store = make_store(Settings(data_dir=tmp_path / "data"))
     assert objects(store, batch_id, "audio") == [job.object_key] and objects(store, batch_id, "retakes") == []
+
+
+def test_synth_submit_waits_for_the_retake_and_writes_the_kept_render(tmp_path):
+    """With -o, the files and the manifest written are the renders kept: the command waits for the
+    retakes of its bad jobs before its summary, not only for every job to be done."""
+    corpus = tmp_path / "line.txt"
+    corpus.write_text(LINE + "\n")
+    env = synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "data"),
+        SYNTH_VERIFY="all",
+        SYNTH_RERENDER_BUDGET="1",
+        SYNTH_VERIFY_RECOGNIZER="tests.verify_plugs:DeafFirst",
+        SYNTH_TEST_RECOGNIZER_LOG=str(tmp_path / "recognizer.log"),
+    )
+    done = synth("submit", str(corpus), "-o", str(tmp_path / "out"), env=env)
+    assert done.returncode == 0, done.stderr.decode()
+    (row,) = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
+    assert (row["renders"], row["verdict"]) == (2, "clean"), row
+    assert "checked against the text: 1 of 1 job clean" in done.stderr.decode(), done.stderr
+    kept = make_store(Settings(data_dir=tmp_path / "data")).get(row["object_key"])
+    assert (tmp_path / "out" / "line-000001.wav").read_bytes() == kept

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import or_, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.db.models import Job, JobMetrics
@@ -41,6 +41,24 @@ class Retakes:
     def after(self, job: Job, status: str, renders: int) -> None:
         if status == verdict.BAD and renders <= self.budget:
             self.send(job.id, job.queue, renders + 1)
+
+
+def coming(session: Session, batch_id: str, budget: int) -> int:
+    """The batch's done jobs with a retake on its way: a bad verdict, and renders left in
+    ``budget`` (``Retakes.after`` sent one for it)."""
+    return (
+        session.scalar(
+            select(func.count())
+            .select_from(JobMetrics)
+            .join(Job, Job.id == JobMetrics.job_id)
+            .where(
+                Job.batch_id == batch_id,
+                JobMetrics.verdict == verdict.BAD,
+                func.coalesce(JobMetrics.renders, 1) <= budget,
+            )
+        )
+        or 0
+    )
 
 
 def retake_key(object_key: str, render: int) -> str:
