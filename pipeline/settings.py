@@ -147,7 +147,8 @@ class Settings(BaseSettings):
     # (a skipped or repeated phrase) at the cost of one more render of the few bad jobs.
     rerender_budget: int = Field(default=1, ge=0, le=5)
     # Which jobs record their loudness and true peak: all, or auto (every job where the engine runs
-    # on the CPU; on a GPU only the jobs of levelled batches, which are measured to be levelled).
+    # on the CPU; on a GPU only the jobs of levelled batches, which are measured to be levelled, and
+    # the jobs checked on the verify queue, which a verify worker meters).
     # A GPU worker finishes hundreds of audio seconds a second, and metering them all took most of
     # a core in its process and a tenth of its batch throughput (docs/performance.md).
     loudness_meter: Literal["auto", "all"] = "auto"

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 import redis
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from pipeline.corpus import parse_corpus
 from pipeline.db.models import Batch, Job, JobMetrics, utcnow
@@ -93,6 +93,7 @@ def test_a_verify_worker_checks_each_queued_job_once_and_the_manifest_gets_the_v
     assert manifest_verdicts(sessions, settings, batch_id) == ["pending", "pending"]
     assert not log.exists()  # the render worker checked nothing itself
 
+    metered = unmeter_first(sessions, batch_id)  # as a GPU worker records a job of a batch not levelled
     app = make_app(settings, redis_url)
     client = redis.Redis.from_url(redis_client_url(redis_url))
     client.delete(VERIFY_QUEUE)  # the messages are lost: the reconciler sends them again
@@ -118,6 +119,34 @@ def test_a_verify_worker_checks_each_queued_job_once_and_the_manifest_gets_the_v
     with sessions() as s:
         keys = s.scalars(select(Job.object_key).where(Job.batch_id == batch_id)).all()
     assert all(store.exists(caption_key(key, fmt)) for key in keys for fmt in ("json", "srt", "vtt"))
+    # The check metered the job its render worker did not (from the mp3 delivered: close to the
+    # render worker's figure for the samples), and left the other's figures as they were.
+    levels = loudness_of(sessions, batch_id)
+    first, second = sorted(levels)
+    assert levels[second] == metered[second]
+    assert levels[first][0] == pytest.approx(metered[first][0], abs=0.5)
+    assert levels[first][1] == pytest.approx(metered[first][1], abs=1.0)
+
+
+def loudness_of(sessions, batch_id: str) -> dict[str, tuple[float | None, float | None]]:
+    with sessions() as s:
+        rows = s.execute(
+            select(Job.client_id, JobMetrics.loudness_lufs, JobMetrics.true_peak_dbtp)
+            .join(JobMetrics, JobMetrics.job_id == Job.id)
+            .where(Job.batch_id == batch_id)
+        ).all()
+    return {client_id: (lufs, peak) for client_id, lufs, peak in rows}
+
+
+def unmeter_first(sessions, batch_id: str) -> dict[str, tuple[float | None, float | None]]:
+    """Forget the first job's loudness and true peak; returns every job's as metered."""
+    metered = loudness_of(sessions, batch_id)
+    assert all(lufs is not None and peak is not None for lufs, peak in metered.values())
+    with sessions() as s:
+        first = s.scalar(select(Job.id).where(Job.batch_id == batch_id).order_by(Job.client_id).limit(1))
+        s.execute(update(JobMetrics).where(JobMetrics.job_id == first).values(loudness_lufs=None, true_peak_dbtp=None))
+        s.commit()
+    return metered
 
 
 @pytest.mark.slow

@@ -16,10 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import numpy as np
 import redis
 from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipeline import loudness
 from pipeline.audio import decode
 from pipeline.db.models import Job, JobMetrics, JobStatus
 from pipeline.db.session import rows_matched
@@ -105,17 +107,24 @@ def verify_jobs(c: Checker, job_ids: Sequence[str]) -> Checked:
 
 
 def _first(c: Checker, job: Job, metrics: JobMetrics) -> str | None:
-    """The check of the job's render; its verdict, or None where it was recorded already."""
+    """The check of the job's render; its verdict, or None where it was recorded already. A job
+    its render worker did not meter (a GPU worker meters only levelled jobs) gets its loudness and
+    true peak here, read from the audio as delivered."""
     pending = (metrics.extra or {}).get("verify") or {}
     assert job.object_key is not None  # a pending check is of a done job's render
-    result = _check(c, job.object_key, job, pending)
+    audio = _read(c, job.object_key)
+    result = _check(c, audio, job, pending)
     store_captions(c.store, job.object_key, result)
+    level = {}
+    if metrics.loudness_lufs is None and not isinstance(audio, verdict.Verdict):
+        measured = loudness.measure(*audio)
+        level = {"loudness_lufs": measured.lufs, "true_peak_dbtp": measured.true_peak_dbtp}
     with c.sessions() as session:
         moved = rows_matched(
             session.execute(
                 update(JobMetrics)
                 .where(JobMetrics.job_id == job.id, JobMetrics.verdict == verdict.PENDING)
-                .values(verdict=result.status, extra={**(metrics.extra or {}), "verify": record(result)})
+                .values(verdict=result.status, extra={**(metrics.extra or {}), "verify": record(result)}, **level)
                 .execution_options(synchronize_session=False)
             )
         )
@@ -125,17 +134,24 @@ def _first(c: Checker, job: Job, metrics: JobMetrics) -> str | None:
 
 def _retake(c: Checker, job: Job, metrics: JobMetrics, take: dict) -> str | None:
     """The check of a retake (pipeline/retake.py), and the better render kept."""
-    result = _check(c, take["key"], job, take)
+    result = _check(c, _read(c, take["key"]), job, take)
     return settle(c.sessions, c.store, job, metrics.extra or {}, take.get("prior"), take, result)
 
 
-def _check(c: Checker, key: str, job: Job, pending: dict) -> verdict.Verdict:
-    """The check of the audio at ``key`` against the job's text, read for the voice ``pending``
-    recorded."""
+def _read(c: Checker, key: str) -> tuple[np.ndarray, int] | verdict.Verdict:
+    """The audio at ``key`` and its rate; a not_checked verdict where it cannot be read."""
     try:
-        samples, rate = decode(c.store.get(key))
+        return decode(c.store.get(key))
     except InputError as e:
         return verdict.Verdict(verdict.NOT_CHECKED, [f"the stored audio cannot be read: {e}"])
+
+
+def _check(c: Checker, audio: tuple[np.ndarray, int] | verdict.Verdict, job: Job, pending: dict) -> verdict.Verdict:
+    """The check of ``audio`` (``_read``) against the job's text, read for the voice ``pending``
+    recorded."""
+    if isinstance(audio, verdict.Verdict):
+        return audio
+    samples, rate = audio
     return verdict.check(
         samples,
         rate,
