@@ -13,7 +13,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import (
@@ -33,9 +33,12 @@ FORMATS = ("wav", "mp3", "ogg", "flac")
 _ORPHEUS = OrpheusConfig()
 _REALTIME = RealtimeConfig()
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     Switch = str  # a checker cannot read a Literal built from a tuple at run time
 else:
     Switch = Literal[SWITCHES]  # the names of Switches' fields, checked as the settings load
+_Config = TypeVar("_Config", bound="DataclassInstance")
 
 
 def _default_data_dir() -> Path:
@@ -46,7 +49,9 @@ def _default_data_dir() -> Path:
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """The part of the settings an engine reads."""
+    """The part of the settings an engine reads. ``Settings.engine_settings`` fills each field from
+    the setting of its name, but for the few it derives, so a new engine setting is a field here and
+    one in Settings (tests/test_settings.py holds every engine setting to reaching the engine)."""
 
     engine: str
     model: str | None
@@ -56,9 +61,9 @@ class EngineSettings:
     quantization: str
     max_batch: int
     device: str
-    threads: int
-    process: str = "auto"  # "separate": the engine runs in a process of its own (hosted.py)
-    orpheus: OrpheusConfig = field(default_factory=OrpheusConfig)
+    threads: int  # engine_threads, or one per core where that is 0
+    process: str = "auto"  # engine_process; "separate": the engine runs in a process of its own (hosted.py)
+    orpheus: OrpheusConfig = field(default_factory=OrpheusConfig)  # Settings.orpheus_config
 
 
 class Settings(BaseSettings):
@@ -82,9 +87,6 @@ class Settings(BaseSettings):
     codec: str | None = None
     # The voices served, e.g. tara,leah (or a JSON list); unset: the engine's own.
     voices: Annotated[tuple[str, ...] | None, NoDecode] = None
-    # The engine's dtype, quantization and device are checked here, so a producer refuses a typo
-    # before it writes jobs that no worker could render.
-
     # Orpheus weights: auto is bfloat16 on a GPU that has it, else float16; float32 on the CPU.
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     # Orpheus weights (docs/orpheus.md#quantization).
@@ -98,6 +100,8 @@ class Settings(BaseSettings):
     # for the GIL behind the worker's task threads; "inline", the worker's process. "auto":
     # separate for a GPU engine (orpheus on CUDA), inline otherwise.
     engine_process: Literal["auto", "separate", "inline"] = "auto"
+
+    # Orpheus engine (docs/orpheus.md).
     orpheus_context: int = _ORPHEUS.context  # tokens per KV-cache row; long texts are split to fit
     # KV-cache storage: "fp8" = e4m3 with scales set from the checkpoint at load, half the bytes,
     # so twice the rows fit and attention reads half as much (sm_89+); "model" = the model dtype;
@@ -110,6 +114,8 @@ class Settings(BaseSettings):
     orpheus_disable: Annotated[tuple[Switch, ...], NoDecode] = ()
     # capture the decode step at boot (False: eager, for debugging)
     cuda_graphs: bool = _ORPHEUS.cuda_graphs
+
+    # Realtime streams (docs/orpheus.md#scheduling).
     # KV-cache rows kept free for realtime streams (0: an eighth)
     realtime_rows: int = Field(default=_REALTIME.rows, ge=0)
     # rows decoding while realtime streams run (0: a third); batch work over it pauses (keeping
@@ -280,6 +286,8 @@ class Settings(BaseSettings):
             )
         return v
 
+    # The engine's dtype, quantization and device are checked here (the first two by their
+    # Literal types), so a producer refuses a typo before it writes jobs that no worker could render.
     @field_validator("device")
     @classmethod
     def _known_device(cls, v: str) -> str:
@@ -352,30 +360,29 @@ class Settings(BaseSettings):
         return self.data_dir / "redis.db"
 
     def engine_settings(self) -> EngineSettings:
-        return EngineSettings(
-            engine=self.engine,
-            model=self.model,
-            codec=self.codec,
-            voices=self.voices,
-            dtype=self.dtype,
-            quantization=self.quantization,
-            max_batch=self.max_batch,
-            device=self.device,
+        return self._fill(
+            EngineSettings,
+            "",
             threads=self.engine_threads or (os.cpu_count() or 1),
             process=self.engine_process,
             orpheus=self.orpheus_config(),
         )
 
     def orpheus_config(self) -> OrpheusConfig:
-        """The engine's config: each ``RealtimeConfig`` field from the setting ``realtime_<field>``."""
-        realtime = RealtimeConfig(**{f.name: getattr(self, f"realtime_{f.name}") for f in fields(RealtimeConfig)})
-        return OrpheusConfig(
-            context=self.orpheus_context,
-            cuda_graphs=self.cuda_graphs,
-            kv_dtype=self.orpheus_kv_dtype,
-            realtime=realtime,
+        return self._fill(
+            OrpheusConfig,
+            "orpheus_",
+            cuda_graphs=self.cuda_graphs,  # SYNTH_CUDA_GRAPHS: its name is older than the orpheus_ prefix
+            realtime=self._fill(RealtimeConfig, "realtime_"),
             switches=Switches.without(self.orpheus_disable),
         )
+
+    def _fill(self, config: type[_Config], prefix: str, **derived: Any) -> _Config:
+        """``config`` with each field from ``derived`` where it is there, else from the setting
+        ``<prefix><field>``: a new setting is a Settings field and a config field, no line here."""
+        names = [f.name for f in fields(config)]
+        assert derived.keys() <= set(names), f"{config.__name__} has no field {sorted(derived.keys() - set(names))}"
+        return config(**{name: derived[name] if name in derived else getattr(self, prefix + name) for name in names})
 
     def with_overrides(self, **overrides: Any) -> Settings:
         return self.model_copy(update={k: v for k, v in overrides.items() if v is not None})

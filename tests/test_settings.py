@@ -7,6 +7,12 @@ from pydantic import ValidationError
 
 from pipeline.engines.orpheus.config import SWITCHES, OrpheusConfig, RealtimeConfig, Switches
 from pipeline.settings import Settings
+from pipeline.settings_doc import groups
+
+# The headings in docs/configuration.md (comments in Settings) over the settings an engine reads.
+ENGINE_SECTIONS = ("Engine", "Orpheus engine", "Realtime streams")
+# Values of each type an engine setting has, other than its default; some setting may refuse some.
+SAMPLES = (False, 3, 1, "piper", "orpheus", "float32", "fp8", "model", "cpu", "inline", "x", ("tara",), ("gc_freeze",))
 
 
 @pytest.fixture(autouse=True)
@@ -19,6 +25,27 @@ def test_default_settings_configure_the_engine_with_its_own_defaults():
     assert Settings().engine_settings().orpheus == OrpheusConfig()
     assert Settings().orpheus_config().switches == Switches()
     assert all(getattr(Switches(), name) for name in SWITCHES)
+
+
+def test_every_engine_setting_reaches_the_engine_and_no_other_does():
+    """A new engine setting is a Settings field under an engine heading and a field of the same
+    name in EngineSettings, OrpheusConfig (orpheus_<field>) or RealtimeConfig (realtime_<field>),
+    which Settings fills without a line of its own. A config field without its setting fails every
+    engine_settings(); a setting without its config field fails here."""
+    default = Settings().engine_settings()
+
+    def reaches_the_engine(name: str) -> bool:
+        for value in SAMPLES:
+            try:
+                settings = Settings(**{name: value})
+            except ValidationError:
+                continue
+            if settings.engine_settings() != default:
+                return True
+        return False
+
+    engine_settings = {e.name for g in groups() if (g.title or "").startswith(ENGINE_SECTIONS) for e in g.entries}
+    assert {name for name in Settings.model_fields if reaches_the_engine(name)} == engine_settings
 
 
 def test_orpheus_disable_takes_a_comma_separated_list_from_the_environment(monkeypatch):
