@@ -46,7 +46,6 @@ a ratio.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -61,23 +60,20 @@ from pathlib import Path
 
 import httpx
 import redis
-from sqlalchemy import func, select
 
 from ops.bench import REPO, SHARED_CORPUS, git_commit
+from ops.bench.e2e.recorded import batch_figures, realtime_job_ids, server_figures, stage_figures
 from ops.bench.e2e.fleet import Meter, distinct_copies, spread, worker_pids, worker_slots
-from ops.bench.e2e.streams import percentile, run_streams, run_streams_in_processes, summarize
+from ops.bench.e2e.streams import run_streams_in_processes, singles, summarize
 from ops.bench.e2e.table import side_by_side
 from ops.bench.e2e.verifying import CHECKED_ENV, CheckMeter, require_recognizer, verify_worker
 from ops.bench.e2e.verifying import summary as check_summary
-from ops.bench.scale import per_worker_truth, wait_heartbeats, worker_processes
+from ops.bench.scale import wait_heartbeats, worker_processes
 from synth_testkit.ports import free_port
-from pipeline import live
 from pipeline import text as texts
 from pipeline.db import migrate
-from pipeline.db.models import Batch, Job, JobMetrics, as_utc
-from pipeline.db.session import make_engine, make_sessionmaker
+from pipeline.db.session import make_engine
 
-SINGLE_TEXT = "Hello! Thanks for calling. How can I help you today?"
 STREAM_CHARS = 180  # one engine chunk per stream, as the engine bench's streams
 
 
@@ -219,46 +215,6 @@ def engine_bench(args, model: str, workdir: Path, gpu: str) -> dict | None:
     return json.loads(out.read_text())
 
 
-def batch_figures(db_url: str, name: str, wall_s: float, started_wall: float | None = None) -> dict:
-    """The batch's audio over the command's wall time; with ``started_wall`` (Unix time the command
-    started), its timeline in seconds from then: the batch's row written, the first and the last
-    claim, the last job finished."""
-    sessions = make_sessionmaker(make_engine(db_url))
-    with sessions() as s:
-        batch_id, created = s.execute(select(Batch.id, Batch.created_at).where(Batch.name == name)).one()
-        audio, jobs = s.execute(
-            select(func.sum(JobMetrics.audio_s), func.count())
-            .join(Job, Job.id == JobMetrics.job_id)
-            .where(Job.batch_id == batch_id)
-        ).one()
-        errors = s.scalars(select(Job.error).where(Job.batch_id == batch_id, Job.status == "failed")).all()
-        claims = s.execute(
-            select(func.min(Job.started_at), func.max(Job.started_at), func.max(Job.finished_at)).where(
-                Job.batch_id == batch_id
-            )
-        ).one()
-    audio = float(audio or 0)
-    workers = {
-        host: {"jobs": w["jobs"], "audio_s": round(w["audio_s"], 1)}
-        for host, w in sorted(per_worker_truth(sessions, batch_id).items())
-    }
-    out = {
-        "jobs_done": jobs,
-        "jobs_failed": len(errors),
-        "failures": sorted(set(errors))[:3],
-        "audio_s": round(audio, 1),
-        "wall_s": round(wall_s, 2),
-        "x_real_time": round(audio / wall_s, 1) if wall_s else None,
-        "workers": workers,
-    }
-    if started_wall is not None:
-        marks = dict(zip(("first_claim", "last_claim", "last_finished"), claims), created=created)
-        out["timeline_s"] = {
-            k: round(as_utc(v).timestamp() - started_wall, 2) for k, v in marks.items() if v is not None
-        }
-    return out
-
-
 def submit(env: dict, corpus: Path, name: str, log: Path) -> subprocess.Popen:
     with open(log, "ab") as f:
         return subprocess.Popen(
@@ -379,38 +335,6 @@ def start_apis(stack: ExitStack, env: dict, workdir: Path, n: int) -> dict[str, 
     return apis
 
 
-def singles(base_url: str, key: str, n: int) -> list[dict]:
-    """``n`` requests one after another; the first is the server's first after boot. The client's
-    own first-use costs (the OpenAI package imports its resources lazily) are paid before it, as a
-    long-running app has paid them: they are not the server's."""
-    warm_client(base_url, key)
-    out = []
-    for _ in range(n):
-        s = summarize(asyncio.run(run_streams(base_url, key, [SINGLE_TEXT], 0.0)))
-        out.append(
-            {
-                "ttfb_ms": s["ttfb_p50_ms"],
-                "rtf": s["rtf_max"],
-                "errors": s["errors"],
-                "error_examples": s["error_examples"],
-            }
-        )
-    return out
-
-
-def warm_client(base_url: str, key: str) -> None:
-    from openai import AsyncOpenAI
-
-    async def touch() -> None:
-        async with AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0) as client:
-            client.audio.speech.with_streaming_response  # noqa: B018 - imports and builds the resource
-            # one request through the client's HTTP stack (its first costs 15 ms more than the
-            # next), to the health route that the bench and any load balancer poll anyway
-            await client.get(base_url.rsplit("/v1", 1)[0] + "/healthz", cast_to=httpx.Response)
-
-    asyncio.run(touch())
-
-
 def batch_workload(args, env: dict, workdir: Path, db_url: str) -> dict:
     corpus = workdir / "batch.txt"
     corpus.write_text("\n".join(distinct_copies(corpus_lines(args.corpus, args.lines), args.repeat)) + "\n")
@@ -468,77 +392,6 @@ def streams_beside_batch(
         "cpu_share": {**services["cpu_share"], "client_max": max(client_cpu), "clients": len(client_cpu)},
         "batch": {"exit": proc.returncode, **batch_figures(db_url, f"streams-{count}", time.monotonic() - t)},
     }
-
-
-def realtime_job_ids(db_url: str) -> set[str]:
-    with make_sessionmaker(make_engine(db_url))() as s:
-        return set(s.scalars(select(Job.id).where(Job.priority == "realtime")))
-
-
-def server_figures(db_url: str, before: set[str]) -> dict:
-    """The streams' jobs as the worker recorded them: request to first audio in the worker
-    (ttfb; the client's first byte less this is the live path), and its first part, request to
-    the engine (queue wait), split at the claim: the message's way to a worker thread, then the
-    claim and the text front end."""
-    with make_sessionmaker(make_engine(db_url))() as s:
-        rows = [
-            r
-            for r in s.execute(
-                select(
-                    Job.id, JobMetrics.ttfb_s, JobMetrics.queue_wait_s, Job.queued_at, Job.created_at, Job.started_at
-                )
-                .join(JobMetrics, JobMetrics.job_id == Job.id)
-                .where(Job.priority == "realtime")
-            )
-            if r[0] not in before
-        ]
-    ttfb, wait = [r[1] for r in rows], [r[2] for r in rows]
-    split = [((as_utc(r[5]) - as_utc(r[3] or r[4])).total_seconds(), r[2]) for r in rows if r[5]]
-    to_claim, claim_on = [c for c, _ in split], [w - c for c, w in split]
-    return {
-        "jobs": len(rows),
-        **{f"ttfb_p{q}_ms": _ms(percentile(ttfb, q)) for q in (50, 95, 99)},
-        **{f"queue_wait_p{q}_ms": _ms(percentile(wait, q)) for q in (50, 99)},
-        **{f"to_claim_p{q}_ms": _ms(percentile(to_claim, q)) for q in (50, 99)},
-        **{f"claim_and_front_p{q}_ms": _ms(percentile(claim_on, q)) for q in (50, 99)},
-    }
-
-
-def stage_figures(db_url: str, client: redis.Redis, streams: list) -> dict:
-    """Where each stream's first byte and last byte spent their time, p50 / p99 in ms, from the
-    clocks of the client, the database and Redis (one host): the request to the job's row
-    (the API), the row to the worker's claim, the claim to the worker's first audio, that to the
-    first audio entry in the job's Redis stream (the engine's publisher), and that to the client's
-    first byte (the API's live path and HTTP); then the last audio entry to the client's last byte."""
-    ids = {s.job_id: s for s in streams if s.job_id and s.arrivals and not s.error}
-    with make_sessionmaker(make_engine(db_url))() as session:
-        rows = session.execute(
-            select(Job.id, Job.created_at, Job.started_at, JobMetrics.ttfb_s)
-            .join(JobMetrics, JobMetrics.job_id == Job.id)
-            .where(Job.id.in_(list(ids)))
-        ).all()
-    stages: dict[str, list[float]] = {
-        k: [] for k in ("api", "to_claim", "claim_to_audio", "publish", "deliver_first", "deliver_last")
-    }
-    for job_id, created, started, ttfb in rows:
-        stream = ids[job_id]
-        entries = client.xrange(live.stream_key(job_id))
-        pcm = [int(eid.split(b"-")[0]) / 1000 for eid, fields in entries if fields.get(b"kind") == live.PCM]
-        created_s = as_utc(created).timestamp()
-        first_audio = created_s + ttfb
-        stages["api"].append(created_s - stream.wall(stream.sent))
-        if started is not None:
-            stages["to_claim"].append(as_utc(started).timestamp() - created_s)
-            stages["claim_to_audio"].append(first_audio - as_utc(started).timestamp())
-        if pcm:
-            stages["publish"].append(pcm[0] - first_audio)
-            stages["deliver_first"].append(stream.wall(stream.arrivals[0][0]) - pcm[0])
-            stages["deliver_last"].append(stream.wall(stream.arrivals[-1][0]) - pcm[-1])
-    return {"jobs": len(rows), **{f"{k}_p{q}_ms": _ms(percentile(v, q)) for k, v in stages.items() for q in (50, 99)}}
-
-
-def _ms(v: float | None) -> float | None:
-    return None if v is None else round(1000 * v, 1)
 
 
 def start_profiles(pids: dict, folder: Path):
