@@ -173,7 +173,6 @@ def _submit_lines(
     if output:
         writable_folder(output)  # after the input is read, before it renders: bad input writes nothing
     options = dataclasses.replace(resolve_options(settings, options), lexicon=pin_lexicon(settings, *lexicon))
-    name = options.name
     skipped = (
         f", {counted(len(parsed.empty_lines), 'empty line skipped', 'empty lines skipped')}"
         if parsed.empty_lines
@@ -183,7 +182,7 @@ def _submit_lines(
         settings,
         lambda session: create_batch(session, settings, parsed, options, source=source).id,
         total=len(parsed.lines),
-        name=name,
+        name=options.name,
         note=skipped,
         wait=wait,
         output=output,
