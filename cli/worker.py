@@ -58,15 +58,15 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname, verify_only) 
 
 def _render_worker(gpu, queues, concurrency, loglevel, hostname) -> None:
     """The engine's worker, its GPU pinned: boot the engine, serve the queues until stopped."""
-    from celery.signals import worker_shutdown
 
     from cli.context import broker, open_database
     from pipeline.settings import Settings
-    from worker.app import default_queues, make_app, run_worker
+    from worker.app import default_queues, make_app, run_worker, worker_command
     from worker.boot import batch_slots, boot
     from worker.maintenance import ReconcileTimer
     from pipeline.gcfreeze import freeze_boot_objects
 
+    worker_command()
     settings = Settings()
     if gpu is not None and settings.worker_name is None:  # workers sharing a host, told apart
         from pipeline.hostinfo import hostname as host_name
@@ -85,27 +85,18 @@ def _render_worker(gpu, queues, concurrency, loglevel, hostname) -> None:
         slots = concurrency or batch_slots(settings, runtime.engine)
         name = hostname or f"synth-{'gpu' + str(gpu) if gpu is not None else 'cpu'}-{os.getpid()}@%h"
         reconciler = ReconcileTimer(app).start()  # the fleet heals itself, with or without `synth beat`
-        worker_shutdown.connect(lambda **_: reconciler.stop(), weak=False)
-        worker_shutdown.connect(lambda **_: runtime.engine.close(), weak=False)
         freeze_boot_objects("worker")  # a full collection while serving scans only what came later
-        code = run_worker(
-            app,
-            [
-                "worker",
-                "--pool",
-                "threads",
-                "--concurrency",
-                str(slots),
-                "--queues",
-                ",".join(batch_queues),
-                "--loglevel",
-                loglevel,
-                "--hostname",
-                name,
-                "--without-gossip",
-                "--without-mingle",
-            ],
-        )
+        argv = ["worker", "--pool", "threads", "--concurrency", str(slots), "--queues", ",".join(batch_queues)]
+        try:
+            code = run_worker(
+                app, [*argv, "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle"]
+            )
+        finally:
+            # Also when Celery fails to start: an engine process of its own ignores SIGTERM (the
+            # worker decides when it stops), so the exit would wait on it forever, its heartbeat
+            # still saying the worker is alive.
+            reconciler.stop()
+            runtime.engine.close()
         sys.exit(code or (1 if engine_lost.is_set() else 0))
 
 

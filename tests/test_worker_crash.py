@@ -12,7 +12,7 @@ from pipeline.db.models import Job, JobStatus
 from pipeline.live import redis_client_url
 from pipeline.settings import Settings
 from pipeline.storage import make_store
-from tests.cli_helpers import start_synth, synth, synth_env
+from tests.cli_helpers import REPO, start_synth, synth, synth_env
 from tests.waiting import eventually
 from worker.app import make_app
 
@@ -138,3 +138,47 @@ def test_an_engine_process_killed_mid_job_stops_its_worker_and_every_job_ends_do
     finish_with_a_second_worker(tmp_path, env, sessions, batch_id)
 
     assert_each_job_done_once(tmp_path, sessions, batch_id)
+
+
+# Celery's command line imports click_didyoumean; a stand-in of that name (first on the path) makes
+# the worker's start fail the way a broken install or Celery's own start-up error would.
+BROKEN_INSTALL = 'raise ImportError("planted: click_didyoumean is missing")\n'
+START_FAILS = (
+    "import click\n\n\nclass DYMGroup(click.Group):\n"
+    "    def main(self, *args, **kwargs):\n"
+    '        raise RuntimeError("planted: Celery failed to start")\n'
+)
+
+
+@pytest.mark.parametrize(
+    "plant, said", [(BROKEN_INSTALL, "click_didyoumean is missing"), (START_FAILS, "failed to start")]
+)
+def test_a_worker_whose_celery_cannot_start_exits_with_its_engine_process(tmp_path, redis_url, plant, said):
+    """Its engine process ignores SIGTERM (the worker decides when it stops): a worker that did not
+    close it waited at exit forever, its heartbeat saying it was alive."""
+    plants = tmp_path / "plants" / "click_didyoumean"
+    plants.mkdir(parents=True)
+    (plants / "__init__.py").write_text(plant)
+    env = synth_env(
+        SYNTH_DATA_DIR=str(tmp_path / "data"),
+        SYNTH_REDIS_URL=redis_url,
+        SYNTH_ENGINE_PROCESS="separate",
+        PYTHONPATH=os.pathsep.join([str(tmp_path / "plants"), str(REPO)]),
+    )
+    worker = start_synth("worker", env=env, log=tmp_path / "worker.log")
+    try:
+        assert worker.wait(timeout=120) != 0
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+    assert said in (tmp_path / "worker.log").read_text()
+    eventually(lambda: not group_alive(worker.pid), 30, "the engine process to go with its worker")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

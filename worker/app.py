@@ -28,13 +28,20 @@ def restore_interval(settings: Settings) -> int:
     return max(1, min(60, settings.visibility_timeout // 6))
 
 
+def worker_command():
+    """Celery's command line. Imported here, not at the top: it (an interactive shell's toolkit
+    with it) is a tenth of a second that producers such as `synth submit` need not pay. A worker
+    imports it before it boots its engine, so an install that lacks a piece of it fails at once
+    rather than after minutes of loading."""
+    from celery.bin.celery import celery
+
+    return celery
+
+
 def run_worker(app: Celery, argv: list[str]) -> int:
     """``celery worker`` on ``app``; returns its exit status (``app.worker_main`` drops it, so a
     worker that stopped on an error would exit 0)."""
-    # Imported here: Celery's command line (an interactive shell's toolkit with it) is a tenth of
-    # a second that producers such as `synth submit` need not pay.
-    from celery.bin.celery import celery
-
+    celery = worker_command()
     celery.params[0].default = app
     try:
         return celery.main(args=argv, standalone_mode=False) or 0
