@@ -175,6 +175,17 @@ def process(cmd: list[str], env: dict, log: Path):
                 proc.kill()
 
 
+def wait_submit(proc: subprocess.Popen, workers: list[tuple[subprocess.Popen, Path]]) -> None:
+    """Wait for a `synth submit`, which would wait forever for a worker that exited."""
+    while proc.poll() is None:
+        for worker, log in workers:
+            if worker.poll() is not None:
+                proc.terminate()
+                tail = log.read_text(errors="replace")[-3000:]
+                raise SystemExit(f"a worker exited ({worker.returncode}) while synth submit waited:\n{tail}")
+        time.sleep(0.2)
+
+
 def wait_until(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None, log=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -294,6 +305,7 @@ def run(args) -> dict:
         )
         result["workers"] = wait_heartbeats(workers, env["SYNTH_REDIS_URL"])
         result["worker_boot_s"] = round(time.monotonic() - started, 1)
+        args.worker_procs = workers
         args.checks = None
         if args.verify_workers:
             checker = stack.enter_context(verify_worker(args.verify_workers, env, workdir, synth_cmd()))
@@ -343,7 +355,7 @@ def batch_workload(args, env: dict, workdir: Path, db_url: str) -> dict:
     if args.checks:
         args.checks.start()
     proc = submit(env, corpus, "batch", workdir / "submit-batch.log")
-    proc.wait()
+    wait_submit(proc, args.worker_procs)
     services = args.meter.stop()
     out = {
         "exit": proc.returncode,
@@ -381,7 +393,7 @@ def streams_beside_batch(
     services = args.meter.stop()
     if profiler is not None:
         profiler()
-    proc.wait()
+    wait_submit(proc, args.worker_procs)
     return {
         **summarize(streams),
         "per_worker": count,
