@@ -58,7 +58,6 @@ def worker(gpu, cpu_only, queues, concurrency, loglevel, hostname, verify_only) 
 
 def _render_worker(gpu, queues, concurrency, loglevel, hostname) -> None:
     """The engine's worker, its GPU pinned: boot the engine, serve the queues until stopped."""
-
     from cli.context import broker, open_database
     from pipeline.settings import Settings
     from worker.app import default_queues, make_app, run_worker, worker_command
