@@ -65,7 +65,14 @@ def digests(folder) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
-def test_a_chapter_is_encoded_once_and_one_rendered_again_alone(settings, sessions, tmp_path):
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_chapter_is_encoded_once_and_one_rendered_again_alone(settings, sessions, tmp_path, where, request):
+    if where == "s3":  # chapters' files streamed to S3 over HTTP and back
+        s3 = {
+            "s3_bucket": request.getfixturevalue("s3_bucket"),
+            "s3_endpoint_url": request.getfixturevalue("s3_endpoint"),
+        }
+        settings = settings.with_overrides(**s3)
     store = make_store(settings)
     batch_id = document(settings, sessions, store)
     render(sessions, store, batch_id, {1, 2, 3})

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from pipeline.errors import StorageError
@@ -26,6 +28,26 @@ def test_roundtrip_overwrite_list_delete(store):
     assert store.list("batches/b1/") == [key]
     store.delete(key)
     assert not store.exists(key) and store.list("batches/b1/") == []
+
+
+def test_files_go_in_and_out_whole(store, tmp_path):
+    """A document's file, past the 8 MB where S3 uploads go in parts, streamed both ways."""
+    data = os.urandom(9 << 20)
+    source, back = tmp_path / "book.m4b", tmp_path / "back.m4b"
+    source.write_bytes(data)
+    key = "batches/b1/document/book.m4b"
+    store.put_file(key, source, "audio/mp4")
+    store.get_file(key, back)
+    assert back.read_bytes() == data == store.get(key)
+    assert store.list("batches/b1/") == [key]  # no temporary or part left beside it
+    if isinstance(store, S3Store):
+        head = store.client.head_object(Bucket=store.bucket, Key=store._key(key))
+        assert head["ContentType"] == "audio/mp4"
+
+
+def test_a_missing_object_is_a_storage_error_for_get_file(store, tmp_path):
+    with pytest.raises(StorageError):
+        store.get_file("batches/b1/none.wav", tmp_path / "none.wav")
 
 
 def test_local_store_refuses_keys_that_escape(tmp_path):

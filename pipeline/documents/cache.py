@@ -80,11 +80,11 @@ def load(store: ObjectStore, batch_id: str, n: int, digest: str, folder: Path) -
         return None
     meta = json.loads(store.get(key))
     file = folder / meta["name"]
-    file.write_bytes(store.get(_key(batch_id, n, digest, meta["extension"])))
+    store.get_file(_key(batch_id, n, digest, meta["extension"]), file)
     segment = None
     if meta["segment"]:
         segment = folder / f"{n:04d}.segment.{meta['segment']}"
-        segment.write_bytes(store.get(_key(batch_id, n, digest, f"segment.{meta['segment']}")))
+        store.get_file(_key(batch_id, n, digest, f"segment.{meta['segment']}"), segment)
     return ChapterAudio(
         n,
         meta["name"],
@@ -100,13 +100,11 @@ def load(store: ObjectStore, batch_id: str, n: int, digest: str, folder: Path) -
 
 def save(store: ObjectStore, batch_id: str, outline: Outline, digest: str, chapter: ChapterAudio) -> None:
     n, codec = chapter.number, CODECS[outline.format]
-    store.put(_key(batch_id, n, digest, codec.extension), chapter.file.read_bytes(), "application/octet-stream")
+    store.put_file(_key(batch_id, n, digest, codec.extension), chapter.file, "application/octet-stream")
     piece = None
     if chapter.segment is not None:
         piece = PIECE_FORMAT[outline.format]
-        store.put(
-            _key(batch_id, n, digest, f"segment.{piece}"), chapter.segment.read_bytes(), "application/octet-stream"
-        )
+        store.put_file(_key(batch_id, n, digest, f"segment.{piece}"), chapter.segment, "application/octet-stream")
     meta = {
         "name": chapter.name,
         "extension": codec.extension,

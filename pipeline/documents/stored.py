@@ -88,7 +88,7 @@ def assemble_to_store(session: Session, store: ObjectStore, batch_id: str) -> tu
         assemble_batch(session, store, batch_id, output)
         names = sorted(p.name for p in output.iterdir() if p.is_file() and p.name != CHAPTERS_FILE)
         for name in names:
-            store.put(file_key(batch_id, name), (output / name).read_bytes(), content_type(name))
+            store.put_file(file_key(batch_id, name), output / name, content_type(name))
         body = json.loads((output / CHAPTERS_FILE).read_text(encoding="utf-8"))
     body["files"] = [*names, CHAPTERS_FILE]
     store.put(

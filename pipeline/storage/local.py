@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from pipeline.errors import StorageError, StorageFullError
 from pipeline.storage.base import ObjectStore
@@ -15,6 +18,7 @@ from pipeline.storage.base import ObjectStore
 # until an operator frees space or fixes the mount, so the store is down, not the job bad.
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 _UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+COPY_CHUNK = 1 << 20
 
 
 def write_error(message: str, e: OSError) -> StorageError:
@@ -37,13 +41,20 @@ class LocalStore(ObjectStore):
         return path
 
     def put(self, key: str, data: bytes, content_type: str) -> None:
+        self._write(key, lambda f: f.write(data))
+
+    def put_file(self, key: str, path: Path, content_type: str) -> None:
+        with open(path, "rb") as source:
+            self._write(key, lambda f: shutil.copyfileobj(source, f, COPY_CHUNK))
+
+    def _write(self, key: str, write: Callable[[BinaryIO], object]) -> None:
         path = self._path(key)
         tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                write(f)
             os.replace(tmp, path)
         except OSError as e:
             if tmp is not None:  # a failed write or rename leaves no partial file behind
@@ -53,6 +64,12 @@ class LocalStore(ObjectStore):
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
+        except OSError as e:
+            raise StorageError(f"cannot read {key}: {e}") from e
+
+    def get_file(self, key: str, path: Path) -> None:
+        try:
+            shutil.copyfile(self._path(key), path)
         except OSError as e:
             raise StorageError(f"cannot read {key}: {e}") from e
 

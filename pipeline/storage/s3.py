@@ -4,8 +4,10 @@ Credentials come from boto3's usual chain (AWS_ACCESS_KEY_ID, profiles, instance
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 import boto3
+from boto3.exceptions import S3UploadFailedError
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -34,6 +36,19 @@ class S3Store(ObjectStore):
             self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, ContentType=content_type)
         except (BotoCoreError, ClientError) as e:
             raise StorageError(f"cannot write s3://{self.bucket}/{self._key(key)}: {e}") from e
+
+    def put_file(self, key: str, path: Path, content_type: str) -> None:
+        # boto3's managed transfer: in parts past 8 MB, each retried alone, read from the file
+        try:
+            self.client.upload_file(str(path), self.bucket, self._key(key), ExtraArgs={"ContentType": content_type})
+        except (BotoCoreError, ClientError, S3UploadFailedError) as e:
+            raise StorageError(f"cannot write s3://{self.bucket}/{self._key(key)}: {e}") from e
+
+    def get_file(self, key: str, path: Path) -> None:
+        try:
+            self.client.download_file(self.bucket, self._key(key), str(path))
+        except (BotoCoreError, ClientError) as e:
+            raise StorageError(f"cannot read s3://{self.bucket}/{self._key(key)}: {e}") from e
 
     def get(self, key: str) -> bytes:
         try:
