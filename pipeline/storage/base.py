@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import abc
-from pathlib import Path
 import re
 from datetime import datetime
+from pathlib import Path
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -34,14 +34,14 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def get(self, key: str) -> bytes: ...
 
+    @abc.abstractmethod
     def put_file(self, key: str, path: Path, content_type: str) -> None:
-        """``put`` of a file's contents. A document's files run to hundreds of MB (a ten-hour
-        book); a store that can stream them, in parts, does, rather than hold them in memory."""
-        self.put(key, Path(path).read_bytes(), content_type)
+        """``put`` of a file's contents, streamed: a document's files run to hundreds of MB (a
+        ten-hour book), not to be held in memory."""
 
+    @abc.abstractmethod
     def get_file(self, key: str, path: Path) -> None:
-        """``get`` into the file ``path`` (replaced), streamed where the store can."""
-        Path(path).write_bytes(self.get(key))
+        """``get`` into the file ``path`` (replaced), streamed."""
 
     @abc.abstractmethod
     def exists(self, key: str) -> bool: ...
