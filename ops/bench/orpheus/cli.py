@@ -47,6 +47,7 @@ import datetime
 import json
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -120,6 +121,12 @@ def parse(argv=None):
     )
     ap.add_argument(
         "--lookaheads", default="2", help="comma list of first-chunk lookaheads (frames) for the single stream"
+    )
+    ap.add_argument(
+        "--switch-intervals",
+        default="",
+        help="comma list of the interpreter's switch intervals (ms; 0: Python's own) to run the batch "
+        "workload under again, one run each after the default one, in the same engine",
     )
     ap.add_argument("--single-runs", type=int, default=5)
     ap.add_argument("--generate1-jobs", type=int, default=2)
@@ -243,6 +250,19 @@ def make_engine(
     )
 
 
+@contextmanager
+def switch_interval(ms: float):
+    """The interpreter's thread switch interval at ``ms`` (0: Python's own, 5 ms) for the block.
+    The loop, the codec's lanes and the callers are threads of one process; how soon one that
+    waits for the GIL gets it bounds how late a step can be launched."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(ms / 1000 if ms else 0.005)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 def base_tuning(args) -> Tuning:
     """The engine's scheduler settings, with the command line's realtime rows."""
     return Tuning(RealtimeConfig(rows=args.realtime_rows, max_rows=args.realtime_max_rows))
@@ -309,6 +329,11 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
     print("fast engine", mode["fast_rows"], "rows", mode["fast_info"], flush=True)
     if "fast" in todo:
         measure("fast batch", lambda: run_synth(fast.engine, batch), lm, fast_label, rows, loop_stats(fast.engine))
+        for ms in (float(x) for x in args.switch_intervals.split(",") if x):
+            with switch_interval(ms):
+                print(f"switch interval {ms:g} ms: the batch workload", flush=True)
+                label = f"fast batch, switch {ms:g} ms" if ms else "fast batch, switch default"
+                measure(label, lambda: run_synth(fast.engine, batch), lm, fast_label, rows, loop_stats(fast.engine))
         measure("fast subset", lambda: run_synth(fast.engine, sub), lm, fast_label, rows, loop_stats(fast.engine))
     if "profile" in todo and lm.device.startswith("cuda"):
         from ops.bench.orpheus.profile import profile_kernels
