@@ -111,6 +111,7 @@ def _verify_worker(concurrency, loglevel, hostname) -> None:
 
     pin_gpu(None, True)
     settings = Settings()
+    _lower_priority(settings.verify_nice)
     if settings.redis_url is None:
         # nothing is ever sent to the embedded Redis's verify queue: a worker there would wait forever
         raise InputError(
@@ -139,6 +140,14 @@ def _verify_worker(concurrency, loglevel, hostname) -> None:
             ],
         )
         sys.exit(code)
+
+
+def _lower_priority(nice: int) -> None:
+    """This process and the pool's processes it forks run ``nice`` steps below where it started,
+    so the kernel gives a render worker on the same host its CPU first. Where the OS has no
+    niceness (Windows), checks run as started."""
+    if nice and hasattr(os, "nice"):
+        os.nice(nice)
 
 
 def _cpu_checks(runtime, queues: list[str]) -> list[str]:

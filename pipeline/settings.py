@@ -148,6 +148,10 @@ class Settings(BaseSettings):
     verify: str = "auto"
     # The share of jobs checked under verify=sample: the same jobs on every worker (by job id).
     verify_share: float = Field(default=0.1, gt=0.0, le=1.0)
+    # The niceness `synth worker --verify` runs its checks at (0: as started; 19: the lowest). A
+    # check waits in a queue and a step of the engine does not: on a host that also renders, the
+    # checks take the CPU the render worker leaves, and its batch keeps its pace.
+    verify_nice: int = Field(default=10, ge=0, le=19)
     # A job whose check says bad is rendered again with another seed, at most this many times; the
     # better render is kept (pipeline/retake.py). 0: never. One retake mends a model's rare slip
     # (a skipped or repeated phrase) at the cost of one more render of the few bad jobs.

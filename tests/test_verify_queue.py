@@ -181,6 +181,9 @@ def test_a_verify_worker_killed_mid_check_leaves_each_job_checked_once_by_the_ne
     finally:
         second.terminate()
         second.wait(timeout=30)
-    assert log.read_text().splitlines() == ["started", "transcribed", "transcribed"]
+    # The first worker's check ran in a pool process SYNTH_VERIFY_NICE (10) below this one, so a
+    # render worker on the same host gets the CPU first.
+    nice = min(19, os.nice(0) + 10)
+    assert log.read_text().splitlines() == [f"started at nice {nice}", "transcribed", "transcribed"]
     assert set(verdicts(sessions, batch_id).values()) == {"clean"}
     assert manifest_verdicts(sessions, settings, batch_id) == ["clean", "clean"]

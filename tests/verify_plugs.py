@@ -25,10 +25,11 @@ class Counted(PocketSphinx):
 
 
 class Stuck(PocketSphinx):
-    """Starts a transcript and never ends it: a worker to kill mid-check."""
+    """Starts a transcript and never ends it: a worker to kill mid-check. It logs the niceness of
+    the process it runs in."""
 
     def transcribe(self, pcm: bytes) -> str:
-        _log("started")
+        _log(f"started at nice {os.nice(0)}")
         time.sleep(3600)
         return ""
 
