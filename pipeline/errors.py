@@ -29,6 +29,12 @@ class EngineError(PermanentError):
     """The engine could not render this text (nothing speakable, a token budget blown)."""
 
 
+class SilentRenderError(EngineError):
+    """The model ended a piece before its first audio frame. A sampled model does this now and
+    then for a text it speaks well under another seed, so the renderer renders the piece again
+    with one (SYNTH_RERENDER_BUDGET times) before it fails the job."""
+
+
 class EngineUnavailableError(PermanentError):
     """The engine's package or weights are missing on this machine."""
 

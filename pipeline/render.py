@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import cast
 
 import numpy as np
@@ -25,6 +26,7 @@ from pipeline.errors import (
     OutageError,
     PermanentError,
     RetryableError,
+    SilentRenderError,
     StorageFullError,
 )
 from pipeline.formats import get_format
@@ -35,6 +37,7 @@ from pipeline.lexicon.store import NotFound as LexiconNotFound
 from pipeline.lexicon.store import Pin
 from pipeline.live import LiveAudio, LiveStreams
 from pipeline.manifest import close_if_finished
+from pipeline.retake import SEED_STEP
 from pipeline.storage.base import audio_key
 from pipeline.verify.jobs import CAPTION_TYPES, LaterChecks, caption_key
 from pipeline.verify.verdict import PENDING
@@ -103,8 +106,7 @@ def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) 
         states, requests = _plan(r, jobs, outcome)
     for state in states.values():
         state.gate = gate
-    for chunk in _synthesize(r, requests) if requests else ():
-        _take(r, states, chunk, outcome)
+    _render_pieces(r, states, requests, outcome)
     if states:  # an engine that ended without a final chunk for every request is a bug: say so
         # (and end its live streams here: the engine's side, their writer, never will)
         for job_id in list(states):
@@ -113,6 +115,22 @@ def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) 
 
     _close_finished_batches(r, job_ids, {j.batch_id for j in jobs}, set(outcome.closed))
     return outcome
+
+
+def _render_pieces(r: Renderer, states: dict[str, JobState], requests: list[SynthesisRequest], outcome) -> None:
+    """The requests through the engine, each chunk to its job. A piece the model left silent
+    (SilentRenderError) is asked for again with another seed, as a retake is (pipeline/retake.py),
+    up to ``r.silent_retries`` times; on the last, its job fails. One such piece in a book would
+    otherwise hold back the whole book's assembly."""
+    by_key = {req.key: req for req in requests}
+    for attempt in range(1, r.silent_retries + 2):
+        silent: list | None = [] if attempt <= r.silent_retries else None
+        for chunk in _synthesize(r, requests) if requests else ():
+            _take(r, states, chunk, outcome, silent)
+        if not silent:
+            return
+        log.warning("%d pieces came out silent; rendering them again with another seed", len(silent))
+        requests = [replace(by_key[k], seed=(by_key[k].seed or 0) + attempt * SEED_STEP) for k in silent]
 
 
 def _synthesize(r: Renderer, requests: list[SynthesisRequest]) -> Iterator[AudioChunk]:
@@ -264,10 +282,18 @@ def _live_spec(r: Renderer, state: JobState, pieces: int) -> LiveSpec | None:
     return LiveSpec(state.job.id, pieces, int(r.engine.info.sample_rate * r.crossfade_ms / 1000))
 
 
-def _take(r: Renderer, states: dict[str, JobState], chunk: AudioChunk, outcome: Outcome) -> None:
+def _take(
+    r: Renderer, states: dict[str, JobState], chunk: AudioChunk, outcome: Outcome, silent: list | None = None
+) -> None:
+    """``silent``: where a piece the model left silent goes to be asked for again (None: its job
+    fails). A live stream's writer has ended its stream on the error already: its job fails."""
     job_id, index = cast(tuple[str, int], chunk.key)  # the keys _plan gave its requests
     state = states.get(job_id)
     if state is None:  # the job already failed on another piece
+        return
+    if isinstance(chunk.error, SilentRenderError) and silent is not None and not state.live:
+        state.pieces[index] = []
+        silent.append(chunk.key)
         return
     if chunk.error is not None:
         states.pop(job_id)

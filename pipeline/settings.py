@@ -154,7 +154,9 @@ class Settings(BaseSettings):
     verify_nice: int = Field(default=10, ge=0, le=19)
     # A job whose check says bad is rendered again with another seed, at most this many times; the
     # better render is kept (pipeline/retake.py). 0: never. One retake mends a model's rare slip
-    # (a skipped or repeated phrase) at the cost of one more render of the few bad jobs.
+    # (a skipped or repeated phrase) at the cost of one more render of the few bad jobs. A piece
+    # the model ends before any audio is asked for again with another seed as many times, checks
+    # or not (pipeline/render.py).
     rerender_budget: int = Field(default=1, ge=0, le=5)
     # Which jobs record their loudness and true peak: all, or auto (every job where the engine runs
     # on the CPU; on a GPU only the jobs of levelled batches, which are measured to be levelled, and

@@ -1,7 +1,8 @@
 """Rendering under faults, against a real engine, database and store: a batch whose close failed
 or whose closing worker died is closed by the next copy of any of its messages; a concurrent
 duplicate of a message counts as skipped, not failed; a batch withdrawn while its jobs render
-leaves no object behind; a realtime job that fails has its live stream ended once, with the reason."""
+leaves no object behind; a realtime job that fails has its live stream ended once, with the reason;
+a piece the model left silent is rendered again with another seed, within its budget."""
 
 from collections.abc import Callable, Iterator, Sequence
 
@@ -14,10 +15,11 @@ from pipeline.corpus import parse_corpus
 from pipeline.db import jobs as db
 from pipeline.db.models import Batch, Job, JobStatus
 from pipeline.engines.base import AudioChunk, Engine, SynthesisRequest
-from pipeline.errors import EngineError, StorageError
+from pipeline.errors import EngineError, SilentRenderError, StorageError
 from pipeline.live import LiveAudio, redis_client_url, stream_key
 from pipeline.render import render_jobs
 from pipeline.renderer import Renderer
+from pipeline.retake import SEED_STEP
 from pipeline.storage import make_store
 from pipeline.submit import BatchOptions, create_batch, withdraw_batch
 from tests.waiting import eventually
@@ -161,3 +163,60 @@ def test_a_failed_realtime_jobs_live_stream_ends_once_with_the_reason_from_its_o
     assert [k for k, _ in failed].count(b"end") == 1
     # Failed before it reached the engine: no stream was handed over, and the worker ends it.
     assert by_text["!!!"] == [(b"end", errors["!!!"])] and errors["!!!"]
+
+
+class SilentUnder(Engine):
+    """A real engine whose pieces of the second line come out silent under the seeds in ``seeds``
+    (None: the job's own), as a sampled model that ends a piece before any audio; it records the
+    seed of every such piece it is asked for."""
+
+    def __init__(self, inner: Engine, seeds: set) -> None:
+        self.inner, self.info, self.seeds = inner, inner.info, seeds
+        self.asked: list[int | None] = []
+
+    def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
+        silent = {req.key for req in requests if "second" in req.text}
+        self.asked += [req.seed for req in requests if req.key in silent]
+        silent = {req.key for req in requests if req.key in silent and req.seed in self.seeds}
+        for chunk in self.inner.synthesize([req for req in requests if req.key not in silent]):
+            yield chunk
+        for key in silent:
+            yield AudioChunk(
+                key, np.zeros(0, np.float32), True, SilentRenderError("the model produced no valid audio frame")
+            )
+
+
+def statuses(sessions, batch_id: str) -> list[tuple[str, str | None]]:
+    with sessions() as s:
+        jobs = s.scalars(select(Job).where(Job.batch_id == batch_id).order_by(Job.line_no)).all()
+        return [(j.status, j.error) for j in jobs]
+
+
+def test_a_piece_the_model_left_silent_is_rendered_again_with_another_seed(settings, sessions, batch, piper_engine):
+    batch_id, ids = batch
+    engine = SilentUnder(piper_engine, {None})
+    r = Renderer(engine=engine, store=make_store(settings), sessions=sessions, silent_retries=1)
+    outcome = render_jobs(r, ids)
+    assert sorted(outcome.done) == sorted(ids) and not outcome.failed
+    assert engine.asked == [None, SEED_STEP]  # once under the job's seed, once under the next
+    with sessions() as s:
+        second = s.scalars(select(Job).where(Job.batch_id == batch_id).order_by(Job.line_no)).all()[1]
+        audio = r.store.get(second.object_key)
+    assert len(audio) > 20_000  # a second or so of 16-bit speech, not an empty file
+    assert [status for status, _ in statuses(sessions, batch_id)] == [JobStatus.DONE] * 2
+
+
+@pytest.mark.parametrize(("retries", "asked"), [(0, [None]), (2, [None, SEED_STEP, 2 * SEED_STEP])])
+def test_a_piece_silent_under_every_seed_fails_its_job_alone_once_the_budget_is_spent(
+    settings, sessions, batch, piper_engine, retries, asked
+):
+    batch_id, ids = batch
+    engine = SilentUnder(piper_engine, {None, SEED_STEP, 2 * SEED_STEP})
+    r = Renderer(engine=engine, store=make_store(settings), sessions=sessions, silent_retries=retries)
+    outcome = render_jobs(r, ids)
+    assert len(outcome.done) == 1 and len(outcome.failed) == 1
+    assert engine.asked == asked
+    assert statuses(sessions, batch_id) == [
+        (JobStatus.DONE, None),
+        (JobStatus.FAILED, "the model produced no valid audio frame"),
+    ]

@@ -76,6 +76,7 @@ def build_runtime(
         live=live,
         storage_fault=fault,
         reuse=settings.reuse,
+        silent_retries=settings.rerender_budget,
         meter_every_job=settings.loudness_meter == "all" or engine.info.device_type == cpu_name(),
         verifier=plan_checks(
             settings.verify,

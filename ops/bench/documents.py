@@ -109,8 +109,9 @@ def synth_env(args, data_dir: Path) -> dict[str, str]:
     """What the synth processes run with: none of the caller's SYNTH_* settings, the engine and
     model asked for, and --env last, so it can set anything."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_")}
+    path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])  # the caller's packages too
     env.update(
-        SYNTH_DATA_DIR=str(data_dir), PYTHONPATH=str(REPO), SYNTH_ENGINE=args.engine, SYNTH_REUSE="off"
+        SYNTH_DATA_DIR=str(data_dir), PYTHONPATH=path, SYNTH_ENGINE=args.engine, SYNTH_REUSE="off"
     )  # every run renders: none copies the last
     if args.model:
         env["SYNTH_MODEL"] = str(args.model)

@@ -48,7 +48,7 @@ from pipeline.engines.orpheus.vocab import (
     LANGUAGE,
     VOICES,
 )
-from pipeline.errors import EngineError, EngineUnavailableError
+from pipeline.errors import EngineError, EngineUnavailableError, SilentRenderError
 from pipeline.gcfreeze import freeze_boot_objects
 from pipeline.textfront import speech_seconds
 
@@ -269,7 +269,7 @@ class OrpheusEngine(Engine):
             if self.budget_policy == "error":
                 error = EngineError(f"token budget blown: no end of speech after {a.audio_tokens} audio tokens")
         if not a.frames and error is None:
-            error = EngineError("the model produced no valid audio frame")
+            error = SilentRenderError("the model produced no valid audio frame")
         return AudioChunk(key, audio, True, error)
 
 
