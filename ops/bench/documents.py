@@ -44,6 +44,7 @@ from sqlalchemy import func, select
 from ops.bench import REPO, SHARED_CORPUS, git_commit
 from ops.bench.e2e.fleet import distinct_copies
 from pipeline.db.models import Batch, Job, JobMetrics
+from pipeline.documents.plan import place_of
 from pipeline.db.session import make_engine, make_sessionmaker
 from pipeline.hostinfo import cpu_name
 
@@ -94,8 +95,17 @@ def times(data_dir: Path) -> dict:
         audio_s = session.scalar(select(func.sum(JobMetrics.audio_s)))
         jobs = session.scalar(select(func.count(Job.id)))
         devices = sorted(d for d in session.scalars(select(JobMetrics.device_type).distinct()) if d)
+        ends = session.execute(select(Job.client_id, Job.finished_at)).all()
     utc = lambda t: t if t.tzinfo else t.replace(tzinfo=UTC)  # noqa: E731 (sqlite keeps no zone)
+    chapter_end: dict[int, datetime] = {}
+    for client_id, finished in ends:
+        place = place_of(client_id)
+        if place is not None and finished is not None:
+            chapter_end[place.chapter] = max(chapter_end.get(place.chapter, utc(finished)), utc(finished))
     return {
+        # when each chapter's last job ended, from the batch's creation, in the chapters' order:
+        # what the encoding ahead (pipeline/documents/ahead.py) had to start from
+        "chapters_done_s": [round((chapter_end[n] - utc(created)).total_seconds(), 1) for n in sorted(chapter_end)],
         "created": utc(created),
         "first_start": utc(first),
         "last_end": utc(last),
@@ -183,6 +193,9 @@ def run(args) -> dict:
         "first_start_s": round((t["first_start"] - t["created"]).total_seconds(), 2),
         "assembly_s": round(assembly_s, 2),
         "assembly_share": round(assembly_s / render_s, 4),
+        "chapters_done_s": t["chapters_done_s"],
+        # chapters whose last job ended in the last tenth of the render: encoded after it
+        "chapters_in_last_tenth": sum(1 for d in t["chapters_done_s"] if d > 0.9 * render_s),
         "exit_after_last_job_s": round((ended - t["last_end"]).total_seconds(), 2),
         "start_s": round((t["created"] - started).total_seconds(), 2),
         "command_s": round(command_s, 2),
@@ -275,6 +288,11 @@ def main(argv=None) -> None:
     print(
         f"assembly after the last job: {out['assembly_s']:,} s, {100 * out['assembly_share']:.1f}% of the render; "
         f"the command exits {out['exit_after_last_job_s']:,} s after it"
+    )
+    done = out["chapters_done_s"]
+    print(
+        f"chapters done (their last job's end) from {min(done):,} s to {max(done):,} s, "
+        f"{out['chapters_in_last_tenth']} of {len(done)} in the render's last tenth"
     )
     print(
         f"the command: {out['command_s']:,} s wall ({out['command_x_real_time']}x real time), its start to the "
