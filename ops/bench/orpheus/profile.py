@@ -51,12 +51,36 @@ def device_busy(prof) -> dict:
         if e.device_type() == DeviceType.CUDA and e.duration_ns() > 0:
             by_stream.setdefault(e.device_resource_id(), []).append((e.start_ns(), e.end_ns()))
     every = [i for intervals in by_stream.values() for i in intervals]
+    busiest = max(by_stream, key=lambda k: busy_ms(by_stream[k]), default=None)
     return {
         "busy_ms": round(busy_ms(every), 1),
         "busy_ms_by_stream": {
             str(k): round(busy_ms(v), 1) for k, v in sorted(by_stream.items(), key=lambda kv: -len(kv[1]))
         },
+        "busiest_stream_gaps": gaps(by_stream[busiest]) if busiest is not None else {},
     }
+
+
+# Where a stream's idle time lies, by the length of each gap between its kernels: the few us
+# between kernels of one graph, the tens to hundreds a launch or a copy leaves, and the gaps of
+# a ms and more in which the stream waits for the host (or for another stream).
+GAP_BOUNDS_US = (5, 20, 100, 500, 2000)
+
+
+def gaps(intervals: list[tuple[int, int]]) -> dict:
+    """The idle time between a stream's kernels (start, end ns), summed by gap length: ms and
+    count per bucket of ``GAP_BOUNDS_US``, the last open-ended."""
+    labels = [f"<{b}us" for b in GAP_BOUNDS_US] + [f">={GAP_BOUNDS_US[-1]}us"]
+    out = {label: [0.0, 0] for label in labels}
+    end = None
+    for start, stop in sorted(intervals):
+        if end is not None and start > end:
+            us = (start - end) / 1000
+            label = next((f"<{b}us" for b in GAP_BOUNDS_US if us < b), labels[-1])
+            out[label][0] += us / 1000
+            out[label][1] += 1
+        end = stop if end is None else max(end, stop)
+    return {label: {"ms": round(ms, 2), "gaps": n} for label, (ms, n) in out.items()}
 
 
 def profile_kernels(fn, top: int = 30) -> dict:
