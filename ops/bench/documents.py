@@ -95,23 +95,43 @@ def times(data_dir: Path) -> dict:
         audio_s = session.scalar(select(func.sum(JobMetrics.audio_s)))
         jobs = session.scalar(select(func.count(Job.id)))
         devices = sorted(d for d in session.scalars(select(JobMetrics.device_type).distinct()) if d)
-        ends = session.execute(select(Job.client_id, Job.finished_at)).all()
+        rows = session.execute(select(Job.client_id, Job.queue, Job.started_at, Job.finished_at)).all()
     utc = lambda t: t if t.tzinfo else t.replace(tzinfo=UTC)  # noqa: E731 (sqlite keeps no zone)
-    chapter_end: dict[int, datetime] = {}
-    for client_id, finished in ends:
+    since = lambda t: (utc(t) - utc(created)).total_seconds()  # noqa: E731
+    chapters: dict[int, list[tuple[float, float]]] = {}
+    queues: dict[str, list[tuple[float, float]]] = {}
+    for client_id, queue, started, finished in rows:
         place = place_of(client_id)
-        if place is not None and finished is not None:
-            chapter_end[place.chapter] = max(chapter_end.get(place.chapter, utc(finished)), utc(finished))
+        if started is None or finished is None:
+            continue
+        span = (since(started), since(finished))
+        queues.setdefault(queue, []).append(span)
+        if place is not None:
+            chapters.setdefault(place.chapter, []).append(span)
     return {
         # when each chapter's last job ended, from the batch's creation, in the chapters' order:
         # what the encoding ahead (pipeline/documents/ahead.py) had to start from
-        "chapters_done_s": [round((chapter_end[n] - utc(created)).total_seconds(), 1) for n in sorted(chapter_end)],
+        "chapters_done_s": [round(max(end for _, end in chapters[n]), 1) for n in sorted(chapters)],
+        # per chapter and per length bucket's queue: its jobs' first, median and last start, and
+        # median and last end (s from the batch's creation): the order the worker reached them in
+        "chapter_spans": {n: spread(chapters[n]) for n in sorted(chapters)},
+        "queue_spans": {q: spread(v) for q, v in sorted(queues.items())},
         "created": utc(created),
         "first_start": utc(first),
         "last_end": utc(last),
         "audio_s": audio_s,
         "jobs": jobs,
         "devices": devices,
+    }
+
+
+def spread(spans: list[tuple[float, float]]) -> dict:
+    starts, ends = sorted(s for s, _ in spans), sorted(e for _, e in spans)
+    mid = len(spans) // 2
+    return {
+        "jobs": len(spans),
+        "start": [round(starts[0], 1), round(starts[mid], 1), round(starts[-1], 1)],
+        "end": [round(ends[mid], 1), round(ends[-1], 1)],
     }
 
 
@@ -194,6 +214,8 @@ def run(args) -> dict:
         "assembly_s": round(assembly_s, 2),
         "assembly_share": round(assembly_s / render_s, 4),
         "chapters_done_s": t["chapters_done_s"],
+        "chapter_spans": t["chapter_spans"],
+        "queue_spans": t["queue_spans"],
         # chapters whose last job ended in the last tenth of the render: encoded after it
         "chapters_in_last_tenth": sum(1 for d in t["chapters_done_s"] if d > 0.9 * render_s),
         "exit_after_last_job_s": round((ended - t["last_end"]).total_seconds(), 2),
