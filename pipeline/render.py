@@ -117,7 +117,9 @@ def render_jobs(r: Renderer, job_ids: Sequence[str], *, realtime: bool = False) 
     return outcome
 
 
-def _render_pieces(r: Renderer, states: dict[str, JobState], requests: list[SynthesisRequest], outcome) -> None:
+def _render_pieces(
+    r: Renderer, states: dict[str, JobState], requests: list[SynthesisRequest], outcome: Outcome
+) -> None:
     """The requests through the engine, each chunk to its job. A piece the model left silent
     (SilentRenderError) is asked for again with another seed, as a retake is (pipeline/retake.py),
     up to ``r.silent_retries`` times; on the last, its job fails. One such piece in a book would

@@ -47,8 +47,9 @@ class Renderer:
     lexicons: Versions = field(default_factory=Versions)  # lexicon versions, compiled once each
     reuse: str = "off"  # key, shared or off: pipeline/reuse.py (SYNTH_REUSE)
     meter_every_job: bool = True  # False: only levelled jobs are metered (SYNTH_LOUDNESS_METER)
-    # A batch job's piece the model left silent (SilentRenderError) is rendered again with another
-    # seed this many times before the job fails (SYNTH_RERENDER_BUDGET).
+    # A job's piece the model left silent (SilentRenderError) is rendered again with another seed
+    # this many times before the job fails (SYNTH_RERENDER_BUDGET); not a job with a live stream,
+    # which its writer has ended on the error.
     silent_retries: int = 1
 
 
