@@ -109,9 +109,6 @@ def times(data_dir: Path) -> dict:
         if place is not None:
             chapters.setdefault(place.chapter, []).append(span)
     return {
-        # when each chapter's last job ended, from the batch's creation, in the chapters' order:
-        # what the encoding ahead (pipeline/documents/ahead.py) had to start from
-        "chapters_done_s": [round(max(end for _, end in chapters[n]), 1) for n in sorted(chapters)],
         # per chapter and per length bucket's queue: its jobs' first, median and last start, and
         # median and last end (s from the batch's creation): the order the worker reached them in
         "chapter_spans": {n: spread(chapters[n]) for n in sorted(chapters)},
@@ -191,6 +188,7 @@ def run(args) -> dict:
     render_s = (t["last_end"] - t["created"]).total_seconds()
     assembly_s = (written - t["last_end"]).total_seconds()
     command_s = (ended - started).total_seconds()
+    done = [span["end"][1] for span in t["chapter_spans"].values()]
     return {
         "date": ended.date().isoformat(),
         "commit": git_commit(),
@@ -213,11 +211,13 @@ def run(args) -> dict:
         "first_start_s": round((t["first_start"] - t["created"]).total_seconds(), 2),
         "assembly_s": round(assembly_s, 2),
         "assembly_share": round(assembly_s / render_s, 4),
-        "chapters_done_s": t["chapters_done_s"],
+        # when each chapter's last job ended, in the chapters' order: what the encoding ahead
+        # (pipeline/documents/ahead.py) had to start from
+        "chapters_done_s": done,
         "chapter_spans": t["chapter_spans"],
         "queue_spans": t["queue_spans"],
         # chapters whose last job ended in the last tenth of the render: encoded after it
-        "chapters_in_last_tenth": sum(1 for d in t["chapters_done_s"] if d > 0.9 * render_s),
+        "chapters_in_last_tenth": sum(1 for d in done if d > 0.9 * render_s),
         "exit_after_last_job_s": round((ended - t["last_end"]).total_seconds(), 2),
         "start_s": round((t["created"] - started).total_seconds(), 2),
         "command_s": round(command_s, 2),
