@@ -96,6 +96,7 @@ def times(data_dir: Path) -> dict:
         jobs = session.scalar(select(func.count(Job.id)))
         devices = sorted(d for d in session.scalars(select(JobMetrics.device_type).distinct()) if d)
         rows = session.execute(select(Job.client_id, Job.queue, Job.started_at, Job.finished_at)).all()
+    spans: list[list] = []
     utc = lambda t: t if t.tzinfo else t.replace(tzinfo=UTC)  # noqa: E731 (sqlite keeps no zone)
     since = lambda t: (utc(t) - utc(created)).total_seconds()  # noqa: E731
     chapters: dict[int, list[tuple[float, float]]] = {}
@@ -105,6 +106,7 @@ def times(data_dir: Path) -> dict:
         if started is None or finished is None:
             continue
         span = (since(started), since(finished))
+        spans.append([client_id, queue, round(span[0], 3), round(span[1], 3)])
         queues.setdefault(queue, []).append(span)
         if place is not None:
             chapters.setdefault(place.chapter, []).append(span)
@@ -113,6 +115,7 @@ def times(data_dir: Path) -> dict:
         # median and last end (s from the batch's creation): the order the worker reached them in
         "chapter_spans": {n: spread(chapters[n]) for n in sorted(chapters)},
         "queue_spans": {q: spread(v) for q, v in sorted(queues.items())},
+        "job_spans": sorted(spans),
         "created": utc(created),
         "first_start": utc(first),
         "last_end": utc(last),
@@ -120,6 +123,18 @@ def times(data_dir: Path) -> dict:
         "jobs": jobs,
         "devices": devices,
     }
+
+
+def chapters_encoded(data_dir: Path, created: datetime) -> list[float]:
+    """When each chapter's encoding ended (s from the batch's creation), in the chapters' order:
+    the modification time of its cached JSON in the object folder, written last
+    (pipeline/documents/cache.py)."""
+    ends: dict[int, float] = {}
+    for meta in (data_dir / "objects" / "batches").glob("*/document/chapters/*.json"):
+        n = int(meta.name.split("-", 1)[0])
+        at = datetime.fromtimestamp(meta.stat().st_mtime, UTC)
+        ends[n] = round((at - created).total_seconds(), 1)
+    return [ends[n] for n in sorted(ends)]
 
 
 def spread(spans: list[tuple[float, float]]) -> dict:
@@ -183,6 +198,10 @@ def run(args) -> dict:
                 + (f"\nthe embedded worker's log ends:\n{tail}" if tail else "")
             )
         t = times(root / "data")
+        encoded = chapters_encoded(root / "data", t["created"])
+        if args.jobs_json:
+            args.jobs_json.parent.mkdir(parents=True, exist_ok=True)
+            args.jobs_json.write_text(json.dumps(t["job_spans"]) + "\n")
         listed = json.loads((root / "out" / "chapters.json").read_text(encoding="utf-8"))
         written = datetime.fromtimestamp((root / "out" / listed["file"]).stat().st_mtime, UTC)
     render_s = (t["last_end"] - t["created"]).total_seconds()
@@ -214,6 +233,8 @@ def run(args) -> dict:
         # when each chapter's last job ended, in the chapters' order: what the encoding ahead
         # (pipeline/documents/ahead.py) had to start from
         "chapters_done_s": done,
+        # when each chapter's encoding ended, in the chapters' order: the assembly waits for the last
+        "chapters_encoded_s": encoded,
         "chapter_spans": t["chapter_spans"],
         "queue_spans": t["queue_spans"],
         # chapters whose last job ended in the last tenth of the render: encoded after it
@@ -280,6 +301,9 @@ def parse(argv=None) -> argparse.Namespace:
         help="set for every synth process, after the settings above (repeatable)",
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--jobs-json", type=Path, help="write each job's client id, queue, start and end (s from the batch's creation)"
+    )
     args = ap.parse_args(argv)
     if args.engine == "orpheus" and args.model is None:
         ap.error("--engine orpheus needs --model (a checkpoint folder)")
@@ -316,6 +340,12 @@ def main(argv=None) -> None:
         f"chapters done (their last job's end) from {min(done):,} s to {max(done):,} s, "
         f"{out['chapters_in_last_tenth']} of {len(done)} in the render's last tenth"
     )
+    if out["chapters_encoded_s"]:
+        lag = [e - d for e, d in zip(out["chapters_encoded_s"], done)]
+        print(
+            f"chapters encoded from {min(out['chapters_encoded_s']):,} s to {max(out['chapters_encoded_s']):,} s, "
+            f"each {min(lag):.1f}-{max(lag):.1f} s after its last job"
+        )
     print(
         f"the command: {out['command_s']:,} s wall ({out['command_x_real_time']}x real time), its start to the "
         f"batch written {out['start_s']} s (bench wall {time.monotonic() - started:,.0f} s)"
