@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -22,6 +23,50 @@ from pipeline.verify.jobs import LaterChecks, Verifier
 from pipeline.verify.retakes import Retakes
 
 
+class FairGate:
+    """A semaphore that lets threads in in the order they came. threading.Semaphore does not: a
+    thread it wakes must win the permit back from any thread that asks at that moment, and loses
+    its place if it does not. Under a GPU worker's hundred task threads, the jobs of one message
+    waited 100 s for the gate to store audio the engine had finished in 20 s, and a book's
+    chapters ended in the render's last seconds instead of one after another. Here a release
+    hands its permit to the oldest waiter."""
+
+    def __init__(self, permits: int) -> None:
+        if permits < 1:
+            raise ValueError(f"a gate needs at least one permit, not {permits}")
+        self._lock = threading.Lock()
+        self._free = permits
+        self._waiting: deque[threading.Lock] = deque()
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self._free and not self._waiting:
+                self._free -= 1
+                return
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiting.append(turn)
+        turn.acquire()  # released by the release() that hands this thread its permit
+
+    def release(self) -> None:
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().release()
+            else:
+                self._free += 1
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def __enter__(self) -> FairGate:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 @dataclass
 class Renderer:
     engine: Engine
@@ -35,8 +80,8 @@ class Renderer:
     # A GPU worker has a task thread per message in hand, and the engine's loop thread shares the
     # GIL with all of them: a hundred threads claiming and encoding at once keep the loop from
     # launching its next step. Threads waiting here sleep instead of competing. Realtime jobs
-    # never wait here.
-    batch_gate: threading.Semaphore = field(default_factory=lambda: threading.BoundedSemaphore(2))
+    # never wait here. First come, first served (FairGate).
+    batch_gate: FairGate = field(default_factory=lambda: FairGate(2))
     read_emoji: bool = False  # the text front end reads emoji out instead of dropping them
     # The last write the store refused as full or unwritable (StorageFullError), until one succeeds:
     # the heartbeat shows it, and jobs are not rendered while a probe write still fails.
