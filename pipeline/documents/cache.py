@@ -26,7 +26,7 @@ from pipeline.storage import ObjectStore
 
 # Raised whenever the encoding changes (codec settings, levelling, parts), so that no chapter
 # encoded the old way is found.
-ENCODING_VERSION = 1
+ENCODING_VERSION = 2
 # The manifest's record of a job's audio: a new render, a retake kept or a new seed changes one.
 _AUDIO_FIELDS = (
     "client_id",
