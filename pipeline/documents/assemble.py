@@ -75,24 +75,13 @@ def assemble(
     whole_name = f"{base}.{fmt}"
     meta = work / "whole.ffmeta"
     meta.write_text(_ffmetadata(outline, marks), encoding="utf-8")
-    _join(outline, parts, rate, work, work / whole_name, meta, _cover(work, cover) if fmt in PIECE_FORMAT else None)
-    (work / "chapters.json").write_text(
-        json.dumps(
-            {
-                "title": outline.title,
-                "author": outline.author,
-                "file": whole_name,
-                "duration_s": start / rate,
-                "chapters": marks,
-                "skipped_chapters": outline.skipped,
-            },
-            ensure_ascii=False,
-            indent=1,
-        )
-        + "\n"
-    )
-    if words:
-        _write_captions(work, base, words)
+    cover_file = _cover(work, cover) if fmt in PIECE_FORMAT else None
+    # The join is ffmpeg's, a few microseconds a packet (some 6 s for an 11-hour book); the
+    # captions of a book's 100,000 words are the interpreter's: they are written beside it.
+    with ThreadPoolExecutor(1, thread_name_prefix="synth-join") as pool:
+        joined = pool.submit(_join, outline, parts, rate, work, work / whole_name, meta, cover_file)
+        _write_listing(work, outline, whole_name, start / rate, marks, base, words)
+        joined.result()
     for chapter in parts:
         if chapter.segment is not None:
             chapter.segment.unlink(missing_ok=True)
@@ -104,6 +93,29 @@ def assemble(
     os.replace(work / whole_name, output / whole_name)
     work.rmdir()
     return Assembled(output / whole_name, [output / m["file"] for m in marks], marks, start / rate)
+
+
+def _write_listing(
+    work: Path, outline: Outline, whole_name: str, duration_s: float, marks: list[dict], base: str, words: list[dict]
+) -> None:
+    """chapters.json, and the whole document's captions where its jobs have word times."""
+    (work / "chapters.json").write_text(
+        json.dumps(
+            {
+                "title": outline.title,
+                "author": outline.author,
+                "file": whole_name,
+                "duration_s": duration_s,
+                "chapters": marks,
+                "skipped_chapters": outline.skipped,
+            },
+            ensure_ascii=False,
+            indent=1,
+        )
+        + "\n"
+    )
+    if words:
+        _write_captions(work, base, words)
 
 
 def _gather(outline: Outline, source: Callable[[int], ChapterAudio]) -> tuple[int, list, list[dict], list[dict]]:

@@ -28,10 +28,11 @@ def cues(words: Sequence[Word]) -> list[tuple[float, float, str]]:
 
 def render(words: Sequence[Word], fmt: str, *, approximate: bool = False) -> str:
     if fmt == "json":
-        return (
-            json.dumps({"approximate": approximate, "words": [_entry(w) for w in words]}, ensure_ascii=False, indent=1)
-            + "\n"
-        )
+        # A word a line, each through json's C encoder: with ``indent`` json takes its pure-Python
+        # encoder, 2.7 s for a book's 100,000 words.
+        entries = ",\n".join(json.dumps(_entry(w), ensure_ascii=False) for w in words)
+        return f'{{"approximate": {json.dumps(approximate)}, "words": [\n{entries}\n]}}\n'
+
     if fmt == "srt":
         return "".join(
             f"{i}\n{_stamp(a, ',')} --> {_stamp(b, ',')}\n{text}\n\n" for i, (a, b, text) in enumerate(cues(words), 1)
