@@ -132,7 +132,7 @@ def _render_pieces(
         if not silent:
             return
         log.warning("%d pieces came out silent; rendering them again with another seed", len(silent))
-        requests = [replace(by_key[k], seed=(by_key[k].seed or 0) + attempt * SEED_STEP) for k in silent]
+        requests = [replace(by_key[k], seed=(by_key[k].seed or 0) + attempt * SEED_STEP, again=True) for k in silent]
 
 
 def _synthesize(r: Renderer, requests: list[SynthesisRequest]) -> Iterator[AudioChunk]:

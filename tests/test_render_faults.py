@@ -173,10 +173,12 @@ class SilentUnder(Engine):
     def __init__(self, inner: Engine, seeds: set) -> None:
         self.inner, self.info, self.seeds = inner, inner.info, seeds
         self.asked: list[int | None] = []
+        self.again: list[bool] = []  # whether each was asked as a piece asked again
 
     def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
         silent = {req.key for req in requests if "second" in req.text}
         self.asked += [req.seed for req in requests if req.key in silent]
+        self.again += [req.again for req in requests if req.key in silent]
         silent = {req.key for req in requests if req.key in silent and req.seed in self.seeds}
         for chunk in self.inner.synthesize([req for req in requests if req.key not in silent]):
             yield chunk
@@ -199,6 +201,7 @@ def test_a_piece_the_model_left_silent_is_rendered_again_with_another_seed(setti
     outcome = render_jobs(r, ids)
     assert sorted(outcome.done) == sorted(ids) and not outcome.failed
     assert engine.asked == [None, SEED_STEP]  # once under the job's seed, once under the next
+    assert engine.again == [False, True]  # the second time ahead of the batch work waiting
     with sessions() as s:
         second = s.scalars(select(Job).where(Job.batch_id == batch_id).order_by(Job.line_no)).all()[1]
         audio = r.store.get(second.object_key)

@@ -35,6 +35,10 @@ class SynthesisRequest:
     # A realtime job's: this request is piece ``key[1]`` of job ``live.job_id``'s live stream,
     # written, start to end, beside the engine's output (pipeline/live.py ``LiveStreams``).
     live: LiveSpec | None = None
+    # Asked again: a piece the model left silent under another seed. It waited behind the batch
+    # work once already; where the engine queues batch work, it goes ahead of what waits, so its
+    # job, and a document's chapter, does not end a second queue's wait after the rest.
+    again: bool = False
 
     @property
     def group(self) -> Hashable:

@@ -44,6 +44,18 @@ def test_a_finished_sequence_frees_its_row_and_the_next_one_is_admitted_at_the_n
     assert plan.moves == [(1, 0, b.context - 1)] and b.row == 0 and c.row == 1
 
 
+def test_a_piece_asked_again_takes_the_next_free_row_before_the_batch_work_waiting():
+    s = Scheduler(rows=2, max_context=100)
+    for key in ("a", "b", "c", "d"):
+        s.add(Seq(key, [1, 2, 3], budget=1))
+    run_step(s, lambda q: 7)  # a and b run their one token and finish; c and d wait
+    s.add(Seq("again", [1, 2, 3], budget=1, again=True))  # a silent piece, asked again
+    plan, _ = run_step(s, lambda q: 7)
+    assert [ch.seq.key for ch in plan.prefill] == ["again", "c"]
+    plan, _ = run_step(s, lambda q: 7)
+    assert [ch.seq.key for ch in plan.prefill] == ["d"]
+
+
 def test_rows_stay_compact_when_a_low_row_finishes():
     s = Scheduler(rows=3, max_context=100)
     seqs = [Seq(k, [1, 2], budget=n, stop_token=STOP) for k, n in (("a", 50), ("b", 50), ("c", 50))]

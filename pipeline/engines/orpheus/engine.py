@@ -208,7 +208,14 @@ class OrpheusEngine(Engine):
                 seed = req.seed if req.seed is not None else default_seed(req)
                 seqs.append(
                     Seq(
-                        req.key, prompt, token_budget(req.text, *self.budget), req.realtime, seed, stop, group=req.group
+                        req.key,
+                        prompt,
+                        token_budget(req.text, *self.budget),
+                        req.realtime,
+                        seed,
+                        stop,
+                        group=req.group,
+                        again=req.again,
                     )
                 )
         return refused, seqs

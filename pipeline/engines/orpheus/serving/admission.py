@@ -9,7 +9,7 @@ the end.
 
 Admission, highest first: realtime sequences, the one whose job (``Seq.group``) holds the fewest
 rows first, then oldest first, so a long job's many pieces do not queue a short job behind them;
-then batch sequences, oldest first.
+then batch sequences, oldest first, but for a piece asked again (``Seq.again``), which goes first.
 ``reserved`` rows are kept free of batch work so a realtime arrival finds a row at the next step;
 realtime work may use every row, except ``batch_floor`` rows while batch work waits, so a flood of
 realtime streams cannot starve batch jobs.
@@ -112,7 +112,12 @@ class Admission:
         # A sequence never outgrows its row: the budget is cut to the context that is left.
         seq.budget = max(1, min(seq.budget, self.max_context - len(seq.prompt)))
         seq.order = next(self._arrivals)
-        (self.waiting_rt if seq.realtime else self.waiting_batch).append(seq)
+        if seq.realtime:
+            self.waiting_rt.append(seq)
+        elif seq.again:  # it has waited behind the batch work once (SynthesisRequest.again)
+            self.waiting_batch.appendleft(seq)
+        else:
+            self.waiting_batch.append(seq)
 
     def cancel(self, key: Hashable) -> Seq | None:
         """Take a sequence out wherever it is; a running one gives its row back at the next step."""

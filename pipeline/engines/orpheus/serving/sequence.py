@@ -37,6 +37,7 @@ class Seq:
     idle_slot_steps: float = 0.0  # its share of the padded rows of the steps it decoded in
     first_chunk_at: float | None = None  # the scheduler's clock when its first chunk's tokens came
     group: Hashable | None = None  # its job: realtime admission takes turns between jobs
+    again: bool = False  # a piece asked again (SynthesisRequest.again): ahead of the batch work waiting
 
     @property
     def prefix(self) -> list[int]:
