@@ -46,7 +46,16 @@ class FairGate:
             turn = threading.Lock()
             turn.acquire()
             self._waiting.append(turn)
-        turn.acquire()  # released by the release() that hands this thread its permit
+        try:
+            turn.acquire()  # released by the release() that hands this thread its permit
+        except BaseException:  # interrupted while waiting: leave the line, or pass on the permit
+            with self._lock:
+                handed = turn not in self._waiting
+                if not handed:
+                    self._waiting.remove(turn)
+            if handed:
+                self.release()
+            raise
 
     def release(self) -> None:
         with self._lock:

@@ -1,6 +1,7 @@
 """The batch gate lets threads in in the order they came: a thread that asks while others wait
 takes its place behind them, even at the moment a permit is released."""
 
+import _thread
 import threading
 import time
 
@@ -65,6 +66,37 @@ def test_no_more_threads_hold_it_than_it_has_permits():
     # every permit came back: two threads get in at once without waiting
     gate.acquire()
     gate.acquire()
+    assert gate.waiting == 0
+
+
+def test_a_thread_interrupted_while_it_waits_leaves_the_line_and_loses_no_permit():
+    gate = FairGate(1)
+    gate.acquire()
+
+    class Interrupted(BaseException):
+        pass
+
+    class Turn:
+        """A waiter's lock whose wait is interrupted, as a signal's exception would."""
+
+        def __init__(self):
+            self.lock = _thread.allocate_lock()
+
+        def acquire(self, *args):
+            if args or not self.lock.locked():
+                return self.lock.acquire(*args)
+            raise Interrupted
+
+        def release(self):
+            self.lock.release()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(threading, "Lock", Turn)  # the waiter's lock only: the gate's was made above
+        with pytest.raises(Interrupted):
+            gate.acquire()
+    assert gate.waiting == 0  # it left the line
+    gate.release()
+    gate.acquire()  # the permit came back to the gate, not to the thread that left
     assert gate.waiting == 0
 
 

@@ -80,8 +80,10 @@ def assemble(
     # captions of a book's 100,000 words are the interpreter's: they are written beside it.
     with ThreadPoolExecutor(1, thread_name_prefix="synth-join") as pool:
         joined = pool.submit(_join, outline, parts, rate, work, work / whole_name, meta, cover_file)
-        _write_listing(work, outline, whole_name, start / rate, marks, base, words)
-        joined.result()
+        try:
+            _write_listing(work, outline, whole_name, start / rate, marks, base, words)
+        finally:
+            joined.result()  # the join's error, where it failed, is the one said
     for chapter in parts:
         if chapter.segment is not None:
             chapter.segment.unlink(missing_ok=True)

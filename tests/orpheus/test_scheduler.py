@@ -50,10 +50,11 @@ def test_a_piece_asked_again_takes_the_next_free_row_before_the_batch_work_waiti
         s.add(Seq(key, [1, 2, 3], budget=1))
     run_step(s, lambda q: 7)  # a and b run their one token and finish; c and d wait
     s.add(Seq("again", [1, 2, 3], budget=1, again=True))  # a silent piece, asked again
+    s.add(Seq("again too", [1, 2, 3], budget=1, again=True))  # another, after it
     plan, _ = run_step(s, lambda q: 7)
-    assert [ch.seq.key for ch in plan.prefill] == ["again", "c"]
+    assert [ch.seq.key for ch in plan.prefill] == ["again", "again too"]
     plan, _ = run_step(s, lambda q: 7)
-    assert [ch.seq.key for ch in plan.prefill] == ["d"]
+    assert [ch.seq.key for ch in plan.prefill] == ["c", "d"]
 
 
 def test_rows_stay_compact_when_a_low_row_finishes():

@@ -115,7 +115,10 @@ class Admission:
         if seq.realtime:
             self.waiting_rt.append(seq)
         elif seq.again:  # it has waited behind the batch work once (SynthesisRequest.again)
-            self.waiting_batch.appendleft(seq)
+            # behind the pieces already ahead (asked again, or preempted), in the order they came
+            waiting = self.waiting_batch
+            at = next((i for i, s in enumerate(waiting) if not (s.again or s.preemptions)), len(waiting))
+            waiting.insert(at, seq)
         else:
             self.waiting_batch.append(seq)
 
