@@ -4,6 +4,7 @@ duplicate of a message counts as skipped, not failed; a batch withdrawn while it
 leaves no object behind; a realtime job that fails has its live stream ended once, with the reason;
 a piece the model left silent is rendered again with another seed, within its budget."""
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -206,6 +207,40 @@ def test_a_piece_the_model_left_silent_is_rendered_again_with_another_seed(setti
         second = s.scalars(select(Job).where(Job.batch_id == batch_id).order_by(Job.line_no)).all()[1]
         audio = r.store.get(second.object_key)
     assert len(audio) > 20_000  # a second or so of 16-bit speech, not an empty file
+    assert [status for status, _ in statuses(sessions, batch_id)] == [JobStatus.DONE] * 2
+
+
+class SilentFirst(Engine):
+    """A real engine that answers the second line's piece first, silent, then renders the other
+    pieces only once that piece has been asked for again (or 10 s have passed): as the H200's
+    long pieces still render when a short one comes back silent."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner, self.info = inner, inner.info
+        self.asked_again = threading.Event()
+        self.again_while_others_rendered: bool | None = None
+
+    def synthesize(self, requests: Sequence[SynthesisRequest]) -> Iterator[AudioChunk]:
+        if all(req.again for req in requests):
+            self.asked_again.set()
+            yield from self.inner.synthesize(requests)
+            return
+        silent = [req.key for req in requests if "second" in req.text]
+        for key in silent:
+            yield AudioChunk(
+                key, np.zeros(0, np.float32), True, SilentRenderError("the model produced no valid audio frame")
+            )
+        self.again_while_others_rendered = self.asked_again.wait(10)
+        yield from self.inner.synthesize([req for req in requests if req.key not in silent])
+
+
+def test_a_silent_piece_is_asked_again_while_the_other_pieces_still_render(settings, sessions, batch, piper_engine):
+    batch_id, ids = batch
+    engine = SilentFirst(piper_engine)
+    r = Renderer(engine=engine, store=make_store(settings), sessions=sessions, silent_retries=1)
+    outcome = render_jobs(r, ids)
+    assert engine.again_while_others_rendered is True  # not after the message's other pieces
+    assert sorted(outcome.done) == sorted(ids) and not outcome.failed
     assert [status for status, _ in statuses(sessions, batch_id)] == [JobStatus.DONE] * 2
 
 
