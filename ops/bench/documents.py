@@ -235,6 +235,13 @@ def run(args) -> dict:
         "chapters_done_s": done,
         # when each chapter's encoding ended, in the chapters' order: the assembly waits for the last
         "chapters_encoded_s": encoded,
+        # the whole file's join (and its listing) after the last chapter's encoding
+        "join_s": round(assembly_s + render_s - max(encoded), 2) if encoded else None,
+        # the jobs that took longest from their claim to their end: what held their chapter back
+        "slowest_jobs": [
+            [client_id, round(end - start, 1)]
+            for client_id, _, start, end in sorted(t["job_spans"], key=lambda j: j[2] - j[3])[:5]
+        ],
         "chapter_spans": t["chapter_spans"],
         "queue_spans": t["queue_spans"],
         # chapters whose last job ended in the last tenth of the render: encoded after it
@@ -344,8 +351,9 @@ def main(argv=None) -> None:
         lag = [e - d for e, d in zip(out["chapters_encoded_s"], done)]
         print(
             f"chapters encoded from {min(out['chapters_encoded_s']):,} s to {max(out['chapters_encoded_s']):,} s, "
-            f"each {min(lag):.1f}-{max(lag):.1f} s after its last job"
+            f"each {min(lag):.1f}-{max(lag):.1f} s after its last job; the join after the last: {out['join_s']} s"
         )
+    print("slowest jobs, claim to end: " + ", ".join(f"{c} {d} s" for c, d in out["slowest_jobs"]))
     print(
         f"the command: {out['command_s']:,} s wall ({out['command_x_real_time']}x real time), its start to the "
         f"batch written {out['start_s']} s (bench wall {time.monotonic() - started:,.0f} s)"

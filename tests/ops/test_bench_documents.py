@@ -117,4 +117,8 @@ def test_a_short_book_through_synth_submit_reports_its_size_and_times(tmp_path: 
     assert result["env"] == {"SYNTH_ENGINE_THREADS": "1"}
     assert result["audio_s"] > 1 and result["x_real_time"] > 0 and result["command_x_real_time"] > 0
     assert 0 <= result["first_start_s"] <= result["render_s"] and result["assembly_share"] >= 0
+    # each chapter encoded (its cache written) after its last job, and the join after the last
+    assert len(result["chapters_encoded_s"]) == 2 and result["join_s"] >= 0
+    assert all(e >= d for e, d in zip(result["chapters_encoded_s"], result["chapters_done_s"]))
+    assert 1 <= len(result["slowest_jobs"]) <= 5 and all(d >= 0 for _, d in result["slowest_jobs"])
     assert "x real time" in proc.stdout
