@@ -1,6 +1,7 @@
 """Assembly on its own, from tones in place of speech: the pauses at each boundary, the chapter
 files summing to the whole sample for sample (the m4b and mp3 joined by copy at several rates, a
-long chapter in parts), the levelling, the chapters JSON, and the cover in m4b and mp3."""
+long chapter in parts), the levelling, the chapters JSON, the cover in m4b and mp3, and an m4b
+joined through a pipe as its chapters come, the same bytes as the join of the finished ones."""
 
 import json
 import subprocess
@@ -10,7 +11,9 @@ import pytest
 
 from pipeline.audio import encode, ffmpeg_exe
 from pipeline.documents.assemble import Piece, assemble
-from pipeline.documents.join import JUNCTION_LEAD
+from pipeline.documents.chapter import chapter_length
+from pipeline.documents.join import JUNCTION_LEAD, FfmpegWriter, streamed_input
+from pipeline.errors import PermanentError
 from pipeline.documents.plan import Outline, Pauses, Place
 from pipeline.loudness import measure
 
@@ -160,3 +163,74 @@ def test_the_whole_file_is_the_chapters_packets_each_at_its_mark(tmp_path, fmt, 
         assert measure(part, rate).lufs == pytest.approx(-18.0, abs=1.0), chapter["title"]
         at += part.size
     assert measure(parts[2], rate).true_peak_dbtp <= -1.0 + 0.5  # held under the ceiling, the codec's rise allowed
+
+
+@pytest.mark.parametrize("rate", [16000, 48000])
+def test_an_m4b_joined_as_its_chapters_come_is_the_same_file(tmp_path, rate):
+    """With each chapter's length known before it is encoded (``lengths``, as a document encoded
+    while it renders has them), the whole m4b is joined through a pipe as its chapters come: the
+    same bytes, marks, chapter files and captions as the join of the finished chapters."""
+    voiced = long_pieces(rate)
+
+    def get(n: int) -> list[Piece]:
+        return [Piece(p.place, p.audio, [{"word": f"w{n}", "start": 0.1, "end": 0.4}]) for p in voiced(n)]
+
+    cover = subprocess.run(
+        [
+            ffmpeg_exe(),
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "color=c=red:s=16x16",
+            "-frames:v",
+            "1",
+            "-f",
+            "image2pipe",
+            "-c:v",
+            "png",
+            "-",
+        ],
+        capture_output=True,
+        check=True,
+    ).stdout
+    asked = []
+
+    def lengths(n: int) -> tuple[int, int]:
+        asked.append(n)
+        return chapter_length(outline("m4b"), n, get(n))
+
+    plain = assemble(outline("m4b"), get, tmp_path / "plain", cover=cover)
+    streamed = assemble(outline("m4b"), get, tmp_path / "streamed", cover=cover, lengths=lengths)
+    assert sorted(asked) == [1, 2, 3]
+    assert streamed.whole.read_bytes() == plain.whole.read_bytes()
+    assert streamed.chapters == plain.chapters and streamed.duration_s == plain.duration_s
+    assert [f.read_bytes() for f in streamed.chapter_files] == [f.read_bytes() for f in plain.chapter_files]
+    listed = sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert sorted(p.name for p in (tmp_path / "streamed").iterdir()) == listed
+    for name in listed:
+        if not name.endswith((".m4a", ".m4b")):
+            assert (tmp_path / "streamed" / name).read_text() == (tmp_path / "plain" / name).read_text(), name
+
+
+def test_a_chapter_longer_than_its_marks_fails_the_assembly_and_leaves_no_file(tmp_path):
+    """A chapter that comes out another length than the marks the join started with is an error,
+    not a book with its marks wrong: the join is stopped and no file is left under its name."""
+
+    def lengths(n: int) -> tuple[int, int]:
+        rate, samples = chapter_length(outline("m4b"), n, pieces(n))
+        return rate, samples - (1024 if n == 2 else 0)
+
+    with pytest.raises(PermanentError, match="chapter 2 came out"):
+        assemble(outline("m4b"), pieces, tmp_path, lengths=lengths)
+    assert not list(tmp_path.glob("*.m4b"))
+
+
+def test_ffmpeg_fed_through_a_pipe_says_why_it_failed(tmp_path):
+    junk = tmp_path / "junk.aac"
+    junk.write_bytes(bytes(200_000))
+    out = tmp_path / "out.m4a"
+    with pytest.raises(PermanentError, match="could not write out.m4a"):
+        with FfmpegWriter([*streamed_input(24000), "-c:a", "copy", "-f", "mp4", str(out)], what=out.name) as writer:
+            writer.feed(junk)

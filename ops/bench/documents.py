@@ -133,7 +133,7 @@ def chapters_encoded(data_dir: Path, created: datetime) -> list[float]:
     for meta in (data_dir / "objects" / "batches").glob("*/document/chapters/*.json"):
         n = int(meta.name.split("-", 1)[0])
         at = datetime.fromtimestamp(meta.stat().st_mtime, UTC)
-        ends[n] = round((at - created).total_seconds(), 1)
+        ends[n] = (at - created).total_seconds()
     return [ends[n] for n in sorted(ends)]
 
 
@@ -234,8 +234,10 @@ def run(args) -> dict:
         # (pipeline/documents/ahead.py) had to start from
         "chapters_done_s": done,
         # when each chapter's encoding ended, in the chapters' order: the assembly waits for the last
-        "chapters_encoded_s": encoded,
-        # the whole file's join (and its listing) after the last chapter's encoding
+        "chapters_encoded_s": [round(at, 1) for at in encoded],
+        # the whole file's join (and its listing) after the last chapter's encoding: all of it
+        # where the join waits for every chapter, the last chapter's share where it starts once
+        # their marks are known (pipeline/documents/assemble.py)
         "join_s": round(assembly_s + render_s - max(encoded), 2) if encoded else None,
         # the jobs that took longest from their claim to their end: what held their chapter back
         "slowest_jobs": [

@@ -1,9 +1,10 @@
 """A document assembled while it renders, by the process that waits for it (`synth submit -o`):
 each chapter goes to a thread as soon as its last job is done, and into the chapter cache
 (cache.py), while the other chapters render; once every job is done, the whole is assembled
-from the cache into the output folder while the embedded worker shuts down. What is left after
-the last job is the chapters that finished last and the join. The API's documents get the same
-from the workers (worker/documents.py)."""
+from the cache into the output folder while the embedded worker shuts down: an m4b's whole file
+is joined as its chapters come from the cache, the chapters that finished last still encoding
+(assemble.py), so what is left after the last job is the longer of their encoding and the join.
+The API's documents get the chapters ahead from the workers (worker/documents.py)."""
 
 from __future__ import annotations
 
@@ -63,10 +64,14 @@ class DocumentAhead:
             log.warning("chapter %d of document %s was not encoded ahead: %s", n, batch_id, e)
 
     def _assemble(self, sessions: sessionmaker[Session], batch_id: str) -> tuple[Assembled, float]:
-        wait(list(self.started.values()))  # each chapter once: the assembly finds them cached
         started = time.monotonic()
+
+        def ready(n: int) -> None:  # each chapter encoded once: the assembly finds it cached
+            if n in self.started:
+                wait([self.started[n]])
+
         with sessions() as session:
-            return assemble_batch(session, self.store, batch_id, self.output), time.monotonic() - started
+            return assemble_batch(session, self.store, batch_id, self.output, ready=ready), time.monotonic() - started
 
     def finish(self, *, cancel: bool = False) -> None:
         """Wait for what was started; with ``cancel``, only for what already runs."""
@@ -75,8 +80,9 @@ class DocumentAhead:
         wait([*self.started.values(), *([self.whole] if self.whole else [])])
 
     def assembled(self) -> tuple[Assembled, float] | None:
-        """The assembled document and the seconds its assembly took once the chapters were
-        encoded; None where the wait ended before every job was done. Raises what it raised."""
+        """The assembled document and the seconds its assembly took from the last job's end
+        (as the wait saw it); None where the wait ended before every job was done. Raises what
+        it raised."""
         return None if self.whole is None else self.whole.result()
 
 

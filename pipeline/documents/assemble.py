@@ -27,8 +27,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.documents.chapter import CODECS, ChapterAudio, Piece, encode_chapter
-from pipeline.documents.join import PIECE_FORMAT, concat_input, ffmpeg, joined_input
+from pipeline.documents.chapter import CODECS, ChapterAudio, Piece, chapter_name, encode_chapter
+from pipeline.documents.join import (
+    PIECE_FORMAT,
+    FfmpegWriter,
+    concat_input,
+    ffmpeg,
+    joined_input,
+    streamed_input,
+)
 from pipeline.documents.plan import Outline
 from pipeline.errors import InputError, PermanentError
 from pipeline.storage.base import safe_name
@@ -41,6 +48,10 @@ PARTIAL_DIR = ".synth-assembly"
 CHAPTERS_AT_ONCE = max(1, min(4, os.cpu_count() or 1))
 
 ChapterSource = Callable[[int, Path], ChapterAudio]  # chapter n's audio, its files put in the folder
+ChapterLength = Callable[[int], tuple[int, int]]  # chapter n's (rate, samples), before it is encoded
+# The formats whose whole file is joined while the chapters are still coming (a pipe of ADTS):
+# mp3 pieces each keep their Xing/LAME frame, which only the concat demuxer, reading files, drops.
+STREAMED_FORMATS = ("m4b",)
 
 
 @dataclass(frozen=True)
@@ -58,9 +69,14 @@ def assemble(
     *,
     cover: bytes | None = None,
     chapters: ChapterSource | None = None,
+    lengths: ChapterLength | None = None,
 ) -> Assembled:
     """``pieces(n)``: chapter ``n``'s jobs (1-based), in any order; called from several threads.
-    ``chapters``: where the encoded chapters come from, if not encoded here from ``pieces``."""
+    ``chapters``: where the encoded chapters come from, if not encoded here from ``pieces``.
+    ``lengths``: each chapter's (rate, samples), known before it is encoded (where the chapters
+    still encoding are slow to come, as the ones that rendered last are): with it, an m4b's whole
+    file is joined as its chapters come, in order, the join's packet copying, some 6 s for an
+    11-hour book, beside their encoding rather than after it."""
     fmt = outline.format
     if fmt not in CODECS:
         raise InputError(f"unknown document format {fmt!r}; choose one of {', '.join(CODECS)}")
@@ -70,20 +86,30 @@ def assemble(
     work.mkdir()
     source = chapters or (lambda n, folder: encode_chapter(outline, n, pieces(n), folder))
     base = safe_name(outline.title, 100)
-    rate, parts, marks, words = _gather(outline, lambda n: source(n, work))
-    start = sum(chapter.samples for chapter in parts)
     whole_name = f"{base}.{fmt}"
     meta = work / "whole.ffmeta"
-    meta.write_text(_ffmetadata(outline, marks), encoding="utf-8")
     cover_file = _cover(work, cover) if fmt in PIECE_FORMAT else None
-    # The join is ffmpeg's, a few microseconds a packet (some 6 s for an 11-hour book); the
-    # captions of a book's 100,000 words are the interpreter's: they are written beside it.
-    with ThreadPoolExecutor(1, thread_name_prefix="synth-join") as pool:
-        joined = pool.submit(_join, outline, parts, rate, work, work / whole_name, meta, cover_file)
-        try:
-            _write_listing(work, outline, whole_name, start / rate, marks, base, words)
-        finally:
-            joined.result()  # the join's error, where it failed, is the one said
+    if lengths is not None and fmt in STREAMED_FORMATS:
+        rate, parts, marks = _streamed(
+            outline,
+            lambda n: source(n, work),
+            lengths,
+            (work / whole_name, meta, cover_file),
+            lambda duration_s, marks, words: _write_listing(work, outline, whole_name, duration_s, marks, base, words),
+        )
+        start = sum(chapter.samples for chapter in parts)
+    else:
+        rate, parts, marks, words = _gather(outline, lambda n: source(n, work))
+        start = sum(chapter.samples for chapter in parts)
+        meta.write_text(_ffmetadata(outline, marks), encoding="utf-8")
+        # The join is ffmpeg's, a few microseconds a packet (some 6 s for an 11-hour book); the
+        # captions of a book's 100,000 words are the interpreter's: they are written beside it.
+        with ThreadPoolExecutor(1, thread_name_prefix="synth-join") as pool:
+            joined = pool.submit(_join, outline, parts, rate, work, work / whole_name, meta, cover_file)
+            try:
+                _write_listing(work, outline, whole_name, start / rate, marks, base, words)
+            finally:
+                joined.result()  # the join's error, where it failed, is the one said
     for chapter in parts:
         if chapter.segment is not None:
             chapter.segment.unlink(missing_ok=True)
@@ -142,14 +168,75 @@ def _gather(outline: Outline, source: Callable[[int], ChapterAudio]) -> tuple[in
                     "file": chapter.name,
                 }
             )
-            words.extend(
-                {**w, "start": w["start"] + (start + offset) / rate, "end": w["end"] + (start + offset) / rate}
-                for offset, job_words in chapter.spans
-                for w in job_words
-            )
+            words.extend(_words(chapter, start))
             start += chapter.samples
     assert rate is not None  # a document has a chapter (pipeline/documents/plan.py)
     return rate, parts, marks, words
+
+
+def _streamed(
+    outline: Outline,
+    source: Callable[[int], ChapterAudio],
+    lengths: ChapterLength,
+    whole: tuple[Path, Path, Path | None],
+    listing: Callable[[float, list[dict], list[dict]], None],
+) -> tuple[int, list[ChapterAudio], list[dict]]:
+    """The whole file joined as its chapters come: the marks from ``lengths``, ffmpeg started on
+    them, and each chapter's segment written to it in order as ``source`` gives it (a few at
+    once, as _gather). ``whole``: the file, its FFMETADATA file and the cover. ``listing`` is
+    called with the duration, marks and words once the last segment is written, while ffmpeg
+    ends the file. Returns (the rate, the chapters, their marks)."""
+    out, meta, cover = whole
+    count = len(outline.chapters)
+    with ThreadPoolExecutor(CHAPTERS_AT_ONCE) as pool:
+        known = list(pool.map(lengths, range(1, count + 1)))
+    rates = {rate for rate, _ in known}
+    if len(rates) > 1:
+        raise PermanentError(f"the chapters were rendered at {' and '.join(map(str, sorted(rates)))} Hz")
+    rate = rates.pop()
+    marks: list[dict] = []
+    start = 0
+    for n, (_, samples) in enumerate(known, start=1):
+        marks.append(
+            {
+                "title": outline.chapters[n - 1],
+                "start": start / rate,
+                "end": (start + samples) / rate,
+                "file": chapter_name(outline, n),
+            }
+        )
+        start += samples
+    meta.write_text(_ffmetadata(outline, marks), encoding="utf-8")
+    words: list[dict] = []
+    parts: list[ChapterAudio] = []
+    offset = 0
+    with (
+        ThreadPoolExecutor(CHAPTERS_AT_ONCE) as pool,
+        FfmpegWriter([*streamed_input(rate), *_whole_output(outline, meta, cover, out)], what=out.name) as writer,
+    ):
+        for n, chapter in enumerate(_in_order(pool, source, count), start=1):
+            if (chapter.rate, chapter.samples) != known[n - 1]:
+                raise PermanentError(
+                    f"chapter {n} came out {chapter.samples} samples at {chapter.rate} Hz, where its "
+                    f"marks were set for {known[n - 1][1]} at {known[n - 1][0]} Hz"
+                )
+            assert chapter.segment is not None  # encode_chapter writes one for each format joined by copy
+            writer.feed(chapter.segment)
+            chapter.segment.unlink()
+            parts.append(chapter)
+            words.extend(_words(chapter, offset))
+            offset += chapter.samples
+        writer.end_input()
+        listing(offset / rate, marks, words)
+    return rate, parts, marks
+
+
+def _words(chapter: ChapterAudio, start: int) -> Iterator[dict]:
+    """The chapter's words, their times from the document's start (``start``, in samples)."""
+    for offset, job_words in chapter.spans:
+        at = (start + offset) / chapter.rate
+        for w in job_words:
+            yield {**w, "start": w["start"] + at, "end": w["end"] + at}
 
 
 def _in_order(pool: ThreadPoolExecutor, work: Callable, count: int) -> Iterator:
@@ -177,17 +264,23 @@ def _join(
         inputs = joined_input(fmt, segments, rate, scratch)
     else:
         inputs = concat_input([c.file for c in parts], scratch)
-    inputs += ["-f", "ffmetadata", "-i", str(meta)]
+    ffmpeg([*inputs, *_whole_output(outline, meta, cover, out)], what=out.name)
+    scratch.unlink()
+
+
+def _whole_output(outline: Outline, meta: Path, cover: Path | None, out: Path) -> list[str]:
+    """ffmpeg's arguments after the audio's input (input 0): the marks and tags of ``meta``, the
+    cover, the codec and the container, into ``out``."""
+    inputs = ["-f", "ffmetadata", "-i", str(meta)]
     maps = ["-map", "0:a", "-map_metadata", "1", "-map_chapters", "1"]
     if cover is not None:
         inputs += ["-i", str(cover)]
         maps += ["-map", "2:v", "-c:v", "copy", "-disposition:v", "attached_pic"]
-    codec = CODECS[fmt]
+    codec = CODECS[outline.format]
     # FLAC's header holds its length and checksum, which a copy would take from the first chapter:
     # the whole is encoded again from the decoded chapters, lossless, at over 1000x real time.
-    audio = list(codec.encoder) if fmt == "flac" else ["-c:a", "copy"]
-    ffmpeg([*inputs, *maps, *audio, *codec.muxer, "-f", codec.container, str(out)], what=out.name)
-    scratch.unlink()
+    audio = list(codec.encoder) if outline.format == "flac" else ["-c:a", "copy"]
+    return [*inputs, *maps, *audio, *codec.muxer, "-f", codec.container, str(out)]
 
 
 def _ffmetadata(outline: Outline, marks: list[dict]) -> str:

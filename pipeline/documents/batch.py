@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy.orm import Session
@@ -15,7 +16,7 @@ from pipeline.db import jobs as db
 from pipeline.db.models import Batch
 from pipeline.documents import cache
 from pipeline.documents.assemble import Assembled, assemble
-from pipeline.documents.chapter import ChapterAudio, Piece, encode_chapter
+from pipeline.documents.chapter import ChapterAudio, Piece, chapter_length, encode_chapter
 from pipeline.documents.model import Document
 from pipeline.documents.plan import (
     ASSEMBLED_FORMATS,
@@ -130,11 +131,20 @@ def load_outline(store: ObjectStore, batch_id: str) -> Outline:
 
 
 def assemble_batch(
-    session: Session, store: ObjectStore, batch_id: str, output: Path, *, fmt: str | None = None
+    session: Session,
+    store: ObjectStore,
+    batch_id: str,
+    output: Path,
+    *,
+    fmt: str | None = None,
+    ready: Callable[[int], None] | None = None,
 ) -> Assembled:
     """Assemble a finished document batch into ``output``. Refused while any job is not done:
     a document with a hole in it is no document. Chapters cached under their digest are taken
-    as they are; the others are encoded and cached (pipeline/documents/cache.py)."""
+    as they are; the others are encoded and cached (pipeline/documents/cache.py). ``ready(n)``
+    returns once chapter ``n`` is in the cache, or will not be, where another thread encodes
+    the chapters (ahead.py): the whole file is then joined as they come, its chapter marks
+    taken from the cache and, for the chapters not there yet, from their jobs' lengths."""
     outline = load_outline(store, batch_id)
     if fmt is not None:
         outline = Outline(**{**outline.__dict__, "format": fmt})
@@ -152,14 +162,19 @@ def assemble_batch(
         return [_piece(store, line) for line in by_chapter.get(n, [])]
 
     def chapter(n: int, folder: Path) -> ChapterAudio:
+        if ready is not None:
+            ready(n)
         found = cache.load(store, batch_id, n, digests[n], folder)
         if found is None:
             found = encode_chapter(outline, n, pieces(n), folder)
             cache.save(store, batch_id, outline, digests[n], found)
         return found
 
+    def length(n: int) -> tuple[int, int]:
+        return cache.length(store, batch_id, n, digests[n]) or chapter_length(outline, n, pieces(n))
+
     cover = store.get(outline.cover_key) if outline.cover_key else None
-    done = assemble(outline, pieces, output, cover=cover, chapters=chapter)
+    done = assemble(outline, pieces, output, cover=cover, chapters=chapter, lengths=length if ready else None)
     cache.prune(store, batch_id, outline, by_chapter)
     return done
 

@@ -73,6 +73,15 @@ def is_cached(store: ObjectStore, batch_id: str, n: int, digest: str) -> bool:
     return store.exists(_key(batch_id, n, digest, "json"))
 
 
+def length(store: ObjectStore, batch_id: str, n: int, digest: str) -> tuple[int, int] | None:
+    """Chapter ``n``'s (rate, samples) as cached under ``digest``; None if it is not."""
+    key = _key(batch_id, n, digest, "json")
+    if not store.exists(key):
+        return None
+    meta = json.loads(store.get(key))
+    return meta["rate"], meta["samples"]
+
+
 def load(store: ObjectStore, batch_id: str, n: int, digest: str, folder: Path) -> ChapterAudio | None:
     """Chapter ``n`` as cached under ``digest``, its files written into ``folder``; None if it is not."""
     key = _key(batch_id, n, digest, "json")

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import loudness
-from pipeline.audio import decode
+from pipeline.audio import decode, length
 from pipeline.documents.join import (
     JUNCTION_LEAD,
     JUNCTION_SILENCE,
@@ -112,7 +112,7 @@ def encode_chapter(outline: Outline, n: int, pieces: list[Piece], folder: Path) 
         raise PermanentError(f"chapter {n}'s jobs were rendered at {' and '.join(map(str, sorted(rates)))} Hz")
     rate = rates.pop()
     audio = [a for a, _ in decoded]
-    layout = _layout(outline, n, pieces, audio, rate)
+    layout = _layout(outline, n, pieces, [a.size for a in audio], rate)
     peaks = [p.true_peak_dbtp if p.true_peak_dbtp is not None else loudness.true_peak(a) for p, a in zip(pieces, audio)]
     pcm = np.zeros(layout.samples, np.float32)
     for offset, samples in zip(layout.offsets, audio):
@@ -136,6 +136,21 @@ def encode_chapter(outline: Outline, n: int, pieces: list[Piece], folder: Path) 
     return ChapterAudio(n, name, rate, pcm.size, gain, limited, folder / name, segment, spans)
 
 
+def chapter_length(outline: Outline, n: int, pieces: list[Piece]) -> tuple[int, int]:
+    """Chapter ``n``'s (rate, samples) as encode_chapter() lays it out, from its jobs' lengths
+    alone, a few milliseconds a chapter: the whole document's chapter marks, known before the
+    chapters that rendered last are encoded (assemble.py)."""
+    if not pieces:
+        raise PermanentError(f"chapter {n} ({outline.chapters[n - 1]}) has no rendered audio")
+    pieces = sorted(pieces, key=lambda p: (p.place.paragraph, p.place.part))
+    lengths = [length(p.audio) for p in pieces]
+    rates = {rate for _, rate in lengths}
+    if len(rates) > 1:
+        raise PermanentError(f"chapter {n}'s jobs were rendered at {' and '.join(map(str, sorted(rates)))} Hz")
+    rate = rates.pop()
+    return rate, _layout(outline, n, pieces, [samples for samples, _ in lengths], rate).samples
+
+
 @dataclass(frozen=True)
 class _Layout:
     offsets: list[int]  # each job's first sample
@@ -143,7 +158,7 @@ class _Layout:
     cuts: list[int]  # where its parts meet
 
 
-def _layout(outline: Outline, n: int, pieces: list[Piece], audio: list[np.ndarray], rate: int) -> _Layout:
+def _layout(outline: Outline, n: int, pieces: list[Piece], sizes: list[int], rate: int) -> _Layout:
     """Where the jobs go, with the pauses between, and the chapter's tail: the chapter pause (none
     after the last). For a format joined by copy, every piece joined after another starts with
     JUNCTION_LEAD samples of silence and every piece joined before another ends with at least
@@ -154,7 +169,7 @@ def _layout(outline: Outline, n: int, pieces: list[Piece], audio: list[np.ndarra
     at = lead if n > 1 else 0
     offsets, cuts, part_from = [], [], 0
     previous: Place | None = None
-    for piece, samples in zip(pieces, audio):
+    for piece, samples in zip(pieces, sizes):
         if previous is not None:
             gap_from = at
             at += round(
@@ -166,7 +181,7 @@ def _layout(outline: Outline, n: int, pieces: list[Piece], audio: list[np.ndarra
                 cuts.append(cut)
                 part_from = cut
         offsets.append(at)
-        at += samples.size
+        at += samples
         previous = piece.place
     last = n == len(outline.chapters)
     total = at + (0 if last else round(outline.pauses.chapter * rate) - lead)

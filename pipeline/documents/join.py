@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from pipeline.audio import ffmpeg_exe
@@ -90,6 +91,13 @@ def joined_input(fmt: str, pieces: list[Path], rate: int, scratch: Path) -> list
     return concat_input(pieces, scratch)
 
 
+def streamed_input(rate: int) -> list[str]:
+    """ffmpeg input arguments that read AAC pieces (every one but the last truncated()) from its
+    standard input, written there one after another (FfmpegWriter), as joined_input() reads them
+    from a file."""
+    return ["-itsoffset", f"{-AAC_PRIMING / rate:.9f}", "-f", "aac", "-i", "pipe:0"]
+
+
 def concat_input(files: list[Path], scratch: Path) -> list[str]:
     """ffmpeg input arguments that read ``files`` one after another (the concat demuxer), listed
     in ``scratch``."""
@@ -119,18 +127,85 @@ def _quoted(path: Path) -> str:
 def ffmpeg(args: list[str], *, what: str, stdin: bytes | None = None) -> None:
     """Run ffmpeg (bit-exact output, so the same input writes the same bytes); PermanentError
     naming ``what`` where it fails."""
-    cmd = [
+    done = subprocess.run(_command(args, stdin=stdin is not None), input=stdin, capture_output=True, check=False)
+    if done.returncode != 0:
+        raise _failed(what, done.stderr)
+
+
+class FfmpegWriter:
+    """ffmpeg reading its input from a pipe that is written as the input comes to be: the whole
+    document's join started once its chapter marks are known, fed each chapter as it is encoded.
+    Used as a context manager: leaving it waits for ffmpeg and raises its error (PermanentError
+    naming ``what``); leaving it on an exception stops ffmpeg, so no process outlives the join."""
+
+    def __init__(self, args: list[str], *, what: str) -> None:
+        self.what = what
+        self._errors = tempfile.TemporaryFile()  # a pipe could fill while no one reads it
+        self._proc = subprocess.Popen(
+            _command(args, stdin=True), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._errors
+        )
+
+    def feed(self, path: Path) -> None:
+        """Write ``path``'s bytes to ffmpeg's input."""
+        assert self._proc.stdin is not None
+        try:
+            with open(path, "rb") as src:
+                shutil.copyfileobj(src, self._proc.stdin, 1 << 20)
+        except BrokenPipeError:  # ffmpeg stopped: its own error says why
+            self._wait()
+            raise _failed(self.what, self._stderr()) from None
+
+    def end_input(self) -> None:
+        """No more input: ffmpeg finishes the file (its index, the move to the front) meanwhile."""
+        if self._proc.stdin is not None and not self._proc.stdin.closed:
+            try:
+                self._proc.stdin.close()
+            except BrokenPipeError:
+                pass
+
+    def __enter__(self) -> FfmpegWriter:
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        try:
+            if kind is not None:
+                self._proc.kill()
+                self._proc.wait()
+                return
+            self.end_input()
+            if self._wait() != 0:
+                raise _failed(self.what, self._stderr())
+        finally:
+            if self._proc.stdin is not None and not self._proc.stdin.closed:
+                try:
+                    self._proc.stdin.close()
+                except BrokenPipeError:
+                    pass
+            self._errors.close()
+
+    def _wait(self) -> int:
+        self.end_input()
+        return self._proc.wait()
+
+    def _stderr(self) -> bytes:
+        self._errors.seek(0)
+        return self._errors.read()
+
+
+def _command(args: list[str], *, stdin: bool) -> list[str]:
+    return [
         ffmpeg_exe(),
         "-hide_banner",
         "-loglevel",
         "error",
         "-y",
-        *([] if stdin is not None else ["-nostdin"]),
+        *([] if stdin else ["-nostdin"]),
         *args[:-1],
         "-fflags",
         "+bitexact",
         args[-1],
     ]
-    done = subprocess.run(cmd, input=stdin, capture_output=True, check=False)
-    if done.returncode != 0:
-        raise PermanentError(f"ffmpeg could not write {what}: {done.stderr.decode(errors='replace').strip()[-400:]}")
+
+
+def _failed(what: str, stderr: bytes) -> PermanentError:
+    return PermanentError(f"ffmpeg could not write {what}: {stderr.decode(errors='replace').strip()[-400:]}")
