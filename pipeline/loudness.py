@@ -189,12 +189,47 @@ def check_target(lufs: float | None, ceiling_dbtp: float | None) -> None:
 
 def integrated(audio: np.ndarray, sample_rate: int) -> float | None:
     """BS.1770's gated integrated loudness alone: a small share of measure()'s cost, the true peak
-    being the rest."""
+    being the rest. pyloudnorm's meter, its K-weighting filters and its blocks and gates, with
+    the blocks' mean squares taken at once from a running sum: pyloudnorm takes them in a Python
+    loop, 13,000 of them in a 22-minute chapter, 70% of its time, and a document's last chapter
+    is metered after its last job, on the way to the finished file (tests/test_loudness.py holds
+    the two equal)."""
     if audio.size < MIN_SECONDS * sample_rate:
         return None
     import pyloudnorm
 
-    lufs = pyloudnorm.Meter(sample_rate).integrated_loudness(audio.astype(np.float64))
+    meter = pyloudnorm.Meter(sample_rate)
+    stages = getattr(meter, "_filters", None)
+    if not isinstance(stages, dict):  # a pyloudnorm that keeps its filters otherwise
+        lufs = meter.integrated_loudness(audio.astype(np.float64))
+        return float(lufs) if math.isfinite(lufs) else None
+    weighted = audio.astype(np.float64)
+    for stage in stages.values():
+        weighted = stage.apply_filter(weighted)
+    return _gated(weighted, sample_rate, meter.block_size, meter.overlap)
+
+
+def _gated(weighted: np.ndarray, sample_rate: int, block_s: float, overlap: float) -> float | None:
+    """BS.1770's gating of one K-weighted channel, block for block as pyloudnorm (0.1) bounds its
+    blocks (the same float expressions, truncated) and gates them: absolute at -70 LUFS, then
+    relative at 10 LU under the loudness of the blocks over it."""
+    step = 1.0 - overlap
+    count = int(np.round((weighted.size / sample_rate - block_s) / (block_s * step))) + 1
+    j = np.arange(count, dtype=np.float64)
+    lower = np.minimum((block_s * (j * step) * sample_rate).astype(np.int64), weighted.size)
+    upper = np.minimum((block_s * (j * step + 1) * sample_rate).astype(np.int64), weighted.size)
+    sums = np.concatenate(([0.0], np.cumsum(weighted * weighted)))
+    z = (sums[upper] - sums[lower]) / (block_s * sample_rate)
+    with np.errstate(divide="ignore"):
+        block_lufs = -0.691 + 10.0 * np.log10(z)
+    loud = block_lufs >= -70.0
+    if not loud.any():
+        return None
+    relative = -0.691 + 10.0 * np.log10(np.mean(z[loud])) - 10.0
+    kept = (block_lufs > relative) & (block_lufs > -70.0)
+    if not kept.any():
+        return None
+    lufs = -0.691 + 10.0 * np.log10(np.mean(z[kept]))
     return float(lufs) if math.isfinite(lufs) else None
 
 

@@ -70,6 +70,28 @@ def test_the_meter_agrees_with_ffmpegs_on_real_speech(speech):
         assert level.true_peak_dbtp == pytest.approx(peak, abs=0.3)
 
 
+@pytest.mark.parametrize("rate", [16000, 22050, 24000, 48000])
+def test_the_integrated_loudness_is_pyloudnorms_to_a_millionth_of_a_lu(rate):
+    """integrated() gates pyloudnorm's blocks from a running sum where pyloudnorm loops over them:
+    the same figure on speech-like bursts between silences, quiet passages under the absolute
+    gate, an odd length, and nothing loud enough to gate in."""
+    import pyloudnorm
+
+    rng = np.random.default_rng(rate)
+    t = np.arange(int(37.3 * rate)) / rate
+    bursts = 0.3 * np.sin(2 * np.pi * 180 * t) * (np.sin(2 * np.pi * 0.7 * t) > 0.2) + 0.02 * rng.standard_normal(
+        t.size
+    )
+    quiet = np.concatenate([bursts, 1e-5 * rng.standard_normal(int(12.1 * rate)), 0.01 * bursts[: rate * 5]])
+    for signal in (bursts, quiet, bursts[: int(0.93 * rate)]):
+        expect = pyloudnorm.Meter(rate).integrated_loudness(signal.astype(np.float64))
+        assert loudness.integrated(signal.astype(np.float32), rate) == pytest.approx(
+            pyloudnorm.Meter(rate).integrated_loudness(signal.astype(np.float32).astype(np.float64)), abs=1e-6
+        )
+        assert np.isfinite(expect)
+    assert loudness.integrated((1e-6 * rng.standard_normal(rate * 3)).astype(np.float32), rate) is None
+
+
 def test_the_true_peak_is_the_whole_signal_oversampled(speech):
     """Oversampling only near the loud samples gives what resample_poly over all of it gives, on
     speech, on noise (where it takes the whole-signal path) and on short, decaying and edge cases."""
