@@ -1,7 +1,7 @@
 """A lexicon's change applied to a document of the API (pipeline/lexicon/rerender.py): the job it
 touches goes back to the queue without its metrics or the render it offered for reuse, the
 document's assembly is taken back, and the workers' next assembly writes the new chapter from the
-new audio, the other chapters' files the same bytes. Refused while the document is being
+new audio, the other chapters' files the same bytes, not written again. Refused while the document is being
 assembled. Jobs are recorded done here as a worker records them (tests/test_documents_cache.py)."""
 
 from __future__ import annotations
@@ -76,11 +76,17 @@ def test_a_change_applied_to_a_document_renders_its_chapter_again_and_assembles_
         assert s.get(Batch, batch_id).finished_at is None
     assert assembled(store, batch_id) is None  # not served while the chapter renders again
 
+    # chapters.json is taken back at once; the files it listed stay until the next assembly.
+    written = {n: store._path(file_key(batch_id, n)).stat().st_mtime_ns for n in before if n != "chapters.json"}
     render(sessions, store, batch_id, {2}, hz=330.0)
     with sessions() as s:
         assert ready_to_assemble(s, [batch_id]) == [batch_id]
         _, wrote = assemble_to_store(s, store, batch_id)
     assert wrote
+    again = sorted(n for n in written if store._path(file_key(batch_id, n)).stat().st_mtime_ns != written[n])
+    assert {"001-The_Harbour.m4a", "003-The_Island.m4a"} <= written.keys()
+    assert {"001-The_Harbour.m4a", "003-The_Island.m4a"}.isdisjoint(again)  # unchanged: not written again
+    assert {"002-The_Storm.m4a", "A_Short_Voyage.m4b"} <= set(again)
     after = files(store, batch_id)
     assert before.keys() == after.keys()
     changed = sorted(name for name in before if before[name] != after[name])

@@ -6,11 +6,14 @@ Each object is written whole (the store's put is atomic: a rename on disk, one P
 chapters.json, the list of the others, goes last: while it is absent the document reads as being
 assembled, and a run killed before it is run again from the start, writing the same objects
 (assembly is deterministic: ffmpeg is run with +bitexact). Once it is present, a second run
-(a redelivered message) finds it and writes nothing.
+(a redelivered message) finds it and writes nothing. The assembly after a chapter is rendered
+again writes only the files whose bytes changed (files.sha256.json beside them): that chapter's,
+the whole file and the listings, not the chapters it left alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mimetypes
 import tempfile
@@ -53,6 +56,12 @@ def content_type(name: str) -> str:
     return _TYPES.get(suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 
+def digests_key(batch_id: str) -> str:
+    """The sha256 of each file the last assembly stored: the next one (after a chapter is rendered
+    again) writes only the files that changed."""
+    return f"batches/{batch_id}/document/files.sha256.json"
+
+
 def error_key(batch_id: str) -> str:
     return f"batches/{batch_id}/document/assembly-error.txt"
 
@@ -87,8 +96,16 @@ def assemble_to_store(session: Session, store: ObjectStore, batch_id: str) -> tu
         output = Path(tmp)
         assemble_batch(session, store, batch_id, output)
         names = sorted(p.name for p in output.iterdir() if p.is_file() and p.name != CHAPTERS_FILE)
+        before = _digests(store, batch_id)
+        digests = {name: _sha256(output / name) for name in names}
         for name in names:
-            store.put_file(file_key(batch_id, name), output / name, content_type(name))
+            key = file_key(batch_id, name)
+            if before.get(name) == digests[name] and store.exists(key):
+                continue  # a chapter a rerender left alone: the same bytes, stored already
+            store.put_file(key, output / name, content_type(name))
+        # After the files: a run killed before it compares the next one's files with the last
+        # whole assembly's, and writes again every file that differs from those.
+        store.put(digests_key(batch_id), json.dumps(digests, indent=1).encode(), "application/json")
         body = json.loads((output / CHAPTERS_FILE).read_text(encoding="utf-8"))
     body["files"] = [*names, CHAPTERS_FILE]
     store.put(
@@ -97,6 +114,25 @@ def assemble_to_store(session: Session, store: ObjectStore, batch_id: str) -> tu
     if store.exists(error_key(batch_id)):
         store.delete(error_key(batch_id))
     return body, True
+
+
+def _digests(store: ObjectStore, batch_id: str) -> dict[str, str]:
+    key = digests_key(batch_id)
+    if not store.exists(key):
+        return {}
+    try:
+        found = json.loads(store.get(key))
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def ready_to_assemble(session: Session, batch_ids: list[str]) -> list[str]:
