@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import cast
 
 import numpy as np
-from sqlalchemy import update
+from sqlalchemy import or_, update
 
 from pipeline import audio, textfront
 from pipeline.db.models import Job, JobMetrics, JobStatus
@@ -86,18 +86,29 @@ def render_again(r: Renderer, job_id: str, render: int) -> bool:
 def _queue_check(r: Renderer, later: LaterChecks, job: Job, metrics: JobMetrics, take: dict) -> None:
     """The retake's check goes to the verify queue: the job's verdict is pending meanwhile (the
     reconciler finds a lost check by it), the kept render's verdict kept with the retake."""
+    render = take["render"]
     with r.sessions() as session:
         moved = rows_matched(
             session.execute(
                 update(JobMetrics)
-                .where(JobMetrics.job_id == job.id, JobMetrics.verdict == metrics.verdict)
+                .where(
+                    JobMetrics.job_id == job.id,
+                    JobMetrics.verdict == metrics.verdict,
+                    or_(JobMetrics.renders.is_(None), JobMetrics.renders < render),
+                )
                 .values(verdict=PENDING, extra={**(metrics.extra or {}), "retake": take})
                 .execution_options(synchronize_session=False)
             )
         )
         session.commit()
+        now = None if moved else session.get(JobMetrics, job.id)
     if moved:
         later.send(job.id)
+    elif now is None or (now.renders or 1) >= render:
+        # A delivery of this message that outlived its visibility timeout, the retake settled by
+        # the one that followed it: the object just stored under the same key is no one's. (Where
+        # the other's check is still pending, it is left: that check removes it as it settles.)
+        r.store.delete(take["key"])
 
 
 def _synthesize(r: Renderer, job: Job, seed: int) -> np.ndarray:
