@@ -50,6 +50,16 @@ def outline(fmt: str) -> Outline:
     )
 
 
+def red_png() -> bytes:
+    """A 32x32 red PNG, the cover's stand-in."""
+    return subprocess.run(
+        [ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "color=c=red:s=32x32", "-frames:v", "1", "-f", "image2pipe"]
+        + ["-c:v", "png", "-"],
+        capture_output=True,
+        check=True,
+    ).stdout
+
+
 def samples(path) -> int:
     done = subprocess.run(
         [ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "s16le", "-ac", "1", "-"], capture_output=True, check=True
@@ -86,26 +96,7 @@ def test_pauses_sit_at_each_boundary_and_the_chapter_files_are_the_whole(tmp_pat
 
 @pytest.mark.parametrize("fmt", ["m4b", "mp3"])
 def test_the_cover_goes_into_the_whole_file(tmp_path, fmt):
-    cover = subprocess.run(
-        [
-            ffmpeg_exe(),
-            "-v",
-            "error",
-            "-f",
-            "lavfi",
-            "-i",
-            "color=c=red:s=32x32",
-            "-frames:v",
-            "1",
-            "-f",
-            "image2",
-            "-c:v",
-            "png",
-            "-",
-        ],
-        capture_output=True,
-        check=True,
-    ).stdout
+    cover = red_png()
     done = assemble(outline(fmt), pieces, tmp_path, cover=cover)
     probe = subprocess.run([ffmpeg_exe(), "-hide_banner", "-i", str(done.whole)], capture_output=True, text=True)
     assert "Video: png" in probe.stderr and "attached pic" in probe.stderr, probe.stderr
@@ -175,26 +166,7 @@ def test_an_m4b_joined_as_its_chapters_come_is_the_same_file(tmp_path, rate):
     def get(n: int) -> list[Piece]:
         return [Piece(p.place, p.audio, [{"word": f"w{n}", "start": 0.1, "end": 0.4}]) for p in voiced(n)]
 
-    cover = subprocess.run(
-        [
-            ffmpeg_exe(),
-            "-v",
-            "error",
-            "-f",
-            "lavfi",
-            "-i",
-            "color=c=red:s=16x16",
-            "-frames:v",
-            "1",
-            "-f",
-            "image2pipe",
-            "-c:v",
-            "png",
-            "-",
-        ],
-        capture_output=True,
-        check=True,
-    ).stdout
+    cover = red_png()
     asked = []
 
     def lengths(n: int) -> tuple[int, int]:
