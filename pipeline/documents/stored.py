@@ -97,14 +97,14 @@ def assemble_to_store(session: Session, store: ObjectStore, batch_id: str) -> tu
         assemble_batch(session, store, batch_id, output)
         names = sorted(p.name for p in output.iterdir() if p.is_file() and p.name != CHAPTERS_FILE)
         before = _digests(store, batch_id)
+        if before:  # a run killed while it writes leaves no digests: the next writes every file
+            store.delete(digests_key(batch_id))
         digests = {name: _sha256(output / name) for name in names}
         for name in names:
             key = file_key(batch_id, name)
             if before.get(name) == digests[name] and store.exists(key):
                 continue  # a chapter a rerender left alone: the same bytes, stored already
             store.put_file(key, output / name, content_type(name))
-        # After the files: a run killed before it compares the next one's files with the last
-        # whole assembly's, and writes again every file that differs from those.
         store.put(digests_key(batch_id), json.dumps(digests, indent=1).encode(), "application/json")
         body = json.loads((output / CHAPTERS_FILE).read_text(encoding="utf-8"))
     body["files"] = [*names, CHAPTERS_FILE]
