@@ -107,10 +107,7 @@ def encode_chapter(outline: Outline, n: int, pieces: list[Piece], folder: Path) 
     pieces = sorted(pieces, key=lambda p: (p.place.paragraph, p.place.part))
     with ThreadPoolExecutor(WORKERS) as pool:  # each decode is an ffmpeg process
         decoded = list(pool.map(lambda p: decode(p.audio), pieces))
-    rates = {rate for _, rate in decoded}
-    if len(rates) > 1:
-        raise PermanentError(f"chapter {n}'s jobs were rendered at {' and '.join(map(str, sorted(rates)))} Hz")
-    rate = rates.pop()
+    rate = _one_rate(n, {rate for _, rate in decoded})
     audio = [a for a, _ in decoded]
     layout = _layout(outline, n, pieces, [a.size for a in audio], rate)
     peaks = [p.true_peak_dbtp if p.true_peak_dbtp is not None else loudness.true_peak(a) for p, a in zip(pieces, audio)]
@@ -144,11 +141,14 @@ def chapter_length(outline: Outline, n: int, pieces: list[Piece]) -> tuple[int, 
         raise PermanentError(f"chapter {n} ({outline.chapters[n - 1]}) has no rendered audio")
     pieces = sorted(pieces, key=lambda p: (p.place.paragraph, p.place.part))
     lengths = [length(p.audio) for p in pieces]
-    rates = {rate for _, rate in lengths}
+    rate = _one_rate(n, {rate for _, rate in lengths})
+    return rate, _layout(outline, n, pieces, [samples for samples, _ in lengths], rate).samples
+
+
+def _one_rate(n: int, rates: set[int]) -> int:
     if len(rates) > 1:
         raise PermanentError(f"chapter {n}'s jobs were rendered at {' and '.join(map(str, sorted(rates)))} Hz")
-    rate = rates.pop()
-    return rate, _layout(outline, n, pieces, [samples for samples, _ in lengths], rate).samples
+    return rates.pop()
 
 
 @dataclass(frozen=True)

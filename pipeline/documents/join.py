@@ -176,11 +176,7 @@ class FfmpegWriter:
             if self._wait() != 0:
                 raise _failed(self.what, self._stderr())
         finally:
-            if self._proc.stdin is not None and not self._proc.stdin.closed:
-                try:
-                    self._proc.stdin.close()
-                except BrokenPipeError:
-                    pass
+            self.end_input()
             self._errors.close()
 
     def _wait(self) -> int:
