@@ -31,14 +31,18 @@ def test_importing_the_scheduler_does_not_import_torch():
 
 def test_a_finished_sequence_frees_its_row_and_the_next_one_is_admitted_at_the_next_step():
     s = Scheduler(rows=2, max_context=100)
-    a, b, c = (Seq(k, [1, 2, 3], budget=n) for k, n in (("a", 2), ("b", 5), ("c", 3)))
+    a, b, c = (Seq(k, [1, 2, 3], budget=5, stop_token=STOP) for k in "abc")
     for q in (a, b, c):
         s.add(q)
-    plan, _ = run_step(s, lambda q: 7)
+
+    def produce(q):  # a ends on its second token
+        return STOP if q is a and q.generated + q.inflight >= 2 else 7
+
+    plan, _ = run_step(s, produce)
     assert [ch.seq.key for ch in plan.prefill] == ["a", "b"] and c.state is SeqState.WAITING
-    plan, finished = run_step(s, lambda q: 7)  # a: second token = budget
-    assert finished == [a] and a.finish_reason == "budget"
-    plan, _ = run_step(s, lambda q: 7)
+    plan, finished = run_step(s, produce)
+    assert finished == [a] and a.finish_reason == "eos"
+    plan, _ = run_step(s, produce)
     # b moved down into a's row and c took the next one, in the same step a finished after
     assert [ch.seq.key for ch in plan.prefill] == ["c"]
     assert plan.moves == [(1, 0, b.context - 1)] and b.row == 0 and c.row == 1
@@ -543,3 +547,50 @@ def test_a_short_realtime_job_takes_the_next_free_row_before_a_long_jobs_waiting
     assert admitted == [("short", 0)]
     assert sum(q.state is SeqState.RUNNING for q in long) == 3
     assert long[0].state is SeqState.FINISHED and len(s.waiting_rt) == 4
+
+
+def test_batch_work_is_admitted_longest_first_and_equals_in_the_order_they_came():
+    s = Scheduler(rows=3, max_context=100)
+    for key, budget in (("short", 2), ("long", 9), ("middle", 5), ("long too", 9)):
+        s.add(Seq(key, [1, 2, 3], budget=budget))
+    plan, _ = run_step(s, lambda q: 7)
+    assert [ch.seq.key for ch in plan.prefill] == ["long", "long too", "middle"]
+
+
+def test_a_short_piece_is_passed_over_at_most_as_many_times_as_there_are_rows():
+    s = Scheduler(rows=2, max_context=100)
+    s.add(Seq("short", [1, 2, 3], budget=1))
+    admitted = []
+    for step in range(4):
+        for k in "ab":  # two rows' worth of longer ones come every step
+            s.add(Seq(f"long {step}{k}", [1, 2, 3], budget=50))
+        plan, _ = run_step(s, lambda q: STOP)
+        admitted += [ch.seq.key for ch in plan.prefill]
+        for seq in list(s.by_row):
+            if seq.state is SeqState.RUNNING:
+                s.cancel(seq.key)  # free the rows: only the order of admission matters here
+    assert admitted[:3] == ["long 0a", "long 0b", "short"]  # passed over twice, then first
+
+
+def test_a_preempted_piece_at_the_head_goes_before_longer_ones():
+    s = Scheduler(rows=1, max_context=100)
+    s.add(Seq("long", [1, 2, 3], budget=50))
+    again = Seq("again", [1, 2, 3], budget=1, again=True)
+    s.add(again)
+    assert s._next_batch() is again
+
+
+def test_a_filling_batch_is_admitted_at_every_step_and_a_full_one_every_admit_every():
+    config = SchedulerConfig(admit_every=4, prefill_tokens=3)  # one 3-token prompt a step
+    s = Scheduler(rows=8, max_context=100, config=config)
+    for i in range(12):
+        s.add(Seq(f"p{i}", [1, 2, 3], budget=40))
+    admitted = []
+    for _ in range(8):
+        plan, _ = run_step(s, lambda q: 7)
+        admitted.append(len(plan.prefill))
+    # every step while 4 or more rows are free (8, 7, 6, 5, 4), then every 4th step
+    assert admitted == [1, 1, 1, 1, 1, 0, 0, 0]
+    s.add(Seq("rt", [1, 2, 3], budget=40, realtime=True))
+    plan, _ = run_step(s, lambda q: 7)  # a stream: the realtime arrival, and no filling
+    assert [ch.seq.key for ch in plan.prefill] == ["rt"]

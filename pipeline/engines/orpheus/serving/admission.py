@@ -9,7 +9,12 @@ the end.
 
 Admission, highest first: realtime sequences, the one whose job (``Seq.group``) holds the fewest
 rows first, then oldest first, so a long job's many pieces do not queue a short job behind them;
-then batch sequences, oldest first, but for a piece asked again (``Seq.again``), which goes first.
+then batch sequences, the longest first: of the ``LONGEST_WINDOW`` oldest waiting, the one with the
+largest token budget, the oldest of those, so a batch's long pieces start early and its end is not
+a few long pieces decoding alone at a handful of rows (the makespan of a batch whose pieces run
+side by side is set by the ones started last; short ones fill in around the long). A piece asked
+again (``Seq.again``) or preempted waits at the head and goes first, and the head is passed over at
+most ``capacity`` times, so a short piece is never starved by longer ones that keep arriving.
 ``reserved`` rows are kept free of batch work so a realtime arrival finds a row at the next step;
 realtime work may use every row, except ``batch_floor`` rows while batch work waits, so a flood of
 realtime streams cannot starve batch jobs.
@@ -38,6 +43,9 @@ from pipeline.engines.orpheus.serving.sequence import Plan, Seq, SeqState
 # Realtime admission weighs this many of the oldest waiting streams: enough that a long job's
 # pieces never hold a short job back, few enough that a burst of hundreds costs the step little.
 FAIR_WINDOW = 32
+# Batch admission weighs this many of the oldest waiting pieces: the worker keeps about twice the
+# rows' worth of jobs in the engine (worker/boot.py batch_slots), so this sees all of them.
+LONGEST_WINDOW = 1024
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,7 @@ class Admission:
         self.by_row: list[Seq] = []  # row i holds by_row[i]
         self._free_rows: list[int] = []  # holes: finished, cancelled or preempted
         self._arrivals = itertools.count()
+        self._overtaken = 0  # batch admissions that passed over the waiting queue's head
 
     # Queue ----------------------------------------------------------------------------------
 
@@ -144,6 +153,7 @@ class Admission:
         self.waiting_rt.clear()
         self.waiting_batch.clear()
         self.by_row, self._free_rows = [], []
+        self._overtaken = 0
 
     @property
     def idle(self) -> bool:
@@ -176,7 +186,23 @@ class Admission:
             and self.running_rows - running_rt >= self.batch_floor
         ):
             return None
-        return self.waiting_batch.popleft()
+        return self._next_batch()
+
+    def _next_batch(self) -> Seq:
+        """The longest waiting batch piece (see the module), or the head: a piece asked again or
+        preempted, or one passed over ``capacity`` times already."""
+        waiting = self.waiting_batch
+        head = waiting[0]
+        if head.again or head.preemptions or self._overtaken >= self.capacity or len(waiting) == 1:
+            self._overtaken = 0
+            return waiting.popleft()
+        seq = max(itertools.islice(waiting, LONGEST_WINDOW), key=_budget)  # the first of equals
+        if seq is head:
+            self._overtaken = 0
+            return waiting.popleft()
+        self._overtaken += 1
+        waiting.remove(seq)
+        return seq
 
     def _next_realtime(self) -> Seq:
         """Of the FAIR_WINDOW oldest waiting streams, the one whose job holds the fewest realtime
@@ -294,3 +320,7 @@ class Admission:
                 seq.row = hole
         self.by_row = cast("list[Seq]", slots[:n])  # rows 0 .. n-1 are all held now
         return moves
+
+
+def _budget(seq: Seq) -> int:
+    return seq.budget

@@ -39,7 +39,8 @@ pauses or preempts batch rows) is ``Admission``'s, in admission.py; this module 
 over them. Prompts are prefilled in chunks of at most ``prefill_tokens`` tokens per step in total,
 so a long prompt does not stall the running streams, and batch work is admitted every
 ``admit_every`` steps, so its prompts are prefilled a few at a time instead of one per step (each
-prefill is an eager pass); realtime work at every step.
+prefill is an eager pass), or at every step while that many rows are free and no stream runs (a
+batch filling its rows); realtime work at every step.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class Scheduler(Admission):
         starting = self._starting_turn() if not full or len(self.by_row) == self._rt_rows else None
         full = full and starting is None
         budget = self.config.prefill_tokens
-        batch_turn = full and (self._steps % self.config.admit_every == 0 or self.running_rows == 0)
+        batch_turn = full and (self._steps % self.config.admit_every == 0 or self.running_rows == 0 or self._filling())
         self._steps += full
         self.realtime_steps += not full
         # Sequences part-way through their prompt go first: they already hold a row.
@@ -108,6 +109,14 @@ class Scheduler(Admission):
                 seq.inflight += 1
                 plan.owners[seq.row] = (seq, seq.epoch)
         return plan
+
+    def _filling(self) -> bool:
+        """Whether batch work may be admitted at every step: with no realtime stream running or
+        waiting, while at least ``admit_every`` rows are free for it (a batch starting, or many
+        pieces ending at once). Waiting steps for rows to free would only leave these idle."""
+        if self.waiting_rt or self._rt_rows:
+            return False
+        return self.capacity - len(self.by_row) - self.reserved >= self.config.admit_every
 
     def _decode(self, plan: Plan, rows: list[Seq]) -> None:
         """Every ``decodable`` sequence of ``rows`` decodes one more token; the plan's context is
