@@ -17,7 +17,6 @@ ms, whatever the admission: the printed ceiling.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -60,7 +59,7 @@ def run(args) -> dict:
     )
     chunks = workload(spec)[0] * args.repeat
     config = scheduler_config(args.rows, RealtimeConfig(), on_gpu=True)
-    scheduler = Scheduler(args.rows, args.context, replace(config))
+    scheduler = Scheduler(args.rows, args.context, config)
     for i, job in enumerate(chunks):
         # a prompt as the random checkpoints' byte-level tokenizer makes it: a token a character
         scheduler.add(Seq(f"{job.key}/{i}", [1] * (len(job.text) + 20), budget=job.budget))
