@@ -12,7 +12,22 @@ from pipeline.settings_doc import groups
 # The headings in docs/configuration.md (comments in Settings) over the settings an engine reads.
 ENGINE_SECTIONS = ("Engine", "Orpheus engine", "Realtime streams")
 # Values of each type an engine setting has, other than its default; some setting may refuse some.
-SAMPLES = (False, 3, 1, "piper", "orpheus", "float32", "fp8", "model", "cpu", "inline", "x", ("tara",), ("gc_freeze",))
+SAMPLES = (
+    False,
+    3,
+    1,
+    "piper",
+    "orpheus",
+    "float32",
+    "bfloat16",
+    "fp8",
+    "model",
+    "cpu",
+    "inline",
+    "x",
+    ("tara",),
+    ("gc_freeze",),
+)
 
 
 @pytest.fixture(autouse=True)

@@ -35,6 +35,7 @@ def test_info_records_device_dtype_and_quantization(engine):
     assert info.name == "orpheus" and info.sample_rate == 24_000 and info.quantization == "none"
     assert info.voices[0] == "tara" and info.max_batch == 4
     assert info.extra["dtype"] == "float32" and info.extra["random_weights"] is True
+    assert info.extra["codec_dtype"] == "float32"
     assert info.device_type  # the CPU model name
 
 
@@ -144,6 +145,19 @@ def test_paths_switched_off_in_the_settings_are_off_in_the_runner(engine_setting
         assert on.loop.runner.mixed_sizes  # on the CPU mixed steps run eagerly
     finally:
         on.close()
+
+
+def test_a_bf16_codec_set_in_the_settings_renders_and_is_recorded(engine_settings):
+    """SYNTH_CODEC_DTYPE reaches the codec, every job records it, and a job still renders."""
+    from pipeline.engines.registry import load_engine
+
+    eng = load_engine(engine_settings(codec_dtype="bfloat16"))
+    try:
+        assert eng.info.extra["codec_dtype"] == "bfloat16" and eng.lm.codec.dtype == "bfloat16"
+        audio, finals = collect(eng.synthesize([SynthesisRequest("a", "Hello there.", "tara", seed=1)]))
+        assert finals["a"].error is None and audio["a"].dtype == np.float32 and np.abs(audio["a"]).max() > 0
+    finally:
+        eng.close()
 
 
 def test_no_model_set_and_no_hub_access_says_to_set_synth_model_and_why(engine_settings):

@@ -1,8 +1,11 @@
 """The SNAC codec's calls, fused (kernels/codec.py) against the module's own ops, on a random
 SNAC 24 kHz (CUDA): the wall time of a ``decode_windows`` call (codes in, audio on the host: what a
 codec lane waits for), median of ``--reps``, each lane's graphs replayed, for the window counts and
-lengths the lanes see with streams beside batch work; then the kernels of one call, by name. That
-they decode the same is tested in tests/orpheus/kernels/test_codec_triton.py.
+lengths the lanes see with streams beside batch work, and the fused codec with bf16 activations
+(``SYNTH_CODEC_DTYPE=bfloat16``) beside them with its audio's signal-to-noise ratio against the
+fp32 decode of the same codes (the fused fp32 one against the module's, for scale); then the
+kernels of one call, by name. That they decode the same is tested in
+tests/orpheus/kernels/test_codec_triton.py.
 
     python -m ops.bench.kernels codec [--reps 20]
 """
@@ -35,7 +38,8 @@ CELLS = (
 
 
 def codecs(device: str):
-    """(unfused, fused) codecs over copies of one random SNAC, alphas drawn from U(0.3, 2)."""
+    """(unfused, fused, fused with bf16 activations) codecs over copies of one random SNAC, alphas
+    drawn from U(0.3, 2)."""
     from snac import SNAC
 
     def model():
@@ -47,7 +51,17 @@ def codecs(device: str):
                     p.copy_(torch.rand_like(p) * 1.7 + 0.3)
         return m
 
-    return SnacCodec(model(), device, fuse=False), SnacCodec(model(), device, fuse=True)
+    return (
+        SnacCodec(model(), device, fuse=False),
+        SnacCodec(model(), device, fuse=True),
+        SnacCodec(model(), device, fuse=True, dtype="bfloat16"),
+    )
+
+
+def snr_db(got: np.ndarray, want: np.ndarray) -> float:
+    """10 log10 of the reference's energy over the difference's."""
+    noise = float(np.sum((got.astype(np.float64) - want) ** 2))
+    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(want.astype(np.float64) ** 2)) / noise)
 
 
 def wall_ms(fn, reps: int) -> float:
@@ -68,14 +82,14 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args(argv)
     print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
-    plain, fused = codecs("cuda")
+    plain, fused, half = codecs("cuda")
     print(f"fused codec: {fused.fused_units} residual units swapped, fallbacks: {fused.fallbacks}", flush=True)
-    for codec in (plain, fused):
+    for codec in (plain, fused, half):
         codec.capture_graphs(realtime_windows(), batch_windows(), codec.fallbacks)
     rng = np.random.default_rng(1)
     print(
         f"{'lane':>8} {'windows':>7} {'frames':>6} | {'module ms':>9} {'fused ms':>8} "
-        f"{'x':>5} | {'fused us/frame':>14}",
+        f"{'x':>5} | {'fused us/frame':>14} | {'bf16 ms':>7} {'x':>5} {'bf16 SNR dB':>11} {'fused SNR dB':>12}",
         flush=True,
     )
     for urgent, g, w in CELLS:
@@ -83,9 +97,13 @@ def main(argv=None) -> int:
         keys = rng.integers(0, 2**40, size=g)
         a = wall_ms(lambda: plain.decode_windows(frames, keys, urgent), args.reps)
         b = wall_ms(lambda: fused.decode_windows(frames, keys, urgent), args.reps)
+        c = wall_ms(lambda: half.decode_windows(frames, keys, urgent), args.reps)
+        module_audio, fp32 = plain.decode_windows(frames, keys, urgent), fused.decode_windows(frames, keys, urgent)
+        bf16 = half.decode_windows(frames, keys, urgent)
         print(
             f"{'realtime' if urgent else 'batch':>8} {g:>7} {w:>6} | {a:>9.3f} {b:>8.3f} "
-            f"{a / b:>5.2f} | {1000 * b / (g * w):>14.1f}",
+            f"{a / b:>5.2f} | {1000 * b / (g * w):>14.1f} | {c:>7.3f} {b / c:>5.2f} "
+            f"{snr_db(bf16, fp32):>11.1f} {snr_db(fp32, module_audio):>12.1f}",
             flush=True,
         )
     for codec, label in ((plain, "module"), (fused, "fused")):

@@ -158,6 +158,7 @@ def parse(argv=None):
     )
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--codec-dtype", default="float32", choices=("float32", "bfloat16"), help="the codec's activations")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", type=Path)
     args = ap.parse_args(argv)
@@ -296,7 +297,7 @@ def bench_mode(args, item, jobs, rows, meta, first: bool):
     todo = args.approaches.split(",")
     if not first:
         todo = [a for a in todo if a in ("fast", "logits", "single", "streams", "profile")]
-    lm = load_model(args.model, args.device, args.dtype, quant, switches(args))
+    lm = load_model(args.model, args.device, args.dtype, quant, switches(args), args.codec_dtype)
     meta["device"] = lm.choice.name
     kv_dtype = resolve_kv_dtype(kv_dtype, lm.choice.capability)
     label = f"{quant}" if lm.quant.applied == quant else f"{quant}->{lm.quant.applied}"

@@ -11,7 +11,9 @@ from pipeline.engines.orpheus.model.quant import quantize
 from pipeline.engines.orpheus.tiny import ORPHEUS_3B, RANDOM_SERVING, SNAC_24KHZ, build_tokenizer, tiny_llama_config
 
 
-def random_3b(device: str, dtype_name: str, quant: str, switches: Switches = Switches()) -> LoadedModel:
+def random_3b(
+    device: str, dtype_name: str, quant: str, switches: Switches = Switches(), codec_dtype: str = "float32"
+) -> LoadedModel:
     import torch
     from snac import SNAC
     from transformers import LlamaForCausalLM
@@ -22,7 +24,9 @@ def random_3b(device: str, dtype_name: str, quant: str, switches: Switches = Swi
     with torch.device(choice.device):
         model = LlamaForCausalLM(tiny_llama_config(**ORPHEUS_3B)).to(dtype).eval()
     report = quantize(model, quant, choice.device, dtype, small_rows=switches.fp8_small_rows)
-    codec = SnacCodec(SNAC(**SNAC_24KHZ), choice.device, fuse=None if switches.codec_fused else False)
+    codec = SnacCodec(
+        SNAC(**SNAC_24KHZ), choice.device, fuse=None if switches.codec_fused else False, dtype=codec_dtype
+    )
     return LoadedModel(
         "random Orpheus-3B shapes",
         build_tokenizer(),
@@ -35,9 +39,11 @@ def random_3b(device: str, dtype_name: str, quant: str, switches: Switches = Swi
     )  # as make-tiny's checkpoint
 
 
-def load_model(spec: str, device: str, dtype: str, quant: str, switches: Switches = Switches()) -> LoadedModel:
+def load_model(
+    spec: str, device: str, dtype: str, quant: str, switches: Switches = Switches(), codec_dtype: str = "float32"
+) -> LoadedModel:
     """``switches``: the faster paths the loader applies (the fp8 small-rows kernel, the fused
-    codec), as the engine's own loader does."""
+    codec), as the engine's own loader does; ``codec_dtype``: the codec's activations."""
     if spec == "random-3b":
-        return random_3b(device, dtype, quant, switches)
-    return load(spec, None, dtype, quant, device, switches)
+        return random_3b(device, dtype, quant, switches, codec_dtype)
+    return load(spec, None, dtype, quant, device, switches, codec_dtype)

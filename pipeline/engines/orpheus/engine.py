@@ -157,6 +157,7 @@ class OrpheusEngine(Engine):
             "budget_policy": self.budget_policy,
             "codec_noise": "keyed per window",
             "codec_fused_units": getattr(codec, "fused_units", 0),
+            "codec_dtype": getattr(codec, "dtype", "float32"),
         }
 
     @classmethod
@@ -168,6 +169,7 @@ class OrpheusEngine(Engine):
             settings.quantization,
             settings.device,
             settings.orpheus.switches,
+            settings.codec_dtype,
         )
         if loaded.device == "cpu" and settings.threads > 0:
             import torch

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_CODEC = "hubertsiuzdak/snac_24khz"
+CODEC_DTYPES = ("float32", "bfloat16")
 
 
 class _NoiseKeys(threading.local):
@@ -64,11 +65,18 @@ class SnacCodec:
     """Decodes batches of equal-length windows of frames into audio on one device."""
 
     def __init__(
-        self, model, device: str, fold: bool = True, fuse: bool | None = None, fallbacks: list[str] | None = None
+        self,
+        model,
+        device: str,
+        fold: bool = True,
+        fuse: bool | None = None,
+        fallbacks: list[str] | None = None,
+        dtype: str = "float32",
     ):
         """``fuse``: the decoder's residual units and noise as Triton kernels (kernels/codec.py);
         None: where they can run (CUDA with Triton). ``fallbacks``: where the kernels say why
-        they fell back (fallbacks.py)."""
+        they fell back (fallbacks.py). ``dtype``: the activations' (and the module's weights')
+        dtype, "float32" or "bfloat16"; the fused units keep fp32 weights and fp32 arithmetic."""
         self.fallbacks = [] if fallbacks is None else fallbacks
         self.device = device
         self.model = model.eval().to(device)
@@ -84,8 +92,15 @@ class SnacCodec:
         self.keyed_noise_blocks = self._swap_noise_blocks()
         self.folded_weight_norms = fold_weight_norms(self.model) if fold else 0
         self.fused_units = 0
+        if dtype not in CODEC_DTYPES:
+            raise ValueError(f"codec dtype {dtype!r}: choose from {', '.join(CODEC_DTYPES)}")
+        self.dtype = dtype
         if fold and (fuse if fuse is not None else _fuse_by_default(device)):
             self._fuse_kernels()
+        if dtype != "float32":
+            import torch
+
+            self.model.to(getattr(torch, dtype))
         if self.model.sampling_rate != SNAC_SAMPLE_RATE:
             raise EngineUnavailableError(
                 f"codec samples at {self.model.sampling_rate} Hz; Orpheus needs {SNAC_SAMPLE_RATE}"
@@ -100,10 +115,11 @@ class SnacCodec:
 
         try:
             with torch.inference_mode():
-                x = torch.ones((1, 64, 8), device=self.device)
                 one = torch.ones(64, device=self.device)
-                h = codec_kernels.snake_dw_snake(x, one, torch.ones(64 * 7, device=self.device), one, one, 1)
-                codec_kernels.pointwise_residual(torch.ones((64, 64), device=self.device), h, one, x)
+                for dtype in {"float32", self.dtype}:
+                    x = torch.ones((1, 64, 8), device=self.device, dtype=getattr(torch, dtype))
+                    h = codec_kernels.snake_dw_snake(x, one, torch.ones(64 * 7, device=self.device), one, one, 1)
+                    codec_kernels.pointwise_residual(torch.ones((64, 64), device=self.device), h, one, x)
                 codec_kernels.keyed_normal(torch.zeros(1, dtype=torch.int64, device=self.device), 0, 8)
         except Exception as e:  # noqa: BLE001 - any failure means "the module's ops, say why"
             fall_back(self.fallbacks, "fused codec kernels", e, "the codec runs its own ops")
@@ -205,9 +221,11 @@ def load_codec(
     fuse: bool | None = None,
     fallbacks: list[str] | None = None,
     origin: str = "SYNTH_CODEC",
+    dtype: str = "float32",
 ) -> SnacCodec:
-    """SNAC from a local folder (config.json + pytorch_model.bin) or a hub id; ``fuse`` and
-    ``fallbacks`` as ``SnacCodec``'s; ``origin`` says where the name came from, for the error."""
+    """SNAC from a local folder (config.json + pytorch_model.bin) or a hub id; ``fuse``,
+    ``fallbacks`` and ``dtype`` as ``SnacCodec``'s; ``origin`` says where the name came from, for
+    the error."""
     try:
         from snac import SNAC
     except ImportError as e:
@@ -223,4 +241,4 @@ def load_codec(
             "SNAC folder (config.json and pytorch_model.bin) or a hub id"
         ) from e
     log.info("loaded SNAC codec %s on %s", source, device)
-    return SnacCodec(model, device, fuse=fuse, fallbacks=fallbacks)
+    return SnacCodec(model, device, fuse=fuse, fallbacks=fallbacks, dtype=dtype)

@@ -25,6 +25,10 @@ workspaces by (handle, stream), graphs are captured on pool streams that repeat 
 split-K over a shared workspace; the module's own TF32 GEMMs never did); with no cuBLAS call in
 the codec's graphs nothing is shared.
 
+With bf16 activations (``SnacCodec(dtype="bfloat16")``, ``SYNTH_CODEC_DTYPE``) the kernels read
+and write bf16, half the bytes, and keep fp32 weights and fp32 arithmetic between; the pointwise
+GEMM takes bf16 products with fp32 sums.
+
 ``fuse_codec(decoder)`` swaps each ResidualUnit of a SNAC decoder for a ``FusedResidualUnit``,
 after the weight norms are folded (codec/snac.py). On the CPU nothing is swapped: the module's own
 ops run.
@@ -115,11 +119,12 @@ if triton is not None:
         for k in tl.static_range(K):
             tt = t + (k - K // 2) * DIL
             inside = (tt >= 0) & (tt < T)
-            xv = tl.load(x_ptr + base + tt, mask=inside, other=0.0)
+            xv = tl.load(x_ptr + base + tt, mask=inside, other=0.0).to(tl.float32)
             acc += tl.load(w_ptr + c * K + k) * _snake(xv, a1, inv1, LIBDEVICE)  # snake(0) = 0
         acc += tl.load(wb_ptr + c)
         a2 = tl.load(a2_ptr + c)
-        tl.store(h_ptr + base + t, _snake(acc, a2, 1.0 / (a2 + 1e-9), LIBDEVICE), mask=live)
+        h = _snake(acc, a2, 1.0 / (a2 + 1e-9), LIBDEVICE)
+        tl.store(h_ptr + base + t, h.to(h_ptr.dtype.element_ty), mask=live)
 
     @triton.jit
     def _pointwise_residual_kernel(
@@ -134,6 +139,7 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         TF32: tl.constexpr,
+        COMPILED: tl.constexpr,
     ):
         """Program (block of output channels, block of samples, window): o = x + bias + W h over
         contiguous [B, C, T]; W [C, C] row-major."""
@@ -150,15 +156,19 @@ if triton is not None:
             b = tl.load(
                 h_ptr + base + kk[:, None] * T + rn[None, :], mask=(kk[:, None] < C) & (rn[None, :] < T), other=0.0
             )  # [BK, BN]
-            if TF32:
+            if h_ptr.dtype.element_ty != tl.float32 and COMPILED:  # bf16 activations: bf16 products
+                acc = tl.dot(a.to(b.dtype), b, acc)
+            elif h_ptr.dtype.element_ty != tl.float32:  # the interpreter's dot has no bf16 products
+                acc = tl.dot(a, b.to(tl.float32), acc, input_precision="ieee")
+            elif TF32:
                 acc = tl.dot(a, b, acc, input_precision="tf32")
             else:
                 acc = tl.dot(a, b, acc, input_precision="ieee")
         out = base + rm[:, None] * T + rn[None, :]
         live = (rm[:, None] < C) & (rn[None, :] < T)
-        x = tl.load(x_ptr + out, mask=live, other=0.0)
+        x = tl.load(x_ptr + out, mask=live, other=0.0).to(tl.float32)
         bias = tl.load(b_ptr + rm, mask=rm < C, other=0.0)
-        tl.store(o_ptr + out, x + bias[:, None] + acc, mask=live)
+        tl.store(o_ptr + out, (x + bias[:, None] + acc).to(o_ptr.dtype.element_ty), mask=live)
 
     @triton.jit
     def _hash32(x):
@@ -207,7 +217,8 @@ def _libdevice(kernel) -> bool:
 
 
 def snake_dw_snake(x, alpha1, dw_w, dw_b, alpha2, dilation: int):
-    """``snake_dw_snake_ref`` in one Triton pass. x [B, C, T] fp32 contiguous; alpha1, alpha2,
+    """``snake_dw_snake_ref`` in one Triton pass. x [B, C, T] contiguous, fp32 or bf16 (the
+    arithmetic in fp32, h in x's dtype); alpha1, alpha2,
     dw_b [C]; dw_w [C * K] (the depthwise taps, channel-major)."""
     b, c, t = x.shape
     h = torch.empty_like(x)
@@ -236,7 +247,8 @@ POINTWISE_TILE = (64, 128, 32)
 
 def pointwise_residual(w, h, bias, x, tf32: bool = True):
     """``pointwise_residual_ref`` as one Triton GEMM with the bias and residual in its epilogue.
-    ``tf32``: the products in TF32, as cuDNN runs the module's convolutions; else in fp32."""
+    ``tf32``: the products in TF32, as cuDNN runs the module's convolutions; else in fp32. bf16
+    activations (``SnacCodec(dtype=...)``) take bf16 products, fp32 sums and a bf16 result."""
     b, c, t = h.shape
     out = torch.empty_like(x)
     bm, bn, bk = POINTWISE_TILE
@@ -252,6 +264,7 @@ def pointwise_residual(w, h, bias, x, tf32: bool = True):
         BN=bn,
         BK=bk,
         TF32=tf32 and _libdevice(_pointwise_residual_kernel),
+        COMPILED=_libdevice(_pointwise_residual_kernel),
         num_warps=4,
         num_stages=3,
     )
@@ -297,15 +310,16 @@ class FusedResidualUnit(torch.nn.Module):
             x = x.contiguous()
             h = snake_dw_snake(x, self.alpha1, self.dw_w, self.dw_b, self.alpha2, self.dilation)
             return pointwise_residual(self.pw_w, h, self.pw_b, x)
+        x32 = x.float()  # the parameters stay fp32, as the kernels read them
         h = snake_dw_snake_ref(
-            x,
+            x32,
             self.alpha1.view(1, -1, 1),
             self.dw_w.view(c, 1, -1),
             self.dw_b,
             self.alpha2.view(1, -1, 1),
             self.dilation,
         )
-        return pointwise_residual_ref(self.pw_w, h, self.pw_b, x)
+        return pointwise_residual_ref(self.pw_w, h.to(x.dtype).float(), self.pw_b, x32).to(x.dtype)
 
 
 def fuse_codec(model, use_triton: bool = True) -> int:

@@ -118,10 +118,17 @@ def load_failure(source: str, error: Exception) -> str:
 
 
 def load(
-    model: str | None, codec: str | None, dtype: str, quantization: str, device: str, switches: Switches = Switches()
+    model: str | None,
+    codec: str | None,
+    dtype: str,
+    quantization: str,
+    device: str,
+    switches: Switches = Switches(),
+    codec_dtype: str = "float32",
 ) -> LoadedModel:
     """Everything the engine needs, on one device, quantized as asked (or as the device allows);
-    ``switches``: the fp8 small-rows kernel and the fused codec kernels, where they can run."""
+    ``switches``: the fp8 small-rows kernel and the fused codec kernels, where they can run;
+    ``codec_dtype``: the codec's activations (codec/snac.py SnacCodec)."""
     choice = devices.choose(device, dtype)
     source = model or DEFAULT_MODEL
     tokenizer, lm = load_lm(source, choice.dtype_name, choice.device)
@@ -129,7 +136,13 @@ def load(
         lm, quantization, choice.device, devices.torch_dtype(choice.dtype_name), small_rows=switches.fp8_small_rows
     )
     codec_name, codec_origin = codec_source(source, codec)
-    snac = load_codec(codec_name, choice.device, fuse=None if switches.codec_fused else False, origin=codec_origin)
+    snac = load_codec(
+        codec_name,
+        choice.device,
+        fuse=None if switches.codec_fused else False,
+        origin=codec_origin,
+        dtype=codec_dtype,
+    )
     random_weights = bool(getattr(lm.config, "synth_random_weights", False))
     try:
         serving = ServingHints.from_config(getattr(lm.config, "synth_serving", None))
