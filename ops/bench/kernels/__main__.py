@@ -10,6 +10,8 @@ BENCHES = {
     "micro": "the decode graph per (batch, length) and the codec per window batch (CUDA)",
     "sweep-attention": "launch settings of the decode-attention kernel, per cache dtype (CUDA)",
     "sweep-fp8": "fp8 weight GEMM launch settings against _scaled_mm and bf16 (CUDA)",
+    "fp8-batch-gemms": "a layer's GEMMs at batch sizes: bf16 against fp8 weights and their parts (CUDA)",
+    "attention-variants": "the decode-attention kernel over fp8 against other formulations (CUDA)",
     "host-overhead": "the loop thread's host time per step (CPU)",
     "contention": "the loop thread under contention for the GIL (CPU)",
     "fused-ops": "fused.py's kernels and the 28-layer decode step, fused against torch (CUDA)",
