@@ -4,6 +4,7 @@ and the real codec: sequences that end on end-of-speech while the next step is a
 from __future__ import annotations
 
 import queue
+import time
 
 import numpy as np
 
@@ -124,7 +125,8 @@ def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
                     raise RuntimeError("codec broke")
             return self.codec.decode_windows(frames, keys, urgent)
 
-    worker = CodecThread(FailingSecondBatchCall(tiny.codec), on_final=final_chunk, batch_interval_s=1e9, batch_slice=1)
+    # all four end before the batch lane's first round, a second after it starts
+    worker = CodecThread(FailingSecondBatchCall(tiny.codec), on_final=final_chunk, batch_interval_s=1.0, batch_slice=1)
     sink: queue.SimpleQueue = queue.SimpleQueue()
     rng = np.random.default_rng(1)
     lives = []
@@ -154,6 +156,45 @@ def test_a_codec_failure_after_some_finals_sends_no_second_final(tiny):
     assert all(len(f) == 1 for f in finals.values()), {k: len(f) for k, f in finals.items()}
     assert finals[0][0].error is None and finals[1][0].error is None  # sent before the failure
     assert all(finals[k][0].error is not None for k in (2, 3))
+
+
+def test_batch_streams_that_end_apart_share_the_lanes_next_round(tiny):
+    """Batch streams ending one after another wait for the batch lane's round: their last chunks
+    go in one codec call per window length, not in a call each as they end, and every stream
+    still gets all its audio and one final chunk."""
+    from pipeline.engines.orpheus.codec.streaming import StreamState
+    from pipeline.engines.orpheus.codec.thread import CodecThread
+    from pipeline.engines.orpheus.serving.loop import InFlight
+
+    class CountingCalls:  # the codec's interface: decode_windows
+        def __init__(self, codec):
+            self.codec, self.lengths = codec, []
+
+        def decode_windows(self, frames, keys, urgent=False):
+            self.lengths.append(frames.shape[1])
+            return self.codec.decode_windows(frames, keys, urgent)
+
+    codec = CountingCalls(tiny.codec)
+    worker = CodecThread(codec, on_final=final_chunk, batch_interval_s=1.0)
+    sink: queue.SimpleQueue = queue.SimpleQueue()
+    rng = np.random.default_rng(4)
+    try:
+        for k in range(5):
+            live = InFlight(Seq(k, [1], budget=100), sink, StreamState(seed=k, chunk_frames=2), k)
+            live.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(9))
+            worker.register(live)
+            worker.finish(live)
+            time.sleep(0.01)  # they end apart, as a batch's pieces do
+        chunks = []
+        while sum(c.final for c in chunks) < 5:
+            chunks.append(sink.get(timeout=60))
+    finally:
+        worker.close()
+    # 9 frames in chunks of 2: a first window of 4 frames, the rest full windows of 2 + 3 frames
+    # (the last two reach back to that length)
+    assert sorted(codec.lengths) == [4, 5]
+    for k in range(5):
+        assert sum(len(c.audio) for c in chunks if c.key == k) == 9 * 2048
 
 
 def test_a_realtime_chunk_leaves_while_the_batch_lane_is_inside_a_codec_call(tiny):

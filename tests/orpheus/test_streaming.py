@@ -164,3 +164,37 @@ def test_window_keys_are_the_device_hash_computed_on_the_host():
             == int(want)
             == rng.hash32_int((rng.hash32_int(int(words)) + salt * rng._GOLDEN) & rng.MASK32)
         )
+
+
+@pytest.mark.parametrize(
+    "n,ramp,want",
+    [
+        # batch: 40 frames; the chunk [32, 40) renders from [21, 40), a full 19-frame window
+        (40, False, [(0, 2, 0, 4), (2, 18, 1, 20), (18, 34, 17, 36), (34, 40, 21, 40)]),
+        # batch: too short for a full window, so the window starts at the stream's first frame
+        (7, False, [(0, 2, 0, 4), (2, 7, 0, 7)]),
+        # realtime: the last chunk reaches back to the realtime chunk's 7-frame window
+        (
+            12,
+            True,
+            [
+                (0, 1, 0, 3),
+                (1, 2, 0, 4),
+                (2, 3, 1, 5),
+                (3, 4, 2, 6),
+                (4, 6, 3, 8),
+                (6, 8, 5, 10),
+                (8, 11, 5, 12),
+                (11, 12, 5, 12),
+            ],
+        ),
+    ],
+)
+def test_the_last_chunk_renders_from_a_full_window_where_the_stream_has_the_frames(n, ramp, want):
+    chunk_frames = REALTIME_CHUNK_FRAMES if ramp else BATCH_CHUNK_FRAMES
+    st = StreamState(seed=1, chunk_frames=chunk_frames, ramp=ramp)
+    st.assembler.frames.extend(random_frames(n))
+    got = st.ready_chunks(finished=True)
+    assert got == want
+    full = chunk_frames + 3
+    assert all(e - s == min(full, n) for _a, _b, s, e in got if e == n)  # the flushed ones

@@ -39,8 +39,8 @@ Over each, the shared services' load: Redis commands a second and its CPU, the d
 transactions a second (PostgreSQL; SQLite keeps no count), and each process's CPU share.
 
 Before the product's processes start, ``--engine-bench`` runs ``python -m ops.bench.orpheus`` on
-the same checkpoint (the engine alone, same device), so every figure stands beside the engine's as
-a ratio.
+the same checkpoint (the engine alone, same device; with --repeat, on the same long batch), so
+every figure stands beside the engine's as a ratio.
 """
 
 from __future__ import annotations
@@ -202,6 +202,11 @@ def engine_bench(args, model: str, workdir: Path, gpu: str) -> dict | None:
     if not args.engine_bench.strip():
         return None
     out = workdir / "engine.json"
+    # The engine alone renders the batch workload synth renders: with --repeat, the same copies
+    # of the corpus, every line.
+    corpus, lines = (batch_corpus(args, workdir), 0) if args.repeat > 1 else (args.corpus, args.lines or 500)
+    if not lines:
+        lines = len(corpus.read_text().splitlines())
     cmd = [
         sys.executable,
         "-m",
@@ -209,9 +214,9 @@ def engine_bench(args, model: str, workdir: Path, gpu: str) -> dict | None:
         "--model",
         str(model),
         "--corpus",
-        str(args.corpus),
+        str(corpus),
         "--lines",
-        str(args.lines or 500),
+        str(lines),
         "--batch-lines",
         str(args.batch_lines),
         "--json",
@@ -347,9 +352,16 @@ def start_apis(stack: ExitStack, env: dict, workdir: Path, n: int) -> dict[str, 
     return apis
 
 
-def batch_workload(args, env: dict, workdir: Path, db_url: str) -> dict:
+def batch_corpus(args, workdir: Path) -> Path:
+    """The batch workload's text: --repeat copies of the corpus's lines, each copy's led by its
+    own words."""
     corpus = workdir / "batch.txt"
     corpus.write_text("\n".join(distinct_copies(corpus_lines(args.corpus, args.lines), args.repeat)) + "\n")
+    return corpus
+
+
+def batch_workload(args, env: dict, workdir: Path, db_url: str) -> dict:
+    corpus = batch_corpus(args, workdir)
     t, started_wall = time.monotonic(), time.time()
     args.meter.start()
     if args.checks:

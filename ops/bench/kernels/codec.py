@@ -7,7 +7,12 @@ fp32 decode of the same codes (the fused fp32 one against the module's, for scal
 kernels of one call, by name. That they decode the same is tested in
 tests/orpheus/kernels/test_codec_triton.py.
 
-    python -m ops.bench.kernels codec [--reps 20]
+``--sweep`` then times the batch lane's calls at every window count from 1 to 64 (16-frame chunks'
+windows, padded up to the captured counts as the lane pads them), fused fp32 and bf16, and a
+stream's last chunk decoded eagerly in a window of its own length, as it was before last chunks
+reached back to a full window.
+
+    python -m ops.bench.kernels codec [--reps 20] [--sweep]
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ CELLS = (
     (True, 16, 5),
     (True, 32, 7),
     (True, 64, 7),
+    (False, 1, 19),
+    (False, 2, 19),
+    (False, 13, 19),
     (False, 32, 19),
     (False, 64, 19),
     (False, 64, 4),
@@ -80,6 +88,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--sweep", action="store_true", help="the batch lane's calls at 1-64 windows")
     args = ap.parse_args(argv)
     print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
     plain, fused, half = codecs("cuda")
@@ -106,6 +115,8 @@ def main(argv=None) -> int:
             f"{snr_db(bf16, fp32):>11.1f} {snr_db(fp32, module_audio):>12.1f}",
             flush=True,
         )
+    if args.sweep:
+        sweep(fused, half, batch_windows()[-1], args.reps, rng)
     for codec, label in ((plain, "module"), (fused, "fused")):
         frames = rng.integers(0, 4096, size=(16, 5, 7))
         keys = np.arange(16)
@@ -114,6 +125,25 @@ def main(argv=None) -> int:
         for name, calls, us in kernels:
             print(f"  {us:8.1f} {calls:5.0f}  {name}", flush=True)
     return 0
+
+
+def sweep(fused: SnacCodec, half: SnacCodec, w: int, reps: int, rng) -> None:
+    """The batch lane's call at each window count: its wall ms and ms a window, fp32 and bf16;
+    then one eager call of a last chunk's odd window length."""
+    print(f"batch lane, {w}-frame windows: windows, fp32 ms, ms a window, bf16 ms, ms a window", flush=True)
+    for g in range(1, 65):
+        frames = rng.integers(0, 4096, size=(g, w, 7))
+        keys = rng.integers(0, 2**40, size=g)
+        a = wall_ms(lambda: fused.decode_windows(frames, keys), reps)
+        b = wall_ms(lambda: half.decode_windows(frames, keys), reps)
+        print(f"  {g:3d} {a:8.3f} {a / g:7.3f} {b:8.3f} {b / g:7.3f}", flush=True)
+    for g, n in ((1, 9), (3, 12)):
+        frames = rng.integers(0, 4096, size=(g, n, 7))
+        keys = rng.integers(0, 2**40, size=g)
+        before = fused.eager[False][0]
+        ms = wall_ms(lambda: fused.decode_windows(frames, keys), reps)
+        assert fused.eager[False][0] > before, "expected an eager call"
+        print(f"eager call, {g} x {n} frames: {ms:.3f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -228,9 +228,18 @@ def phases_ms(phases: list[dict]) -> dict:
 
 
 def loop_stats(engine):
+    codec_thread = engine.loop.codec_thread
+    lane_counts = getattr(codec_thread.codec, "lane_counts", None)  # a fake codec has none
+
     def snap():
         s = engine.loop.stats
+        lane = codec_thread.lanes[False].stats
+        counts = lane_counts(False) if lane_counts else {}
         return {
+            "codec_batch_calls": lane.calls,
+            "codec_batch_windows": lane.windows,
+            "codec_batch_frames": lane.frames,
+            **{f"codec_batch_{k}": v for k, v in counts.items()},
             "steps": s.steps,
             "tokens": s.tokens,
             "decode_rows": s.decode_rows,

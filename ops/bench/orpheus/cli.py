@@ -215,6 +215,16 @@ def measure(label, fn, lm, quant, rows, stats=None):
             for k in ("schedule_s", "launch_s", "codec_s", "wait_s", "post_s")
         }
         print("  ms per step by stage:", rows[-1]["host_ms_per_step"], flush=True)
+        codec = {k[len("codec_batch_") :]: v for k, v in d.items() if k.startswith("codec_batch_")}
+        rows[-1]["codec_batch_lane"] = codec
+        calls = max(1, codec["calls"])
+        print(
+            f"  codec batch lane: {codec['calls']} calls, {codec['windows'] / calls:.1f} windows"
+            f" and {codec['frames'] / max(1, codec['windows']):.1f} frames a window;",
+            f"graph replays {codec.get('replays', '-')}, padding windows {codec.get('padded_windows', '-')},",
+            f"eager calls {codec.get('eager_calls', '-')} ({codec.get('eager_windows', '-')} windows)",
+            flush=True,
+        )
     print(report.line(rows[-1]), f"[{time.perf_counter() - t:.1f}s]", flush=True)
 
 

@@ -89,6 +89,7 @@ class SnacCodec:
             # priority below the device's range is mapped to its highest: torch's Stream docs).
             self._cuda_streams = (torch.cuda.Stream(device), torch.cuda.Stream(device, priority=-100))
         self.graphs: dict = {}  # urgent (realtime lane) -> that lane's CodecGraphs
+        self.eager = {True: [0, 0], False: [0, 0]}  # urgent -> [eager calls, their windows]
         self.keyed_noise_blocks = self._swap_noise_blocks()
         self.folded_weight_norms = fold_weight_norms(self.model) if fold else 0
         self.fused_units = 0
@@ -155,6 +156,8 @@ class SnacCodec:
             graphs = self.graphs.get(urgent)
             audio = graphs.decode(codes, key_t) if graphs else None
             if audio is None:
+                self.eager[urgent][0] += 1
+                self.eager[urgent][1] += len(keys)
                 self._keys.value = key_t.view(-1, 1, 1)
                 try:
                     with torch.inference_mode():
@@ -178,6 +181,17 @@ class SnacCodec:
                 graphs = CodecGraphs(self.model, self._keys, self.device, windows, fallbacks)
             if graphs.graphs:
                 self.graphs[urgent] = graphs
+
+    def lane_counts(self, urgent: bool) -> dict:
+        """A lane's running totals: graph replays, the padding windows they decoded, and the
+        eager calls (window lengths with no graph) and their windows."""
+        graphs = self.graphs.get(urgent)
+        return {
+            "replays": graphs.replays if graphs else 0,
+            "padded_windows": graphs.padded_windows if graphs else 0,
+            "eager_calls": self.eager[urgent][0],
+            "eager_windows": self.eager[urgent][1],
+        }
 
     @property
     def graph_count(self) -> int:

@@ -5,10 +5,14 @@ Chunk 0 is frames ``[0, FIRST_CHUNK_FRAMES)``; after it, chunks of ``chunk_frame
 realtime streams: 341 ms of audio; 16 for batch work, where latency does not matter and bigger
 windows waste less). Chunk ``[a, b)`` is rendered from the window ``[a - 1, b + 2)`` (one frame of
 left context, two of right, as canopyai's decoder uses), clipped to the stream, and leaves as soon
-as frame ``b + 1`` exists; when the stream ends, the rest is rendered with what there is. The first
-chunk therefore leaves after 4 frames (28 tokens). A window's audio depends only on its codes and its
-key (snac.py), and the grid and windows depend only on the frames, never on when the decode ran, so
-the streamed chunks concatenate to exactly the one-shot ``decode_frames``.
+as frame ``b + 1`` exists. The first chunk therefore leaves after 4 frames (28 tokens). When the
+stream ends, the rest is rendered with what there is, from a window that reaches back as far as a
+full chunk's window is long (``c + 3`` frames, where the stream has them): the last chunk gets more
+left context, and decodes in a window length the codec has CUDA graphs for (graphs.py) instead of
+an eager call of its own odd length, whose every kernel is launched from the host. A window's
+audio depends only on its codes and its key (snac.py), and the grid and windows depend only on the
+frames, never on when the decode ran, so the streamed chunks concatenate to exactly the one-shot
+``decode_frames``.
 
 A window of ``c + 3`` frames renders ``c`` frames: 1.19x the frames for batch chunks, 1.75x for
 realtime ones (one window per frame would be 4x).
@@ -101,11 +105,17 @@ class StreamState:
                 out.append((a, b, max(a - LEFT_CONTEXT_FRAMES, 0), b + right))
             elif finished:
                 b = min(b, n)
-                out.append((a, b, max(a - LEFT_CONTEXT_FRAMES, 0), n))
+                out.append((a, b, self._final_start(a, n), n))
             else:
                 break
             a = b
         return out
+
+    def _final_start(self, a: int, n: int) -> int:
+        """Where the window of a flushed chunk from frame ``a`` starts: as far left as makes it a
+        full chunk's window (more left context, and a window length the codec has graphs for)."""
+        full = self.chunk_frames + LEFT_CONTEXT_FRAMES + RIGHT_CONTEXT_FRAMES
+        return max(0, min(a - LEFT_CONTEXT_FRAMES, n - full))
 
     def window_key(self, start: int) -> int:
         return mix_keys(self.seed, start)
