@@ -197,6 +197,48 @@ def test_batch_streams_that_end_apart_share_the_lanes_next_round(tiny):
         assert sum(len(c.audio) for c in chunks if c.key == k) == 9 * 2048
 
 
+def test_a_stream_that_ends_during_the_last_round_still_gets_its_final_chunk_at_close(tiny):
+    """The loop is joined before the codec's lanes close; a stream that ended while the batch lane
+    was inside a round is still rendered, and gets its final chunk, when the lanes close."""
+    import threading
+
+    from pipeline.engines.orpheus.codec.streaming import StreamState
+    from pipeline.engines.orpheus.codec.thread import CodecThread
+    from pipeline.engines.orpheus.serving.loop import InFlight
+
+    class SlowCalls:  # the codec's interface: decode_windows
+        def __init__(self, codec):
+            self.codec, self.entered = codec, threading.Event()
+
+        def decode_windows(self, frames, keys, urgent=False):
+            self.entered.set()
+            time.sleep(0.3)
+            return self.codec.decode_windows(frames, keys, urgent)
+
+    codec = SlowCalls(tiny.codec)
+    worker = CodecThread(codec, on_final=final_chunk, batch_interval_s=0.0)
+    sink: queue.SimpleQueue = queue.SimpleQueue()
+    rng = np.random.default_rng(5)
+    running = InFlight(Seq("a", [1], budget=100), sink, StreamState(seed=1, chunk_frames=2), "a")
+    running.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(4))
+    worker.register(running)
+    assert codec.entered.wait(60)  # the batch lane is inside a round
+    ended = InFlight(Seq("b", [1], budget=100), sink, StreamState(seed=2, chunk_frames=2), "b")
+    ended.stream.assembler.frames.extend(rng.integers(0, 4096, size=7) for _ in range(3))
+    worker.register(ended)
+    worker.finish(ended)
+    worker.close()
+    chunks = []
+    while True:
+        try:
+            chunks.append(sink.get_nowait())
+        except queue.Empty:
+            break
+    finals = [c for c in chunks if c.final and c.key == "b"]
+    assert len(finals) == 1 and finals[0].error is None
+    assert sum(len(c.audio) for c in chunks if c.key == "b") == 3 * 2048
+
+
 def test_a_realtime_chunk_leaves_while_the_batch_lane_is_inside_a_codec_call(tiny):
     """The realtime lane has its own thread: a stream's chunk goes out while a batch call is
     still running (here: held until the test lets it go), not after it."""

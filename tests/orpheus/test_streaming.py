@@ -198,3 +198,18 @@ def test_the_last_chunk_renders_from_a_full_window_where_the_stream_has_the_fram
     assert got == want
     full = chunk_frames + 3
     assert all(e - s == min(full, n) for _a, _b, s, e in got if e == n)  # the flushed ones
+
+
+def test_an_eager_decode_of_many_windows_goes_in_calls_of_a_bounded_size(tiny, monkeypatch):
+    """A lane's round may hold hundreds of windows with no graph for them (the CPU, a failed
+    capture): the module's decode takes them a bounded number at a time, with the same audio."""
+    from pipeline.engines.orpheus.codec import snac
+
+    rng = np.random.default_rng(6)
+    frames, keys = rng.integers(0, 4096, size=(5, 3, 7)), np.arange(5) * 7
+    whole = tiny.codec.decode_windows(frames, keys)
+    calls = tiny.codec.eager[False][0]
+    monkeypatch.setattr(snac, "EAGER_WINDOWS", 2)
+    sliced = tiny.codec.decode_windows(frames, keys)
+    assert tiny.codec.eager[False][0] - calls == 3  # 2 + 2 + 1
+    np.testing.assert_allclose(sliced, whole, rtol=0, atol=1e-6)

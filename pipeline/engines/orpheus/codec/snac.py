@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CODEC = "hubertsiuzdak/snac_24khz"
 CODEC_DTYPES = ("float32", "bfloat16")
+EAGER_WINDOWS = 64  # the most windows one eager decode takes: the largest graph's (graphs.py)
 
 
 class _NoiseKeys(threading.local):
@@ -156,16 +157,27 @@ class SnacCodec:
             graphs = self.graphs.get(urgent)
             audio = graphs.decode(codes, key_t) if graphs else None
             if audio is None:
-                self.eager[urgent][0] += 1
-                self.eager[urgent][1] += len(keys)
-                self._keys.value = key_t.view(-1, 1, 1)
-                try:
-                    with torch.inference_mode():
-                        audio = self.model.decode(codes)  # [B, 1, w * 2048]
-                finally:
-                    self._keys.value = None
+                audio = self._decode_eagerly(codes, key_t, urgent)
             expected = frames.shape[1] * SNAC_SAMPLES_PER_FRAME
             return audio[:, 0, :expected].float().cpu().numpy()
+
+    def _decode_eagerly(self, codes: list, key_t, urgent: bool):
+        """The module's own decode, in calls of at most ``EAGER_WINDOWS`` windows: a lane's round
+        may hold hundreds (a batch starting at once), and one call's activations grow with them."""
+        import torch
+
+        parts = []
+        for start in range(0, len(key_t), EAGER_WINDOWS):
+            part = slice(start, start + EAGER_WINDOWS)
+            self.eager[urgent][0] += 1
+            self.eager[urgent][1] += len(key_t[part])
+            self._keys.value = key_t[part].view(-1, 1, 1)
+            try:
+                with torch.inference_mode():
+                    parts.append(self.model.decode([c[part] for c in codes]))  # [B, 1, w * 2048]
+            finally:
+                self._keys.value = None
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     def capture_graphs(self, realtime: tuple[int, ...], batch: tuple[int, ...], fallbacks: list[str]) -> None:
         """Capture the decode for these window lengths of each lane (CUDA only): each lane its

@@ -145,8 +145,9 @@ class CodecThread:
                 self._last_batch = now
                 final, lane.held = lane.held, []
             self._timed_round(lane, final)
-        if lane.held:  # closing: what ended still gets its final chunk
-            self._timed_round(lane, lane.held)
+        final = lane.held + lane.take_ended(0)  # closing: all that ended gets its final chunk
+        if final:
+            self._timed_round(lane, final)
 
     def _timed_round(self, lane: _Lane, final: list) -> None:
         started, windows = time.monotonic(), lane.stats.windows
