@@ -16,6 +16,8 @@ from ops.bench.e2e.streams import Stream, summarize
 from pipeline.db.models import JobMetrics
 from pipeline.db.session import make_engine, make_sessionmaker
 
+RECORD_WAIT_S = 15.0  # how long spread() waits for the streams' jobs to be recorded
+
 # Copy k of the corpus (k >= 1) starts each line with its own word, so no two lines of a repeated
 # corpus are the same text: a render kept for one line could never serve another.
 LEADS = (
@@ -157,10 +159,16 @@ def spread(db_url: str, streams: list[Stream]) -> dict[str, dict]:
     """The streams by the worker that rendered them (job_metrics' worker host, host/gpuN): how
     many each took, and their first byte and dry streams as the client saw them."""
     ids = [s.job_id for s in streams if s.job_id]
-    with make_sessionmaker(make_engine(db_url))() as session:
-        host = dict(
-            session.execute(select(JobMetrics.job_id, JobMetrics.worker_host).where(JobMetrics.job_id.in_(ids))).all()
-        )
+    # A stream ends with its job's last chunk, before the worker has stored the file and written
+    # the job's metrics: wait for them (a failed job may never have its row: not for long).
+    sessions, deadline = make_sessionmaker(make_engine(db_url)), time.monotonic() + RECORD_WAIT_S
+    while True:
+        with sessions() as session:
+            query = select(JobMetrics.job_id, JobMetrics.worker_host).where(JobMetrics.job_id.in_(ids))
+            host = dict(session.execute(query).all())
+        if len(host) >= len(set(ids)) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     by_worker: dict[str, list[Stream]] = {}
     for s in streams:
         by_worker.setdefault(host.get(s.job_id) or "unrecorded", []).append(s)
