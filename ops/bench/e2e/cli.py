@@ -204,8 +204,9 @@ def engine_bench(args, model: str, workdir: Path, gpu: str) -> dict | None:
     out = workdir / "engine.json"
     # The engine alone renders the batch workload synth renders: with --repeat, the same copies
     # of the corpus, every line.
-    corpus, lines = (batch_corpus(args, workdir), 0) if args.repeat > 1 else (args.corpus, args.lines or 500)
-    if not lines:
+    corpus, lines = args.corpus, args.lines or 500
+    if args.repeat > 1:
+        corpus = batch_corpus(args, workdir)
         lines = len(corpus.read_text().splitlines())
     cmd = [
         sys.executable,
