@@ -64,7 +64,7 @@ class EngineSettings:
     threads: int  # engine_threads, or one per core where that is 0
     process: str = "auto"  # engine_process; "separate": the engine runs in a process of its own (hosted.py)
     orpheus: OrpheusConfig = field(default_factory=OrpheusConfig)  # Settings.orpheus_config
-    codec_dtype: str = "float32"  # codec_dtype: the SNAC codec's activations
+    codec_dtype: str = "auto"  # codec_dtype: the SNAC codec's activations
 
 
 class Settings(BaseSettings):
@@ -86,9 +86,10 @@ class Settings(BaseSettings):
     engine: Literal["piper", "orpheus"] = "piper"  # piper (CPU) or orpheus (GPU; docs/orpheus.md)
     model: str | None = None
     codec: str | None = None
-    # The SNAC codec's activations: float32 (the module's own), or bfloat16 (half the bytes a
-    # decode moves; lossy: docs/orpheus.md#the-codec).
-    codec_dtype: Literal["float32", "bfloat16"] = "float32"
+    # The SNAC codec's activations: auto is float16 on a GPU where the checkpoint passes a check at
+    # load (else float32); float32 (the module's own); float16 or bfloat16 (half the bytes a decode
+    # moves; docs/orpheus.md#the-codec).
+    codec_dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     # The voices served, e.g. tara,leah (or a JSON list); unset: the engine's own.
     voices: Annotated[tuple[str, ...] | None, NoDecode] = None
     # Orpheus weights: auto is bfloat16 on a GPU that has it, else float16; float32 on the CPU.

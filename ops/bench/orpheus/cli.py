@@ -61,6 +61,7 @@ from ops.bench.orpheus.runs import PARAMS, Job, run_generate, run_synth
 from ops.bench.orpheus.scenarios import load_scenarios
 from ops.bench.orpheus.streams import logits_check, run_streams
 from pipeline import text as texts
+from pipeline.engines.orpheus.codec.snac import CODEC_DTYPES
 from pipeline.engines.orpheus.config import SWITCHES, OrpheusConfig, RealtimeConfig, Switches
 from pipeline.engines.orpheus.engine import OrpheusEngine, text_chars_for, token_budget
 from pipeline.engines.orpheus.model.device import resolve_kv_dtype
@@ -158,7 +159,12 @@ def parse(argv=None):
     )
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--codec-dtype", default="float32", choices=("float32", "bfloat16"), help="the codec's activations")
+    ap.add_argument(
+        "--codec-dtype",
+        default="auto",
+        choices=CODEC_DTYPES,
+        help="the codec's activations (auto: float16 on CUDA where the checkpoint passes its check)",
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", type=Path)
     args = ap.parse_args(argv)

@@ -12,7 +12,7 @@ from pipeline.engines.orpheus.tiny import ORPHEUS_3B, RANDOM_SERVING, SNAC_24KHZ
 
 
 def random_3b(
-    device: str, dtype_name: str, quant: str, switches: Switches = Switches(), codec_dtype: str = "float32"
+    device: str, dtype_name: str, quant: str, switches: Switches = Switches(), codec_dtype: str = "auto"
 ) -> LoadedModel:
     import torch
     from snac import SNAC
@@ -40,7 +40,7 @@ def random_3b(
 
 
 def load_model(
-    spec: str, device: str, dtype: str, quant: str, switches: Switches = Switches(), codec_dtype: str = "float32"
+    spec: str, device: str, dtype: str, quant: str, switches: Switches = Switches(), codec_dtype: str = "auto"
 ) -> LoadedModel:
     """``switches``: the faster paths the loader applies (the fp8 small-rows kernel, the fused
     codec), as the engine's own loader does; ``codec_dtype``: the codec's activations."""

@@ -26,7 +26,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_CODEC = "hubertsiuzdak/snac_24khz"
-CODEC_DTYPES = ("float32", "bfloat16")
+CODEC_DTYPES = ("auto", "float32", "float16", "bfloat16")
+# "auto" takes fp16 on CUDA where the checkpoint passes a check at load (``SnacCodec._half_check``):
+# on random codes, every activation of the fp32 decode stays HALF_HEADROOM times below fp16's
+# largest value, and the fp16 decode's audio stands HALF_MIN_SNR_DB or more from the fp32 one's.
+HALF_HEADROOM = 16
+HALF_MIN_SNR_DB = 45.0
+HALF_CHECK_WINDOWS, HALF_CHECK_FRAMES = 8, 19  # a batch call's window (16 frames + 3 of context)
 EAGER_WINDOWS = 64  # the most windows one eager decode takes: the largest graph's (graphs.py)
 
 
@@ -77,9 +83,11 @@ class SnacCodec:
         """``fuse``: the decoder's residual units and noise as Triton kernels (kernels/codec.py);
         None: where they can run (CUDA with Triton). ``fallbacks``: where the kernels say why
         they fell back (fallbacks.py). ``dtype``: the activations' (and the module's weights')
-        dtype, "float32" or "bfloat16"; the fused units keep fp32 weights and fp32 arithmetic."""
+        dtype, one of CODEC_DTYPES; the fused units keep fp32 weights and fp32 arithmetic.
+        "auto": float16 on CUDA where the checkpoint passes the check at load, else float32."""
         self.fallbacks = [] if fallbacks is None else fallbacks
         self.device = device
+        self.half_check: dict | None = None  # dtype "auto" on CUDA: what the fp16 check found
         self.model = model.eval().to(device)
         self._keys = _NoiseKeys()
         self._cuda_streams = None
@@ -96,13 +104,15 @@ class SnacCodec:
         self.fused_units = 0
         if dtype not in CODEC_DTYPES:
             raise ValueError(f"codec dtype {dtype!r}: choose from {', '.join(CODEC_DTYPES)}")
-        self.dtype = dtype
+        self.dtype = "float32" if dtype == "auto" else dtype
         if fold and (fuse if fuse is not None else _fuse_by_default(device)):
             self._fuse_kernels()
-        if dtype != "float32":
+        if dtype == "auto" and str(device).startswith("cuda"):
+            self._to_half_if_it_holds()
+        elif self.dtype != "float32":
             import torch
 
-            self.model.to(getattr(torch, dtype))
+            self.model.to(getattr(torch, self.dtype))
         if self.model.sampling_rate != SNAC_SAMPLE_RATE:
             raise EngineUnavailableError(
                 f"codec samples at {self.model.sampling_rate} Hz; Orpheus needs {SNAC_SAMPLE_RATE}"
@@ -130,6 +140,66 @@ class SnacCodec:
         for module in self.model.decoder.modules():
             if hasattr(module, "fused"):
                 module.fused = True
+
+    def _to_half_if_it_holds(self) -> None:
+        """Run in fp16 if this checkpoint passes ``_half_check``; else stay fp32 and say why."""
+        import torch
+
+        saved = {name: t.detach().clone() for name, t in self.model.state_dict().items()}
+        try:
+            self.half_check = self._half_check()
+        except Exception as e:  # noqa: BLE001 - any failure means "fp32, say why"
+            self.half_check = {"error": f"{type(e).__name__}: {e}"}
+        why = self.half_check.get("error") or self._half_refusal(self.half_check)
+        if why is None:
+            self.dtype = "float16"
+            return
+        self.model.to(torch.float32)
+        self.model.load_state_dict(saved)  # the fp32 weights, not their fp16 roundings
+        fall_back(self.fallbacks, "the codec in float16", ValueError(why), "the codec runs in float32")
+
+    @staticmethod
+    def _half_refusal(check: dict) -> str | None:
+        if not check["headroom"] >= HALF_HEADROOM:
+            return f"an activation reaches {check['peak']:.4g}, within {HALF_HEADROOM}x of fp16's largest value"
+        if not check["snr_db"] >= HALF_MIN_SNR_DB:
+            return f"its audio stands {check['snr_db']:.1f} dB from fp32's, under {HALF_MIN_SNR_DB:g} dB"
+        return None
+
+    def _half_check(self) -> dict:
+        """Decode random codes in fp32, noting each module's largest output, then in fp16; leaves
+        the model in fp16. Returns the peak activation, its headroom under fp16's largest value,
+        and the fp16 audio's signal-to-difference ratio (dB) against the fp32 audio."""
+        import torch
+
+        rng = np.random.default_rng(0)
+        frames = rng.integers(0, 4096, size=(HALF_CHECK_WINDOWS, HALF_CHECK_FRAMES, 7))
+        codes = [torch.as_tensor(level, device=self.device) for level in frames_to_levels(frames)]
+        keys = torch.as_tensor(rng.integers(0, 2**40, size=HALF_CHECK_WINDOWS), device=self.device)
+        peaks: list = []
+
+        def note(_module, _inputs, out) -> None:
+            if isinstance(out, torch.Tensor) and out.is_floating_point():
+                peaks.append(out.detach().abs().amax())
+
+        hooks = [m.register_forward_hook(note) for m in self.model.decoder.modules()]
+        try:
+            want = self._decode_eagerly(codes, keys, False).float()
+        finally:
+            for hook in hooks:
+                hook.remove()
+        self.model.to(torch.float16)
+        got = self._decode_eagerly(codes, keys, False).float()
+        self.eager[False] = [0, 0]  # the check's calls are not the lanes'
+        peak = float(torch.stack(peaks).max()) if peaks else 0.0
+        noise = float(((got.double() - want.double()) ** 2).sum())
+        signal = float((want.double() ** 2).sum())
+        snr = float("inf") if noise == 0 else (10 * np.log10(signal / noise) if noise == noise else float("nan"))
+        return {
+            "peak": peak,
+            "headroom": float(torch.finfo(torch.float16).max) / peak if peak > 0 else float("inf"),
+            "snr_db": snr,
+        }
 
     def _swap_noise_blocks(self) -> int:
         from snac.layers import NoiseBlock

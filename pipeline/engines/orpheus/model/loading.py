@@ -124,7 +124,7 @@ def load(
     quantization: str,
     device: str,
     switches: Switches = Switches(),
-    codec_dtype: str = "float32",
+    codec_dtype: str = "auto",
 ) -> LoadedModel:
     """Everything the engine needs, on one device, quantized as asked (or as the device allows);
     ``switches``: the fp8 small-rows kernel and the fused codec kernels, where they can run;
