@@ -19,6 +19,11 @@ from pipeline.verify.jobs import LaterChecks, record, store_captions
 from pipeline.verify.queued import pending_record
 from pipeline.verify.verdict import PENDING
 
+# What a job records of the precisions its engine ran at (EngineInfo.extra), under
+# job_metrics.extra["precision"]: a lossy setting, or one chosen at load ("auto"), stays visible
+# beside the figures it made.
+PRECISION_KEYS = ("dtype", "kv_dtype", "codec_dtype")
+
 
 def level_job(
     job: Job, samples: np.ndarray, sample_rate: int, *, meter: bool = True
@@ -49,6 +54,9 @@ def metrics_row(
     first = state.first_audio or time.monotonic()
     first_wall = state.admitted_wall + timedelta(seconds=first - state.admitted)
     extra = _extra(state)
+    precision = {k: info.extra[k] for k in PRECISION_KEYS if k in info.extra}
+    if precision:
+        extra = {**(extra or {}), "precision": precision}
     if checked:
         extra = {**(extra or {}), "verify": checked[1]}
     # A chapter rendered again with a new seed was asked for when it was queued again, not when

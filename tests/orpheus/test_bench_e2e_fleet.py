@@ -68,6 +68,8 @@ def test_two_workers_share_the_batch_and_the_streams_and_the_services_are_metere
     assert batch["exit"] == 0 and batch["jobs_done"] + batch["jobs_failed"] == 6
     assert set(batch["workers"]) <= set(names)
     assert sum(w["jobs"] for w in batch["workers"].values()) == batch["jobs_done"]
+    # the precisions a job recorded: the CPU's ("auto" codec: fp32 off CUDA)
+    assert batch["precision"] == {"dtype": "float32", "kv_dtype": "float32", "codec_dtype": "float32"}, batch
     services = batch["services"]
     assert services["redis_ops_per_s"] > 0
     assert {"api", "redis", "worker0", "worker1"} <= set(services["cpu_share"])

@@ -14,9 +14,9 @@ from pipeline.db.session import make_engine, make_sessionmaker
 
 
 def batch_figures(db_url: str, name: str, wall_s: float, started_wall: float | None = None) -> dict:
-    """The batch's audio over the command's wall time; with ``started_wall`` (Unix time the command
-    started), its timeline in seconds from then: the batch's row written, the first and the last
-    claim, the last job finished."""
+    """The batch's audio over the command's wall time, and the precisions its first job recorded;
+    with ``started_wall`` (Unix time the command started), its timeline in seconds from then: the
+    batch's row written, the first and the last claim, the last job finished."""
     sessions = make_sessionmaker(make_engine(db_url))
     with sessions() as s:
         batch_id, created = s.execute(select(Batch.id, Batch.created_at).where(Batch.name == name)).one()
@@ -26,6 +26,9 @@ def batch_figures(db_url: str, name: str, wall_s: float, started_wall: float | N
             .where(Job.batch_id == batch_id)
         ).one()
         errors = s.scalars(select(Job.error).where(Job.batch_id == batch_id, Job.status == "failed")).all()
+        extra = s.scalars(
+            select(JobMetrics.extra).join(Job, Job.id == JobMetrics.job_id).where(Job.batch_id == batch_id).limit(1)
+        ).first()
         claims = s.execute(
             select(func.min(Job.started_at), func.max(Job.started_at), func.max(Job.finished_at)).where(
                 Job.batch_id == batch_id
@@ -44,6 +47,8 @@ def batch_figures(db_url: str, name: str, wall_s: float, started_wall: float | N
         "wall_s": round(wall_s, 2),
         "x_real_time": round(audio / wall_s, 1) if wall_s else None,
         "workers": workers,
+        # the precisions the engine ran at, as a job recorded them (pipeline/job_record.py)
+        "precision": (extra or {}).get("precision"),
     }
     if started_wall is not None:
         marks = dict(zip(("first_claim", "last_claim", "last_finished"), claims), created=created)
