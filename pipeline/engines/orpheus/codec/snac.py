@@ -194,7 +194,8 @@ class SnacCodec:
         peak = float(torch.stack(peaks).max()) if peaks else 0.0
         noise = float(((got.double() - want.double()) ** 2).sum())
         signal = float((want.double() ** 2).sum())
-        snr = float("inf") if noise == 0 else (10 * np.log10(signal / noise) if noise == noise else float("nan"))
+        with np.errstate(divide="ignore", invalid="ignore"):  # a non-finite decode: nan or -inf dB, refused
+            snr = float("inf") if noise == 0 else float(10 * np.log10(signal / noise))
         return {
             "peak": peak,
             "headroom": float(torch.finfo(torch.float16).max) / peak if peak > 0 else float("inf"),
