@@ -19,11 +19,6 @@ from pipeline.verify.jobs import LaterChecks, record, store_captions
 from pipeline.verify.queued import pending_record
 from pipeline.verify.verdict import PENDING
 
-# What a job records of the precisions its engine ran at (EngineInfo.extra), under
-# job_metrics.extra["precision"]: a lossy setting, or one chosen at load ("auto"), stays visible
-# beside the figures it made.
-PRECISION_KEYS = ("dtype", "kv_dtype", "codec_dtype")
-
 
 def level_job(
     job: Job, samples: np.ndarray, sample_rate: int, *, meter: bool = True
@@ -54,7 +49,7 @@ def metrics_row(
     first = state.first_audio or time.monotonic()
     first_wall = state.admitted_wall + timedelta(seconds=first - state.admitted)
     extra = _extra(state)
-    precision = {k: info.extra[k] for k in PRECISION_KEYS if k in info.extra}
+    precision = info.precision  # a lossy setting, or one chosen at load, stays beside its figures
     if precision:
         extra = {**(extra or {}), "precision": precision}
     if checked:

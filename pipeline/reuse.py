@@ -74,6 +74,8 @@ def identity(
         "crossfade_ms": crossfade_ms,
         "seed": seed,
     }
+    if info.precision:  # Orpheus: its weights', cache's and codec's precisions change the audio
+        parts["precision"] = info.precision
     return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
@@ -139,6 +141,7 @@ def finish_with_copy(
         had = session.get(JobMetrics, source.id)
         kept = (found.metrics or {}) if had is None else {k: getattr(had, k) for k in (*AUDIO_METRICS, "synth_s")}
         verify = (had.extra or {}).get("verify") if had is not None else None
+        precision = (had.extra or {}).get("precision") if had is not None else None
         source_key = source.object_key
     try:
         store.put(key, store.get(source_key), get_format(job.format).content_type)
@@ -155,7 +158,11 @@ def finish_with_copy(
             reused_s=kept.get("synth_s") or 0.0,
             batch_size=1,
             worker_host=worker_host,
-            extra={"reused": {"job": found.job_id}, **({"verify": verify} if verify else {})},
+            extra={
+                "reused": {"job": found.job_id},
+                **({"verify": verify} if verify else {}),
+                **({"precision": precision} if precision else {}),
+            },
         )
         with sessions() as session:
             db.finish(session, job, object_key=key, metrics=metrics)

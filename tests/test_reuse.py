@@ -114,3 +114,28 @@ def test_reuse_off_renders_every_job(settings, sessions, engine):
     submit_and_render(settings, sessions, r, None)
     submit_and_render(settings, sessions, r, None)
     assert engine.requests == 4
+
+
+def test_a_render_at_other_precisions_is_not_the_same_identity():
+    """Orpheus names the precisions it runs at (the codec's "auto" resolves at load): a render in
+    fp32 is not offered to a worker now running fp16, and an engine that names none keeps the
+    identity it had."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from pipeline.engines.base import EngineInfo
+    from pipeline.reuse import identity
+
+    job = SimpleNamespace(voice="tara", format="wav", sample_rate=None, loudness_target=None, true_peak_max=None)
+    chunks = [SimpleNamespace(text="The lamp was lit at dusk.", rate=1.0)]
+    plain = EngineInfo("orpheus", "m", "none", "gpu", 24_000, ("tara",))
+    fp32 = replace(plain, extra={"dtype": "bfloat16", "kv_dtype": "float8_e4m3fn", "codec_dtype": "float32"})
+    fp16 = replace(plain, extra={**fp32.extra, "codec_dtype": "float16", "codec_fused_units": 12})
+
+    def key(info):
+        return identity(info, job, chunks, None, crossfade_ms=0)
+
+    assert key(fp32) != key(fp16)
+    assert key(fp16) == key(replace(fp16, extra={**fp16.extra, "codec_fused_units": 0}))  # not a precision
+    assert fp16.precision == {"dtype": "bfloat16", "kv_dtype": "float8_e4m3fn", "codec_dtype": "float16"}
+    assert plain.precision == {} and key(plain) == key(replace(plain, extra={"sample_note": 1}))

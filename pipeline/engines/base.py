@@ -64,6 +64,11 @@ class AudioChunk:
     stats: dict = field(default_factory=dict)
 
 
+# The precisions an engine's ``EngineInfo.extra`` may name: its weights', its KV cache's and its
+# codec's (Orpheus: "auto" settings resolve at load, so the value is what ran).
+PRECISION_KEYS = ("dtype", "kv_dtype", "codec_dtype")
+
+
 @dataclass(frozen=True)
 class EngineInfo:
     name: str  # "piper", "orpheus"
@@ -83,6 +88,12 @@ class EngineInfo:
     inline_tags: tuple[str, ...] = ()
     rate_control: bool = False
     phoneme_input: bool = False  # IPA in [[ ... ]] blocks is spoken as those phonemes (Piper)
+
+    @property
+    def precision(self) -> dict:
+        """The precisions the engine runs at, where it says (``extra``: PRECISION_KEYS): each job
+        records them, and a stored render is reused only at the same ones (pipeline/reuse.py)."""
+        return {k: self.extra[k] for k in PRECISION_KEYS if k in self.extra}
 
     def profile(self, voice: str) -> VoiceProfile:
         return VoiceProfile(

@@ -8,7 +8,7 @@ kernels of one call, by name. That they decode the same is tested in
 tests/orpheus/kernels/test_codec_triton.py.
 
 ``--sweep`` then times the batch lane's calls at every window count from 1 to 64 (16-frame chunks'
-windows, split over the captured counts as the lane splits them), fused fp32, fp16 and bf16, and a
+windows, split over the captured counts as the lane splits them), fused fp32 and fp16, and a
 stream's last chunk decoded eagerly in a window of its own length, as it was before last chunks
 reached back to a full window.
 

@@ -104,6 +104,10 @@ class SnacCodec:
         self.fused_units = 0
         if dtype not in CODEC_DTYPES:
             raise ValueError(f"codec dtype {dtype!r}: choose from {', '.join(CODEC_DTYPES)}")
+        if self.model.sampling_rate != SNAC_SAMPLE_RATE:
+            raise EngineUnavailableError(
+                f"codec samples at {self.model.sampling_rate} Hz; Orpheus needs {SNAC_SAMPLE_RATE}"
+            )
         self.dtype = "float32" if dtype == "auto" else dtype
         if fold and (fuse if fuse is not None else _fuse_by_default(device)):
             self._fuse_kernels()
@@ -113,10 +117,6 @@ class SnacCodec:
             import torch
 
             self.model.to(getattr(torch, self.dtype))
-        if self.model.sampling_rate != SNAC_SAMPLE_RATE:
-            raise EngineUnavailableError(
-                f"codec samples at {self.model.sampling_rate} Hz; Orpheus needs {SNAC_SAMPLE_RATE}"
-            )
 
     def _fuse_kernels(self) -> None:
         """Swap in the fused residual units and noise; kernels that fail a first call on this
@@ -146,10 +146,13 @@ class SnacCodec:
         import torch
 
         saved = {name: t.detach().clone() for name, t in self.model.state_dict().items()}
+        eager = {lane: list(counts) for lane, counts in self.eager.items()}
         try:
             self.half_check = self._half_check()
         except Exception as e:  # noqa: BLE001 - any failure means "fp32, say why"
             self.half_check = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            self.eager = eager  # the check's decodes are not the lanes'
         why = self.half_check.get("error") or self._half_refusal(self.half_check)
         if why is None:
             self.dtype = "float16"
@@ -167,8 +170,8 @@ class SnacCodec:
         return None
 
     def _half_check(self) -> dict:
-        """Decode random codes in fp32, noting each module's largest output, then in fp16; leaves
-        the model in fp16. Returns the peak activation, its headroom under fp16's largest value,
+        """Decode random codes in fp32, noting each module's largest output (and each fused
+        residual unit's inner activation), then in fp16; leaves the model in fp16. Returns the peak activation, its headroom under fp16's largest value,
         and the fp16 audio's signal-to-difference ratio (dB) against the fp32 audio."""
         import torch
 
@@ -182,15 +185,20 @@ class SnacCodec:
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 peaks.append(out.detach().abs().amax())
 
-        hooks = [m.register_forward_hook(note) for m in self.model.decoder.modules()]
+        modules = list(self.model.modules())
+        hooks = [m.register_forward_hook(note) for m in modules]
+        inner = [m for m in modules if hasattr(m, "peaks")]  # fused units: their inner activation
+        for unit in inner:
+            unit.peaks = peaks
         try:
             want = self._decode_eagerly(codes, keys, False).float()
         finally:
             for hook in hooks:
                 hook.remove()
+            for unit in inner:
+                unit.peaks = None
         self.model.to(torch.float16)
         got = self._decode_eagerly(codes, keys, False).float()
-        self.eager[False] = [0, 0]  # the check's calls are not the lanes'
         peak = float(torch.stack(peaks).max()) if peaks else 0.0
         noise = float(((got.double() - want.double()) ** 2).sum())
         signal = float((want.double() ** 2).sum())

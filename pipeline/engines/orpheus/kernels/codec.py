@@ -303,12 +303,17 @@ class FusedResidualUnit(torch.nn.Module):
         self.pw_b = flat(pw.bias)
         self.dilation = dw.dilation[0]
         self.use_triton = use_triton
+        # A list while the codec checks a checkpoint's range (codec/snac.py ``_half_check``): each
+        # call adds the largest |value| of the unit's inner activation, which no module returns.
+        self.peaks: list | None = None
 
     def forward(self, x):  # [B, C, T]
         c = x.shape[1]
         if self.use_triton:
             x = x.contiguous()
             h = snake_dw_snake(x, self.alpha1, self.dw_w, self.dw_b, self.alpha2, self.dilation)
+            if self.peaks is not None:
+                self.peaks.append(h.abs().amax())
             return pointwise_residual(self.pw_w, h, self.pw_b, x)
         x32 = x.float()  # the parameters stay fp32, as the kernels read them
         h = snake_dw_snake_ref(
@@ -319,6 +324,8 @@ class FusedResidualUnit(torch.nn.Module):
             self.alpha2.view(1, -1, 1),
             self.dilation,
         )
+        if self.peaks is not None:
+            self.peaks.append(h.abs().amax())
         return pointwise_residual_ref(self.pw_w, h.to(x.dtype).float(), self.pw_b, x32).to(x.dtype)
 
 
