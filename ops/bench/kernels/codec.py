@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ops.bench.kernels.micro import step_kernels
-from pipeline.engines.orpheus.codec.snac import SnacCodec
+from pipeline.engines.orpheus.codec.snac import SnacCodec, snr_db
 from pipeline.engines.orpheus.tiny import SNAC_24KHZ
 
 # (lane, windows, frames a window): the realtime lane's first chunks (3 frames; 2 with a
@@ -68,12 +68,6 @@ def codecs(device: str):
         SnacCodec(model(), device, fuse=True, dtype="float16"),
         SnacCodec(model(), device, fuse=True, dtype="bfloat16"),
     )
-
-
-def snr_db(got: np.ndarray, want: np.ndarray) -> float:
-    """10 log10 of the reference's energy over the difference's."""
-    noise = float(np.sum((got.astype(np.float64) - want) ** 2))
-    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(want.astype(np.float64) ** 2)) / noise)
 
 
 def wall_ms(fn, reps: int) -> float:

@@ -36,6 +36,14 @@ HALF_CHECK_WINDOWS, HALF_CHECK_FRAMES = 8, 19  # a batch call's window (16 frame
 EAGER_WINDOWS = 64  # the most windows one eager decode takes: the largest graph's (graphs.py)
 
 
+def snr_db(got: np.ndarray, want: np.ndarray) -> float:
+    """10 log10 of the reference's energy over the difference's (inf where they are equal; nan or
+    -inf where ``got`` is not finite)."""
+    noise = float(np.sum((got.astype(np.float64) - want) ** 2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float("inf") if noise == 0 else float(10 * np.log10(float(np.sum(want.astype(np.float64) ** 2)) / noise))
+
+
 class _NoiseKeys(threading.local):
     """The keys of the windows an eager decode (or a graph capture) is running: torch int64
     [B, 1, 1], None between calls. Per thread: the codec's two lanes decode at the same time."""
@@ -171,8 +179,9 @@ class SnacCodec:
 
     def _half_check(self) -> dict:
         """Decode random codes in fp32, noting each module's largest output (and each fused
-        residual unit's inner activation), then in fp16; leaves the model in fp16. Returns the peak activation, its headroom under fp16's largest value,
-        and the fp16 audio's signal-to-difference ratio (dB) against the fp32 audio."""
+        residual unit's inner activation), then in fp16; leaves the model in fp16. Returns the
+        peak activation, its headroom under fp16's largest value, and the fp16 audio's
+        signal-to-difference ratio (dB) against the fp32 audio."""
         import torch
 
         rng = np.random.default_rng(0)
@@ -200,14 +209,10 @@ class SnacCodec:
         self.model.to(torch.float16)
         got = self._decode_eagerly(codes, keys, False).float()
         peak = float(torch.stack(peaks).max()) if peaks else 0.0
-        noise = float(((got.double() - want.double()) ** 2).sum())
-        signal = float((want.double() ** 2).sum())
-        with np.errstate(divide="ignore", invalid="ignore"):  # a non-finite decode: nan or -inf dB, refused
-            snr = float("inf") if noise == 0 else float(10 * np.log10(signal / noise))
         return {
             "peak": peak,
             "headroom": float(torch.finfo(torch.float16).max) / peak if peak > 0 else float("inf"),
-            "snr_db": snr,
+            "snr_db": snr_db(got.cpu().numpy(), want.cpu().numpy()),
         }
 
     def _swap_noise_blocks(self) -> int:
