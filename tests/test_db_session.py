@@ -66,11 +66,15 @@ def test_a_writer_waits_for_another_process_lock_and_then_writes(tmp_path):
     other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
     other.execute("UPDATE t SET n = n + 1")
-    threading.Timer(0.3, lambda: other.execute("COMMIT")).start()
+    commit = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+    commit.start()
     started = time.monotonic()
     with engine.begin() as conn:
         conn.execute(text("UPDATE t SET n = n + 10"))
     assert time.monotonic() - started >= 0.25  # it waited for the other's commit
     with engine.connect() as conn:
         assert conn.execute(text("SELECT n FROM t")).scalar() == 11
+    # The lock is free once the COMMIT lands, but the timer's thread may still be inside that
+    # execute(); closing the connection under it would free the statement it is finishing.
+    commit.join(10)
     other.close()
