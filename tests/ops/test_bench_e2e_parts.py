@@ -1,6 +1,6 @@
 """The end-to-end bench's own arithmetic: a repeated corpus whose copies never share a line, dry
-streams counted for a player that buffers as well as strictly, and the checks' CPU counted with the
-verify worker's pool."""
+streams counted for a player that buffers as well as strictly, the checks' CPU counted with the
+verify worker's pool, and the server's reason for each stream cut at the client."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ import subprocess
 import sys
 
 import pytest
+import redis
 
 from ops.bench.e2e.fleet import LEADS, cpu_seconds, distinct_copies, worker_slots
+from ops.bench.e2e.recorded import cut_figures
 from ops.bench.e2e.streams import PCM_BYTES_PER_S, Stream, summarize
 from ops.bench.e2e.verifying import require_recognizer, tree_cpu_seconds
+from pipeline import live
+from pipeline.db.models import Batch, Job, JobStatus
 
 
 def test_copies_of_a_corpus_are_distinct_lines_and_the_first_is_the_corpus():
@@ -74,3 +78,59 @@ def test_the_verify_workers_cpu_counts_their_pool_processes():
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_streams_cut_at_the_client_are_counted_by_the_servers_reason(database_url, sessions, redis_url):
+    client = redis.Redis.from_url(live.redis_client_url(redis_url))
+    with sessions() as s:
+        batch = Batch(name="streams", voice="tara", format="wav")
+        s.add(batch)
+        s.flush()
+        rows = {
+            "retried": Job(batch_id=batch.id, client_id="r", text="a", voice="tara", format="wav", attempts=2),
+            "failed": Job(
+                batch_id=batch.id,
+                client_id="f",
+                text="b",
+                voice="tara",
+                format="wav",
+                attempts=1,
+                status=JobStatus.FAILED,
+                error="the engine failed",
+            ),
+            "ended": Job(batch_id=batch.id, client_id="e", text="c", voice="tara", format="wav", attempts=1),
+            "whole": Job(
+                batch_id=batch.id,
+                client_id="w",
+                text="d",
+                voice="tara",
+                format="wav",
+                attempts=1,
+                status=JobStatus.DONE,
+            ),
+        }
+        s.add_all(rows.values())
+        s.commit()
+        ids = {name: job.id for name, job in rows.items()}
+    entries = {
+        "retried": [{"kind": live.START}, {"kind": live.PCM, "data": b"\0\0"}, {"kind": live.START}],
+        "ended": [{"kind": live.START}, {"kind": live.END, "error": "out of device memory"}],
+        "whole": [{"kind": live.START}, {"kind": live.PCM, "data": b"\0\0"}, {"kind": live.END, "error": ""}],
+    }
+    for name, fields in entries.items():
+        for f in fields:
+            client.xadd(live.stream_key(ids[name]), f)
+    cut = "RemoteProtocolError: peer closed connection without sending complete message body"
+    streams = [Stream(i, error=cut, job_id=job_id) for i, job_id in enumerate(ids.values())]
+    streams += [Stream(8, error="APIStatusError: 503"), Stream(9, job_id=ids["whole"])]  # the last one played
+
+    figures = cut_figures(database_url, client, streams)
+
+    assert figures["streams"] == 5
+    assert figures["reasons"] == {
+        "retried (2 attempts, 2 live starts)": 1,
+        "job failed: the engine failed": 1,
+        "live copy ended with: out of device memory": 1,
+        "job done, live copy whole: cut between Redis and the client": 1,
+        "no job named in a response: APIStatusError: 503": 1,
+    }

@@ -62,7 +62,7 @@ import httpx
 import redis
 
 from ops.bench import REPO, SHARED_CORPUS, git_commit
-from ops.bench.e2e.recorded import batch_figures, realtime_job_ids, server_figures, stage_figures
+from ops.bench.e2e.recorded import batch_figures, cut_figures, realtime_job_ids, server_figures, stage_figures
 from ops.bench.e2e.fleet import Meter, distinct_copies, spread, worker_pids, worker_slots
 from ops.bench.e2e.streams import run_streams_in_processes, singles, summarize
 from ops.bench.e2e.table import side_by_side
@@ -413,6 +413,7 @@ def streams_beside_batch(
         "workers": spread(db_url, streams),
         "server": server_figures(db_url, before),
         "stages": stage_figures(db_url, args.redis, streams),
+        "cut": cut_figures(db_url, args.redis, streams),
         "services": {k: v for k, v in services.items() if k != "cpu_share"},
         "cpu_share": {**services["cpu_share"], "client_max": max(client_cpu), "clients": len(client_cpu)},
         "batch": {"exit": proc.returncode, **batch_figures(db_url, f"streams-{count}", time.monotonic() - t)},

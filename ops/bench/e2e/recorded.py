@@ -125,5 +125,43 @@ def stage_figures(db_url: str, client: redis.Redis, streams: list) -> dict:
     return {"jobs": len(rows), **{f"{k}_p{q}_ms": _ms(percentile(v, q)) for k, v in stages.items() for q in (50, 99)}}
 
 
+def cut_figures(db_url: str, client: redis.Redis, streams: list) -> dict:
+    """Why the streams that failed at the client failed, as the server recorded it: each one's job
+    (its status, attempts and error in the database) and its live copy in Redis (how many times it
+    started: a second start is a retry, which the API answers by cutting the stream; its end's
+    error). Counted by reason, so a run that cut streams says why without the server's logs."""
+    failed = [s for s in streams if s.error]
+    ids = [s.job_id for s in failed if s.job_id]
+    with make_sessionmaker(make_engine(db_url))() as session:
+        jobs = {
+            row[0]: row[1:]
+            for row in session.execute(select(Job.id, Job.status, Job.attempts, Job.error).where(Job.id.in_(ids)))
+        }
+    reasons: dict[str, int] = {}
+    for stream in failed:
+        reason = f"no job named in a response: {stream.error[:120]}"
+        if stream.job_id in jobs:
+            status, attempts, error = jobs[stream.job_id]
+            status = getattr(status, "value", status)
+            entries = [f for _, f in client.xrange(live.stream_key(stream.job_id))]
+            starts = sum(1 for f in entries if f.get(b"kind") == live.START)
+            ends = [
+                f[b"error"].decode(errors="replace") for f in entries if f.get(b"kind") == live.END and f.get(b"error")
+            ]
+            if starts > 1 or (attempts or 0) > 1:
+                reason = f"retried ({attempts} attempts, {starts} live starts)"
+            elif ends:
+                reason = f"live copy ended with: {ends[0][:120]}"
+            elif error:
+                reason = f"job {status}: {error[:120]}"
+            else:
+                copy = (
+                    "whole" if any(f.get(b"kind") == live.END for f in entries) else "unfinished" if entries else "gone"
+                )
+                reason = f"job {status}, live copy {copy}: cut between Redis and the client"
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return {"streams": len(failed), "reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))}
+
+
 def _ms(v: float | None) -> float | None:
     return None if v is None else round(1000 * v, 1)
