@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal as signals
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -23,7 +27,8 @@ from pipeline.lexicon.entries import Entry
 from pipeline.textfront import VoiceProfile
 from pipeline.verify import captions, signal, spoken, verdict
 from pipeline.verify.recognizer import PocketSphinx, Word, load_recognizer
-from tests.cli_helpers import synth, synth_env
+from tests.cli_helpers import REPO, synth, synth_env
+from tests.waiting import eventually
 
 pytest.importorskip("pocketsphinx")
 
@@ -346,3 +351,28 @@ def test_a_recognizer_in_its_own_process_judges_as_in_place_and_leaves_the_gil_f
         own.close()
     with pytest.raises(InputError, match="cannot be loaded"):
         load_recognizer("no_such_package.module:Recognizer", own_process=True)
+
+
+def test_a_recognizer_process_goes_when_its_worker_is_killed_outright(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import os, signal\n"
+        "from pipeline.verify.recognizer import load_recognizer\n"
+        "if __name__ == '__main__':\n"
+        "    own = load_recognizer('pocketsphinx', own_process=True)\n"
+        "    own.transcribe(bytes(3200))\n"
+        "    print(own._call(os.getpid), flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signals.SIGKILL, proc.stderr
+    child = int(proc.stdout.split()[-1])
+
+    def gone() -> bool:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return True
+        return Path(f"/proc/{child}/stat").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+
+    eventually(gone, 10, "the recognizer's process to exit")

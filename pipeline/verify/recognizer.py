@@ -13,6 +13,7 @@ import importlib
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -238,6 +239,16 @@ _child: Recognizer | None = None  # the recognizer of a child process of InOwnPr
 def _child_start(spec: str) -> None:
     global _child
     _child = load_recognizer(spec)
+    parent = os.getppid()
+    threading.Thread(target=_exit_with, args=(parent,), name="synth-recognizer-parent", daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    """A child whose worker was killed outright (kill -9, the OOM killer) would wait for work
+    forever, holding its recognizer's memory: it goes once it has another parent."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def _child_recognizer() -> Recognizer:
