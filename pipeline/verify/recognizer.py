@@ -167,7 +167,7 @@ class InOwnProcess:
     """A recognizer run in child processes, one per check running at once (started as needed).
 
     A recognizer decodes in one C call that holds the GIL for as long as the audio takes
-    (pocketsphinx: 17 s for 10 s of noise on a small VM). In a process that renders, that call
+    (pocketsphinx: seconds, for a long line). In a process that renders, that call
     stops every other thread: the engine's loop, its codec, the live audio publisher (whose
     keepalive then lapses, and the API cuts healthy streams as if the worker had died). In a
     process of its own the check takes a core, not the process."""
