@@ -86,28 +86,15 @@ def test_streams_cut_at_the_client_are_counted_by_the_servers_reason(database_ur
         batch = Batch(name="streams", voice="tara", format="wav")
         s.add(batch)
         s.flush()
+
+        def job(name: str, **fields) -> Job:
+            return Job(batch_id=batch.id, client_id=name, text=name, voice="tara", format="wav", **fields)
+
         rows = {
-            "retried": Job(batch_id=batch.id, client_id="r", text="a", voice="tara", format="wav", attempts=2),
-            "failed": Job(
-                batch_id=batch.id,
-                client_id="f",
-                text="b",
-                voice="tara",
-                format="wav",
-                attempts=1,
-                status=JobStatus.FAILED,
-                error="the engine failed",
-            ),
-            "ended": Job(batch_id=batch.id, client_id="e", text="c", voice="tara", format="wav", attempts=1),
-            "whole": Job(
-                batch_id=batch.id,
-                client_id="w",
-                text="d",
-                voice="tara",
-                format="wav",
-                attempts=1,
-                status=JobStatus.DONE,
-            ),
+            "retried": job("retried", attempts=2),
+            "failed": job("failed", attempts=1, status=JobStatus.FAILED, error="the engine failed"),
+            "ended": job("ended", attempts=1),
+            "whole": job("whole", attempts=1, status=JobStatus.DONE),
         }
         s.add_all(rows.values())
         s.commit()
