@@ -8,6 +8,10 @@ BIN    := $(VENV)/bin
 # The tests run the Orpheus engine on the CPU. torch 2.13.0 is pinned so pip takes the CPU build
 # (this project's CI machines carry its wheel); GPU hosts install their CUDA build instead.
 TORCH  ?= torch==2.13.0
+# Test processes (pytest-xdist): most tests wait on the processes they start (a worker, an API,
+# Redis), so two keep a two-core machine busy where one left it half idle. Each takes its own
+# Redis database (tests/conftest.py) and PostgreSQL database.
+TEST_PROCESSES ?= 2
 
 .PHONY: run test format install install-test clean chromium
 
@@ -40,7 +44,7 @@ test: $(VENV)/.test-installed chromium
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 format: $(VENV)/.test-installed
 	$(BIN)/ruff format .

@@ -8,6 +8,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -33,10 +34,24 @@ def redis_server(tmp_path_factory) -> Iterator[str]:
     """A base redis URL: the CI service, or a private embedded redis-server."""
     url = os.environ.get("SYNTH_TEST_REDIS_URL")
     if url:
-        yield url
+        yield own_database(url)
         return
     with EmbeddedRedis(tmp_path_factory.mktemp("redis")) as embedded:
         yield embedded.url
+
+
+def own_database(url: str) -> str:
+    """The Redis URL for this test process: under pytest-xdist each process flushes a database of
+    its own (the given one for the first, the ones below it for the others), so no test process
+    empties another's queues mid-test."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1 ...; unset without xdist
+    if not worker.startswith("gw"):
+        return url
+    parts = urlsplit(url)
+    db = int(parts.path.strip("/") or 0) - int(worker[2:])
+    if db < 0:
+        raise pytest.UsageError(f"SYNTH_TEST_REDIS_URL={url}: too few Redis databases below it for {worker}")
+    return urlunsplit(parts._replace(path=f"/{db}"))
 
 
 @pytest.fixture
