@@ -62,7 +62,9 @@ def test_a_realtime_job_starts_before_batch_work_queued_ahead_of_it_while_every_
     tmp_path, worker_env, worker, sessions
 ):
     corpus = tmp_path / "batch.txt"
-    corpus.write_text("\n".join([LONG] * 12) + "\n")  # a margin for a slow `synth submit` start
+    # A margin for a slow `synth submit` start beside other work: the realtime line is submitted by
+    # a new process, which on a busy two-core machine can take as long as a dozen of these jobs.
+    corpus.write_text("\n".join([LONG] * 60) + "\n")
     batch_id = submit(worker_env, corpus)
     eventually(
         lambda: any(j.status == JobStatus.RUNNING for j in jobs_of(sessions, batch_id)),
