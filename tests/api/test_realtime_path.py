@@ -62,9 +62,9 @@ def test_a_realtime_job_starts_before_batch_work_queued_ahead_of_it_while_every_
     tmp_path, worker_env, worker, sessions
 ):
     corpus = tmp_path / "batch.txt"
-    # A margin for a slow `synth submit` start beside other work: the realtime line is submitted by
-    # a new process, which on a busy two-core machine can take as long as a dozen of these jobs.
-    corpus.write_text("\n".join([LONG] * 60) + "\n")
+    # Each line its own (the same line twice is rendered once and reused, and the batch would end
+    # with its first render), and a margin for a slow `synth submit` of the realtime line.
+    corpus.write_text("".join(f"Part {n}. {LONG}\n" for n in range(30)))
     batch_id = submit(worker_env, corpus)
     eventually(
         lambda: any(j.status == JobStatus.RUNNING for j in jobs_of(sessions, batch_id)),
