@@ -6,12 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal as signals
-import subprocess
-import sys
-import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,8 +21,7 @@ from pipeline.lexicon.entries import Entry
 from pipeline.textfront import VoiceProfile
 from pipeline.verify import captions, signal, spoken, verdict
 from pipeline.verify.recognizer import PocketSphinx, Word, load_recognizer
-from tests.cli_helpers import REPO, synth, synth_env
-from tests.waiting import eventually
+from tests.cli_helpers import synth, synth_env
 
 pytest.importorskip("pocketsphinx")
 
@@ -308,71 +301,3 @@ def test_a_job_is_checked_against_its_text_as_its_lexicon_had_it_said(piper_engi
     read_without = verdict.check(speech, rate, text, voice, recognizer)  # expects "i c u"
     assert read_with.status == "clean" and read_with.scores["cer"] < read_without.scores["cer"]
     assert next(w for w in read_with.written if w.word == "ICU").spoken == "intensive care unit"
-
-
-def test_a_recognizer_in_its_own_process_judges_as_in_place_and_leaves_the_gil_free(rendered, voice):
-    """A render worker's checks run the recognizer in a child process: the verdict and the word
-    times are the same as in place, and the worker's other threads (the engine's loop, the live
-    audio's keepalive) keep running while it decodes, where pocketsphinx in place holds the GIL
-    for the whole decode."""
-    speech, _, rate = rendered
-    recognizer = PocketSphinx()  # a fresh decoder, as the child's: one's history moves its estimates
-    own = load_recognizer("pocketsphinx", own_process=True)
-    try:
-        assert (own.name, own.languages) == (recognizer.name, recognizer.languages)
-        here = verdict.check(speech, rate, TEXT, voice, recognizer)
-        there = verdict.check(speech, rate, TEXT, voice, own)
-        assert there.status == here.status == verdict.CLEAN
-        assert there.as_dict() == here.as_dict()
-        assert own.knows("library") and not own.knows("zzyzxq")
-
-        noise = (np.random.default_rng(0).standard_normal(16000 * 3) * 3000).astype("<i2").tobytes()
-        gaps: list[float] = []
-        done = threading.Event()
-
-        def tick() -> None:
-            last = time.monotonic()
-            while not done.is_set():
-                time.sleep(0.005)
-                now = time.monotonic()
-                gaps.append(now - last)
-                last = now
-
-        ticker = threading.Thread(target=tick)
-        ticker.start()
-        started = time.monotonic()
-        own.transcribe(noise)
-        took = time.monotonic() - started
-        done.set()
-        ticker.join()
-        # the decode took a while, and this process's thread was never held for most of it
-        assert max(gaps) < max(0.5, took / 2), (max(gaps), took)
-    finally:
-        own.close()
-    with pytest.raises(InputError, match="cannot be loaded"):
-        load_recognizer("no_such_package.module:Recognizer", own_process=True)
-
-
-def test_a_recognizer_process_goes_when_its_worker_is_killed_outright(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(
-        "import os, signal\n"
-        "from pipeline.verify.recognizer import load_recognizer\n"
-        "if __name__ == '__main__':\n"
-        "    own = load_recognizer('pocketsphinx', own_process=True)\n"
-        "    own.transcribe(bytes(3200))\n"
-        "    print(own._call(os.getpid), flush=True)\n"
-        "    os.kill(os.getpid(), signal.SIGKILL)\n"
-    )
-    proc = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == -signals.SIGKILL, proc.stderr
-    child = int(proc.stdout.split()[-1])
-
-    def gone() -> bool:
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            return True
-        return Path(f"/proc/{child}/stat").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
-
-    eventually(gone, 10, "the recognizer's process to exit")

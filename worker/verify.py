@@ -54,11 +54,7 @@ def checker_for(app: Celery) -> Checker:
         if checker is None:
             settings = app.synth_settings
             try:
-                # A render worker that checks too (a CPU one, between its own jobs) keeps its
-                # engine's threads off the recognizer's GIL; a verify worker's pool process runs
-                # one check at a time and checks in place.
-                own_process = getattr(app, "synth_runtime", None) is not None
-                recognizer = load_recognizer(settings.verify_recognizer, own_process=own_process)
+                recognizer = load_recognizer(settings.verify_recognizer)
             except InputError as e:
                 log.warning("jobs checked here end not_checked: %s", e)
                 recognizer = None

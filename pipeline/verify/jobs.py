@@ -91,8 +91,7 @@ def make_verifier(setting: str, recognizer_spec: str, on_cpu: bool, sample: floa
     if share == 0.0:
         return None
     try:
-        # the worker that checks inline renders too: the recognizer must not hold its GIL
-        recognizer = load_recognizer(recognizer_spec, own_process=True)
+        recognizer = load_recognizer(recognizer_spec)
     except InputError as e:
         if setting.strip().lower() != "auto":
             raise
